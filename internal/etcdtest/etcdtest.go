@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/leasegate/leasegate/internal/embedetcd"
@@ -15,7 +16,7 @@ import (
 
 // Cluster is a single-member etcd cluster running inside the test process.
 type Cluster struct {
-	t        testing.TB
+	t        testing.TB // nil when started with StartIn
 	dir      string
 	cfg      embedetcd.Config
 	srv      *embedetcd.Server
@@ -26,29 +27,42 @@ type Cluster struct {
 // with t.Cleanup.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, dir: t.TempDir()}
-	addr, err := embedetcd.FreeAddr()
+	c, err := StartIn(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer, err := embedetcd.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cfg = embedetcd.Config{Name: "test", Dir: c.dir, ClientAddr: addr, PeerAddr: peer, UnsafeNoFsync: true}
-	c.start()
+	c.t = t
 	t.Cleanup(c.Stop)
 	return c
 }
 
-func (c *Cluster) start() {
-	c.t.Helper()
+// StartIn launches a member with its data under dir, for use from TestMain
+// where no testing.TB exists. The caller must Stop it.
+func StartIn(dir string) (*Cluster, error) {
+	c := &Cluster{dir: dir}
+	addr, err := embedetcd.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := embedetcd.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c.cfg = embedetcd.Config{Name: "test", Dir: dir, ClientAddr: addr, PeerAddr: peer, UnsafeNoFsync: true}
+	if err := c.start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start() error {
 	srv, err := embedetcd.Start(c.cfg)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	c.srv = srv
 	c.endpoint = srv.Endpoint()
+	return nil
 }
 
 // Endpoint is the member's client URL; it stays the same across Restart.
@@ -65,38 +79,70 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// Restart starts a stopped member again on the same ports and data.
+// Restart starts a stopped member again on the same ports and data. It
+// needs a cluster made by Start.
 func (c *Cluster) Restart() {
 	c.t.Helper()
 	c.Stop()
-	c.start()
-}
-
-// Client returns a new client for the member, closed at test cleanup.
-func (c *Cluster) Client() *clientv3.Client {
-	c.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{c.endpoint},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
+	if err := c.start(); err != nil {
 		c.t.Fatal(err)
 	}
-	c.t.Cleanup(func() { cli.Close() })
+}
+
+// Client returns a new client for the member, closed at the cleanup of the
+// test that started it. It needs a cluster made by Start.
+func (c *Cluster) Client() *clientv3.Client {
+	c.t.Helper()
+	return c.ClientFor(c.t)
+}
+
+// ClientFor returns a new client for the member, closed at t's cleanup.
+func (c *Cluster) ClientFor(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := NewClient(c.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
 	return cli
 }
 
-// Compact compacts the member's history up to its current revision.
-func (c *Cluster) Compact(ctx context.Context, cli *clientv3.Client) int64 {
-	c.t.Helper()
-	resp, err := cli.Get(ctx, "leasegate-compact-probe")
+// NewClient dials endpoint with a quiet logger.
+func NewClient(endpoints ...string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// Compact writes one key and compacts the history up to that revision, so a
+// watch from any earlier revision fails with ErrCompacted.
+func Compact(ctx context.Context, cli *clientv3.Client) (int64, error) {
+	// Two writes, so that even a watch from the revision right after the
+	// caller's last read starts below the compacted revision.
+	if _, err := cli.Put(ctx, "/leasegate-test/compact-probe", "x"); err != nil {
+		return 0, err
+	}
+	resp, err := cli.Put(ctx, "/leasegate-test/compact-probe", "y")
 	if err != nil {
-		c.t.Fatal(err)
+		return 0, err
 	}
 	rev := resp.Header.Revision
 	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		c.t.Fatal(err)
+		return 0, err
 	}
-	return rev
+	return rev, nil
+}
+
+// LeakOptions are the goleak options for packages that run an embedded etcd:
+// they ignore goroutines that etcd's own libraries leave running for the
+// life of the process.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreTopFunction("gopkg.in/natefinch/lumberjack%2ev2.(*Logger).millRun"),
+		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
+	}
 }

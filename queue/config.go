@@ -1,0 +1,66 @@
+package queue
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasegate/leasegate/internal/clock"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Prefix is the etcd key prefix of every key the engine writes.
+	// Default "/leasegate". It must start with '/' and not end with one.
+	Prefix string
+	// MinTTL is the shortest lease a caller may ask for. Default 1 s.
+	// etcd raises TTLs below its own minimum (about 1.5 × the election
+	// timeout); the effective TTL is always reported.
+	MinTTL time.Duration
+	// MaxTTL is the longest lease a caller may ask for. Default 24 h.
+	MaxTTL time.Duration
+	// RequestTimeout bounds each etcd request the engine makes on its own
+	// behalf (cleanup after a cancelled wait, re-reads). Default 5 s.
+	RequestTimeout time.Duration
+	// Clock is the time source for deadlines and wait timeouts. Default the
+	// wall clock.
+	Clock clock.Clock
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Prefix:         "/leasegate",
+		MinTTL:         time.Second,
+		MaxTTL:         24 * time.Hour,
+		RequestTimeout: 5 * time.Second,
+		Clock:          clock.Real,
+	}
+}
+
+// Validate reports the first field outside its allowed range.
+func (c Config) Validate() error {
+	switch {
+	case !strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/"):
+		return fmt.Errorf("queue: Prefix %q must start with '/' and not end with one", c.Prefix)
+	case c.MinTTL < time.Second:
+		return fmt.Errorf("queue: MinTTL %s is below 1s (etcd leases are whole seconds)", c.MinTTL)
+	case c.MaxTTL < c.MinTTL:
+		return fmt.Errorf("queue: MaxTTL %s is below MinTTL %s", c.MaxTTL, c.MinTTL)
+	case c.MaxTTL > 1000*time.Hour:
+		return fmt.Errorf("queue: MaxTTL %s is above 1000h", c.MaxTTL)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("queue: RequestTimeout %s must be positive", c.RequestTimeout)
+	case c.Clock == nil:
+		return fmt.Errorf("queue: Clock is nil")
+	}
+	return nil
+}
+
+// ttlSeconds validates a requested TTL and rounds it up to whole seconds.
+func (c Config) ttlSeconds(ttl time.Duration) (int64, error) {
+	if ttl < c.MinTTL || ttl > c.MaxTTL {
+		return 0, fmt.Errorf("%w: ttl %s is outside the allowed range %s to %s", ErrInvalidTTL, ttl, c.MinTTL, c.MaxTTL)
+	}
+	return int64((ttl + time.Second - 1) / time.Second), nil
+}

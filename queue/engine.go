@@ -1,0 +1,154 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Engine grants named locks over one etcd cluster. It is safe for
+// concurrent use and keeps no state that a restart loses: everything a lock
+// is lives in etcd and in its Handle.
+type Engine struct {
+	cli  *clientv3.Client
+	cfg  Config
+	keys keys
+	ka   *keepAliver
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// testHookBeforeWatch runs before a waiter opens its watches (tests
+	// use it to compact history at exactly that moment).
+	testHookBeforeWatch func()
+}
+
+// New returns an engine over cli. The engine does not own cli: Close leaves
+// it open.
+func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		cli:    cli,
+		cfg:    cfg,
+		keys:   keys{prefix: cfg.Prefix},
+		ka:     newKeepAliver(cli),
+		ctx:    ctx,
+		cancel: cancel,
+	}, nil
+}
+
+// Client is the etcd client the engine uses.
+func (e *Engine) Client() *clientv3.Client { return e.cli }
+
+// Config is the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Close stops background work (lease revocations in flight are abandoned;
+// the leases expire on their own) and blocks until it has stopped.
+func (e *Engine) Close() {
+	e.cancel()
+	e.ka.close()
+	e.wg.Wait()
+}
+
+// Handle names one waiter key and proves its ownership. It is everything a
+// holder needs to renew or release, so the gateway can encode it into an
+// opaque lock id and keep no state.
+type Handle struct {
+	// Name is the lock name.
+	Name string
+	// WaiterID is the key segment derived from the request id.
+	WaiterID string
+	// Lease is the etcd lease the key is attached to.
+	Lease clientv3.LeaseID
+	// Revision is the create revision of the key.
+	Revision int64
+	// Epoch is the shard-map epoch the waiter was enqueued under.
+	Epoch uint16
+	// Secret proves ownership.
+	Secret Secret
+	// Session is true when Lease is a session lease shared by other locks;
+	// releasing the lock then leaves the lease alone.
+	Session bool
+}
+
+// Token is the fencing token of the grant this handle names.
+func (h Handle) Token() int64 { return Token(h.Epoch, h.Revision) }
+
+// Grant is a held lock.
+type Grant struct {
+	Handle
+	// TTL is the effective lease TTL (whole seconds, at least etcd's minimum).
+	TTL time.Duration
+	// Deadline is conservative: the time the request that last confirmed
+	// the lease was sent, plus TTL. The lease may outlive it, never the
+	// reverse, so a holder that stops work by Deadline is safe.
+	Deadline time.Time
+	// Resumed is true when an earlier acquire with the same request id had
+	// already enqueued this waiter.
+	Resumed bool
+}
+
+// Holder describes the current holder of a name.
+type Holder struct {
+	// ClientID is the holder's self-reported identity.
+	ClientID string
+	// Token is the holder's fencing token.
+	Token int64
+	// TTL is the holder's lease TTL.
+	TTL time.Duration
+	// Expires is when the holder's lease will lapse unless renewed, as
+	// reported by etcd's remaining TTL (whole seconds, so approximate).
+	Expires time.Time
+}
+
+// opCtx returns a context for engine-owned cleanup work that must run even
+// when the caller's context is done.
+func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, e.cfg.RequestTimeout)
+}
+
+// revokeLater revokes a per-lock lease in the background: its keys are
+// already gone or unwanted, and leaving it to expire would load etcd's
+// rate-limited expiry path.
+func (e *Engine) revokeLater(lease clientv3.LeaseID) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := e.opCtx()
+		defer cancel()
+		_, _ = e.cli.Revoke(ctx, lease)
+	}()
+}
+
+// renewLease sends one keepalive and returns the effective TTL and the
+// conservative deadline measured from the send.
+func (e *Engine) renewLease(ctx context.Context, lease clientv3.LeaseID) (time.Duration, time.Time, error) {
+	sent := e.cfg.Clock.Now()
+	ttl, err := e.ka.renew(ctx, lease)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	d := time.Duration(ttl) * time.Second
+	return d, sent.Add(d), nil
+}
+
+func validateIDs(clientID, requestID string) error {
+	if len(clientID) > 128 {
+		return fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
+	}
+	if requestID == "" {
+		return fmt.Errorf("%w: request id is empty", ErrInvalidArgument)
+	}
+	if len(requestID) > 128 {
+		return fmt.Errorf("%w: request id is %d bytes; the limit is 128", ErrInvalidArgument, len(requestID))
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package queue
+
+import "errors"
+
+// Errors returned by the engine. Callers match them with errors.Is; the
+// gateway maps each to one wire code.
+var (
+	// ErrInvalidName reports a lock name outside the allowed form.
+	ErrInvalidName = errors.New("invalid lock name")
+	// ErrInvalidTTL reports a TTL outside the configured range.
+	ErrInvalidTTL = errors.New("invalid ttl")
+	// ErrInvalidArgument reports another malformed request field.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotAcquired reports that TryAcquire found the lock held.
+	ErrNotAcquired = errors.New("lock is held by another owner")
+	// ErrWaitTimeout reports that the wait timeout passed before a grant.
+	// The waiter's key has been removed.
+	ErrWaitTimeout = errors.New("wait timed out")
+	// ErrLeaseLost reports that the waiter's or holder's lease expired or
+	// was revoked; its key is gone and it will never be granted.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrExpired reports a renew or check of a lock whose key is gone while
+	// nobody holds the name.
+	ErrExpired = errors.New("lock expired")
+	// ErrStolen reports a renew or check of a lock whose key is gone while
+	// another waiter now holds the name.
+	ErrStolen = errors.New("lock is held by a newer holder")
+	// ErrNotOwner reports a secret or fencing token that does not match the
+	// lock it names.
+	ErrNotOwner = errors.New("not the lock's owner")
+	// ErrGuardFailed reports that a caller-supplied enqueue guard did not
+	// hold (the shard router uses guards to fence enqueues by epoch).
+	ErrGuardFailed = errors.New("enqueue guard failed")
+	// ErrSessionLost reports a session whose lease expired, was closed, or
+	// whose secret does not match.
+	ErrSessionLost = errors.New("session lost")
+	// ErrDetached is the cancel cause a caller gives a wait's context to end
+	// the wait while keeping the waiter's key: the lease keeps it until its
+	// TTL, so a retry with the same request id elsewhere resumes the place.
+	ErrDetached = errors.New("wait detached")
+	// ErrClosed reports use of an engine after Close.
+	ErrClosed = errors.New("engine closed")
+)

@@ -1,0 +1,122 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Renewal is the outcome of a successful Renew.
+type Renewal struct {
+	// TTL is the lease's effective TTL.
+	TTL time.Duration
+	// Deadline is conservative: when the keepalive was sent, plus TTL.
+	Deadline time.Time
+}
+
+// checkToken refuses a fencing token that is not the handle's own.
+func checkToken(h Handle, token int64) error {
+	if token != h.Token() {
+		return fmt.Errorf("%w: fencing token %d does not belong to this lock id", ErrNotOwner, token)
+	}
+	return nil
+}
+
+// Renew extends the lease of a held lock. It first proves, in one
+// transaction, that the holder's key still exists with the same create
+// revision, lease and secret; only then does it send a keepalive, so a
+// caller without the secret cannot keep someone else's lease alive.
+//
+// It answers ErrExpired when the key is gone and nobody holds the name,
+// ErrStolen when another waiter holds it now, and ErrNotOwner when the
+// secret or fencing token does not match.
+func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (Renewal, error) {
+	if err := checkToken(h, token); err != nil {
+		return Renewal{}, err
+	}
+	if err := e.proveHolder(ctx, h); err != nil {
+		return Renewal{}, err
+	}
+	ttl, deadline, err := e.renewLease(ctx, h.Lease)
+	if errors.Is(err, errLeaseNotFound) {
+		// The lease died between the check and the keepalive.
+		return Renewal{}, e.classifyGone(ctx, h.Name)
+	}
+	if err != nil {
+		return Renewal{}, fmt.Errorf("queue: keepalive: %w", err)
+	}
+	return Renewal{TTL: ttl, Deadline: deadline}, nil
+}
+
+// proveHolder checks in one transaction that h's key is still the same
+// incarnation, on the same lease, with the same secret.
+func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
+	prefix := e.keys.namePrefix(h.Name)
+	key := prefix + h.WaiterID
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
+		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
+	}, ownerCmps(key, h.Secret)...)
+	resp, err := e.cli.Txn(ctx).If(cmps...).Else(
+		clientv3.OpGet(key),
+		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("queue: check holder: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {
+		return fmt.Errorf("%w: the lock id's secret does not match", ErrNotOwner)
+	}
+	return goneError(firstKV(resp.Responses[1]))
+}
+
+func goneError(first interface{ GetKey() []byte }) error {
+	if first != nil && len(first.GetKey()) > 0 {
+		return fmt.Errorf("%w: the lease lapsed and another holder has the name", ErrStolen)
+	}
+	return fmt.Errorf("%w: the lease lapsed and the name is free", ErrExpired)
+}
+
+// classifyGone tells expired from stolen for a holder whose key is gone.
+func (e *Engine) classifyGone(ctx context.Context, name string) error {
+	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fmt.Errorf("queue: read holder: %w", err)
+	}
+	if len(resp.Kvs) > 0 {
+		return goneError(resp.Kvs[0])
+	}
+	return goneError(nil)
+}
+
+// Release frees a held lock with a compare-and-delete on the key's create
+// revision and secret, never a plain delete. It is idempotent: releasing a
+// lock that is already gone reports released == false and no error, and a
+// late or retried release can never remove a newer holder's key.
+func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released bool, err error) {
+	if err := checkToken(h, token); err != nil {
+		return false, err
+	}
+	key := e.keys.waiter(h.Name, h.WaiterID)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision)}, ownerCmps(key, h.Secret)...)
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("queue: release: %w", err)
+	}
+	if resp.Succeeded {
+		if !h.Session {
+			e.revokeLater(h.Lease)
+		}
+		return true, nil
+	}
+	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {
+		return false, fmt.Errorf("%w: the lock id's secret does not match", ErrNotOwner)
+	}
+	return false, nil
+}

@@ -1,0 +1,102 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Session is a lease shared by many locks of one client: renewal cost grows
+// with clients, not with locks.
+type Session struct {
+	// Lease is the session's etcd lease.
+	Lease clientv3.LeaseID
+	// Secret proves ownership of the session.
+	Secret Secret
+	// TTL is the effective lease TTL.
+	TTL time.Duration
+	// Deadline is conservative: when the last confirming request was sent,
+	// plus TTL.
+	Deadline time.Time
+}
+
+// OpenSession grants a session lease and records its owner's secret under
+// <prefix>/sessions/, attached to the lease itself.
+func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Duration) (Session, error) {
+	if len(clientID) > 128 {
+		return Session{}, fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
+	}
+	sec, err := e.cfg.ttlSeconds(ttl)
+	if err != nil {
+		return Session{}, err
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return Session{}, err
+	}
+	sent := e.cfg.Clock.Now()
+	g, err := e.cli.Grant(ctx, sec)
+	if err != nil {
+		return Session{}, fmt.Errorf("queue: grant session lease: %w", err)
+	}
+	meta, _ := json.Marshal(struct {
+		ClientID string `json:"c,omitempty"`
+	}{clientID})
+	if _, err := e.cli.Put(ctx, e.keys.session(g.ID), valueHeader(secret)+string(meta), clientv3.WithLease(g.ID)); err != nil {
+		e.revokeLater(g.ID)
+		return Session{}, fmt.Errorf("queue: record session: %w", err)
+	}
+	d := time.Duration(g.TTL) * time.Second
+	return Session{Lease: g.ID, Secret: secret, TTL: d, Deadline: sent.Add(d)}, nil
+}
+
+// KeepAliveSession proves ownership of a session and renews its lease, and
+// with it every lock attached.
+func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) (Renewal, error) {
+	if err := e.proveSession(ctx, lease, secret); err != nil {
+		return Renewal{}, err
+	}
+	ttl, deadline, err := e.renewLease(ctx, lease)
+	if errors.Is(err, errLeaseNotFound) {
+		return Renewal{}, fmt.Errorf("%w: session lease expired", ErrSessionLost)
+	}
+	if err != nil {
+		return Renewal{}, fmt.Errorf("queue: keepalive session: %w", err)
+	}
+	return Renewal{TTL: ttl, Deadline: deadline}, nil
+}
+
+// CloseSession revokes a session lease, releasing every lock attached. Closing
+// a session that is already gone is not an error.
+func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
+	err := e.proveSession(ctx, lease, secret)
+	if errors.Is(err, ErrSessionLost) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := e.cli.Revoke(ctx, lease); err != nil {
+		return fmt.Errorf("queue: revoke session: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) proveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
+	key := e.keys.session(lease)
+	resp, err := e.cli.Txn(ctx).If(ownerCmps(key, secret)...).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("queue: check session: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if firstKV(resp.Responses[0]) != nil {
+		return fmt.Errorf("%w: the session id's secret does not match", ErrNotOwner)
+	}
+	return fmt.Errorf("%w: session %x is unknown or expired", ErrSessionLost, int64(lease))
+}

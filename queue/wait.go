@@ -1,0 +1,165 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// wait blocks until the waiter is first, then grants. It watches only its
+// immediate predecessor and its own key; it re-reads on the predecessor's
+// deletion, on any watch failure (compaction, cancellation, lost leader)
+// and when its lease may have been lost — never hangs on a dead watch.
+func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued) (Grant, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if r.WaitTimeout > 0 {
+		t := e.cfg.Clock.NewTimer(r.WaitTimeout)
+		defer t.Stop()
+		go func() {
+			select {
+			case <-t.C():
+				cancel(ErrWaitTimeout)
+			case <-wctx.Done():
+			}
+		}()
+	}
+	lost := make(chan struct{}, 1)
+	if !q.h.Session {
+		// The waiter's own lease must outlive the wait; a session lease is
+		// kept alive by its owner.
+		go e.keepWaiterAlive(wctx, q.h.Lease, q.ttl, lost)
+	}
+
+	g, err := e.waitLoop(wctx, r, q, lost)
+	if err == nil {
+		return g, nil
+	}
+	if wctx.Err() != nil {
+		cause := context.Cause(wctx)
+		if !errors.Is(cause, ErrDetached) {
+			e.removeWaiter(q.h)
+		}
+		if errors.Is(cause, ErrWaitTimeout) {
+			return Grant{}, fmt.Errorf("%w after %s", ErrWaitTimeout, r.WaitTimeout)
+		}
+		if cause != nil {
+			return Grant{}, cause
+		}
+		return Grant{}, ctx.Err()
+	}
+	if !errors.Is(err, ErrLeaseLost) {
+		e.removeWaiter(q.h)
+	}
+	return Grant{}, err
+}
+
+// keepWaiterAlive renews a waiting per-lock lease every TTL/3. It signals
+// lost when etcd says the lease is gone.
+func (e *Engine) keepWaiterAlive(ctx context.Context, lease clientv3.LeaseID, ttl time.Duration, lost chan<- struct{}) {
+	every := max(ttl/3, 300*time.Millisecond)
+	for {
+		t := e.cfg.Clock.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		rctx, cancel := context.WithTimeout(ctx, every)
+		_, _, err := e.renewLease(rctx, lease)
+		cancel()
+		if errors.Is(err, errLeaseNotFound) {
+			select {
+			case lost <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
+func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, lost <-chan struct{}) (Grant, error) {
+	prefix := e.keys.namePrefix(r.Name)
+	key := prefix + q.h.WaiterID
+	position := int64(-1)
+	backoff := newBackoff(e.cfg.Clock)
+	for {
+		if err := ctx.Err(); err != nil {
+			return Grant{}, err
+		}
+		resp, err := e.cli.Txn(ctx).Then(
+			clientv3.OpGet(key),
+			clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+				clientv3.WithMaxCreateRev(q.h.Revision-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
+		).Commit()
+		if err != nil {
+			// etcd unreachable or leaderless: retry until ctx ends; the
+			// lease decides whether the place survives.
+			if werr := backoff.wait(ctx); werr != nil {
+				return Grant{}, werr
+			}
+			continue
+		}
+		backoff.reset()
+		mine := firstKV(resp.Responses[0])
+		if mine == nil || mine.CreateRevision != q.h.Revision {
+			return Grant{}, fmt.Errorf("%w: the waiter's key is gone (its lease expired or was revoked)", ErrLeaseLost)
+		}
+		ahead := resp.Responses[1].GetResponseRange().Kvs
+		if len(ahead) == 0 {
+			return e.granted(ctx, q)
+		}
+		if n := int64(len(ahead)); n != position {
+			position = n
+			if r.OnQueued != nil {
+				r.OnQueued(n)
+			}
+		}
+		e.awaitChange(ctx, string(ahead[0].Key), key, resp.Header.Revision+1, lost)
+	}
+}
+
+// awaitChange watches the predecessor and the waiter's own key from rev and
+// returns when either is deleted, the watch fails, the lease may be lost or
+// ctx ends. The caller re-reads in every case.
+func (e *Engine) awaitChange(ctx context.Context, pred, own string, rev int64, lost <-chan struct{}) {
+	if e.testHookBeforeWatch != nil {
+		e.testHookBeforeWatch()
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithFilterPut()}
+	pw := e.cli.Watch(wctx, pred, opts...)
+	ow := e.cli.Watch(wctx, own, opts...)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+			return
+		case wr, ok := <-pw:
+			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
+				return
+			}
+		case wr, ok := <-ow:
+			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
+				return
+			}
+		}
+	}
+}
+
+func hasDelete(evs []*clientv3.Event) bool {
+	for _, ev := range evs {
+		if ev.Type == mvccpb.DELETE {
+			return true
+		}
+	}
+	return false
+}
