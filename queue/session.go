@@ -27,14 +27,20 @@ type Session struct {
 // OpenSession grants a session lease and records its owner's secret under
 // <prefix>/sessions/, attached to the lease itself.
 func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Duration) (Session, error) {
+	secret, err := NewSecret()
+	if err != nil {
+		return Session{}, err
+	}
+	return e.OpenSessionWithSecret(ctx, clientID, ttl, secret)
+}
+
+// OpenSessionWithSecret is OpenSession with a caller-chosen secret, so one
+// secret can prove a session that spans several clusters.
+func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
 	if len(clientID) > 128 {
 		return Session{}, fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
 	}
 	sec, err := e.cfg.ttlSeconds(ttl)
-	if err != nil {
-		return Session{}, err
-	}
-	secret, err := NewSecret()
 	if err != nil {
 		return Session{}, err
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Config describes one embedded member.
@@ -75,6 +77,11 @@ func Start(cfg Config) (*Server, error) {
 	ec.Name = cfg.Name
 	ec.Dir = filepath.Join(cfg.Dir, cfg.Name+".etcd")
 	ec.LogLevel = cfg.LogLevel
+	logger, err := quietLogger(cfg.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	if cfg.TickMs != 0 {
 		ec.TickMs = cfg.TickMs
@@ -127,4 +134,34 @@ func FreeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// quietLogger is etcd's JSON logger at level, minus the errors etcd logs
+// about its own listeners closing during a clean shutdown.
+func quietLogger(level string) (*zap.Logger, error) {
+	zc := zap.NewProductionConfig()
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: log level %q: %w", level, err)
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	l, err := zc.Build()
+	if err != nil {
+		return nil, err
+	}
+	return l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return shutdownNoiseFilter{c} })), nil
+}
+
+type shutdownNoiseFilter struct{ zapcore.Core }
+
+func (f shutdownNoiseFilter) With(fields []zapcore.Field) zapcore.Core {
+	return shutdownNoiseFilter{f.Core.With(fields)}
+}
+
+func (f shutdownNoiseFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == "setting up serving from embedded etcd failed." {
+		return ce
+	}
+	return f.Core.Check(e, ce)
 }

@@ -1,0 +1,170 @@
+// Command leasegate runs the lock gateway. With no --etcd it starts etcd
+// embedded in the process, so `go run ./cmd/leasegate` is a working lock
+// service on 127.0.0.1:7070.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leasegate/leasegate/internal/server"
+)
+
+// exitUsage is the exit status for invalid flags or configuration.
+const exitUsage = 2
+
+// usageError marks errors that should exit with exitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	root := newRootCmd()
+	if err := root.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "leasegate: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(exitUsage)
+		}
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	cfg := server.DefaultConfig()
+	var etcdFlags []string
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "leasegate",
+		Short: "Sharded lease-management gateway with fair queueing over etcd",
+		Long: `leasegate grants named locks (leases) with fencing tokens over one or more etcd
+clusters. Clients connect with Connect, gRPC, gRPC-Web or the REST JSON API.
+
+With no --etcd flag it starts etcd embedded in the process, its data under --data-dir.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return usageError{err}
+			}
+			clusters, err := parseClusters(etcdFlags)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg.Clusters = clusters
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg.Log = log
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			return serve(cmd.Context(), cfg, log)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve Connect, gRPC, gRPC-Web and REST on")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for embedded etcd data (unused with --etcd)")
+	f.StringArrayVar(&etcdFlags, "etcd", nil, "an external etcd cluster as name=url1,url2 (repeat once per cluster); replaces the embedded one")
+	f.IntVar(&cfg.EmbeddedShards, "shards", cfg.EmbeddedShards, "embedded etcd clusters to start when no --etcd is given (1 to 16)")
+	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "etcd key prefix for every key leasegate writes")
+	f.DurationVar(&cfg.Gateway.DefaultTTL, "default-ttl", cfg.Gateway.DefaultTTL, "lease TTL when a request gives none")
+	f.DurationVar(&cfg.Gateway.MaxWaitTimeout, "max-wait", cfg.Gateway.MaxWaitTimeout, "longest wait_timeout_ms a client may ask for")
+	f.Int64Var(&cfg.Gateway.MaxBodyBytes, "max-body-bytes", cfg.Gateway.MaxBodyBytes, "largest request body or message (1 KiB to 16 MiB)")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// applyEnv sets every flag not given on the command line from LEASEGATE_<FLAG>
+// (upper case, dashes as underscores): flags take precedence over the
+// environment.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		name := "LEASEGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		if f.Value.Type() == "stringArray" {
+			for _, item := range strings.Fields(v) {
+				if err = fs.Set(f.Name, item); err != nil {
+					err = fmt.Errorf("%s: %w", name, err)
+					return
+				}
+			}
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%s=%q: %w", name, v, serr)
+		}
+	})
+	return err
+}
+
+// parseClusters reads --etcd values: "name=url1,url2" or "url1,url2"
+// (named etcd-0, etcd-1 … by position).
+func parseClusters(vals []string) ([]server.Cluster, error) {
+	var out []server.Cluster
+	for i, v := range vals {
+		name, urls, ok := strings.Cut(v, "=")
+		if !ok {
+			name, urls = fmt.Sprintf("etcd-%d", i), v
+		}
+		var eps []string
+		for _, u := range strings.Split(urls, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				eps = append(eps, u)
+			}
+		}
+		if len(eps) == 0 {
+			return nil, fmt.Errorf("--etcd %q: no endpoints; want name=http://host:2379[,…]", v)
+		}
+		out = append(out, server.Cluster{Name: name, Endpoints: eps})
+	}
+	return out, nil
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: open waits end with a retryable code; held locks stay in etcd")
+	case err := <-srv.Done():
+		log.Error("serve loop ended", "err", err)
+	}
+	return srv.Shutdown(context.Background())
+}

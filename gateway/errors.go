@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// ErrorDomain is the domain of the ErrorInfo detail on leasegate errors.
+const ErrorDomain = "leasegate.dev"
+
+// Reasons carried in an ErrorInfo detail, so clients can tell outcomes
+// apart without parsing messages.
+const (
+	// ReasonExpired: the lock's lease lapsed and the name is free.
+	ReasonExpired = "LOCK_EXPIRED"
+	// ReasonStolen: the lock's lease lapsed and another holder has the name.
+	ReasonStolen = "LOCK_STOLEN"
+	// ReasonLeaseLost: a waiter's lease died while it waited.
+	ReasonLeaseLost = "LEASE_LOST"
+	// ReasonSessionLost: the session expired, was closed or is not yours.
+	ReasonSessionLost = "SESSION_LOST"
+	// ReasonWaitTimeout: the wait timeout passed before a grant.
+	ReasonWaitTimeout = "WAIT_TIMEOUT"
+	// ReasonShuttingDown: the gateway is stopping; retry the same request
+	// id on another gateway to keep the queue place.
+	ReasonShuttingDown = "SHUTTING_DOWN"
+	// ReasonShardUnavailable: the etcd cluster holding the name cannot be
+	// reached; retryable.
+	ReasonShardUnavailable = "SHARD_UNAVAILABLE"
+	// ReasonResharding: the shard map is changing; retry shortly.
+	ReasonResharding = "RESHARDING"
+)
+
+// errShuttingDown is the cancel cause of waits ended by a gateway shutdown.
+var errShuttingDown = errors.New("gateway is shutting down; retry with the same request_id to keep the queue place")
+
+// fieldError is a bad request field.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+func badField(field string, format string, args ...any) error {
+	return &fieldError{field: field, err: fmt.Errorf("%s: "+format, append([]any{field}, args...)...)}
+}
+
+// fieldOf tags an engine validation error with the request field it concerns.
+func fieldOf(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fieldError{field: field, err: fmt.Errorf("%s: %w", field, err)}
+}
+
+// toConnect translates an engine or gateway error into a Connect error,
+// once, at the edge. Messages name what was wrong; they never carry ids or
+// secrets, and internal failures are summarised, not echoed.
+func toConnect(err error) *connect.Error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	code, reason, msg := classify(err)
+	out := connect.NewError(code, errors.New(msg))
+	if reason != "" {
+		if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); derr == nil {
+			out.AddDetail(d)
+		}
+	}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		if d, derr := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.field, Description: msg}}}); derr == nil {
+			out.AddDetail(d)
+		}
+	}
+	return out
+}
+
+func classify(err error) (connect.Code, string, string) {
+	var fe *fieldError
+	switch {
+	case errors.As(err, &fe):
+		return connect.CodeInvalidArgument, "", err.Error()
+	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
+		errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, ErrMalformedID):
+		return connect.CodeInvalidArgument, "", err.Error()
+	case errors.Is(err, ErrUnknownShard):
+		return connect.CodeNotFound, "", "the id names a shard this gateway does not know"
+	case errors.Is(err, queue.ErrWaitTimeout):
+		return connect.CodeDeadlineExceeded, ReasonWaitTimeout, err.Error()
+	case errors.Is(err, queue.ErrLeaseLost):
+		return connect.CodeAborted, ReasonLeaseLost, "the waiter's lease was lost; acquire again"
+	case errors.Is(err, queue.ErrExpired):
+		return connect.CodeFailedPrecondition, ReasonExpired, "the lock expired: its lease lapsed and the name is free"
+	case errors.Is(err, queue.ErrStolen):
+		return connect.CodeFailedPrecondition, ReasonStolen, "the lock is lost: its lease lapsed and another holder has the name"
+	case errors.Is(err, queue.ErrSessionLost):
+		return connect.CodeFailedPrecondition, ReasonSessionLost, "the session is unknown or expired; open a new one"
+	case errors.Is(err, queue.ErrNotOwner):
+		return connect.CodePermissionDenied, "", "the lock id or fencing token does not prove ownership of this lock"
+	case errors.Is(err, queue.ErrGuardFailed):
+		return connect.CodeUnavailable, ReasonResharding, "the shard map is changing; retry shortly"
+	case errors.Is(err, errShuttingDown):
+		return connect.CodeUnavailable, ReasonShuttingDown, errShuttingDown.Error()
+	case errors.Is(err, errShardUnavailable):
+		return connect.CodeUnavailable, ReasonShardUnavailable, err.Error()
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled, "", "the call was cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded, "", "the call's deadline passed"
+	default:
+		// etcd or transport failure: retryable, details stay in the logs.
+		return connect.CodeUnavailable, ReasonShardUnavailable, "the lock store is unavailable; retry"
+	}
+}
+
+// errShardUnavailable lets a router's breaker error pass with its message.
+var errShardUnavailable = errors.New("shard unavailable")
+
+// ShardUnavailable wraps a router's fast-fail error so the gateway answers
+// unavailable with its message.
+func ShardUnavailable(err error) error { return fmt.Errorf("%w: %w", errShardUnavailable, err) }
+
+// httpStatus maps a Connect code to the REST API's status code.
+func httpStatus(code connect.Code) int {
+	switch code {
+	case connect.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodeFailedPrecondition, connect.CodeAborted, connect.CodeAlreadyExists:
+		return http.StatusConflict
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case connect.CodeCanceled:
+		return 499
+	default:
+		return http.StatusServiceUnavailable
+	}
+}

@@ -1,0 +1,191 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/server"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+var shared *etcdtest.Cluster
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gateway-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shared, err = etcdtest.StartIn(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	shared.Stop()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var prefixSeq atomic.Int64
+
+// gw is a gateway process started in-process on a free port.
+type gw struct {
+	srv    *server.Server
+	url    string
+	client leasegatev1connect.LockServiceClient
+	http   *http.Client
+}
+
+// startGateway starts a gateway over the shared etcd under prefix (a fresh
+// one when empty) and stops it at cleanup.
+func startGateway(t *testing.T, prefix string) *gw {
+	t.Helper()
+	if prefix == "" {
+		prefix = fmt.Sprintf("/gwtest/%d", prefixSeq.Add(1))
+	}
+	cfg := server.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Prefix = prefix
+	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
+	srv, err := server.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
+	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
+	t.Cleanup(func() {
+		g.stop()
+		g.http.CloseIdleConnections()
+	})
+	return g
+}
+
+func (g *gw) stop() {
+	if g.srv != nil {
+		_ = g.srv.Shutdown(context.Background())
+		g.srv = nil
+	}
+}
+
+func (g *gw) prefix() string { return g.srv.Engines()[0].Config().Prefix }
+
+func h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func etcdClient(t *testing.T) *clientv3.Client { return shared.ClientFor(t) }
+
+func tryAcquire(t *testing.T, g *gw, name string) *v1.Granted {
+	t.Helper()
+	resp, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 10000, ClientId: "holder"}))
+	if err != nil || !resp.Msg.Acquired {
+		t.Fatalf("TryAcquire(%q) = %v, %v; want acquired", name, resp, err)
+	}
+	return resp.Msg.Granted
+}
+
+func release(t *testing.T, g *gw, gr *v1.Granted) {
+	t.Helper()
+	resp, err := g.client.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken}))
+	if err != nil || !resp.Msg.Released {
+		t.Fatalf("Release = %v, %v; want released", resp, err)
+	}
+}
+
+// waiter runs a streaming Acquire and reports its events.
+type waiter struct {
+	positions chan int64
+	granted   chan *v1.Granted
+	err       chan error
+	cancel    context.CancelFunc
+}
+
+func startWaiter(t *testing.T, g *gw, req *v1.AcquireRequest) *waiter {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	w := &waiter{positions: make(chan int64, 64), granted: make(chan *v1.Granted, 1), err: make(chan error, 1), cancel: cancel}
+	stream, err := g.client.Acquire(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer stream.Close()
+		for stream.Receive() {
+			switch ev := stream.Msg().Event.(type) {
+			case *v1.AcquireResponse_Queued:
+				w.positions <- ev.Queued.Position
+			case *v1.AcquireResponse_Granted:
+				w.granted <- ev.Granted
+			}
+		}
+		w.err <- stream.Err()
+	}()
+	return w
+}
+
+func codeOf(err error) connect.Code { return connect.CodeOf(err) }
+
+func reasonOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok {
+				return info.Reason
+			}
+		}
+	}
+	return ""
+}
+
+// postJSON sends a REST call and decodes the answer into a generic map.
+func postJSON(t *testing.T, g *gw, path string, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := g.http.Post(g.url+path, "application/json", bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if len(raw) == 0 {
+		return resp.StatusCode, nil
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("POST %s answered non-JSON %q", path, raw)
+	}
+	return resp.StatusCode, out
+}

@@ -1,0 +1,216 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// ErrMalformedID reports a lock or session id that does not decode.
+var ErrMalformedID = errors.New("malformed id")
+
+const (
+	lockIDVersion    = 1
+	sessionIDVersion = 1
+	flagSession      = 1
+	maxIDLen         = 2048
+)
+
+// LockID is what a lock id carries: enough for any gateway process to renew
+// or release the lock without shared memory.
+type LockID struct {
+	// Tenant the lock belongs to ("" without multi-tenancy).
+	Tenant string
+	// Shard is the etcd cluster the lock lives on.
+	Shard string
+	// Handle names the holder's key and proves ownership.
+	Handle queue.Handle
+}
+
+// Encode returns the opaque, URL-safe form. It contains the holder's secret:
+// treat it like a password.
+func (id LockID) Encode() string {
+	wid, _ := hex.DecodeString(id.Handle.WaiterID)
+	b := make([]byte, 0, 96+len(id.Tenant)+len(id.Shard)+len(id.Handle.Name))
+	b = append(b, lockIDVersion)
+	var flags byte
+	if id.Handle.Session {
+		flags |= flagSession
+	}
+	b = append(b, flags)
+	b = appendString(b, id.Tenant)
+	b = appendString(b, id.Shard)
+	b = binary.BigEndian.AppendUint64(b, uint64(id.Handle.Lease))
+	b = binary.BigEndian.AppendUint64(b, uint64(id.Handle.Revision))
+	b = binary.BigEndian.AppendUint16(b, id.Handle.Epoch)
+	b = appendString(b, string(wid))
+	b = append(b, id.Handle.Secret[:]...)
+	b = appendString(b, id.Handle.Name)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeLockID parses a lock id. Its errors wrap ErrMalformedID and never
+// echo the id.
+func DecodeLockID(s string) (LockID, error) {
+	var id LockID
+	if s == "" {
+		return id, fmt.Errorf("%w: lock id is empty", ErrMalformedID)
+	}
+	if len(s) > maxIDLen {
+		return id, fmt.Errorf("%w: lock id is %d bytes; the limit is %d", ErrMalformedID, len(s), maxIDLen)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return id, fmt.Errorf("%w: lock id is not base64url", ErrMalformedID)
+	}
+	r := reader{b: b}
+	if v := r.byte(); v != lockIDVersion {
+		return id, fmt.Errorf("%w: unknown lock id version %d", ErrMalformedID, v)
+	}
+	flags := r.byte()
+	id.Tenant = r.string()
+	id.Shard = r.string()
+	id.Handle.Lease = clientv3.LeaseID(r.uint64())
+	id.Handle.Revision = int64(r.uint64())
+	id.Handle.Epoch = r.uint16()
+	wid := r.string()
+	copy(id.Handle.Secret[:], r.bytes(queue.SecretLen))
+	id.Handle.Name = r.string()
+	id.Handle.Session = flags&flagSession != 0
+	if r.err || len(r.b) != 0 {
+		return LockID{}, fmt.Errorf("%w: lock id is truncated or has trailing bytes", ErrMalformedID)
+	}
+	if len(wid) != 16 || id.Handle.Revision <= 0 || id.Handle.Lease == 0 || id.Shard == "" || flags&^flagSession != 0 {
+		return LockID{}, fmt.Errorf("%w: lock id fields are out of range", ErrMalformedID)
+	}
+	if err := queue.ValidateName(id.Handle.Name); err != nil {
+		return LockID{}, fmt.Errorf("%w: lock id names an invalid lock", ErrMalformedID)
+	}
+	id.Handle.WaiterID = hex.EncodeToString([]byte(wid))
+	return id, nil
+}
+
+// ShardLease is one shard's lease of a session.
+type ShardLease struct {
+	// Shard names the etcd cluster.
+	Shard string
+	// Lease is the session's lease there.
+	Lease clientv3.LeaseID
+}
+
+// SessionID is what a session id carries.
+type SessionID struct {
+	// Tenant the session belongs to.
+	Tenant string
+	// Leases holds one lease per shard.
+	Leases []ShardLease
+	// Secret proves ownership on every shard.
+	Secret queue.Secret
+}
+
+// Encode returns the opaque, URL-safe form; it contains the session secret.
+func (id SessionID) Encode() string {
+	b := []byte{sessionIDVersion}
+	b = appendString(b, id.Tenant)
+	b = append(b, id.Secret[:]...)
+	b = binary.AppendUvarint(b, uint64(len(id.Leases)))
+	for _, l := range id.Leases {
+		b = appendString(b, l.Shard)
+		b = binary.BigEndian.AppendUint64(b, uint64(l.Lease))
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Lease returns the session's lease on shard.
+func (id SessionID) Lease(shard string) (clientv3.LeaseID, bool) {
+	for _, l := range id.Leases {
+		if l.Shard == shard {
+			return l.Lease, true
+		}
+	}
+	return 0, false
+}
+
+// DecodeSessionID parses a session id; errors wrap ErrMalformedID.
+func DecodeSessionID(s string) (SessionID, error) {
+	var id SessionID
+	if s == "" {
+		return id, fmt.Errorf("%w: session id is empty", ErrMalformedID)
+	}
+	if len(s) > maxIDLen {
+		return id, fmt.Errorf("%w: session id is %d bytes; the limit is %d", ErrMalformedID, len(s), maxIDLen)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return id, fmt.Errorf("%w: session id is not base64url", ErrMalformedID)
+	}
+	r := reader{b: b}
+	if v := r.byte(); v != sessionIDVersion {
+		return id, fmt.Errorf("%w: unknown session id version %d", ErrMalformedID, v)
+	}
+	id.Tenant = r.string()
+	copy(id.Secret[:], r.bytes(queue.SecretLen))
+	n := r.uvarint()
+	if n == 0 || n > 64 {
+		return SessionID{}, fmt.Errorf("%w: session id has %d shards", ErrMalformedID, n)
+	}
+	for i := uint64(0); i < n && !r.err; i++ {
+		id.Leases = append(id.Leases, ShardLease{Shard: r.string(), Lease: clientv3.LeaseID(r.uint64())})
+	}
+	if r.err || len(r.b) != 0 {
+		return SessionID{}, fmt.Errorf("%w: session id is truncated or has trailing bytes", ErrMalformedID)
+	}
+	return id, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes ids; any short read sets err and yields zero values.
+type reader struct {
+	b   []byte
+	err bool
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.err || n < 0 || len(r.b) < n {
+		r.err = true
+		return make([]byte, max(n, 0))
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *reader) byte() byte     { return r.bytes(1)[0] }
+func (r *reader) uint16() uint16 { return binary.BigEndian.Uint16(r.bytes(2)) }
+func (r *reader) uint64() uint64 { return binary.BigEndian.Uint64(r.bytes(8)) }
+func (r *reader) string() string {
+	n := r.uvarint()
+	if n > maxIDLen {
+		r.err = true
+		return ""
+	}
+	return string(r.bytes(int(n)))
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}

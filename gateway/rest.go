@@ -1,0 +1,268 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// The REST API of leasegate, as in the design it comes from:
+//
+//	POST /api/v1/locks/acquire {"name","ttlMs","clientId"[,"requestId"]}
+//	  200 {"acquired":true,"lockId","fencingToken","expiresAt"}
+//	  200 {"acquired":false,"expiresAt"}            (the holder's expiry)
+//	POST /api/v1/locks/renew {"lockId","fencingToken","ttlMs"}
+//	  200 {"renewed":true,"expiresAt"}
+//	  409 {"renewed":false,"reason":"expired"|"stolen"}
+//	POST /api/v1/locks/release {"lockId","fencingToken"}
+//	  204
+//
+// Acquire never waits (waiting is the streaming RPC's job). Errors answer
+// {"error":{"code","message","field"}} with a 4xx for bad input.
+
+type restAcquire struct {
+	Name      *string `json:"name"`
+	TTLMs     *int64  `json:"ttlMs"`
+	ClientID  string  `json:"clientId"`
+	RequestID string  `json:"requestId"`
+}
+
+type restAcquired struct {
+	Acquired     bool   `json:"acquired"`
+	LockID       string `json:"lockId,omitempty"`
+	FencingToken int64  `json:"fencingToken,omitempty"`
+	ExpiresAt    string `json:"expiresAt,omitempty"`
+}
+
+type restRenew struct {
+	LockID       *string `json:"lockId"`
+	FencingToken *int64  `json:"fencingToken"`
+	TTLMs        int64   `json:"ttlMs"`
+}
+
+type restRenewed struct {
+	Renewed   bool   `json:"renewed"`
+	ExpiresAt string `json:"expiresAt,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+type restRelease struct {
+	LockID       *string `json:"lockId"`
+	FencingToken *int64  `json:"fencingToken"`
+}
+
+type restError struct {
+	Error restErrorBody `json:"error"`
+}
+
+type restErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// restFields maps proto field names to the REST API's names.
+var restFields = map[string]string{
+	"ttl_ms": "ttlMs", "client_id": "clientId", "request_id": "requestId",
+	"lock_id": "lockId", "fencing_token": "fencingToken", "name": "name",
+}
+
+// RESTHandler serves the REST API over the service.
+func (s *Service) RESTHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/locks/acquire", s.restPost(s.restAcquire))
+	mux.HandleFunc("/api/v1/locks/renew", s.restPost(s.restRenew))
+	mux.HandleFunc("/api/v1/locks/release", s.restPost(s.restRelease))
+	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeRESTError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no such endpoint %s; see /api/v1/locks/acquire, renew, release", r.URL.Path))
+	})
+	return mux
+}
+
+// restPost decodes a bounded JSON body strictly and hands it to h.
+func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeRESTError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "use POST")
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeRESTError(w, http.StatusRequestEntityTooLarge, "too_large", "", fmt.Sprintf("request body is over the %d-byte limit", s.cfg.MaxBodyBytes))
+				return
+			}
+			writeRESTError(w, http.StatusBadRequest, "invalid_argument", "", "could not read the request body")
+			return
+		}
+		status, out, err := h(r.Context(), body)
+		if err != nil {
+			ce := toConnect(err)
+			field := ""
+			msg := ce.Message()
+			var fe *fieldError
+			if errors.As(err, &fe) {
+				field = restFields[fe.field]
+				if field == "" {
+					field = fe.field
+				}
+				// Speak the REST API's field names in its messages.
+				if strings.HasPrefix(msg, fe.field+":") {
+					msg = field + msg[len(fe.field):]
+				}
+			}
+			writeRESTError(w, httpStatus(ce.Code()), ce.Code().String(), field, msg)
+			return
+		}
+		if out == nil {
+			w.WriteHeader(status)
+			return
+		}
+		writeJSON(w, status, out)
+	}
+}
+
+// decodeStrict parses exactly one JSON object with no unknown fields.
+func decodeStrict(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badField("body", "is empty; want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te):
+			return badField(te.Field, "has the wrong JSON type %s; want %s", te.Value, te.Type)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return badField(f, "is not a known field")
+		default:
+			return badField("body", "is not valid JSON")
+		}
+	}
+	if dec.More() {
+		return badField("body", "has data after the JSON object")
+	}
+	return nil
+}
+
+func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error) {
+	var in restAcquire
+	if err := decodeStrict(body, &in); err != nil {
+		return 0, nil, err
+	}
+	if in.Name == nil {
+		return 0, nil, badField("name", "is required")
+	}
+	if in.TTLMs == nil {
+		return 0, nil, badField("ttl_ms", "is required; want 1000 to 86400000")
+	}
+	if *in.TTLMs <= 0 {
+		return 0, nil, badField("ttl_ms", "%d is not positive; want 1000 to 86400000", *in.TTLMs)
+	}
+	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "")
+	if err != nil {
+		return 0, nil, err
+	}
+	t, err := s.target(&r, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var res queue.TryResult
+	err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = t.Engine.TryAcquire(ctx, r)
+		return err
+	})
+	if err == nil && res.Acquired && t.Prepare != nil {
+		err = t.Prepare(ctx, r.Name)
+	}
+	if err != nil {
+		return 0, nil, tagTTL(err)
+	}
+	if !res.Acquired {
+		out := restAcquired{}
+		if res.Holder != nil {
+			out.ExpiresAt = rfc3339(res.Holder.Expires)
+		}
+		return http.StatusOK, out, nil
+	}
+	g := s.granted(t, res.Grant)
+	return http.StatusOK, restAcquired{Acquired: true, LockID: g.LockId, FencingToken: g.FencingToken, ExpiresAt: rfc3339(res.Grant.Deadline)}, nil
+}
+
+func (s *Service) restRenew(ctx context.Context, body []byte) (int, any, error) {
+	var in restRenew
+	if err := decodeStrict(body, &in); err != nil {
+		return 0, nil, err
+	}
+	if in.LockID == nil {
+		return 0, nil, badField("lock_id", "is required")
+	}
+	if in.FencingToken == nil {
+		return 0, nil, badField("fencing_token", "is required")
+	}
+	rn, err := s.renew(ctx, *in.LockID, *in.FencingToken, in.TTLMs)
+	switch {
+	case errors.Is(err, queue.ErrExpired):
+		return http.StatusConflict, restRenewed{Reason: "expired"}, nil
+	case errors.Is(err, queue.ErrStolen):
+		return http.StatusConflict, restRenewed{Reason: "stolen"}, nil
+	case err != nil:
+		return 0, nil, err
+	}
+	return http.StatusOK, restRenewed{Renewed: true, ExpiresAt: rfc3339(rn.Deadline)}, nil
+}
+
+func (s *Service) restRelease(ctx context.Context, body []byte) (int, any, error) {
+	var in restRelease
+	if err := decodeStrict(body, &in); err != nil {
+		return 0, nil, err
+	}
+	if in.LockID == nil {
+		return 0, nil, badField("lock_id", "is required")
+	}
+	if in.FencingToken == nil {
+		return 0, nil, badField("fencing_token", "is required")
+	}
+	if _, err := s.release(ctx, *in.LockID, *in.FencingToken); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+// tagTTL names the ttl field on an engine TTL error.
+func tagTTL(err error) error {
+	if errors.Is(err, queue.ErrInvalidTTL) {
+		var fe *fieldError
+		if !errors.As(err, &fe) {
+			return fieldOf("ttl_ms", err)
+		}
+	}
+	return err
+}
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) {
+	writeJSON(w, status, restError{Error: restErrorBody{Code: code, Message: msg, Field: field}})
+}

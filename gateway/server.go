@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// HandlerOptions are extra Connect options (interceptors) for the service.
+type HandlerOptions []connect.HandlerOption
+
+// Handler assembles everything the gateway serves on one port: the Connect
+// service (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection, the
+// REST API and GET /healthz.
+func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
+	mux := http.NewServeMux()
+	opts = append([]connect.HandlerOption{
+		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
+		connect.WithSendMaxBytes(int(s.cfg.MaxBodyBytes)),
+	}, opts...)
+	mux.Handle(leasegatev1connect.NewLockServiceHandler(s, opts...))
+	mux.Handle(grpchealth.NewHandler(s.Health()))
+	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle("/api/v1/", s.RESTHandler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Health().ping(r.Context()); err != nil {
+			writeRESTError(w, http.StatusServiceUnavailable, "unavailable", "", "etcd is not answering")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return mux
+}
+
+// NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
+// HTTP/2 without TLS (h2c, for gRPC) on addr, with header-read, idle and
+// header-size limits set.
+func NewHTTPServer(addr string, h http.Handler) *http.Server {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	p.SetHTTP2(true)
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		Protocols:         &p,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:      1000,
+			MaxReceiveBufferPerStream: 1 << 20,
+		},
+	}
+}
+
+// Health reports the gateway's readiness: serving while every shard's
+// etcd answers.
+type Health struct {
+	svc *Service
+
+	mu      sync.Mutex
+	checked time.Time
+	last    error
+}
+
+// Health returns the service's health checker.
+func (s *Service) Health() *Health {
+	s.healthOnce.Do(func() { s.health = &Health{svc: s} })
+	return s.health
+}
+
+// Check implements grpchealth.Checker for the whole server and for
+// leasegate.v1.LockService.
+func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	if req.Service != "" && req.Service != leasegatev1connect.LockServiceName {
+		return nil, connect.NewError(connect.CodeNotFound, nil)
+	}
+	select {
+	case <-h.svc.shutdown:
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	default:
+	}
+	if err := h.ping(ctx); err != nil {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}
+
+// ping asks every shard's etcd for a linearizable read, at most once a
+// second; health probes do not load etcd.
+func (h *Health) ping(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.checked) < time.Second {
+		return h.last
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var err error
+	for _, t := range h.svc.router.All() {
+		if _, err = t.Engine.Client().Get(ctx, t.Engine.Config().Prefix+"/health"); err != nil {
+			break
+		}
+	}
+	h.checked, h.last = time.Now(), err
+	return err
+}

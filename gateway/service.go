@@ -1,0 +1,345 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+	"github.com/leasegate/leasegate/queue"
+)
+
+// Service implements leasegate.v1.LockService over a Router.
+type Service struct {
+	cfg    Config
+	router Router
+	log    *slog.Logger
+
+	shutdownOnce sync.Once
+	shutdown     chan struct{}
+
+	healthOnce sync.Once
+	health     *Health
+}
+
+var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
+
+// NewService returns the lock service. log may be nil.
+func NewService(cfg Config, router Router, log *slog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{})}, nil
+}
+
+// Shutdown ends every open wait with unavailable (reason SHUTTING_DOWN)
+// while keeping the waiters' keys, so clients resume their places on another
+// gateway. Held locks live in etcd and are untouched. It does not block.
+func (s *Service) Shutdown() { s.shutdownOnce.Do(func() { close(s.shutdown) }) }
+
+func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
+	if ms < 0 {
+		return 0, badField(field, "%d is negative; want 0 (default %s) or 1000 to %d", ms, s.cfg.DefaultTTL, (24 * time.Hour).Milliseconds())
+	}
+	if ms == 0 {
+		return s.cfg.DefaultTTL, nil
+	}
+	if ms > int64(1000*time.Hour/time.Millisecond) {
+		return 0, badField(field, "%d is too large", ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// acquireRequest validates the fields shared by Acquire and TryAcquire.
+func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string) (queue.AcquireRequest, *SessionID, error) {
+	if err := queue.ValidateName(name); err != nil {
+		return queue.AcquireRequest{}, nil, fieldOf("name", err)
+	}
+	if len(clientID) > 128 {
+		return queue.AcquireRequest{}, nil, badField("client_id", "is %d bytes; the limit is 128", len(clientID))
+	}
+	if len(requestID) > 128 {
+		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is 128", len(requestID))
+	}
+	if requestID == "" {
+		requestID = newRequestID()
+	}
+	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID}
+	var sess *SessionID
+	if sessionID != "" {
+		id, err := DecodeSessionID(sessionID)
+		if err != nil {
+			return r, nil, fieldOf("session_id", err)
+		}
+		sess = &id
+		r.SessionSecret = id.Secret
+	} else {
+		ttl, err := s.ttl("ttl_ms", ttlMs)
+		if err != nil {
+			return r, nil, err
+		}
+		r.TTL = ttl
+	}
+	return r, sess, nil
+}
+
+// target routes a new waiter and attaches the session lease of its shard.
+func (s *Service) target(r *queue.AcquireRequest, sess *SessionID) (Target, error) {
+	t, err := s.router.Route(r.Name)
+	if err != nil {
+		return t, err
+	}
+	r.Epoch, r.Guards = t.Epoch, t.Guards
+	if sess != nil {
+		lease, ok := sess.Lease(t.Shard)
+		if !ok {
+			return t, fmt.Errorf("%w: the session has no lease on shard %q; open a new session", queue.ErrSessionLost, t.Shard)
+		}
+		r.Session = lease
+	}
+	return t, nil
+}
+
+func (s *Service) granted(t Target, g queue.Grant) *v1.Granted {
+	return &v1.Granted{
+		LockId:       LockID{Shard: t.Shard, Handle: g.Handle}.Encode(),
+		FencingToken: g.Token(),
+		ExpiresAt:    timestamppb.New(g.Deadline),
+		TtlMs:        g.TTL.Milliseconds(),
+		Shard:        t.Shard,
+	}
+}
+
+// Acquire streams queue positions until the caller is granted.
+func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRequest], stream *connect.ServerStream[v1.AcquireResponse]) error {
+	m := req.Msg
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	if err != nil {
+		return toConnect(err)
+	}
+	if m.WaitTimeoutMs < 0 || time.Duration(m.WaitTimeoutMs)*time.Millisecond > s.cfg.MaxWaitTimeout {
+		return toConnect(badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", m.WaitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds()))
+	}
+	r.WaitTimeout = time.Duration(m.WaitTimeoutMs) * time.Millisecond
+	t, err := s.target(&r, sess)
+	if err != nil {
+		return toConnect(err)
+	}
+
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-s.shutdown:
+			cancel(errors.Join(queue.ErrDetached, errShuttingDown))
+		case <-wctx.Done():
+		}
+	}()
+	var sendErr error
+	r.OnQueued = func(pos int64) {
+		if sendErr != nil {
+			return
+		}
+		sendErr = stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: &v1.Queued{Position: pos, RequestId: r.RequestID}}})
+		if sendErr != nil {
+			cancel(sendErr) // the client is gone: leave the queue
+		}
+	}
+	var g queue.Grant
+	err = t.call(wctx, func(ctx context.Context) error {
+		var err error
+		g, err = t.Engine.Acquire(ctx, r)
+		return err
+	})
+	if err == nil && t.Prepare != nil {
+		err = t.Prepare(wctx, r.Name)
+	}
+	if err != nil {
+		err = tagTTL(err)
+		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
+			return toConnect(errShuttingDown)
+		}
+		return toConnect(err)
+	}
+	if err := stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(t, g)}}); err != nil {
+		// The grant never reached the client. Its lease will lapse unless
+		// a retry with the same request id collects it; releasing here
+		// would be wrong if that retry is already on its way.
+		s.log.Warn("grant not delivered", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
+	}
+	return nil
+}
+
+// TryAcquire grants the lock only if it is free.
+func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcquireRequest]) (*connect.Response[v1.TryAcquireResponse], error) {
+	m := req.Msg
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	t, err := s.target(&r, sess)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var res queue.TryResult
+	err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = t.Engine.TryAcquire(ctx, r)
+		return err
+	})
+	if err == nil && res.Acquired && t.Prepare != nil {
+		err = t.Prepare(ctx, r.Name)
+	}
+	if err != nil {
+		return nil, toConnect(tagTTL(err))
+	}
+	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
+	if res.Acquired {
+		out.Granted = s.granted(t, res.Grant)
+	} else if res.Holder != nil {
+		out.HolderExpiresAt = timestamppb.New(res.Holder.Expires)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// lockTarget decodes a lock id and finds its shard.
+func (s *Service) lockTarget(lockID string) (LockID, Target, error) {
+	id, err := DecodeLockID(lockID)
+	if err != nil {
+		return id, Target{}, fieldOf("lock_id", err)
+	}
+	t, err := s.router.Lookup(id.Shard)
+	return id, t, err
+}
+
+// Renew extends a held lock's lease.
+func (s *Service) Renew(ctx context.Context, req *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {
+	rn, err := s.renew(ctx, req.Msg.LockId, req.Msg.FencingToken, req.Msg.TtlMs)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&v1.RenewResponse{ExpiresAt: timestamppb.New(rn.Deadline), TtlMs: rn.TTL.Milliseconds()}), nil
+}
+
+func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) (queue.Renewal, error) {
+	if _, err := s.ttl("ttl_ms", ttlMs); err != nil {
+		return queue.Renewal{}, err
+	}
+	id, t, err := s.lockTarget(lockID)
+	if err != nil {
+		return queue.Renewal{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var rn queue.Renewal
+	err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		rn, err = t.Engine.Renew(ctx, id.Handle, token)
+		return err
+	})
+	return rn, err
+}
+
+// Release frees a held lock; it is idempotent.
+func (s *Service) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
+	ok, err := s.release(ctx, req.Msg.LockId, req.Msg.FencingToken)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&v1.ReleaseResponse{Released: ok}), nil
+}
+
+func (s *Service) release(ctx context.Context, lockID string, token int64) (bool, error) {
+	id, t, err := s.lockTarget(lockID)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var ok bool
+	// A release is attempted even when the shard's breaker is open: it can
+	// only free a lock, and a holder letting go should not wait out a
+	// breaker's open interval.
+	ok, err = t.Engine.Release(ctx, id.Handle, token)
+	return ok, err
+}
+
+// Describe reports a name's holder and queue.
+func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.DescribeRequest]) (*connect.Response[v1.DescribeResponse], error) {
+	name := req.Msg.Name
+	if err := queue.ValidateName(name); err != nil {
+		return nil, toConnect(fieldOf("name", err))
+	}
+	t, err := s.router.Route(name)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var d queue.Description
+	err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		d, err = t.Engine.Describe(ctx, name)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters}
+	if h := d.Holder; h != nil {
+		out.Held = true
+		out.HolderClientId = h.ClientID
+		out.HolderExpiresAt = timestamppb.New(h.Expires)
+		out.FencingToken = h.Token
+		out.TtlMs = h.TTL.Milliseconds()
+	}
+	return connect.NewResponse(out), nil
+}
+
+// CheckFence answers whether a token is the live holder's right now.
+func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error) {
+	name := req.Msg.Name
+	if err := queue.ValidateName(name); err != nil {
+		return nil, toConnect(fieldOf("name", err))
+	}
+	if req.Msg.FencingToken <= 0 {
+		return nil, toConnect(badField("fencing_token", "%d is not positive", req.Msg.FencingToken))
+	}
+	t, err := s.router.Route(name)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var live bool
+	var cur int64
+	err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		live, cur, err = t.Engine.CheckFence(ctx, name, req.Msg.FencingToken)
+		return err
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&v1.CheckFenceResponse{Live: live, CurrentToken: cur}), nil
+}

@@ -1,0 +1,114 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/queue"
+)
+
+// OpenSession grants a session lease on every shard, all proven by one
+// secret, so a client's locks share one lease per shard whatever names they
+// take.
+func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
+	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if len(req.Msg.ClientId) > 128 {
+		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(req.Msg.ClientId)))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	secret, err := queue.NewSecret()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	id := SessionID{Secret: secret}
+	var earliest time.Time
+	var effTTL time.Duration
+	for _, t := range s.router.All() {
+		var sess queue.Session
+		err := t.call(ctx, func(ctx context.Context) error {
+			var err error
+			sess, err = t.Engine.OpenSessionWithSecret(ctx, req.Msg.ClientId, ttl, secret)
+			return err
+		})
+		if err != nil {
+			s.closeSession(id) // do not leave half a session behind
+			return nil, toConnect(tagTTL(err))
+		}
+		id.Leases = append(id.Leases, ShardLease{Shard: t.Shard, Lease: sess.Lease})
+		if earliest.IsZero() || sess.Deadline.Before(earliest) {
+			earliest, effTTL = sess.Deadline, sess.TTL
+		}
+	}
+	return connect.NewResponse(&v1.OpenSessionResponse{
+		SessionId: id.Encode(), ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds(),
+	}), nil
+}
+
+func (s *Service) closeSession(id SessionID) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	for _, l := range id.Leases {
+		if t, err := s.router.Lookup(l.Shard); err == nil {
+			_ = t.Engine.CloseSession(ctx, l.Lease, id.Secret)
+		}
+	}
+}
+
+// KeepAliveSession renews the session's lease on every shard.
+func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
+	id, err := DecodeSessionID(req.Msg.SessionId)
+	if err != nil {
+		return nil, toConnect(fieldOf("session_id", err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	var earliest time.Time
+	var effTTL time.Duration
+	for _, l := range id.Leases {
+		t, err := s.router.Lookup(l.Shard)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		var rn queue.Renewal
+		err = t.call(ctx, func(ctx context.Context) error {
+			var err error
+			rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
+			return err
+		})
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		if earliest.IsZero() || rn.Deadline.Before(earliest) {
+			earliest, effTTL = rn.Deadline, rn.TTL
+		}
+	}
+	return connect.NewResponse(&v1.KeepAliveSessionResponse{ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds()}), nil
+}
+
+// CloseSession revokes the session's leases, releasing every lock on them.
+func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
+	id, err := DecodeSessionID(req.Msg.SessionId)
+	if err != nil {
+		return nil, toConnect(fieldOf("session_id", err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	for _, l := range id.Leases {
+		t, err := s.router.Lookup(l.Shard)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		if err := t.Engine.CloseSession(ctx, l.Lease, id.Secret); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	return connect.NewResponse(&v1.CloseSessionResponse{}), nil
+}
