@@ -1,0 +1,46 @@
+// Package shard knows how lock names map to etcd clusters and how the
+// gateway survives one cluster failing.
+//
+// It has four parts, one per file:
+//
+//   - [Ring] (ring.go): rendezvous hashing of a lock name onto one of the
+//     clusters of a shard map.
+//   - [Breaker] (breaker.go): a per-cluster circuit breaker that fails a dead
+//     cluster's calls fast with [ErrShardUnavailable] and probes it back.
+//   - [Map] and [Store] (map.go, store.go): the shard map (clusters, epoch,
+//     pending and draining state) kept in the home etcd cluster and watched
+//     by every gateway.
+//   - the epoch fence (epoch.go): the per-cluster <prefix>/meta/epoch key that
+//     every enqueue txn compares against the epoch the gateway routes by.
+//
+// shard never talks about locks, leases or waiters; that is package queue.
+package shard
+
+import "errors"
+
+// Sentinel errors. Every error this package returns that callers may need to
+// tell apart wraps one of these; test with [errors.Is].
+var (
+	// ErrShardUnavailable: a cluster's circuit breaker is open (or half-open
+	// and already probing), so the call was not attempted. Retryable; maps to
+	// Connect code unavailable.
+	ErrShardUnavailable = errors.New("shard unavailable")
+
+	// ErrInvalidMap: a shard map failed Validate; the message names the bad value.
+	ErrInvalidMap = errors.New("invalid shard map")
+
+	// ErrNoMap: the home cluster holds no shard map yet.
+	ErrNoMap = errors.New("no shard map stored")
+
+	// ErrMapConflict: CompareAndSwap lost a race, the stored map is not the
+	// one the caller read.
+	ErrMapConflict = errors.New("shard map changed concurrently")
+
+	// ErrEpochConflict: BumpEpoch found the cluster's epoch at neither the
+	// expected old value nor the target.
+	ErrEpochConflict = errors.New("cluster epoch changed concurrently")
+
+	// ErrInvalidEpoch: an epoch outside [MinEpoch, MaxEpoch], or a stored
+	// epoch value that is not in the fixed-width format.
+	ErrInvalidEpoch = errors.New("invalid epoch")
+)

@@ -1,0 +1,233 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+)
+
+func TestStoreLoadCompareAndSwap(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client()
+	ctx := testCtx(t)
+	s := NewStore(cli, "")
+	if s.Key() != "/leasegate/shardmap" {
+		t.Fatalf("Key() = %q; want /leasegate/shardmap", s.Key())
+	}
+
+	if snap, err := s.Load(ctx); !errors.Is(err, ErrNoMap) || snap.ModRevision != 0 {
+		t.Fatalf("Load(empty) = %+v, %v; want ErrNoMap", snap, err)
+	}
+	e1 := mapOf(1, "a", "b")
+	s1, err := s.CompareAndSwap(ctx, Snapshot{}, e1)
+	if err != nil || s1.ModRevision == 0 {
+		t.Fatalf("CompareAndSwap(none, e1) = %+v, %v", s1, err)
+	}
+	if got, err := s.Load(ctx); err != nil || !reflect.DeepEqual(got, s1) {
+		t.Fatalf("Load = %+v, %v; want %+v", got, err, s1)
+	}
+
+	// A second creator loses and learns the stored map.
+	cur, err := s.CompareAndSwap(ctx, Snapshot{}, mapOf(1, "x"))
+	if !errors.Is(err, ErrMapConflict) || !reflect.DeepEqual(cur, s1) {
+		t.Fatalf("CompareAndSwap(none, ...) over a stored map = %+v, %v; want ErrMapConflict and %+v", cur, err, s1)
+	}
+
+	e1p := withPending(e1, mapOf(2, "a", "b", "c"))
+	s2, err := s.CompareAndSwap(ctx, s1, e1p)
+	if err != nil || s2.ModRevision <= s1.ModRevision {
+		t.Fatalf("CompareAndSwap(e1, e1+pending) = %+v, %v", s2, err)
+	}
+	// A stale writer loses.
+	if cur, err := s.CompareAndSwap(ctx, s1, e1); !errors.Is(err, ErrMapConflict) || cur.ModRevision != s2.ModRevision {
+		t.Fatalf("stale CompareAndSwap = %+v, %v; want ErrMapConflict at revision %d", cur, err, s2.ModRevision)
+	}
+	// Invalid maps and forbidden transitions write nothing.
+	if _, err := s.CompareAndSwap(ctx, s2, mapOf(0, "a")); !errors.Is(err, ErrInvalidMap) {
+		t.Fatalf("CompareAndSwap(invalid) = %v; want ErrInvalidMap", err)
+	}
+	if _, err := s.CompareAndSwap(ctx, s2, mapOf(2, "a")); !errors.Is(err, ErrInvalidMap) || !strings.Contains(err.Error(), "pending") {
+		t.Fatalf("CompareAndSwap(activate other than pending) = %v; want ErrInvalidMap", err)
+	}
+	s3, err := s.CompareAndSwap(ctx, s2, draining(mapOf(2, "a", "b", "c"), e1.Clusters, "a", "b"))
+	if err != nil {
+		t.Fatalf("CompareAndSwap(activate pending) = %v", err)
+	}
+	if got, err := s.Load(ctx); err != nil || !reflect.DeepEqual(got, s3) {
+		t.Fatalf("Load = %+v, %v; want %+v", got, err, s3)
+	}
+
+	// Garbage under the key is reported with the key.
+	cli.Put(ctx, s.Key(), "{not json")
+	if _, err := s.Load(ctx); !errors.Is(err, ErrInvalidMap) || !strings.Contains(err.Error(), s.Key()) {
+		t.Fatalf("Load(garbage) = %v; want ErrInvalidMap naming %s", err, s.Key())
+	}
+}
+
+// next receives one map from ch or fails the test.
+func next(t *testing.T, ch <-chan Map) Map {
+	t.Helper()
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed")
+		}
+		return m
+	case <-time.After(15 * time.Second):
+		t.Fatal("no map delivered within 15s")
+	}
+	return Map{}
+}
+
+func TestStoreWatch(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	cli := c.Client()
+	ctx := testCtx(t)
+	s := NewStore(cli, "/w")
+
+	wctx, stop := context.WithCancel(ctx)
+	ch := s.Watch(wctx)
+	select {
+	case m := <-ch:
+		t.Fatalf("Watch delivered %+v before any map was stored", m)
+	case <-time.After(100 * time.Millisecond): // absence of an event: a short look is all we can do
+	}
+
+	e1 := mapOf(1, "a", "b")
+	s1, err := s.CompareAndSwap(ctx, Snapshot{}, e1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, ch); !reflect.DeepEqual(m, e1) {
+		t.Fatalf("Watch delivered %+v; want %+v", m, e1)
+	}
+
+	// Garbage is skipped; the next good map arrives.
+	cli.Put(ctx, s.Key(), "garbage")
+	e1p := withPending(e1, mapOf(2, "a", "b", "c"))
+	if _, err := s.CompareAndSwap(ctx, s1, e1p); !errors.Is(err, ErrMapConflict) || !errors.Is(err, ErrInvalidMap) {
+		t.Fatalf("CompareAndSwap over garbage = %v; want ErrMapConflict and ErrInvalidMap", err)
+	}
+	cli.Put(ctx, s.Key(), string(must(e1p.Marshal())))
+	if m := next(t, ch); !reflect.DeepEqual(m, e1p) {
+		t.Fatalf("Watch delivered %+v; want %+v", m, e1p)
+	}
+
+	// The watch survives a restart of the home cluster.
+	c.Restart()
+	snap, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2 := mapOf(2, "a", "b", "c")
+	if _, err := s.CompareAndSwap(ctx, snap, e2); err != nil {
+		t.Fatal(err)
+	}
+	if m := next(t, ch); !reflect.DeepEqual(m, e2) {
+		t.Fatalf("Watch after restart delivered %+v; want %+v", m, e2)
+	}
+
+	// A second watcher starts with the current map.
+	if m := next(t, s.Watch(wctx)); !reflect.DeepEqual(m, e2) {
+		t.Fatalf("new Watch delivered %+v; want current %+v", m, e2)
+	}
+
+	stop()
+	for range ch { // drains and ends: the channel closes when ctx is done
+	}
+}
+
+// A watch whose start revision was compacted away re-reads instead of
+// hanging.
+func TestStoreWatchCompacted(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client()
+	ctx := testCtx(t)
+	s := NewStore(cli, "")
+	snap, err := s.CompareAndSwap(ctx, Snapshot{}, mapOf(1, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []string{"http://a1:2379", "http://a2:2379", "http://a3:2379"} {
+		m := mapOf(1, "a")
+		m.Clusters[0].Endpoints = []string{ep}
+		if snap, err = s.CompareAndSwap(ctx, snap, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compact(t, cli)
+
+	out := make(chan Map, 1)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.watch(wctx, out, 2); close(done) }()
+	if m := next(t, out); !reflect.DeepEqual(m, snap.Map) {
+		t.Fatalf("compacted watch delivered %+v; want current %+v", m, snap.Map)
+	}
+	stop()
+	<-done
+}
+
+// A reader that falls behind gets the latest map, never an older one.
+func TestStoreWatchCoalesces(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client()
+	ctx := testCtx(t)
+	s := NewStore(cli, "")
+	snap, err := s.CompareAndSwap(ctx, Snapshot{}, mapOf(1, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ch := s.Watch(wctx)
+	next(t, ch)
+	var last Map
+	for i := range 20 {
+		last = Map{Epoch: 1, Clusters: []Cluster{cl("a", fmt.Sprintf("http://a:%d", 1000+i))}}
+		if snap, err = s.CompareAndSwap(ctx, snap, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Whatever was skipped, maps arrive in order and end on the last one.
+	prev := ""
+	for m := next(t, ch); ; m = next(t, ch) {
+		ep := m.Clusters[0].Endpoints[0]
+		if ep <= prev {
+			t.Fatalf("Watch delivered %s after %s; want newer maps only", ep, prev)
+		}
+		if prev = ep; reflect.DeepEqual(m, last) {
+			break
+		}
+	}
+}
+
+// compact writes a key and compacts history up to it, so a watch from any
+// earlier revision fails with ErrCompacted.
+func compact(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	ctx := testCtx(t)
+	resp, err := cli.Put(ctx, "/compact-probe", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
