@@ -40,8 +40,6 @@ func TestStreamingFIFOWithPositionsAndIncreasingTokens(t *testing.T) {
 			default:
 			}
 		}
-		// Every waiter still queued saw its position drop below where it
-		// started before it was granted.
 		prev = gr.FencingToken
 		release(t, g, gr)
 		if err := <-w.err; err != nil {

@@ -17,6 +17,7 @@ type Engine struct {
 	cfg  Config
 	keys keys
 	ka   *keepAliver
+	pos  *positionHub
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -34,14 +35,16 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		cli:    cli,
 		cfg:    cfg,
 		keys:   keys{prefix: cfg.Prefix},
 		ka:     newKeepAliver(cli),
 		ctx:    ctx,
 		cancel: cancel,
-	}, nil
+	}
+	e.pos = newPositionHub(e)
+	return e, nil
 }
 
 // Client is the etcd client the engine uses.
@@ -55,6 +58,7 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Close() {
 	e.cancel()
 	e.ka.close()
+	e.pos.close()
 	e.wg.Wait()
 }
 

@@ -111,9 +111,11 @@ func TestFIFOOrderWithManyWaiters(t *testing.T) {
 	const n = 24
 	granted := make(chan int, n)
 	var wg sync.WaitGroup
+	allPositions := make([]chan int64, n)
 	for i := 0; i < n; i++ {
 		r := req("fifo")
 		onQ, positions := queuedSignal()
+		allPositions[i] = positions
 		r.OnQueued = onQ
 		wg.Add(1)
 		go func(i int) {
@@ -141,6 +143,18 @@ func TestFIFOOrderWithManyWaiters(t *testing.T) {
 			t.Fatalf("grant %d went to waiter %d; want FIFO order", want, got)
 		}
 		want++
+	}
+	// Positions fall as the queue drains,
+	// though each waiter watches only its predecessor.
+	for i, ch := range allPositions {
+		close(ch)
+		last := int64(i + 1)
+		for p := range ch {
+			if p >= last {
+				t.Fatalf("waiter %d position went from %d to %d; want decreasing", i, last, p)
+			}
+			last = p
+		}
 	}
 }
 
@@ -593,4 +607,54 @@ func TestCheckFenceAndDescribe(t *testing.T) {
 	if live, cur, _ := e.CheckFence(testCtx(t), "fence", g2.Token()); live || cur != 0 {
 		t.Fatalf("CheckFence after release = %v, %d; want false, 0", live, cur)
 	}
+}
+
+func TestPositionsFollowWaitersLeavingAhead(t *testing.T) {
+	// The last waiter watches only its predecessor, yet its reported
+	// position follows every waiter ahead that leaves.
+	e, _ := newEngine(t)
+	holder := mustAcquire(t, e, req("positions"))
+	var cancels []context.CancelFunc
+	var dones []chan error
+	third := make(chan Grant, 1)
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithCancel(testCtx(t))
+		r := req("positions")
+		onQ, pos := queuedSignal()
+		r.OnQueued = onQ
+		done := make(chan error, 1)
+		go func() {
+			g, err := e.Acquire(ctx, r)
+			if err == nil {
+				third <- g
+			}
+			done <- err
+		}()
+		<-pos
+		cancels, dones = append(cancels, cancel), append(dones, done)
+	}
+	last := req("positions")
+	onQ, pos := queuedSignal()
+	last.OnQueued = onQ
+	got := make(chan Grant, 1)
+	go func() { got <- mustAcquire(t, e, last) }()
+	if p := <-pos; p != 4 {
+		t.Fatalf("last waiter position = %d; want 4", p)
+	}
+	// The first two waiters leave; neither is the last waiter's predecessor.
+	for i, want := range []int64{3, 2} {
+		cancels[i]()
+		<-dones[i]
+		if p := <-pos; p != want {
+			t.Fatalf("after %d waiters left, position = %d; want %d", i+1, p, want)
+		}
+	}
+	mustRelease(t, e, holder)
+	if p := <-pos; p != 1 {
+		t.Fatalf("after the holder left, position = %d; want 1", p)
+	}
+	mustRelease(t, e, <-third)
+	<-dones[2]
+	mustRelease(t, e, <-got)
+	cancels[2]()
 }

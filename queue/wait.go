@@ -88,6 +88,12 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 	key := prefix + q.h.WaiterID
 	position := int64(-1)
 	backoff := newBackoff(e.cfg.Clock)
+	var sub *posSub
+	defer func() {
+		if sub != nil {
+			e.pos.unsubscribe(prefix, sub)
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
@@ -115,34 +121,70 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 		if len(ahead) == 0 {
 			return e.granted(ctx, q)
 		}
-		if n := int64(len(ahead)); n != position {
-			position = n
-			if r.OnQueued != nil {
-				r.OnQueued(n)
+		readRev := resp.Header.Revision
+		report := func(n int64) {
+			if n != position {
+				position = n
+				if r.OnQueued != nil {
+					r.OnQueued(n)
+				}
 			}
 		}
-		e.awaitChange(ctx, string(ahead[0].Key), key, resp.Header.Revision+1, lost)
+		report(int64(len(ahead)))
+		if sub == nil && r.OnQueued != nil {
+			sub = e.pos.subscribe(prefix, readRev)
+		}
+		e.awaitChange(ctx, waitState{
+			pred: string(ahead[0].Key), own: key, rev: readRev + 1, lost: lost,
+			sub: sub, myRev: q.h.Revision, position: position, report: report,
+		})
 	}
+}
+
+// waitState is what awaitChange needs to know of a waiter.
+type waitState struct {
+	pred, own string
+	rev       int64 // watch from here (the read's revision + 1)
+	lost      <-chan struct{}
+	sub       *posSub // nil when nobody asked for positions
+	myRev     int64
+	position  int64
+	report    func(int64)
 }
 
 // awaitChange watches the predecessor and the waiter's own key from rev and
 // returns when either is deleted, the watch fails, the lease may be lost or
 // ctx ends. The caller re-reads in every case.
-func (e *Engine) awaitChange(ctx context.Context, pred, own string, rev int64, lost <-chan struct{}) {
+func (e *Engine) awaitChange(ctx context.Context, w waitState) {
 	if e.testHookBeforeWatch != nil {
 		e.testHookBeforeWatch()
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(rev), clientv3.WithFilterPut()}
-	pw := e.cli.Watch(wctx, pred, opts...)
-	ow := e.cli.Watch(wctx, own, opts...)
+	opts := []clientv3.OpOption{clientv3.WithRev(w.rev), clientv3.WithFilterPut()}
+	pw := e.cli.Watch(wctx, w.pred, opts...)
+	ow := e.cli.Watch(wctx, w.own, opts...)
+	var events <-chan posEvent
+	var resync <-chan struct{}
+	if w.sub != nil {
+		events, resync = w.sub.events, w.sub.resync
+	}
+	position := w.position
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-lost:
+		case <-w.lost:
 			return
+		case <-resync:
+			return
+		case pe := <-events:
+			// Someone ahead left: one fewer ahead. Deletions the last read
+			// already saw (rev < w.rev) are not counted twice.
+			if pe.rev >= w.rev && pe.createRev < w.myRev && position > 1 {
+				position--
+				w.report(position)
+			}
 		case wr, ok := <-pw:
 			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
 				return
