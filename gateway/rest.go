@@ -181,15 +181,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	var res queue.TryResult
-	err = t.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = t.Engine.TryAcquire(ctx, r)
-		return err
-	})
-	if err == nil && res.Acquired && t.Prepare != nil {
-		err = t.Prepare(ctx, r.Name)
-	}
+	t, res, err := s.tryAcquire(ctx, t, r, nil)
 	if err != nil {
 		return 0, nil, tagTTL(err)
 	}

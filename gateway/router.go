@@ -22,10 +22,10 @@ type Target struct {
 	Guards []clientv3.Cmp
 	// Do runs fn through the shard's circuit breaker; nil runs fn directly.
 	Do func(ctx context.Context, fn func(context.Context) error) error
-	// Prepare, when set, runs before a granted waiter is reported (the
-	// shard router waits there for a draining cluster to let go of a name
-	// that moved). It may block until ctx ends.
-	Prepare func(ctx context.Context, name string) error
+	// Previous is the shard the name is moving away from while it drains;
+	// nil when the name did not move. A waiter on this shard is granted
+	// only once Previous holds no key of the name.
+	Previous *Target
 }
 
 // call runs fn through the target's breaker.
@@ -44,6 +44,10 @@ type Router interface {
 	Lookup(shard string) (Target, error)
 	// All lists every shard, for sessions, which hold a lease on each.
 	All() []Target
+	// AwaitNewer is called after a shard refused an enqueue routed by
+	// epoch; it returns once the router routes by a newer map, or with an
+	// error when ctx ends first.
+	AwaitNewer(ctx context.Context, epoch uint16) error
 }
 
 // ErrUnknownShard reports an id naming a shard this gateway does not know.
@@ -68,3 +72,8 @@ func (r SingleRouter) Lookup(shard string) (Target, error) {
 
 // All returns the only shard.
 func (r SingleRouter) All() []Target { return []Target{r.T} }
+
+// AwaitNewer fails at once: a single shard has no map to reload.
+func (r SingleRouter) AwaitNewer(context.Context, uint16) error {
+	return fmt.Errorf("%w: the shard refused the enqueue and there is no map to reload", queue.ErrGuardFailed)
+}

@@ -163,15 +163,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 			cancel(sendErr) // the client is gone: leave the queue
 		}
 	}
-	var g queue.Grant
-	err = t.call(wctx, func(ctx context.Context) error {
-		var err error
-		g, err = t.Engine.Acquire(ctx, r)
-		return err
-	})
-	if err == nil && t.Prepare != nil {
-		err = t.Prepare(wctx, r.Name)
-	}
+	t, g, err := s.acquire(wctx, t, r, sess)
 	if err != nil {
 		err = tagTTL(err)
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
@@ -201,15 +193,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	var res queue.TryResult
-	err = t.call(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = t.Engine.TryAcquire(ctx, r)
-		return err
-	})
-	if err == nil && res.Acquired && t.Prepare != nil {
-		err = t.Prepare(ctx, r.Name)
-	}
+	t, res, err := s.tryAcquire(ctx, t, r, sess)
 	if err != nil {
 		return nil, toConnect(tagTTL(err))
 	}
@@ -296,6 +280,21 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
+	if p := t.Previous; p != nil {
+		// While the name drains from its previous shard, its holder may
+		// still be there.
+		var busy bool
+		if err := p.call(ctx, func(ctx context.Context) error {
+			var err error
+			busy, err = p.Engine.Occupied(ctx, name)
+			return err
+		}); err != nil {
+			return nil, toConnect(err)
+		}
+		if busy {
+			t = *p
+		}
+	}
 	var d queue.Description
 	err = t.call(ctx, func(ctx context.Context) error {
 		var err error
@@ -333,11 +332,19 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	defer cancel()
 	var live bool
 	var cur int64
-	err = t.call(ctx, func(ctx context.Context) error {
-		var err error
-		live, cur, err = t.Engine.CheckFence(ctx, name, req.Msg.FencingToken)
-		return err
-	})
+	for _, c := range []*Target{t.Previous, &t} {
+		if c == nil {
+			continue
+		}
+		err = c.call(ctx, func(ctx context.Context) error {
+			var err error
+			live, cur, err = c.Engine.CheckFence(ctx, name, req.Msg.FencingToken)
+			return err
+		})
+		if err != nil || cur != 0 {
+			break // a holder on the draining shard is the live one
+		}
+	}
 	if err != nil {
 		return nil, toConnect(err)
 	}

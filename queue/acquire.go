@@ -40,6 +40,11 @@ type AcquireRequest struct {
 	// (the holder plus earlier waiters) when it is first known and whenever
 	// it changes. It is called from the acquiring goroutine.
 	OnQueued func(position int64)
+	// BeforeGrant, when set, runs once the waiter is first in its queue and
+	// before it is granted; the wait goes on while it runs (the lease is
+	// kept alive, the wait timeout and cancellation apply). The shard router
+	// uses it to hold a moved name until its previous cluster has let go.
+	BeforeGrant func(ctx context.Context) error
 }
 
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
@@ -202,18 +207,42 @@ func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
 // is done. A waiter that stops waiting deletes its key at once, unless ctx
 // was cancelled with cause ErrDetached.
 func (e *Engine) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
-	ttlSec, err := r.validate(e.cfg)
+	w, err := e.Enqueue(ctx, r)
 	if err != nil {
 		return Grant{}, err
+	}
+	return w.Wait(ctx)
+}
+
+// Waiter is an enqueued acquire that has not been granted yet.
+type Waiter struct {
+	e *Engine
+	r AcquireRequest
+	q *enqueued
+}
+
+// Enqueue runs the acquire transaction (one round trip on top of the lease)
+// and returns the waiter without waiting. It is Acquire's first half, for
+// callers that treat the bounded enqueue and the unbounded wait differently
+// (a circuit breaker must not count a long wait against its cluster).
+func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
+	ttlSec, err := r.validate(e.cfg)
+	if err != nil {
+		return nil, err
 	}
 	q, err := e.enqueue(ctx, &r, ttlSec, false)
 	if err != nil {
-		return Grant{}, err
+		return nil, err
 	}
-	if q.first != nil && q.first.CreateRevision == q.h.Revision {
-		return e.granted(ctx, q)
+	return &Waiter{e: e, r: r, q: q}, nil
+}
+
+// Wait blocks until the waiter holds the lock; see Acquire.
+func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
+	if w.q.first != nil && w.q.first.CreateRevision == w.q.h.Revision && w.r.BeforeGrant == nil {
+		return w.e.granted(ctx, w.q)
 	}
-	return e.wait(ctx, &r, q)
+	return w.e.wait(ctx, &w.r, w.q)
 }
 
 // granted turns an enqueued waiter that is first into a Grant. A fresh

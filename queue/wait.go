@@ -119,6 +119,11 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 		}
 		ahead := resp.Responses[1].GetResponseRange().Kvs
 		if len(ahead) == 0 {
+			if r.BeforeGrant != nil {
+				if err := r.BeforeGrant(ctx); err != nil {
+					return Grant{}, err
+				}
+			}
 			return e.granted(ctx, q)
 		}
 		readRev := resp.Header.Revision

@@ -16,11 +16,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // Cluster is one etcd cluster the gateway uses.
@@ -40,7 +40,7 @@ type Config struct {
 	// Clusters are external etcd clusters; empty starts embedded ones.
 	Clusters []Cluster
 	// EmbeddedShards is how many embedded clusters to start when Clusters is
-	// empty. Default 1.
+	// empty. Default 3.
 	EmbeddedShards int
 	// Prefix is the etcd key prefix. Default "/leasegate".
 	Prefix string
@@ -48,6 +48,9 @@ type Config struct {
 	Gateway gateway.Config
 	// ShutdownTimeout bounds a graceful stop. Default 15 s.
 	ShutdownTimeout time.Duration
+	// Breaker configures the per-cluster circuit breakers; nil uses
+	// shard.DefaultBreakerConfig.
+	Breaker *shard.BreakerConfig
 	// Log receives the server's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -57,7 +60,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:          "127.0.0.1:7070",
 		DataDir:         "./leasegate-data",
-		EmbeddedShards:  1,
+		EmbeddedShards:  3,
 		Prefix:          "/leasegate",
 		Gateway:         gateway.DefaultConfig(),
 		ShutdownTimeout: 15 * time.Second,
@@ -104,8 +107,8 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	embedded []*embedetcd.Server
-	clients  []*clientv3.Client
-	engines  []*queue.Engine
+	home     *clientv3.Client
+	router   *shard.Router
 	service  *gateway.Service
 	http     *http.Server
 	ln       net.Listener
@@ -133,33 +136,10 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 			return nil, err
 		}
 	}
-	var targets []gateway.Target
-	for _, cl := range clusters {
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints:            cl.Endpoints,
-			DialTimeout:          5 * time.Second,
-			DialKeepAliveTime:    10 * time.Second,
-			DialKeepAliveTimeout: 5 * time.Second,
-			Logger:               zap.NewNop(),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("etcd cluster %q: %w", cl.Name, err)
-		}
-		s.clients = append(s.clients, cli)
-		qc := queue.DefaultConfig()
-		qc.Prefix = cfg.Prefix
-		eng, err := queue.New(cli, qc)
-		if err != nil {
-			return nil, err
-		}
-		s.engines = append(s.engines, eng)
-		targets = append(targets, gateway.Target{Shard: cl.Name, Engine: eng})
-	}
-	router, err := newRouter(targets)
-	if err != nil {
+	if err := s.startRouter(ctx, clusters); err != nil {
 		return nil, err
 	}
-	if s.service, err = gateway.NewService(cfg.Gateway, router, s.log); err != nil {
+	if s.service, err = gateway.NewService(cfg.Gateway, gateway.ShardRouter{R: s.router}, s.log); err != nil {
 		return nil, err
 	}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
@@ -168,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	}
 	s.http = gateway.NewHTTPServer(cfg.Listen, s.service.Handler())
 	go func() { s.served <- s.http.Serve(s.ln) }()
-	s.log.Info("leasegate serving", "addr", s.ln.Addr().String(), "shards", len(targets), "embedded", len(s.embedded) > 0)
+	s.log.Info("leasegate serving", "addr", s.ln.Addr().String(), "shards", s.router.Map().ClusterNames(), "epoch", s.router.Map().Epoch, "embedded", len(s.embedded) > 0)
 	return s, nil
 }
 
@@ -199,8 +179,17 @@ func (s *Server) URL() string { return "http://" + s.Addr() }
 // Service is the lock service, for tests.
 func (s *Server) Service() *gateway.Service { return s.service }
 
-// Engines are the per-cluster engines, in cluster order.
-func (s *Server) Engines() []*queue.Engine { return s.engines }
+// Engines are the engines of the clusters names are hashed over, in map order.
+func (s *Server) Engines() []*queue.Engine {
+	var out []*queue.Engine
+	for _, b := range s.router.Backends() {
+		out = append(out, b.Engine)
+	}
+	return out
+}
+
+// Router is the shard router.
+func (s *Server) Router() *shard.Router { return s.router }
 
 // Done delivers the serve loop's end.
 func (s *Server) Done() <-chan error { return s.served }
@@ -221,14 +210,43 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeBackends() {
-	for _, e := range s.engines {
-		e.Close()
+	if s.router != nil {
+		s.router.Close()
 	}
-	for _, c := range s.clients {
-		_ = c.Close()
+	if s.home != nil {
+		_ = s.home.Close()
 	}
 	for _, e := range s.embedded {
 		e.Close()
 	}
-	s.engines, s.clients, s.embedded = nil, nil, nil
+	s.router, s.home, s.embedded = nil, nil, nil
+}
+
+// startRouter loads (or, on first start, stores) the shard map in the home
+// cluster — the first configured — and follows it.
+func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
+	initial := shard.Map{Epoch: shard.MinEpoch}
+	overrides := map[string][]string{}
+	for _, c := range clusters {
+		initial.Clusters = append(initial.Clusters, shard.Cluster{Name: c.Name, Endpoints: c.Endpoints})
+		overrides[c.Name] = c.Endpoints
+	}
+	home, err := shard.DialCluster(clusters[0].Name, clusters[0].Endpoints)
+	if err != nil {
+		return fmt.Errorf("etcd cluster %q: %w", clusters[0].Name, err)
+	}
+	s.home = home
+	rc := shard.DefaultRouterConfig()
+	rc.Prefix = s.cfg.Prefix
+	rc.Endpoints = overrides
+	rc.Log = s.log
+	if s.cfg.Breaker != nil {
+		rc.Breaker = *s.cfg.Breaker
+	}
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if s.router, err = shard.NewRouter(lctx, home, initial, rc); err != nil {
+		return err
+	}
+	return nil
 }

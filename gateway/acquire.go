@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// reshardWait bounds how long a call waits for a new shard map after a
+// shard refused its enqueue.
+const reshardWait = 5 * time.Second
+
+// acquire enqueues (through the shard's breaker) and waits (outside it: a
+// long wait says nothing about the cluster's health). A name draining from
+// its previous shard first looks for the caller's old place there; a new
+// waiter is granted only once the previous shard has let go of the name.
+// A shard that refuses the enqueue because the map moved on makes the
+// router reload, and the call is routed again.
+func (s *Service) acquire(ctx context.Context, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.Grant, error) {
+	for attempt := 0; ; attempt++ {
+		if p := t.Previous; p != nil {
+			var w *queue.Waiter
+			if err := p.call(ctx, func(ctx context.Context) error {
+				var err error
+				w, err = p.Engine.Resume(ctx, r)
+				return err
+			}); err != nil {
+				return t, queue.Grant{}, err
+			}
+			if w != nil {
+				g, err := w.Wait(ctx)
+				return *p, g, err
+			}
+			name := r.Name
+			r.BeforeGrant = func(ctx context.Context) error { return p.Engine.WaitEmpty(ctx, name) }
+		}
+		var w *queue.Waiter
+		err := t.call(ctx, func(ctx context.Context) error {
+			var err error
+			w, err = t.Engine.Enqueue(ctx, r)
+			return err
+		})
+		if errors.Is(err, queue.ErrGuardFailed) && attempt < 3 {
+			if t, err = s.reroute(ctx, t, &r, sess); err != nil {
+				return t, queue.Grant{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return t, queue.Grant{}, err
+		}
+		g, err := w.Wait(ctx)
+		return t, g, err
+	}
+}
+
+// reroute waits for a newer map and routes the request again.
+func (s *Service) reroute(ctx context.Context, t Target, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
+	actx, cancel := context.WithTimeout(ctx, reshardWait)
+	defer cancel()
+	if err := s.router.AwaitNewer(actx, t.Epoch); err != nil {
+		return t, errors.Join(queue.ErrGuardFailed, err)
+	}
+	r.BeforeGrant = nil
+	return s.target(r, sess)
+}
+
+// tryAcquire grants the lock only if it is free, on the shard the name
+// lives on now and on the shard it drains from.
+func (s *Service) tryAcquire(ctx context.Context, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.TryResult, error) {
+	for attempt := 0; ; attempt++ {
+		if p := t.Previous; p != nil {
+			var busy bool
+			if err := p.call(ctx, func(ctx context.Context) error {
+				var err error
+				busy, err = p.Engine.Occupied(ctx, r.Name)
+				return err
+			}); err != nil {
+				return t, queue.TryResult{}, err
+			}
+			if busy {
+				var d queue.Description
+				err := p.call(ctx, func(ctx context.Context) error {
+					var err error
+					d, err = p.Engine.Describe(ctx, r.Name)
+					return err
+				})
+				return *p, queue.TryResult{Holder: d.Holder}, err
+			}
+		}
+		var res queue.TryResult
+		err := t.call(ctx, func(ctx context.Context) error {
+			var err error
+			res, err = t.Engine.TryAcquire(ctx, r)
+			return err
+		})
+		if errors.Is(err, queue.ErrGuardFailed) && attempt < 3 {
+			if t, err = s.reroute(ctx, t, &r, sess); err != nil {
+				return t, queue.TryResult{}, err
+			}
+			continue
+		}
+		return t, res, err
+	}
+}

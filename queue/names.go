@@ -1,0 +1,105 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Resume finds the waiter an earlier acquire with r.RequestID enqueued on
+// this cluster, without enqueueing anything. It returns nil and no error if
+// there is none. The shard router uses it to let a client resume its place
+// on the cluster a name is moving away from.
+func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) {
+	if _, err := r.validate(e.cfg); err != nil {
+		return nil, err
+	}
+	prefix := e.keys.namePrefix(r.Name)
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(prefix+WaiterID(r.RequestID)),
+		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("queue: look up waiter: %w", err)
+	}
+	mine := firstKV(resp.Responses[0])
+	if mine == nil {
+		return nil, nil
+	}
+	q, err := e.resume(&r, mine, firstKV(resp.Responses[1]))
+	if err != nil {
+		return nil, err
+	}
+	return &Waiter{e: e, r: r, q: q}, nil
+}
+
+// Occupied reports whether any waiter or holder key exists for name.
+func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
+	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("queue: count keys: %w", err)
+	}
+	return resp.Count > 0, nil
+}
+
+// WaitEmpty blocks until no key exists for name on this cluster, or ctx
+// ends. It watches the name's keys from the revision it read; compaction or
+// a failed watch lead to a re-read, never to a hang. It is only meaningful
+// where no new keys can appear (a cluster draining a name that moved away).
+func (e *Engine) WaitEmpty(ctx context.Context, name string) error {
+	prefix := e.keys.namePrefix(name)
+	b := newBackoff(e.cfg.Clock)
+	for {
+		resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			if werr := b.wait(ctx); werr != nil {
+				return werr
+			}
+			continue
+		}
+		if resp.Count == 0 {
+			return nil
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := e.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(resp.Header.Revision+1))
+		select {
+		case <-ctx.Done():
+		case wr := <-wch:
+			if err := wr.Err(); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+				_ = b.wait(ctx)
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// Names lists every name that has at least one key on this cluster.
+func (e *Engine) Names(ctx context.Context) ([]string, error) {
+	root := e.cfg.Prefix + "/locks/"
+	resp, err := e.cli.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("queue: list names: %w", err)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		seg, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), root), "/")
+		if !ok || seen[seg] {
+			continue
+		}
+		seen[seg] = true
+		name, err := unescapeName(seg)
+		if err != nil {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}

@@ -1,0 +1,237 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// Resharder changes the shard map without ever granting a name twice.
+//
+// The order of the steps is what makes it safe. For a change from epoch e
+// to e+1:
+//
+//  1. write map e with Pending = map e+1: gateways learn it, but still
+//     route by e;
+//  2. bump <prefix>/meta/epoch to e+1 on every cluster of both maps. From
+//     then on a cluster refuses every enqueue routed by e, so the keys of a
+//     name that moves from A to B can only disappear from A; a gateway whose
+//     enqueue is refused reloads the map and waits for step 3;
+//  3. write map e+1 with the old clusters as Previous and Draining: a
+//     waiter for a moved name enqueues on B and is granted only once it is
+//     first on B and A holds none of the name's keys. Holders and waiters
+//     already on A finish there (renew and release do not compare epochs);
+//  4. Sweep: once a draining cluster holds no key of a name that moved
+//     away from it, drop it from Draining; when none is left, drop Previous.
+//
+// Tokens from B carry epoch e+1 in their top bits, so they exceed every
+// token A ever issued for the name.
+type Resharder struct {
+	// Store holds the map in the home cluster.
+	Store *Store
+	// Prefix is the etcd key prefix. Default DefaultPrefix.
+	Prefix string
+	// Dial connects to a cluster. Default DialCluster.
+	Dial func(name string, endpoints []string) (*clientv3.Client, error)
+	// Endpoints override the map's endpoints by cluster name.
+	Endpoints map[string][]string
+	// Progress, when set, receives one line per step.
+	Progress func(format string, args ...any)
+}
+
+func (rs *Resharder) say(format string, args ...any) {
+	if rs.Progress != nil {
+		rs.Progress(format, args...)
+	}
+}
+
+func (rs *Resharder) prefix() string {
+	if rs.Prefix == "" {
+		return DefaultPrefix
+	}
+	return normPrefix(rs.Prefix)
+}
+
+func (rs *Resharder) dial(c Cluster) (*clientv3.Client, error) {
+	dial := rs.Dial
+	if dial == nil {
+		dial = DialCluster
+	}
+	eps := c.Endpoints
+	if o, ok := rs.Endpoints[c.Name]; ok {
+		eps = o
+	}
+	return dial(c.Name, eps)
+}
+
+// Apply runs steps 1 to 3, moving the map to clusters. It resumes a change
+// left half done (a pending map for the same clusters). It returns the map
+// now in force, which may still list draining clusters: run Sweep.
+func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error) {
+	snap, err := rs.Store.Load(ctx)
+	if err != nil {
+		return Map{}, err
+	}
+	cur := snap.Map
+	if len(cur.Draining) > 0 {
+		return cur, fmt.Errorf("shard: epoch %d is still draining %q; run the sweep first", cur.Epoch, cur.Draining)
+	}
+	next := Map{Epoch: cur.Epoch + 1, Clusters: clusters}
+	if cur.Pending != nil && !slices.Equal(sortedNames(cur.Pending.Clusters), sortedNames(clusters)) {
+		return cur, fmt.Errorf("shard: epoch %d already has a different pending map %q", cur.Epoch, cur.Pending.ClusterNames())
+	}
+	if err := next.Validate(); err != nil {
+		return cur, err
+	}
+	if cur.Pending == nil {
+		announced := cur
+		announced.Pending = &next
+		if snap, err = rs.Store.CompareAndSwap(ctx, snap, announced); err != nil {
+			return cur, err
+		}
+		rs.say("epoch %d announced as pending (clusters %q)", next.Epoch, next.ClusterNames())
+	}
+	seen := map[string]bool{}
+	for _, c := range append(append([]Cluster(nil), cur.Clusters...), clusters...) {
+		if seen[c.Name] {
+			continue
+		}
+		seen[c.Name] = true
+		if err := rs.bump(ctx, c, next.Epoch); err != nil {
+			return snap.Map, err
+		}
+	}
+	active := next
+	active.Previous = cur.Clusters
+	active.Draining = cur.ClusterNames()
+	if snap, err = rs.Store.CompareAndSwap(ctx, snap, active); err != nil {
+		return snap.Map, err
+	}
+	rs.say("epoch %d in force; draining %q", active.Epoch, active.Draining)
+	return active, nil
+}
+
+func (rs *Resharder) bump(ctx context.Context, c Cluster, to uint16) error {
+	cli, err := rs.dial(c)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	from, err := ReadEpoch(ctx, cli, rs.prefix())
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return nil
+	}
+	if from > to {
+		return fmt.Errorf("%w: cluster %q is at epoch %d, past %d", ErrEpochConflict, c.Name, from, to)
+	}
+	if err := BumpEpoch(ctx, cli, rs.prefix(), from, to); err != nil {
+		return fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	rs.say("cluster %q epoch %d → %d", c.Name, from, to)
+	return nil
+}
+
+// Sweep runs step 4: it checks every draining cluster until it holds no key
+// of a name that moved away from it, then records it drained. It returns
+// when nothing drains any more, or with ctx's error (the map then still
+// lists what drains; run Sweep again).
+func (rs *Resharder) Sweep(ctx context.Context, every time.Duration) (Map, error) {
+	for {
+		snap, err := rs.Store.Load(ctx)
+		if err != nil {
+			return Map{}, err
+		}
+		m := snap.Map
+		if len(m.Draining) == 0 {
+			if len(m.Previous) == 0 {
+				return m, nil
+			}
+			m.Previous = nil
+			_, err := rs.Store.CompareAndSwap(ctx, snap, m)
+			if errors.Is(err, ErrMapConflict) {
+				continue
+			}
+			rs.say("epoch %d: draining done", m.Epoch)
+			return m, err
+		}
+		ring, err := m.Ring()
+		if err != nil {
+			return m, err
+		}
+		var still []string
+		for _, d := range m.Draining {
+			moved, err := rs.movedNames(ctx, m, ring, d)
+			if err != nil {
+				return m, err
+			}
+			if moved > 0 {
+				still = append(still, d)
+				continue
+			}
+			rs.say("cluster %q drained", d)
+		}
+		if len(still) != len(m.Draining) {
+			m.Draining = still
+			if _, err := rs.Store.CompareAndSwap(ctx, snap, m); err != nil && !errors.Is(err, ErrMapConflict) {
+				return m, err
+			}
+			continue
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return m, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// movedNames counts the names on cluster d that the ring maps elsewhere.
+func (rs *Resharder) movedNames(ctx context.Context, m Map, ring *Ring, d string) (int, error) {
+	c, ok := m.previousCluster(d)
+	if !ok {
+		return 0, fmt.Errorf("shard: draining cluster %q is not in Previous", d)
+	}
+	cli, err := rs.dial(c)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	qc := queue.DefaultConfig()
+	qc.Prefix = rs.prefix()
+	eng, err := queue.New(cli, qc)
+	if err != nil {
+		return 0, err
+	}
+	defer eng.Close()
+	names, err := eng.Names(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		if ring.Locate(name) != d {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m Map) previousCluster(name string) (Cluster, bool) {
+	for _, c := range m.Previous {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Cluster{}, false
+}
