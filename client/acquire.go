@@ -1,0 +1,259 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// Acquire takes the lock name, with a lease of its own that the SDK renews
+// in the background. It blocks while the caller waits in the name's FIFO
+// queue, until it is granted, the wait timeout passes (ErrWaitTimeout) or
+// ctx ends (an error wrapping ctx.Err()). A wait abandoned that way leaves
+// the queue at once, unless it ends between two attempts after a gateway
+// failure: the waiter's key then lapses with its lease, within one TTL.
+//
+// It waits on the streaming Acquire RPC. When a gateway fails, stops
+// (SHUTTING_DOWN), loses etcd or the stream breaks before the grant, it
+// retries on the next endpoint with the same request id, so the caller
+// keeps its place in the queue; WithOnQueued reports the position.
+//
+// If the wait lasted longer than one renew interval, Acquire renews the
+// lease before it returns, so the lock starts with a deadline close to a
+// full TTL away.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, name, nil, opts)
+}
+
+// TryAcquire takes the lock name if nobody holds or waits for it, and never
+// waits in the queue. When the lock is taken it returns a *HeldError
+// (errors.Is(err, ErrNotAcquired)) with the holder's expiry. It blocks only
+// for the call itself, retried on other endpoints on transient failures
+// with the same request id. WithWaitTimeout and WithOnQueued are ignored.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	return c.tryAcquire(ctx, name, nil, opts)
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error) {
+	var cfg acquireConfig
+	for _, o := range opts {
+		o.applyAcquire(&cfg)
+	}
+	switch {
+	case name == "":
+		return cfg, invalid(op, "lock name is empty")
+	case cfg.ttl < 0:
+		return cfg, invalid(op, "ttl %s is negative; want 0 (the gateway's default) or at least 1s", cfg.ttl)
+	case cfg.wait < 0:
+		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
+	case len(cfg.requestID) > 128:
+		return cfg, invalid(op, "request id is %d bytes; the limit is 128", len(cfg.requestID))
+	}
+	if cfg.requestID == "" {
+		cfg.requestID = newRequestID()
+	}
+	return cfg, nil
+}
+
+func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
+	op := fmt.Sprintf("acquire %q", name)
+	if err := c.checkOpen(op); err != nil {
+		return nil, err
+	}
+	cfg, err := acquireOptions(op, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
+	if s != nil {
+		req.SessionId = s.id
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		// A wait for a session lock ends with the session.
+		defer context.AfterFunc(s.keeper.ctx, func() { cancel(context.Cause(s.keeper.ctx)) })()
+	}
+	clk := c.cfg.clock
+	// Every lease event of this grant happens after this instant, so it
+	// is a conservative anchor for the lock's first deadline.
+	anchor := clk.Now()
+	var waitUntil time.Time
+	if cfg.wait > 0 {
+		waitUntil = anchor.Add(cfg.wait)
+	}
+	bo := c.newBackoff()
+	var last error
+	for tries := 1; ; tries++ {
+		if s != nil {
+			if err := s.check(op); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.wait > 0 {
+			left := waitUntil.Sub(clk.Now())
+			if left <= 0 {
+				return nil, &opError{op: op, kind: ErrWaitTimeout, cause: last}
+			}
+			req.WaitTimeoutMs = int64((left + time.Millisecond - 1) / time.Millisecond)
+		}
+		i, ep := c.pick()
+		g, queued, err := acquireOnce(ctx, ep.rpc, req, cfg.onQueued)
+		if err == nil {
+			return c.held(ctx, op, name, g, anchor, s)
+		}
+		if ctx.Err() != nil {
+			return nil, c.ctxError(op, ctx, s, err)
+		}
+		if !retryable(err) {
+			return nil, wrap(op, err)
+		}
+		c.failed(i)
+		last = err
+		if queued {
+			bo.reset() // the attempt made progress: this is not a dead loop
+		}
+		if tries%len(c.eps) == 0 {
+			pause := bo.next()
+			if cfg.wait > 0 {
+				pause = min(pause, waitUntil.Sub(clk.Now()))
+			}
+			if err := sleep(ctx, clk, pause); err != nil {
+				return nil, c.ctxError(op, ctx, s, last)
+			}
+		}
+	}
+}
+
+// ctxError reports a wait that ended because ctx (or the session) did.
+func (c *Client) ctxError(op string, ctx context.Context, s *Session, last error) error {
+	if s != nil {
+		if err := s.check(op); err != nil {
+			return err
+		}
+	}
+	return &opError{op: op, kind: ctx.Err(), cause: last}
+}
+
+// acquireOnce runs one Acquire stream to its end. queued reports whether
+// the gateway enqueued the caller before the stream ended.
+func acquireOnce(ctx context.Context, rpc leasegatev1connect.LockServiceClient, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
+	stream, err := rpc.Acquire(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, false, err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		switch ev := stream.Msg().Event.(type) {
+		case *v1.AcquireResponse_Queued:
+			queued = true
+			if onQueued != nil {
+				onQueued(ev.Queued.GetPosition())
+			}
+		case *v1.AcquireResponse_Granted:
+			if ev.Granted != nil {
+				return ev.Granted, queued, nil
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, queued, err
+	}
+	return nil, queued, errStreamEnded
+}
+
+func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
+	op := fmt.Sprintf("try acquire %q", name)
+	if err := c.checkOpen(op); err != nil {
+		return nil, err
+	}
+	cfg, err := acquireOptions(op, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
+	if s != nil {
+		if err := s.check(op); err != nil {
+			return nil, err
+		}
+		req.SessionId = s.id
+	}
+	anchor := c.cfg.clock.Now()
+	var resp *v1.TryAcquireResponse
+	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.TryAcquire(ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !resp.Acquired || resp.Granted == nil {
+		held := &HeldError{Name: name}
+		if resp.HolderExpiresAt != nil {
+			held.HolderExpires = resp.HolderExpiresAt.AsTime()
+		}
+		return nil, held
+	}
+	return c.held(ctx, op, name, resp.Granted, anchor, s)
+}
+
+// held turns a grant into a Lock. anchor is a time before every lease event
+// of the grant (the first attempt's send time).
+func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, anchor time.Time, s *Session) (*Lock, error) {
+	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
+	if s != nil {
+		l.attach(s)
+		return l, nil
+	}
+	if l.ttl <= 0 {
+		return nil, &opError{op: op, kind: ErrUnavailable, cause: fmt.Errorf("the gateway granted a lease with ttl_ms %d", g.TtlMs)}
+	}
+	clk := c.cfg.clock
+	if clk.Now().Sub(anchor) >= time.Duration(float64(l.ttl)*c.cfg.renewFraction) {
+		// A long wait leaves only the send time of the first attempt to
+		// measure the deadline from; a renewal now gives a fresh one.
+		var sent time.Time
+		var ttl time.Duration
+		err := c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+			sent = clk.Now()
+			var err error
+			ttl, err = l.renewRPC(ctx, rpc)
+			return err
+		})
+		switch {
+		case err == nil:
+			anchor = sent
+			if ttl > 0 {
+				l.ttl = ttl
+			}
+		case proofRefused(err):
+			return nil, &opError{op: op, kind: ErrLockLost, cause: err}
+		}
+	}
+	if !clk.Now().Before(anchor.Add(l.ttl - c.cfg.marginFor(l.ttl))) {
+		// Granted, but it cannot be confirmed in time: let it go.
+		rctx, cancel := withTimeout(context.WithoutCancel(ctx), clk, c.cfg.requestTimeout)
+		defer cancel()
+		_, _ = c.ReleaseByID(rctx, l.id, l.token)
+		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("granted, but no gateway confirmed the lease before its deadline; released it")}
+	}
+	l.keeper = c.startKeeper(l.ttl, anchor, l.renewRPC, l.lostError)
+	l.ctx = l.keeper.ctx
+	return l, nil
+}

@@ -1,0 +1,68 @@
+package client
+
+import "time"
+
+// AcquireOption configures one Acquire or TryAcquire call.
+type AcquireOption interface{ applyAcquire(*acquireConfig) }
+
+// SessionOption configures OpenSession.
+type SessionOption interface{ applySession(*sessionConfig) }
+
+// TTLOption sets a lease TTL; it applies to Acquire, TryAcquire and
+// OpenSession.
+type TTLOption interface {
+	AcquireOption
+	SessionOption
+}
+
+type acquireConfig struct {
+	ttl       time.Duration
+	wait      time.Duration
+	onQueued  func(position int64)
+	requestID string
+}
+
+type sessionConfig struct {
+	ttl time.Duration
+}
+
+type acquireFunc func(*acquireConfig)
+
+func (f acquireFunc) applyAcquire(c *acquireConfig) { f(c) }
+
+type ttlOption time.Duration
+
+func (o ttlOption) applyAcquire(c *acquireConfig) { c.ttl = time.Duration(o) }
+func (o ttlOption) applySession(c *sessionConfig) { c.ttl = time.Duration(o) }
+
+// WithTTL sets the lease TTL of a lock or a session. etcd rounds it up to
+// whole seconds and to at least its own minimum (about 1.5 × its election
+// timeout); Lock.TTL reports the effective value. Default 0: the gateway's
+// default TTL (30 s unless the gateway is configured otherwise). Locks
+// acquired through a Session ignore it: the session's TTL applies.
+func WithTTL(d time.Duration) TTLOption { return ttlOption(d) }
+
+// WithWaitTimeout bounds how long Acquire waits in the queue, across
+// retries, before it fails with ErrWaitTimeout. Default 0: wait until the
+// context ends. Gateways cap it (1 h unless configured otherwise).
+// TryAcquire ignores it.
+func WithWaitTimeout(d time.Duration) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.wait = d })
+}
+
+// WithOnQueued registers fn to receive the caller's queue position (the
+// number of holders and waiters ahead) while Acquire waits: first when the
+// caller is enqueued, then whenever it changes, and again after a retry on
+// another gateway. fn runs on the goroutine that called Acquire and delays
+// the wait while it runs: keep it short. Default: none.
+func WithOnQueued(fn func(position int64)) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.onQueued = fn })
+}
+
+// WithRequestID sets the idempotency key of the call (up to 128 bytes).
+// Retries reuse it, on any gateway, so a waiter keeps its queue place and a
+// grant whose answer was lost is collected again. Default: 128 random bits
+// in hex, drawn once per call.
+func WithRequestID(id string) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.requestID = id })
+}

@@ -1,0 +1,100 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// Description is a lock name's state as a gateway reports it.
+type Description struct {
+	// Name is the lock's name.
+	Name string
+	// Held reports whether someone holds the lock.
+	Held bool
+	// HolderClientID is the holder's self-reported identity.
+	HolderClientID string
+	// HolderExpires is when the holder's lease lapses unless renewed, on
+	// the gateway's clock.
+	HolderExpires time.Time
+	// Token is the holder's fencing token; 0 when free.
+	Token int64
+	// Waiters is the number of waiters behind the holder.
+	Waiters int64
+	// TTL is the holder's lease TTL.
+	TTL time.Duration
+	// Shard names the etcd cluster the name lives on.
+	Shard string
+}
+
+// Describe reports a name's holder and queue. It blocks for the call,
+// retried on other endpoints on transient failures.
+func (c *Client) Describe(ctx context.Context, name string) (Description, error) {
+	op := fmt.Sprintf("describe %q", name)
+	var d Description
+	err := c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: name}))
+		if err != nil {
+			return err
+		}
+		m := r.Msg
+		d = Description{
+			Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, Token: m.FencingToken,
+			Waiters: m.Waiters, TTL: time.Duration(m.TtlMs) * time.Millisecond, Shard: m.Shard,
+		}
+		if m.HolderExpiresAt != nil {
+			d.HolderExpires = m.HolderExpiresAt.AsTime()
+		}
+		return nil
+	})
+	return d, err
+}
+
+// Renewal is a gateway's answer to RenewByID.
+type Renewal struct {
+	// Expires is the lease's conservative expiry on the gateway's clock.
+	Expires time.Time
+	// TTL is the lease's effective TTL.
+	TTL time.Duration
+}
+
+// RenewByID renews a lock known only by its id and token, such as one
+// acquired by another process (leasectl acquire). Locks from Acquire renew
+// themselves; this is for the rest. It blocks for the call, retried on
+// other endpoints on transient failures, and fails with an error wrapping
+// ErrLockLost when the lock expired or was taken over.
+func (c *Client) RenewByID(ctx context.Context, lockID string, token int64) (Renewal, error) {
+	var out Renewal
+	err := c.call(ctx, "renew", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lockID, FencingToken: token}))
+		if err != nil {
+			return err
+		}
+		out = Renewal{TTL: time.Duration(r.Msg.TtlMs) * time.Millisecond}
+		if r.Msg.ExpiresAt != nil {
+			out.Expires = r.Msg.ExpiresAt.AsTime()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ReleaseByID frees a lock known only by its id and token. It is
+// idempotent: released is false, with no error, when the lock was already
+// gone, and it never frees a newer holder's lock. It blocks for the call,
+// retried on other endpoints on transient failures.
+func (c *Client) ReleaseByID(ctx context.Context, lockID string, token int64) (released bool, err error) {
+	err = c.call(ctx, "release", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: lockID, FencingToken: token}))
+		if err == nil {
+			released = r.Msg.Released
+		}
+		return err
+	})
+	return released, err
+}

@@ -1,0 +1,104 @@
+package client
+
+import (
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// Client talks to one or more leasegate gateways. Every gateway serves
+// every call, so the client keeps using one endpoint until a call to it
+// fails retryably and then moves to the next, round robin. A Client is safe
+// for concurrent use; make one per process and share it.
+type Client struct {
+	cfg    config
+	eps    []endpoint
+	cur    atomic.Uint32
+	closed atomic.Bool
+}
+
+type endpoint struct {
+	url string
+	rpc leasegatev1connect.LockServiceClient
+}
+
+// New returns a client for the gateways at endpoints, base URLs such as
+// "http://127.0.0.1:7070". It does not dial: connections are opened by the
+// first calls. It fails with ErrInvalidArgument on an empty list, a URL
+// that is not http:// or https://, or an invalid option.
+func New(endpoints []string, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.applyClient(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
+	}
+	if len(endpoints) == 0 {
+		return nil, invalid("new client", "no endpoints; want at least one gateway URL such as http://127.0.0.1:7070")
+	}
+	if cfg.httpClient == nil {
+		cfg.httpClient, cfg.ownHTTP = defaultHTTPClient(), true
+	}
+	var copts []connect.ClientOption
+	switch cfg.protocol {
+	case ProtocolGRPC:
+		copts = append(copts, connect.WithGRPC())
+	case ProtocolGRPCWeb:
+		copts = append(copts, connect.WithGRPCWeb())
+	}
+	c := &Client{cfg: cfg}
+	for _, raw := range endpoints {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, invalid("new client", "endpoint %q: want an http:// or https:// URL with a host", raw)
+		}
+		base := strings.TrimSuffix(raw, "/")
+		c.eps = append(c.eps, endpoint{url: base, rpc: leasegatev1connect.NewLockServiceClient(cfg.httpClient, base, copts...)})
+	}
+	return c, nil
+}
+
+// Endpoints returns the gateway URLs the client was made with.
+func (c *Client) Endpoints() []string {
+	out := make([]string, len(c.eps))
+	for i, ep := range c.eps {
+		out[i] = ep.url
+	}
+	return out
+}
+
+// Close closes the default HTTP client's idle connections, and makes later
+// Acquire, TryAcquire and OpenSession calls fail with ErrClosed. It does
+// not release locks or close sessions, and those keep renewing: release
+// them first. It does not block and is idempotent.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	if c.cfg.ownHTTP {
+		c.cfg.httpClient.CloseIdleConnections()
+	}
+	return nil
+}
+
+func (c *Client) checkOpen(op string) error {
+	if c.closed.Load() {
+		return &opError{op: op, kind: ErrClosed}
+	}
+	return nil
+}
+
+// pick returns the endpoint calls currently go to.
+func (c *Client) pick() (int, endpoint) {
+	i := int(c.cur.Load()) % len(c.eps)
+	return i, c.eps[i]
+}
+
+// failed moves calls to the endpoint after i, unless another call already
+// moved them.
+func (c *Client) failed(i int) {
+	c.cur.CompareAndSwap(uint32(i), uint32((i+1)%len(c.eps)))
+}

@@ -1,0 +1,62 @@
+// Package client is the Go SDK for leasegate: named locks (leases) with
+// fencing tokens, FIFO waiting, background renewal and a loss signal.
+//
+// A Client talks to one or more gateways; any gateway serves any call.
+// Acquire waits in the name's queue and returns a *Lock; TryAcquire never
+// waits. The SDK renews the lock's lease in the background until Release.
+// A Session shares one lease among many locks, so that renewal costs one
+// keepalive per client rather than one per lock.
+//
+// The package imports only the generated API, connect and public libraries.
+//
+// # The loss signal and its guarantee
+//
+// Every lock has a conservative deadline on the client's Clock, reported
+// by Lock.Expires:
+//
+//	deadline = S + TTL − margin
+//
+// S is the clock reading taken just before the SDK sent the latest request
+// that a gateway answered with a confirmation of the lease: the Acquire or
+// TryAcquire that granted it (its first attempt, when it was retried), a
+// renewal, or — for a lock in a Session — the session's latest keepalive.
+// TTL is the effective TTL in that answer. margin is WithSafetyMargin:
+// TTL/100 + 100 ms by default, at most TTL/3.
+//
+// Lock.Context is cancelled, and Lock.Done closed, at the first of:
+//
+//   - a gateway answering a renewal with proof that the lock is gone or not
+//     the caller's (LOCK_EXPIRED, LOCK_STOLEN, SESSION_LOST, permission
+//     denied): at once, with Err wrapping ErrLockLost and that answer;
+//   - the deadline, when no renewal confirmed the lease before it, because
+//     gateways are unreachable, shutting down or cut off from etcd: at the
+//     deadline, never later, with Err wrapping ErrLockLost and
+//     ErrUnavailable. The SDK does not wait for a renewal still in flight,
+//     and an answer that arrives after the deadline does not revive the lock;
+//   - Release (Err is ErrReleased).
+//
+// Why the deadline is safe: etcd counts a lease's TTL from when its leader
+// handled the grant or keepalive, which is after S, and a leader change
+// only ever extends leases. So while this process's clock runs no slower
+// than the etcd leader's, the lease outlives the deadline by at least the
+// margin. The margin absorbs clock-rate drift and the delay between the
+// cancel and your code noticing it. No client-side signal can stop a
+// process that is paused (GC, SIGSTOP, VM migration) across its deadline
+// from writing late; that is what fencing tokens are for: send Lock.Token
+// with every write and have the resource refuse tokens older than the
+// newest it has seen.
+//
+// Renewals are sent every TTL × WithRenewFraction (1/3 by default), ±10%
+// jitter, counted from the send time of the previous confirmation. A
+// failed renewal is retried on the next endpoint with backoff until the
+// deadline, so with the defaults a lock survives a total gateway outage of
+// about 2/3 TTL − margin. Timestamps that gateways report (HeldError,
+// Description, Renewal) are on the gateway's clock; the loss signal never
+// relies on them.
+//
+// # Errors
+//
+// Errors match the sentinels of this package with errors.Is (ErrLockLost,
+// ErrWaitTimeout, ErrNotAcquired, …) and wrap the *connect.Error a gateway
+// answered, whose leasegate reason Reason extracts.
+package client

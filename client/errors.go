@@ -1,0 +1,228 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+)
+
+// Errors returned by the SDK. Match them with errors.Is. An error that
+// came from a gateway also wraps the *connect.Error it answered, so
+// errors.As(err, &connectErr) and Reason(err) work too.
+var (
+	// ErrLockLost reports that a lock is no longer held, or can no longer
+	// be proven held before its conservative deadline. Lock.Err wraps it
+	// with the cause: the gateway's LOCK_EXPIRED or LOCK_STOLEN answer, a
+	// refused proof of ownership, the session's loss, or ErrUnavailable
+	// when no gateway confirmed the lease in time.
+	ErrLockLost = errors.New("lock lost")
+	// ErrReleased is Lock.Err after Release, or after the lock's session
+	// was closed: the holder let go on purpose.
+	ErrReleased = errors.New("lock released")
+	// ErrWaitTimeout reports that the wait timeout of an Acquire passed
+	// before a grant. The caller holds nothing.
+	ErrWaitTimeout = errors.New("wait timed out")
+	// ErrNotAcquired reports that TryAcquire found the lock held or
+	// contended. The error is a *HeldError, which carries the holder's
+	// lease expiry.
+	ErrNotAcquired = errors.New("lock is held by another owner")
+	// ErrSessionLost reports that a session's lease expired, was revoked,
+	// or could not be confirmed before its deadline. Session.Err wraps it,
+	// and every lock of the session is lost with it.
+	ErrSessionLost = errors.New("session lost")
+	// ErrUnavailable reports that no gateway answered, or every gateway
+	// answered with a retryable failure, within the attempts allowed.
+	ErrUnavailable = errors.New("no gateway available")
+	// ErrNotOwner reports a lock id or fencing token that does not prove
+	// ownership of the lock it names.
+	ErrNotOwner = errors.New("not the lock's owner")
+	// ErrClosed reports use of a closed Client or Session.
+	ErrClosed = errors.New("closed")
+	// ErrInvalidArgument reports a bad option or request field; the message
+	// names the value and what is allowed.
+	ErrInvalidArgument = errors.New("invalid argument")
+)
+
+// Reasons a gateway gives in the ErrorInfo detail of its errors (domain
+// "leasegate.dev"); Reason extracts them.
+const (
+	// ReasonExpired: the lock's lease lapsed and the name is free.
+	ReasonExpired = "LOCK_EXPIRED"
+	// ReasonStolen: the lock's lease lapsed and another holder has the name.
+	ReasonStolen = "LOCK_STOLEN"
+	// ReasonLeaseLost: a waiter's lease died while it waited.
+	ReasonLeaseLost = "LEASE_LOST"
+	// ReasonSessionLost: the session expired, was closed or is not yours.
+	ReasonSessionLost = "SESSION_LOST"
+	// ReasonWaitTimeout: the wait timeout passed before a grant.
+	ReasonWaitTimeout = "WAIT_TIMEOUT"
+	// ReasonShuttingDown: the gateway is stopping; the SDK retries the
+	// same request id elsewhere, keeping the queue place.
+	ReasonShuttingDown = "SHUTTING_DOWN"
+	// ReasonShardUnavailable: the etcd cluster holding the name is down.
+	ReasonShardUnavailable = "SHARD_UNAVAILABLE"
+	// ReasonResharding: the shard map is changing.
+	ReasonResharding = "RESHARDING"
+)
+
+const errorDomain = "leasegate.dev"
+
+// Reason returns the leasegate reason (one of the Reason constants) carried
+// by a gateway error anywhere in err's chain, or "" if there is none.
+func Reason(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+			return info.Reason
+		}
+	}
+	return ""
+}
+
+// HeldError is the error TryAcquire returns when the lock is held; it
+// matches ErrNotAcquired.
+type HeldError struct {
+	// Name is the lock's name.
+	Name string
+	// HolderExpires is when the holder's lease lapses unless renewed, as
+	// the gateway's clock reckons it; zero when the gateway did not say
+	// (the name had waiters but no live holder at that instant).
+	HolderExpires time.Time
+}
+
+// Error names the lock and, when known, until when its holder's lease runs.
+func (e *HeldError) Error() string {
+	if e.HolderExpires.IsZero() {
+		return fmt.Sprintf("leasegate: lock %q is held", e.Name)
+	}
+	return fmt.Sprintf("leasegate: lock %q is held until %s", e.Name, e.HolderExpires.Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrNotAcquired) true.
+func (e *HeldError) Is(target error) bool { return target == ErrNotAcquired }
+
+// opError is what the SDK's calls return: the operation, the sentinel that
+// classifies the failure, and the underlying cause (often a *connect.Error).
+type opError struct {
+	op    string
+	kind  error
+	cause error
+}
+
+func (e *opError) Error() string {
+	msg := "leasegate: " + e.op
+	if e.kind != nil {
+		msg += ": " + e.kind.Error()
+	}
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	}
+	return msg
+}
+
+func (e *opError) Unwrap() []error {
+	var out []error
+	for _, err := range []error{e.kind, e.cause} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// wrap classifies a failed call's error for the caller of op.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *opError
+	if errors.As(err, &oe) {
+		return err
+	}
+	return &opError{op: op, kind: kindOf(err), cause: err}
+}
+
+func invalid(op, format string, args ...any) error {
+	return &opError{op: op, kind: ErrInvalidArgument, cause: fmt.Errorf(format, args...)}
+}
+
+// kindOf maps a gateway error to its sentinel, or nil when none fits.
+func kindOf(err error) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		if errors.Is(err, errStreamEnded) {
+			return ErrUnavailable
+		}
+		return nil
+	}
+	switch ce.Code() {
+	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
+		return ErrInvalidArgument
+	case connect.CodePermissionDenied:
+		return ErrNotOwner
+	case connect.CodeDeadlineExceeded:
+		if Reason(err) == ReasonWaitTimeout {
+			return ErrWaitTimeout
+		}
+	case connect.CodeFailedPrecondition, connect.CodeAborted:
+		switch Reason(err) {
+		case ReasonSessionLost:
+			return ErrSessionLost
+		case ReasonExpired, ReasonStolen, ReasonLeaseLost:
+			return ErrLockLost
+		}
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal, connect.CodeResourceExhausted:
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// errStreamEnded is an Acquire stream that ended cleanly without a grant.
+var errStreamEnded = errors.New("the acquire stream ended without a grant")
+
+// retryable reports whether another attempt, on the next endpoint, may
+// succeed where this one failed: the gateway was unreachable, stopping,
+// cut off from etcd, or the stream broke. The caller checks its own
+// context first: a cancelled caller never retries.
+func retryable(err error) bool {
+	if errors.Is(err, errStreamEnded) {
+		return true
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	switch ce.Code() {
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal,
+		connect.CodeResourceExhausted, connect.CodeCanceled:
+		return true
+	case connect.CodeDeadlineExceeded:
+		return Reason(err) != ReasonWaitTimeout
+	case connect.CodeAborted:
+		// The waiter's lease died (the gateway serving it was gone for a
+		// whole TTL): a retry enqueues again, at the back.
+		return Reason(err) == ReasonLeaseLost
+	}
+	return false
+}
+
+// proofRefused reports an answer that proves a lease or lock is gone or not
+// ours: the only answers on which a renewer declares loss before the
+// deadline. Anything else is retried until the deadline.
+func proofRefused(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodePermissionDenied, connect.CodeInvalidArgument:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,212 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// keeper keeps one lease alive — a lock's own lease or a session's — and
+// owns the conservative deadline derived from it. Its context is cancelled,
+// with the cause, the moment the lease is known lost (a gateway refuses
+// the proof of ownership) or reaches its deadline unconfirmed.
+//
+// The deadline is always sendTime + TTL - margin of the last confirmed
+// request, where sendTime is read from the clock before the request left.
+// The lease's real expiry is measured by etcd from when the request
+// arrived, so it is later; only a clock running slower here than on the
+// etcd leader could invert that, which the margin absorbs.
+type keeper struct {
+	c      *Client
+	ttl    time.Duration
+	margin time.Duration
+	renew  func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (time.Duration, error)
+	// lostErr turns the cause of a loss into the error the owner reports.
+	lostErr func(cause error) error
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time
+	lostAt   time.Time // clock time of the loss; zero while not lost
+	lostBy   error     // cause of the loss; nil while not lost
+
+	stopOnce sync.Once
+	stopc    chan struct{}
+	done     chan struct{}
+}
+
+// hooks let tests observe the renewer; all nil in production.
+type hooks struct {
+	// renewed runs on the keeper's goroutine after each renewal attempt
+	// was processed, with the time it was sent and its error.
+	renewed func(sent time.Time, err error)
+}
+
+type renewResult struct {
+	sent time.Time
+	ttl  time.Duration
+	err  error
+}
+
+// startKeeper starts keeping a lease whose TTL is ttl and which was last
+// confirmed by a request sent at anchor.
+func (c *Client) startKeeper(ttl time.Duration, anchor time.Time,
+	renew func(context.Context, leasegatev1connect.LockServiceClient) (time.Duration, error),
+	lostErr func(error) error) *keeper {
+	k := &keeper{
+		c: c, ttl: ttl, margin: c.cfg.marginFor(ttl), renew: renew, lostErr: lostErr,
+		stopc: make(chan struct{}), done: make(chan struct{}),
+	}
+	k.ctx, k.cancel = context.WithCancelCause(context.Background())
+	k.deadline = anchor.Add(ttl - k.margin)
+	go k.run(anchor)
+	return k
+}
+
+// Deadline is the conservative deadline: the moment the context is
+// cancelled unless a renewal confirms the lease first.
+func (k *keeper) Deadline() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.deadline
+}
+
+// interval is the jittered pause between a confirmation and the next
+// renewal: TTL × renew fraction, ±10%.
+func (k *keeper) interval() time.Duration {
+	base := float64(k.ttl) * k.c.cfg.renewFraction
+	return time.Duration(base * (0.9 + 0.2*rand.Float64()))
+}
+
+func (k *keeper) run(anchor time.Time) {
+	defer close(k.done)
+	clk := k.c.cfg.clock
+	actx, acancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		acancel()
+		wg.Wait()
+	}()
+	results := make(chan renewResult, 1)
+	inflight := false
+	bo := k.c.newBackoff()
+	var last error
+
+	deadline := k.Deadline()
+	deadlineT := clk.NewTimer(deadline.Sub(clk.Now()))
+	renewT := clk.NewTimer(anchor.Add(k.interval()).Sub(clk.Now()))
+	defer func() {
+		deadlineT.Stop()
+		renewT.Stop()
+	}()
+	for {
+		select {
+		case <-k.stopc:
+			return
+		case <-deadlineT.C():
+			k.lose(k.unconfirmed(deadline, last))
+			return
+		case <-renewT.C():
+			if inflight {
+				continue
+			}
+			inflight = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results <- k.attempt(actx)
+			}()
+		case r := <-results:
+			inflight = false
+			if now := clk.Now(); !now.Before(deadline) {
+				// Never later than the deadline, even if an answer raced it.
+				k.lose(k.unconfirmed(deadline, r.err))
+				return
+			}
+			switch {
+			case r.err == nil:
+				if d := r.sent.Add(r.ttl - k.c.cfg.marginFor(r.ttl)); d.After(deadline) {
+					deadline = d
+					k.mu.Lock()
+					k.deadline = d
+					k.mu.Unlock()
+					deadlineT.Stop()
+					deadlineT = clk.NewTimer(d.Sub(clk.Now()))
+				}
+				last = nil
+				bo.reset()
+				renewT = clk.NewTimer(r.sent.Add(k.interval()).Sub(clk.Now()))
+			case proofRefused(r.err):
+				k.lose(k.lostErr(r.err))
+				k.observe(r)
+				return
+			default:
+				last = r.err
+				renewT = clk.NewTimer(bo.next())
+			}
+			k.observe(r)
+		}
+	}
+}
+
+// observe reports a processed renewal to the test hook.
+func (k *keeper) observe(r renewResult) {
+	if k.c.cfg.hooks.renewed != nil {
+		k.c.cfg.hooks.renewed(r.sent, r.err)
+	}
+}
+
+// attempt sends one renewal to the current endpoint. Any failure that does
+// not prove the lease gone moves later attempts to the next endpoint.
+func (k *keeper) attempt(ctx context.Context) renewResult {
+	clk := k.c.cfg.clock
+	i, ep := k.c.pick()
+	sent := clk.Now()
+	actx, cancel := withTimeout(ctx, clk, min(k.c.cfg.requestTimeout, k.ttl/4))
+	defer cancel()
+	ttl, err := k.renew(actx, ep.rpc)
+	if err != nil && !proofRefused(err) {
+		k.c.failed(i)
+	}
+	return renewResult{sent: sent, ttl: ttl, err: err}
+}
+
+// unconfirmed is the cause of a loss by deadline.
+func (k *keeper) unconfirmed(deadline time.Time, last error) error {
+	cause := &opError{
+		op:    fmt.Sprintf("no gateway confirmed the lease before its deadline %s", deadline.Format(time.RFC3339Nano)),
+		kind:  ErrUnavailable,
+		cause: last,
+	}
+	return k.lostErr(cause)
+}
+
+func (k *keeper) lose(err error) {
+	k.mu.Lock()
+	k.lostAt, k.lostBy = k.c.cfg.clock.Now(), err
+	k.mu.Unlock()
+	k.cancel(err)
+}
+
+// lost returns the cause of the loss, or nil while the lease was not lost.
+func (k *keeper) lost() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lostBy
+}
+
+// stop ends the renewals and waits for them to finish. If the lease was not
+// lost by then, the context is cancelled with cause. It returns the cause
+// of a loss before the stop, or nil.
+func (k *keeper) stop(cause error) (lost error) {
+	k.stopOnce.Do(func() { close(k.stopc) })
+	<-k.done
+	k.cancel(cause)
+	return k.lost()
+}

@@ -1,0 +1,145 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+type fakeClk struct{ *clock.Fake }
+
+func (f fakeClk) NewTimer(d time.Duration) Timer { return f.Fake.NewTimer(d) }
+
+type attemptResult struct {
+	sent time.Time
+	err  error
+}
+
+// keeperFixture runs a keeper over a fake renew function: the renewer's
+// logic is not about etcd, so it is tested without one.
+func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Context) (time.Duration, error)) (*keeper, fakeClk, chan attemptResult) {
+	t.Helper()
+	clk := fakeClk{clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	seen := make(chan attemptResult, 64)
+	c, err := New([]string{"http://127.0.0.1:1"}, WithClock(clk), WithRenewHook(func(sent time.Time, err error) {
+		seen <- attemptResult{sent, err}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.startKeeper(ttl, clk.Now(), func(ctx context.Context, _ leasegatev1connect.LockServiceClient) (time.Duration, error) {
+		return renew(ctx)
+	}, func(cause error) error { return &opError{op: "test lease", kind: ErrLockLost, cause: cause} })
+	t.Cleanup(func() { k.stop(ErrReleased) })
+	return k, clk, seen
+}
+
+func waitFor[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out")
+	}
+	var zero T
+	return zero
+}
+
+func TestKeeperIntervalJitter(t *testing.T) {
+	k, _, _ := keeperFixture(t, 30*time.Second, func(context.Context) (time.Duration, error) { return 30 * time.Second, nil })
+	lo, hi := 9*time.Second, 11*time.Second
+	for i := 0; i < 1000; i++ {
+		if d := k.interval(); d < lo || d > hi {
+			t.Fatalf("interval() = %s; want within [%s, %s] (TTL/3 ± 10%%)", d, lo, hi)
+		}
+	}
+}
+
+func TestKeeperTransientFailuresHoldUntilDeadline(t *testing.T) {
+	unavailable := connect.NewError(connect.CodeUnavailable, errors.New("gateway gone"))
+	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (time.Duration, error) { return 0, unavailable })
+	deadline := k.Deadline()
+	clk.Advance(deadline.Sub(clk.Now()) - time.Nanosecond)
+	if r := waitFor(t, seen); !errors.Is(r.err, unavailable) {
+		t.Fatalf("attempt error = %v; want the unavailable answer", r.err)
+	}
+	if k.ctx.Err() != nil {
+		t.Fatalf("lease lost before its deadline: %v", context.Cause(k.ctx))
+	}
+	clk.Advance(time.Nanosecond)
+	<-k.ctx.Done()
+	err := context.Cause(k.ctx)
+	if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrUnavailable) || !errors.Is(err, unavailable) {
+		t.Fatalf("cause = %v; want ErrLockLost, ErrUnavailable and the last answer", err)
+	}
+	if !k.lostAt.Equal(deadline) {
+		t.Fatalf("lost at %s; want the deadline %s", k.lostAt, deadline)
+	}
+}
+
+func TestKeeperRefusalLosesAtOnce(t *testing.T) {
+	refused := connect.NewError(connect.CodeFailedPrecondition, errors.New("stolen"))
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen, Domain: errorDomain}); err == nil {
+		refused.AddDetail(d)
+	}
+	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (time.Duration, error) { return 0, refused })
+	clk.Advance(1100 * time.Millisecond)
+	waitFor(t, seen)
+	<-k.ctx.Done()
+	err := context.Cause(k.ctx)
+	if !errors.Is(err, ErrLockLost) || Reason(err) != ReasonStolen {
+		t.Fatalf("cause = %v; want ErrLockLost with reason %s", err, ReasonStolen)
+	}
+	if !k.lostAt.Before(k.Deadline()) {
+		t.Fatalf("lost at %s; want at once, before the deadline %s", k.lostAt, k.Deadline())
+	}
+}
+
+func TestKeeperAnswerAfterDeadlineDoesNotRevive(t *testing.T) {
+	unblock := make(chan struct{})
+	started := make(chan struct{}, 1)
+	k, clk, _ := keeperFixture(t, 3*time.Second, func(ctx context.Context) (time.Duration, error) {
+		started <- struct{}{}
+		<-unblock
+		return 3 * time.Second, nil
+	})
+	deadline := k.Deadline()
+	clk.Advance(1100 * time.Millisecond)
+	waitFor(t, started)
+	clk.Advance(deadline.Sub(clk.Now()))
+	<-k.ctx.Done()
+	close(unblock)
+	if err := k.stop(ErrReleased); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("stop() = %v; want the earlier loss", err)
+	}
+	if !k.Deadline().Equal(deadline) || !k.lostAt.Equal(deadline) {
+		t.Fatalf("deadline %s, lost at %s; want both %s", k.Deadline(), k.lostAt, deadline)
+	}
+}
+
+func TestKeeperSuccessMovesDeadline(t *testing.T) {
+	const ttl = 3 * time.Second
+	k, clk, seen := keeperFixture(t, ttl, func(context.Context) (time.Duration, error) { return ttl, nil })
+	margin := k.c.cfg.marginFor(ttl)
+	for i := 0; i < 3; i++ {
+		clk.Advance(1100 * time.Millisecond)
+		r := waitFor(t, seen)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if want := r.sent.Add(ttl - margin); !k.Deadline().Equal(want) {
+			t.Fatalf("renewal %d: deadline %s; want %s", i, k.Deadline(), want)
+		}
+	}
+	if k.ctx.Err() != nil {
+		t.Fatalf("renewed lease lost: %v", context.Cause(k.ctx))
+	}
+}

@@ -1,0 +1,166 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// Lock is a held lock: a lease on a name, with the fencing token of the
+// grant. Unless it belongs to a Session, the SDK renews it in the
+// background until Release or loss. Every method is safe for concurrent use.
+//
+// Stop the work the lock protects when Done closes, and pass Token to the
+// protected resource with every write: the lock can be lost at any time
+// (see the package documentation), and only the resource can refuse a
+// write that a paused or partitioned holder sends too late.
+type Lock struct {
+	c     *Client
+	name  string
+	id    string
+	shard string
+	token int64
+	ttl   time.Duration
+
+	keeper *keeper  // the lock's own lease; nil in a session
+	sess   *Session // nil for a lock with its own lease
+
+	ctx       context.Context
+	cancel    context.CancelCauseFunc // session locks only
+	stopAfter func() bool             // session locks only
+
+	mu       sync.Mutex
+	released bool
+}
+
+// Name is the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Token is the fencing token of this grant: it only grows per name.
+// Present it to the protected resource with every write.
+func (l *Lock) Token() int64 { return l.token }
+
+// ID is the opaque lock id for RenewByID and ReleaseByID. It carries the
+// holder's secret: treat it like a password.
+func (l *Lock) ID() string { return l.id }
+
+// Shard names the etcd cluster the lock lives on.
+func (l *Lock) Shard() string { return l.shard }
+
+// TTL is the lease's effective TTL (whole seconds, at least etcd's minimum).
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// Session is the session the lock is attached to, or nil.
+func (l *Lock) Session() *Session { return l.sess }
+
+// Expires is the lock's current conservative deadline on the client's
+// clock: Context is cancelled at this moment unless a renewal (or, in a
+// session, a keepalive) confirms the lease before it. It moves forward with
+// each confirmation. It does not block.
+func (l *Lock) Expires() time.Time {
+	if l.keeper != nil {
+		return l.keeper.Deadline()
+	}
+	return l.sess.Expires()
+}
+
+// Context returns a context that is cancelled the moment the lock is lost
+// or released; context.Cause then returns the same error as Err. Derive the
+// contexts of the protected work from it.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done returns a channel that is closed when the lock is lost or released.
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lock is held; after Done closes it returns an
+// error wrapping ErrLockLost and the cause when the lock was lost, or
+// ErrReleased when it was released (or its session closed). It does not
+// block.
+func (l *Lock) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+func (l *Lock) op() string { return fmt.Sprintf("lock %q", l.name) }
+
+// lostError is the error a lock reports when cause ends it.
+func (l *Lock) lostError(cause error) error {
+	return &opError{op: l.op(), kind: ErrLockLost, cause: cause}
+}
+
+// renewRPC renews the lock's own lease once on rpc.
+func (l *Lock) renewRPC(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (time.Duration, error) {
+	resp, err := rpc.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: l.id, FencingToken: l.token}))
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(resp.Msg.TtlMs) * time.Millisecond, nil
+}
+
+// attach ties a session lock's lifetime to its session's.
+func (l *Lock) attach(s *Session) {
+	l.sess = s
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	sctx := s.keeper.ctx
+	l.stopAfter = context.AfterFunc(sctx, func() {
+		cause := context.Cause(sctx)
+		if errors.Is(cause, ErrClosed) {
+			l.cancel(ErrReleased)
+			return
+		}
+		l.cancel(l.lostError(cause))
+	})
+}
+
+// Release frees the lock and stops its renewal; Done closes and Err
+// reports ErrReleased. It blocks until a gateway confirms, the retries
+// (every endpoint, at least 3 attempts) are spent, or ctx ends.
+//
+// It is idempotent and safe after loss: it returns nil when the lock was
+// already released, lost, or freed by its TTL, and a gateway can never
+// free a newer holder's lock with it. When the lock was lost only because
+// no gateway could confirm it, Release still tries to free it, but it
+// returns nil whatever the outcome. Otherwise, if no gateway answers, it
+// returns an error wrapping ErrUnavailable; the lock then lapses at its TTL
+// at the latest, and calling Release again retries.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released {
+		return nil
+	}
+	var lost error
+	if l.keeper != nil {
+		lost = l.keeper.stop(ErrReleased)
+	} else {
+		l.stopAfter()
+		if l.ctx.Err() != nil {
+			lost = context.Cause(l.ctx)
+		}
+		l.cancel(ErrReleased)
+	}
+	if lost != nil && !errors.Is(lost, ErrUnavailable) {
+		// A gateway proved the lock gone, or its session was closed:
+		// there is nothing left to free.
+		l.released = true
+		return nil
+	}
+	err := l.c.call(ctx, "release "+l.op(), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		_, err := rpc.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: l.id, FencingToken: l.token}))
+		return err
+	})
+	if err != nil && lost == nil {
+		return err
+	}
+	l.released = true
+	return nil
+}

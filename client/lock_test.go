@@ -1,0 +1,230 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+// renewal is one renewal attempt seen by the renew hook.
+type renewal struct {
+	sent time.Time
+	err  error
+}
+
+// fakeTimeClient returns a client on a fake clock whose renewals are
+// reported on the returned channel.
+func fakeTimeClient(t *testing.T, endpoints []string, opts ...client.Option) (*client.Client, fakeClock, *slowTransport, chan renewal) {
+	clk := newFakeClock()
+	tr := &slowTransport{base: h2cTransport(), clk: clk}
+	t.Cleanup(tr.base.(*http.Transport).CloseIdleConnections)
+	renewals := make(chan renewal, 64)
+	opts = append([]client.Option{
+		client.WithClock(clk),
+		client.WithHTTPClient(&http.Client{Transport: tr}),
+		client.WithRenewHook(func(sent time.Time, err error) { renewals <- renewal{sent, err} }),
+	}, opts...)
+	return newClient(t, endpoints, opts...), clk, tr, renewals
+}
+
+// renewDue is the latest a renewal can be due after a confirmation sent at
+// a time: TTL/3 + 10% jitter.
+func renewDue(ttl time.Duration) time.Duration { return ttl * 11 / 30 }
+
+func TestRenewalExtendsDeadlineFromSendTime(t *testing.T) {
+	g := startGateway(t, "")
+	c, clk, tr, renewals := fakeTimeClient(t, []string{g.url})
+	ctx := ctxT(t)
+	t0 := clk.Now()
+	l, err := c.Acquire(ctx, "renewed", client.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := l.TTL()
+	margin := client.Margin(c, ttl)
+	if margin != ttl/100+100*time.Millisecond {
+		t.Fatalf("default margin for %s = %s; want TTL/100 + 100ms", ttl, margin)
+	}
+	if want := t0.Add(ttl - margin); !l.Expires().Equal(want) {
+		t.Fatalf("Expires after the grant = %s; want acquire send time + TTL - margin = %s", l.Expires(), want)
+	}
+
+	// From now on every request takes 400ms of fake time in flight: the
+	// deadline must count from when the renewal was sent, not answered.
+	tr.delay.Store(int64(400 * time.Millisecond))
+	clk.Advance(renewDue(ttl))
+	t1 := clk.Now()
+	r := await(t, renewals, "renewal")
+	if r.err != nil {
+		t.Fatalf("renewal failed: %v", r.err)
+	}
+	if !r.sent.Equal(t1) {
+		t.Fatalf("renewal sent at %s; want %s, when it fell due", r.sent, t1)
+	}
+	if want := t1.Add(ttl - margin); !l.Expires().Equal(want) {
+		t.Fatalf("Expires after a renewal = %s; want its send time + TTL - margin = %s (the answer arrived at %s)", l.Expires(), want, clk.Now())
+	}
+	if l.Err() != nil {
+		t.Fatalf("renewed lock has Err %v", l.Err())
+	}
+	tr.delay.Store(0)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLostSignalWhenRenewalRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		steal  bool
+		reason string
+	}{
+		{"expired", false, client.ReasonExpired},
+		{"stolen", true, client.ReasonStolen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, "")
+			c, clk, _, renewals := fakeTimeClient(t, []string{g.url})
+			ctx := ctxT(t)
+			l, err := c.Acquire(ctx, "refused", client.WithTTL(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := revokeLocks(t, g.prefix, "refused"); n != 1 {
+				t.Fatalf("revoked %d leases; want 1", n)
+			}
+			other := newClient(t, []string{g.url})
+			if tc.steal {
+				thief, err := other.TryAcquire(ctx, "refused", client.WithTTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer thief.Release(ctx)
+			}
+			notDone(t, l.Done(), "Done before the next renewal")
+
+			clk.Advance(renewDue(l.TTL()))
+			at := clk.Now()
+			r := await(t, renewals, "renewal")
+			if r.err == nil {
+				t.Fatal("renewal of a revoked lease succeeded")
+			}
+			await(t, l.Done(), "Done after a refused renewal")
+			err = l.Err()
+			var ce *connect.Error
+			if !errors.Is(err, client.ErrLockLost) || !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition || client.Reason(err) != tc.reason {
+				t.Fatalf("Err() = %v (reason %q); want ErrLockLost wrapping failed_precondition/%s", err, client.Reason(err), tc.reason)
+			}
+			if cause := context.Cause(l.Context()); cause != err {
+				t.Fatalf("context.Cause(Context()) = %v; want Err() = %v", cause, err)
+			}
+			if lostAt := client.LostAt(l); !lostAt.Equal(at) || !lostAt.Before(l.Expires()) {
+				t.Fatalf("lost at %s; want at the refused renewal (%s), before the deadline %s", lostAt, at, l.Expires())
+			}
+
+			// Release after loss is harmless and keeps the loss's cause.
+			for i := 0; i < 2; i++ {
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release #%d after loss = %v; want nil", i+1, err)
+				}
+			}
+			if !errors.Is(l.Err(), client.ErrLockLost) {
+				t.Fatalf("Err() after Release of a lost lock = %v; want still ErrLockLost", l.Err())
+			}
+			if !tc.steal {
+				l2, err := other.TryAcquire(ctx, "refused")
+				if err != nil {
+					t.Fatalf("the expired name is not free: %v", err)
+				}
+				l2.Release(ctx)
+			}
+		})
+	}
+}
+
+func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
+	g := startGateway(t, "")
+	c, clk, _, renewals := fakeTimeClient(t, []string{g.url})
+	ctx := ctxT(t)
+	t0 := clk.Now()
+	l, err := c.Acquire(ctx, "cut-off", client.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := l.Expires()
+	if want := t0.Add(l.TTL() - client.Margin(c, l.TTL())); !deadline.Equal(want) {
+		t.Fatalf("deadline = %s; want %s", deadline, want)
+	}
+	g.stop()
+
+	// Up to a nanosecond before the deadline: renewals fail, the lock holds.
+	clk.Advance(deadline.Sub(clk.Now()) - time.Nanosecond)
+	if r := await(t, renewals, "renewal"); r.err == nil {
+		t.Fatal("renewal through a stopped gateway succeeded")
+	}
+	notDone(t, l.Done(), "Done a nanosecond before the deadline")
+	if !l.Expires().Equal(deadline) {
+		t.Fatalf("a failed renewal moved the deadline to %s", l.Expires())
+	}
+
+	clk.Advance(time.Nanosecond)
+	await(t, l.Done(), "Done at the deadline")
+	if lostAt := client.LostAt(l); !lostAt.Equal(deadline) {
+		t.Fatalf("lost at %s; want exactly the deadline %s", lostAt, deadline)
+	}
+	if err := l.Err(); !errors.Is(err, client.ErrLockLost) || !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("Err() = %v; want ErrLockLost and ErrUnavailable", err)
+	}
+
+	// With every gateway down, Release still returns at once and clean.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Release(cctx); err != nil {
+		t.Fatalf("Release after a loss by deadline = %v; want nil", err)
+	}
+}
+
+// A grant that took longer than a renew interval to arrive is renewed
+// before Acquire returns, so the lock starts with a fresh deadline.
+func TestLongWaitRenewsBeforeReturning(t *testing.T) {
+	g := startGateway(t, "")
+	other := newClient(t, []string{g.url})
+	ctx := ctxT(t)
+	holder, err := other.TryAcquire(ctx, "long-wait", client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, clk, _, _ := fakeTimeClient(t, []string{g.url})
+	queued := make(chan int64, 4)
+	type result struct {
+		l   *client.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "long-wait", client.WithTTL(3*time.Second), client.WithOnQueued(func(p int64) { queued <- p }))
+		done <- result{l, err}
+	}()
+	await(t, queued, "queued")
+	clk.Advance(2 * time.Second)
+	renewedAt := clk.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := await(t, done, "grant")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if want := renewedAt.Add(r.l.TTL() - client.Margin(c, r.l.TTL())); !r.l.Expires().Equal(want) {
+		t.Fatalf("Expires after a long wait = %s; want a deadline from a renewal at grant time, %s", r.l.Expires(), want)
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

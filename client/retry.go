@@ -1,0 +1,77 @@
+package client
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// backoff yields jittered, exponentially growing pauses between retries.
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func (c *Client) newBackoff() *backoff {
+	return &backoff{initial: c.cfg.backoffInitial, max: c.cfg.backoffMax}
+}
+
+// next returns the pause before the next retry: between half and all of a
+// nominal value that doubles per call up to max.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.initial
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// rpcFunc is one attempt of a call against one gateway.
+type rpcFunc func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error
+
+// call runs fn against the current endpoint and, while failures are
+// retryable, against the next ones: at most max(3, endpoints) attempts,
+// each bounded by the request timeout. It pauses (backoff) only after
+// trying every endpoint once, since a different gateway may answer at once.
+func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
+	attempts := max(3, len(c.eps))
+	bo := c.newBackoff()
+	var last error
+	for a := 0; a < attempts; a++ {
+		if a > 0 && a%len(c.eps) == 0 {
+			if err := sleep(ctx, c.cfg.clock, bo.next()); err != nil {
+				return &opError{op: op, kind: err, cause: last}
+			}
+		}
+		err := c.attempt(ctx, c.cfg.requestTimeout, fn)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return &opError{op: op, kind: ctx.Err(), cause: err}
+		}
+		if !retryable(err) {
+			return wrap(op, err)
+		}
+		last = err
+	}
+	return &opError{op: op, kind: ErrUnavailable, cause: last}
+}
+
+// attempt runs fn once on the current endpoint, bounded by timeout on the
+// client's clock, and moves on to the next endpoint if it fails retryably.
+func (c *Client) attempt(ctx context.Context, timeout time.Duration, fn rpcFunc) error {
+	i, ep := c.pick()
+	actx, cancel := withTimeout(ctx, c.cfg.clock, timeout)
+	defer cancel()
+	err := fn(actx, ep.rpc)
+	if err != nil && retryable(err) {
+		c.failed(i)
+	}
+	return err
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+func TestAcquireRenewReleaseDescribe(t *testing.T) {
+	g := startGateway(t)
+	ep := []string{"--endpoint", g.url, "-o", "json"}
+	got := decode(t, runOK(t, append(ep, "acquire", "cli", "--ttl", "5s", "--client-id", "ops")...))
+	id, _ := got["lockId"].(string)
+	token, _ := got["fencingToken"].(float64)
+	if id == "" || token <= 0 || got["shard"] != "main" || got["ttlMs"] != float64(5000) || got["name"] != "cli" {
+		t.Fatalf("acquire printed %v; want a lock id, a positive token, shard main, ttl 5000", got)
+	}
+	tok := fmt.Sprint(int64(token))
+
+	d := decode(t, runOK(t, append(ep, "describe", "cli")...))
+	if d["held"] != true || d["fencingToken"] != token || d["holderClientId"] != "ops" || d["shard"] != "main" {
+		t.Fatalf("describe printed %v; want held by ops with token %s on shard main", d, tok)
+	}
+	if rn := decode(t, runOK(t, append(ep, "renew", id, tok)...)); rn["renewed"] != true || rn["ttlMs"] != float64(5000) {
+		t.Fatalf("renew printed %v", rn)
+	}
+	r := run(t, nil, append(ep, "try", "cli")...)
+	if r.code != exitNotAcquired || decode(t, r.stdout)["acquired"] != false {
+		t.Fatalf("try on a held lock exited %d, printed %q; want %d and acquired false", r.code, r.stdout, exitNotAcquired)
+	}
+	if rel := decode(t, runOK(t, append(ep, "release", id, tok)...)); rel["released"] != true {
+		t.Fatalf("release printed %v", rel)
+	}
+	if rel := decode(t, runOK(t, append(ep, "release", id, tok)...)); rel["released"] != false {
+		t.Fatalf("second release printed %v; want released false", rel)
+	}
+	r = run(t, nil, append(ep, "renew", id, tok)...)
+	if r.code != exitLost || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "lock lost") {
+		t.Fatalf("renew of a released lock exited %d, stderr %q; want %d and one line saying the lock is lost", r.code, r.stderr, exitLost)
+	}
+
+	table := runOK(t, "--endpoint", g.url, "describe", "cli")
+	if rows := strings.Split(strings.TrimSpace(table), "\n"); len(rows) != 2 || !strings.HasPrefix(rows[0], "NAME") || !strings.Contains(rows[0], "SHARD") {
+		t.Fatalf("table output:\n%s\nwant a header with SHARD and one row", table)
+	}
+}
+
+func TestErrorsAreOneLine(t *testing.T) {
+	g := startGateway(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", nil, []string{"describe", "x", "--bogus"}, exitUsage, "unknown flag: --bogus"},
+		{"bad output", nil, []string{"-o", "yaml", "describe", "x"}, exitUsage, "--output"},
+		{"missing argument", nil, []string{"describe"}, exitUsage, "NAME"},
+		{"bad token", nil, []string{"renew", "id", "abc"}, exitUsage, `token "abc"`},
+		{"bad duration", nil, []string{"acquire", "x", "--ttl", "soon"}, exitUsage, "--ttl"},
+		{"unknown command", nil, []string{"frobnicate"}, exitUsage, "unknown command"},
+		{"run without lock", nil, []string{"run", "--", "true"}, exitUsage, "--lock is required"},
+		{"bad endpoint", nil, []string{"--endpoint", "localhost:1", "describe", "x"}, exitUsage, "endpoint"},
+		{"unreachable", nil, []string{"--endpoint", "http://127.0.0.1:1", "describe", "x"}, exitError, "no gateway available"},
+		{"unreachable from env", []string{"LEASEGATE_ENDPOINT=http://127.0.0.1:1"}, []string{"try", "x"}, exitError, "127.0.0.1:1"},
+		{"name refused by the gateway", []string{"LEASEGATE_ENDPOINT=" + g.url}, []string{"describe", "bad\x01name"}, exitUsage, "invalid argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, tc.env, tc.args...)
+			if r.code != tc.code || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.want) ||
+				strings.Contains(r.stderr, "Usage") || strings.Contains(r.stderr, "goroutine") {
+				t.Fatalf("leasectl %q exited %d with stderr %q; want %d and one line mentioning %q", tc.args, r.code, r.stderr, tc.code, tc.want)
+			}
+		})
+	}
+	// The environment supplies the endpoint when no flag does.
+	r := run(t, []string{"LEASEGATE_ENDPOINT=http://127.0.0.1:1, " + g.url}, "-o", "json", "describe", "env")
+	if r.code != 0 || decode(t, r.stdout)["name"] != "env" {
+		t.Fatalf("describe with LEASEGATE_ENDPOINT exited %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		if out := runOK(t, "completion", shell); !strings.Contains(out, "leasectl") {
+			t.Fatalf("completion %s printed no script", shell)
+		}
+	}
+}
+
+func TestWatchPrintsChanges(t *testing.T) {
+	g := startGateway(t)
+	cmd := command(t, nil, "--endpoint", g.url, "-o", "json", "watch", "watched", "--interval", "20ms")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := lines(stdout)
+	if d := decode(t, nextLine(t, out, "initial state")); d["held"] != false {
+		t.Fatalf("first watch line %v; want held false", d)
+	}
+	c, err := client.New([]string{g.url}, client.WithClientID("watcher-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "watched", client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := decode(t, nextLine(t, out, "holder line")); d["held"] != true || d["fencingToken"] != float64(l.Token()) || d["holderClientId"] != "watcher-test" {
+		t.Fatalf("watch line after acquire %v; want held by watcher-test with token %d", d, l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := decode(t, nextLine(t, out, "released line")); d["held"] != false {
+		t.Fatalf("watch line after release %v; want held false", d)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("watch ended with %v after SIGINT; want exit 0", err)
+	}
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+// acquireFlags are the flags acquire, try and run share.
+type acquireFlags struct {
+	ttl       time.Duration
+	wait      time.Duration
+	requestID string
+}
+
+func (a *acquireFlags) register(cmd *cobra.Command, wait bool) {
+	f := cmd.Flags()
+	f.DurationVar(&a.ttl, "ttl", 30*time.Second, "lease TTL (whole seconds; etcd raises it to its minimum)")
+	if wait {
+		f.DurationVar(&a.wait, "wait", 0, "longest time to wait in the queue (0: until interrupted)")
+	}
+	f.StringVar(&a.requestID, "request-id", "", "idempotency key: repeating a call with it resumes the same queue place or grant (default random)")
+}
+
+func (a *acquireFlags) options() ([]client.AcquireOption, error) {
+	if a.ttl < time.Second {
+		return nil, usagef("--ttl %s: want at least 1s", a.ttl)
+	}
+	if a.wait < 0 {
+		return nil, usagef("--wait %s: want 0 (until interrupted) or a positive duration", a.wait)
+	}
+	opts := []client.AcquireOption{client.WithTTL(a.ttl), client.WithWaitTimeout(a.wait)}
+	if a.requestID != "" {
+		opts = append(opts, client.WithRequestID(a.requestID))
+	}
+	return opts, nil
+}
+
+func printLock(p *printer, l *client.Lock) error {
+	return p.print(
+		field{"NAME", "name", l.Name()},
+		field{"TOKEN", "fencingToken", l.Token()},
+		field{"TTL", "ttlMs", l.TTL()},
+		field{"EXPIRES", "expiresAt", l.Expires()},
+		field{"SHARD", "shard", l.Shard()},
+		field{"LOCK ID", "lockId", l.ID()},
+	)
+}
+
+func newAcquireCmd(g *globals) *cobra.Command {
+	var a acquireFlags
+	cmd := &cobra.Command{
+		Use:   "acquire NAME",
+		Short: "Wait for a lock and print its id and fencing token",
+		Long: `acquire waits in NAME's FIFO queue until it is granted the lock, --wait passes
+(exit status 3) or it is interrupted, then prints the lock id and fencing token.
+
+leasectl exits once the lock is granted, so nothing renews it: it lapses after
+--ttl unless you renew it ("leasectl renew LOCKID TOKEN") or release it
+("leasectl release LOCKID TOKEN"). To hold a lock while a command runs, use
+"leasectl run".`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := a.options()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			l, err := c.Acquire(cmd.Context(), args[0], opts...)
+			if err != nil {
+				return err
+			}
+			return printLock(g.printer(), l)
+		},
+	}
+	a.register(cmd, true)
+	return cmd
+}
+
+func newTryCmd(g *globals) *cobra.Command {
+	var a acquireFlags
+	cmd := &cobra.Command{
+		Use:   "try NAME",
+		Short: "Take a lock only if it is free; never wait",
+		Long: `try takes NAME's lock if nobody holds or waits for it and prints the lock id and
+fencing token; otherwise it exits with status 3 and says until when the holder's
+lease runs. Like acquire, it does not renew the lock after it exits.`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := a.options()
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := g.callCtx(cmd.Context())
+			defer cancel()
+			l, err := c.TryAcquire(ctx, args[0], opts...)
+			var held *client.HeldError
+			if errors.As(err, &held) && g.output == "json" {
+				if perr := g.printer().print(field{"", "acquired", false}, field{"", "holderExpiresAt", held.HolderExpires}); perr != nil {
+					return perr
+				}
+				return exitStatus{code: exitNotAcquired}
+			}
+			if err != nil {
+				return err
+			}
+			return printLock(g.printer(), l)
+		},
+	}
+	a.register(cmd, false)
+	return cmd
+}
+
+func parseToken(s string) (int64, error) {
+	t, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || t <= 0 {
+		return 0, usagef("token %q: want a positive integer", s)
+	}
+	return t, nil
+}
+
+func newRenewCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "renew LOCKID TOKEN",
+		Short: "Extend a held lock's lease once",
+		Long: `renew extends the lease of the lock with the given id and fencing token by its
+TTL and prints the new expiry (on the gateway's clock). It exits with status 4
+when the lock was lost (expired or taken over).`,
+		Args: exactArgs("LOCKID", "TOKEN"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := g.callCtx(cmd.Context())
+			defer cancel()
+			r, err := c.RenewByID(ctx, args[0], token)
+			if err != nil {
+				return err
+			}
+			return g.printer().print(field{"RENEWED", "renewed", true}, field{"TTL", "ttlMs", r.TTL}, field{"EXPIRES", "expiresAt", r.Expires})
+		},
+	}
+}
+
+func newReleaseCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "release LOCKID TOKEN",
+		Short: "Release a held lock",
+		Long: `release frees the lock with the given id and fencing token. It is idempotent:
+releasing a lock that is already gone prints released false and succeeds, and it
+can never free a newer holder's lock.`,
+		Args: exactArgs("LOCKID", "TOKEN"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := g.callCtx(cmd.Context())
+			defer cancel()
+			released, err := c.ReleaseByID(ctx, args[0], token)
+			if err != nil {
+				return err
+			}
+			return g.printer().print(field{"RELEASED", "released", released})
+		},
+	}
+}
+
+// releaseCtx is a fresh, bounded context for a release that must happen
+// even when the command's context was cancelled by a signal.
+func (g *globals) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+}

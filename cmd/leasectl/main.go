@@ -1,0 +1,207 @@
+// Command leasectl is the command-line client of leasegate: it acquires,
+// renews, releases and describes locks, watches a name, and runs a command
+// while holding a lock (leasectl run).
+//
+// Exit statuses: 0 success; 1 error (for example no gateway reachable);
+// 2 bad flags or arguments (including ones a gateway refuses); 3 the lock was not acquired (held, or the wait
+// timed out); 4 the lock was lost. leasectl run otherwise exits with the
+// command's status.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+// Exit statuses.
+const (
+	exitError       = 1
+	exitUsage       = 2
+	exitNotAcquired = 3
+	exitLost        = 4
+)
+
+// usageError marks bad flags or arguments.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitStatus ends leasectl with code, printing err (if any) first.
+type exitStatus struct {
+	code int
+	err  error
+}
+
+func (e exitStatus) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e exitStatus) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd(os.Stdout).ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode prints err as one line and maps it to an exit status.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var st exitStatus
+	if errors.As(err, &st) {
+		if st.err != nil {
+			fmt.Fprintln(stderr, "leasectl: "+firstLine(st.err.Error()))
+		}
+		return st.code
+	}
+	fmt.Fprintln(stderr, "leasectl: "+firstLine(err.Error()))
+	var ue usageError
+	switch {
+	case errors.As(err, &ue), errors.Is(err, client.ErrInvalidArgument):
+		return exitUsage
+	case errors.Is(err, client.ErrNotAcquired), errors.Is(err, client.ErrWaitTimeout):
+		return exitNotAcquired
+	case errors.Is(err, client.ErrLockLost):
+		return exitLost
+	}
+	return exitError
+}
+
+// firstLine is the first line of an error message, without the SDK's
+// "leasegate: " prefix (leasectl prints its own).
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimPrefix(s, "leasegate: ")
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	endpoints []string
+	output    string
+	clientID  string
+	protocol  string
+	timeout   time.Duration
+	stdout    io.Writer
+}
+
+const defaultEndpoint = "http://127.0.0.1:7070"
+
+func newRootCmd(stdout io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout}
+	cmd := &cobra.Command{
+		Use:   "leasectl",
+		Short: "Command-line client for the leasegate lock gateway",
+		Long: `leasectl acquires, renews, releases and describes leasegate locks, watches a
+lock name, and runs a command while holding a lock (see "leasectl run --help").
+
+Gateways come from --endpoint (repeatable) or, when no --endpoint is given,
+from LEASEGATE_ENDPOINT (URLs separated by commas or spaces); the default is
+` + defaultEndpoint + `. Calls fail over between them.
+
+Exit statuses: 0 success; 1 error (for example no gateway reachable); 2 bad
+flags or arguments; 3 lock not acquired (held, or the wait timed out); 4 lock
+lost. "leasectl run" otherwise exits with the command's status.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q; see leasectl --help", args[0])
+			}
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.validate(cmd.Flags()) },
+	}
+	cmd.SetOut(stdout)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f := cmd.PersistentFlags()
+	f.StringArrayVar(&g.endpoints, "endpoint", nil, "gateway URL; repeat for several (default $LEASEGATE_ENDPOINT or "+defaultEndpoint+")")
+	f.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&g.clientID, "client-id", "", "identity reported to Describe as the holder (default <hostname>:<pid>)")
+	f.StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpcweb")
+	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on each command's calls to the gateways (an acquire's wait is bounded by --wait)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("protocol", cobra.FixedCompletions([]string{"connect", "grpc", "grpcweb"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.AddCommand(newAcquireCmd(g), newTryCmd(g), newRenewCmd(g), newReleaseCmd(g),
+		newDescribeCmd(g), newWatchCmd(g), newRunCmd(g))
+	return cmd
+}
+
+// validate checks the shared flags and fills the endpoints from the
+// environment.
+func (g *globals) validate(fs *pflag.FlagSet) error {
+	if g.output != "table" && g.output != "json" {
+		return usagef("--output %q: want table or json", g.output)
+	}
+	switch g.protocol {
+	case "connect", "grpc", "grpcweb":
+	default:
+		return usagef("--protocol %q: want connect, grpc or grpcweb", g.protocol)
+	}
+	if g.timeout <= 0 {
+		return usagef("--timeout %s: want a positive duration", g.timeout)
+	}
+	if !fs.Changed("endpoint") {
+		g.endpoints = strings.FieldsFunc(os.Getenv("LEASEGATE_ENDPOINT"), func(r rune) bool {
+			return r == ',' || r == ' ' || r == '\t' || r == '\n'
+		})
+		if len(g.endpoints) == 0 {
+			g.endpoints = []string{defaultEndpoint}
+		}
+	}
+	return nil
+}
+
+// client builds an SDK client from the shared flags.
+func (g *globals) client() (*client.Client, error) {
+	opts := []client.Option{client.WithRequestTimeout(g.timeout)}
+	if g.clientID != "" {
+		opts = append(opts, client.WithClientID(g.clientID))
+	}
+	switch g.protocol {
+	case "grpc":
+		opts = append(opts, client.WithProtocol(client.ProtocolGRPC))
+	case "grpcweb":
+		opts = append(opts, client.WithProtocol(client.ProtocolGRPCWeb))
+	}
+	c, err := client.New(g.endpoints, opts...)
+	if errors.Is(err, client.ErrInvalidArgument) {
+		return nil, usageError{err}
+	}
+	return c, err
+}
+
+// callCtx bounds a command's unary calls by --timeout.
+func (g *globals) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.timeout)
+}
+
+// args validators that report usage errors.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return usagef("want %d argument(s), %s; got %d", len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
