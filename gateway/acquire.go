@@ -33,8 +33,12 @@ func (s *Service) acquire(ctx context.Context, t Target, r queue.AcquireRequest,
 				g, err := w.Wait(ctx)
 				return *p, g, err
 			}
-			name := r.Name
-			r.BeforeGrant = func(ctx context.Context) error { return p.Engine.WaitEmpty(ctx, name) }
+			name, onQueued := r.Name, r.OnQueued
+			r.BeforeGrant = func(ctx context.Context) error {
+				// First here, but the name's keys on the draining shard are
+				// all ahead: report them as the position.
+				return p.Engine.WaitEmpty(ctx, name, onQueued)
+			}
 		}
 		var w *queue.Waiter
 		err := t.call(ctx, func(ctx context.Context) error {

@@ -127,6 +127,9 @@ func classify(err error) (connect.Code, string, string) {
 	}
 }
 
+// errStoreTimeout is the cause of the gateway's own per-call timeout.
+var errStoreTimeout = errors.New("request timeout")
+
 // errShardUnavailable lets a router's breaker error pass with its message.
 var errShardUnavailable = errors.New("shard unavailable")
 

@@ -150,6 +150,9 @@ func startWaiter(t *testing.T, g *gw, req *v1.AcquireRequest) *waiter {
 			}
 		}
 		w.err <- stream.Err()
+		// A test awaiting a position or a grant fails instead of hanging.
+		close(w.positions)
+		close(w.granted)
 	}()
 	return w
 }

@@ -179,7 +179,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	t, res, err := s.tryAcquire(ctx, t, r, nil)
 	if err != nil {

@@ -28,12 +28,20 @@ type Target struct {
 	Previous *Target
 }
 
-// call runs fn through the target's breaker.
+// call runs fn through the target's breaker. When the gateway's own
+// request timeout ends the call, the shard is reported unavailable
+// (retryable), not the caller's deadline as passed.
 func (t Target) call(ctx context.Context, fn func(context.Context) error) error {
+	var err error
 	if t.Do == nil {
-		return fn(ctx)
+		err = fn(ctx)
+	} else {
+		err = t.Do(ctx, fn)
 	}
-	return t.Do(ctx, fn)
+	if err != nil && errors.Is(context.Cause(ctx), errStoreTimeout) {
+		return ShardUnavailable(fmt.Errorf("shard %q did not answer in time", t.Shard))
+	}
+	return err
 }
 
 // Router maps lock names to shards.

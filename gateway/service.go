@@ -191,7 +191,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	t, res, err := s.tryAcquire(ctx, t, r, sess)
 	if err != nil {
@@ -233,7 +233,7 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 	if err != nil {
 		return queue.Renewal{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var rn queue.Renewal
 	err = t.call(ctx, func(ctx context.Context) error {
@@ -258,7 +258,7 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var ok bool
 	// A release is attempted even when the shard's breaker is open: it can
@@ -278,7 +278,7 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	if p := t.Previous; p != nil {
 		// While the name drains from its previous shard, its holder may
@@ -328,7 +328,7 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var live bool
 	var cur int64

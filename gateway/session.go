@@ -22,7 +22,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if len(req.Msg.ClientId) > 128 {
 		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(req.Msg.ClientId)))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	secret, err := queue.NewSecret()
 	if err != nil {
@@ -68,7 +68,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	if err != nil {
 		return nil, toConnect(fieldOf("session_id", err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var earliest time.Time
 	var effTTL time.Duration
@@ -99,7 +99,7 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	if err != nil {
 		return nil, toConnect(fieldOf("session_id", err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	for _, l := range id.Leases {
 		t, err := s.router.Lookup(l.Shard)

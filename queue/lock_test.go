@@ -658,3 +658,23 @@ func TestPositionsFollowWaitersLeavingAhead(t *testing.T) {
 	mustRelease(t, e, <-got)
 	cancels[2]()
 }
+
+func TestDeadlineOfAWaitedGrantIsFresh(t *testing.T) {
+	fake := newFakeClock()
+	e, _ := newEngine(t, func(c *Config) { c.Clock = fake })
+	holder := mustAcquire(t, e, req("fresh"))
+	w := req("fresh")
+	onQ, pos := queuedSignal()
+	w.OnQueued = onQ
+	got := make(chan Grant, 1)
+	go func() { got <- mustAcquire(t, e, w) }()
+	<-pos
+	fake.Advance(25 * time.Second) // a long wait, longer than the TTL
+	released := fake.Now()
+	mustRelease(t, e, holder)
+	g := <-got
+	if want := released.Add(10 * time.Second); g.Deadline.Before(want) {
+		t.Fatalf("waited grant Deadline = %s; want at least release time + TTL = %s", g.Deadline, want)
+	}
+	mustRelease(t, e, g)
+}

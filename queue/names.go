@@ -50,7 +50,9 @@ func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
 // ends. It watches the name's keys from the revision it read; compaction or
 // a failed watch lead to a re-read, never to a hang. It is only meaningful
 // where no new keys can appear (a cluster draining a name that moved away).
-func (e *Engine) WaitEmpty(ctx context.Context, name string) error {
+// onCount, when set, receives the number of keys left whenever it changes.
+func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)) error {
+	last := int64(-1)
 	prefix := e.keys.namePrefix(name)
 	b := newBackoff(e.cfg.Clock)
 	for {
@@ -63,6 +65,10 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string) error {
 		}
 		if resp.Count == 0 {
 			return nil
+		}
+		if onCount != nil && resp.Count != last {
+			last = resp.Count
+			onCount(resp.Count)
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := e.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(resp.Header.Revision+1))

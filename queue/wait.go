@@ -15,6 +15,9 @@ import (
 // deletion, on any watch failure (compaction, cancellation, lost leader)
 // and when its lease may have been lost — never hangs on a dead watch.
 func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued) (Grant, error) {
+	// The deadline of the lease grant is stale once the caller has waited:
+	// the grant renews the lease and measures a fresh one.
+	q.deadline = time.Time{}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if r.WaitTimeout > 0 {

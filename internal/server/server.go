@@ -51,6 +51,10 @@ type Config struct {
 	// Breaker configures the per-cluster circuit breakers; nil uses
 	// shard.DefaultBreakerConfig.
 	Breaker *shard.BreakerConfig
+	// NoMapWatch stops the process from following the stored shard map; it
+	// then reloads only when a cluster refuses an enqueue. For tests of a
+	// gateway left on an old epoch.
+	NoMapWatch bool
 	// Log receives the server's logs; nil discards them.
 	Log *slog.Logger
 }
@@ -240,6 +244,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Prefix = s.cfg.Prefix
 	rc.Endpoints = overrides
 	rc.Log = s.log
+	rc.Watch = !s.cfg.NoMapWatch
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}

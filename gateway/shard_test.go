@@ -1,0 +1,350 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/server"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+	"github.com/leasegate/leasegate/shard"
+)
+
+// fleet is several etcd clusters, named c0, c1 …
+type fleet struct {
+	etcds  []*etcdtest.Cluster
+	prefix string
+}
+
+func startFleet(t *testing.T, n int) *fleet {
+	t.Helper()
+	f := &fleet{prefix: fmt.Sprintf("/shardtest/%d", prefixSeq.Add(1))}
+	var wg sync.WaitGroup
+	f.etcds = make([]*etcdtest.Cluster, n)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.etcds[i] = etcdtest.Start(t) }()
+	}
+	wg.Wait()
+	return f
+}
+
+func (f *fleet) cluster(i int) server.Cluster {
+	return server.Cluster{Name: fmt.Sprintf("c%d", i), Endpoints: []string{f.etcds[i].Endpoint()}}
+}
+
+func (f *fleet) shardCluster(i int) shard.Cluster {
+	c := f.cluster(i)
+	return shard.Cluster{Name: c.Name, Endpoints: c.Endpoints}
+}
+
+// gateway starts a gateway over clusters idx (the first is home).
+func (f *fleet) gateway(t *testing.T, adjust func(*server.Config), idx ...int) *gw {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Prefix = f.prefix
+	for _, i := range idx {
+		cfg.Clusters = append(cfg.Clusters, f.cluster(i))
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	srv, err := server.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
+	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
+	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
+	return g
+}
+
+func (f *fleet) resharder(t *testing.T) *shard.Resharder {
+	return &shard.Resharder{Store: shard.NewStore(f.etcds[0].ClientFor(t), f.prefix), Prefix: f.prefix}
+}
+
+// grantLog checks, per name, that holders never overlap and tokens only grow.
+type grantLog struct {
+	mu       sync.Mutex
+	holder   map[string]int64
+	last     map[string]int64
+	grants   int
+	problems []string
+}
+
+func newGrantLog() *grantLog {
+	return &grantLog{holder: map[string]int64{}, last: map[string]int64{}}
+}
+
+func (l *grantLog) enter(name string, token int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h, ok := l.holder[name]; ok {
+		l.problems = append(l.problems, fmt.Sprintf("%s: token %d granted while %d holds", name, token, h))
+	}
+	if token <= l.last[name] {
+		l.problems = append(l.problems, fmt.Sprintf("%s: token %d after %d", name, token, l.last[name]))
+	}
+	l.holder[name], l.last[name] = token, token
+	l.grants++
+}
+
+func (l *grantLog) leave(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.holder, name)
+}
+
+func TestReshardingUnderContention(t *testing.T) {
+	f := startFleet(t, 4)
+	g1 := f.gateway(t, nil, 0, 1, 2)
+	g2 := f.gateway(t, nil, 0, 1, 2, 3) // knows c3's endpoints for when it joins
+	gws := []*gw{g1, g2}
+	names := make([]string, 24)
+	for i := range names {
+		names[i] = fmt.Sprintf("order:%d", i)
+	}
+	log := newGrantLog()
+	ctx, stop := context.WithCancel(ctxT(t))
+	var wg sync.WaitGroup
+	var workerErrs sync.Map
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for ctx.Err() == nil {
+				name := names[rng.IntN(len(names))]
+				g := gws[rng.IntN(len(gws))]
+				acquireHoldRelease(ctx, g, name, log, &workerErrs)
+			}
+		}()
+	}
+	rs := f.resharder(t)
+	rs.Endpoints = map[string][]string{"c3": {f.etcds[3].Endpoint()}}
+	waitGrants := func(n int) {
+		for {
+			log.mu.Lock()
+			got := log.grants
+			log.mu.Unlock()
+			if got >= n {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // progress poll of a running workload, not ordering
+		}
+	}
+	waitGrants(100)
+	// Add c3 mid-run, then remove c0 mid-run.
+	if _, err := rs.Apply(ctx, []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2), f.shardCluster(3)}); err != nil {
+		t.Fatal(err)
+	}
+	sweepCtx, cancelSweep := context.WithTimeout(ctx, 30*time.Second)
+	if _, err := rs.Sweep(sweepCtx, 100*time.Millisecond); err != nil {
+		t.Fatalf("sweep after adding c3: %v", err)
+	}
+	cancelSweep()
+	waitGrants(200)
+	if _, err := rs.Apply(ctx, []shard.Cluster{f.shardCluster(1), f.shardCluster(2), f.shardCluster(3)}); err != nil {
+		t.Fatal(err)
+	}
+	sweepCtx, cancelSweep = context.WithTimeout(ctx, 30*time.Second)
+	if _, err := rs.Sweep(sweepCtx, 100*time.Millisecond); err != nil {
+		t.Fatalf("sweep after removing c0: %v", err)
+	}
+	cancelSweep()
+	waitGrants(300)
+	stop()
+	wg.Wait()
+	for _, p := range log.problems {
+		t.Error(p)
+	}
+	workerErrs.Range(func(k, v any) bool {
+		t.Logf("transient error seen %d times: %v", v, k)
+		return true
+	})
+	// After the change, names live only on c1..c3 and tokens carry epoch 3.
+	for _, n := range names[:4] {
+		d, err := g2.client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: n}))
+		if err != nil || d.Msg.Shard == "c0" {
+			t.Fatalf("Describe(%q) = %v, %v; want a shard other than the removed c0", n, d, err)
+		}
+	}
+}
+
+// acquireHoldRelease takes name, records the grant, holds briefly and
+// releases. Retryable errors (resharding, a stopping gateway) are counted.
+func acquireHoldRelease(ctx context.Context, g *gw, name string, log *grantLog, errs *sync.Map) {
+	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	stream, err := g.client.Acquire(actx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 10000, WaitTimeoutMs: 15000}))
+	if err != nil {
+		return
+	}
+	var gr *v1.Granted
+	for stream.Receive() {
+		if x := stream.Msg().GetGranted(); x != nil {
+			gr = x
+		}
+	}
+	stream.Close()
+	if gr == nil {
+		if err := stream.Err(); err != nil && ctx.Err() == nil {
+			key := connect.CodeOf(err).String() + " " + reasonOf(err)
+			v, _ := errs.LoadOrStore(key, 0)
+			errs.Store(key, v.(int)+1)
+		}
+		return
+	}
+	log.enter(name, gr.FencingToken)
+	time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // the critical section's work
+	log.leave(name)
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	_, _ = g.client.Release(rctx, connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken}))
+}
+
+func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
+	f := startFleet(t, 2)
+	bc := shard.DefaultBreakerConfig()
+	bc.ConsecutiveFailures = 3
+	bc.OpenTimeout = 300 * time.Millisecond
+	g := f.gateway(t, func(c *server.Config) {
+		c.Breaker = &bc
+		c.Gateway.RequestTimeout = 500 * time.Millisecond
+	}, 0, 1)
+	ring, _ := shard.NewRing([]string{"c0", "c1"})
+	var onC0, onC1 []string
+	for i := 0; len(onC0) < 10 || len(onC1) < 10; i++ {
+		n := fmt.Sprintf("job-%d", i)
+		if ring.Locate(n) == "c0" {
+			onC0 = append(onC0, n)
+		} else {
+			onC1 = append(onC1, n)
+		}
+	}
+	f.etcds[1].Stop()
+	try := func(name string) (time.Duration, error) {
+		start := time.Now()
+		resp, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 5000}))
+		if err == nil && resp.Msg.Acquired {
+			release(t, g, resp.Msg.Granted)
+		}
+		return time.Since(start), err
+	}
+	// c1's names fail, retryably; once the breaker opens they fail fast.
+	for i := 0; i < 3; i++ {
+		if _, err := try(onC1[i]); connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("TryAcquire on the stopped cluster = %v; want unavailable", err)
+		}
+	}
+	for i := 3; i < 6; i++ {
+		d, err := try(onC1[i])
+		if connect.CodeOf(err) != connect.CodeUnavailable || reasonOf(err) != "SHARD_UNAVAILABLE" {
+			t.Fatalf("TryAcquire with the breaker open = %v (%q); want unavailable, SHARD_UNAVAILABLE", err, reasonOf(err))
+		}
+		if d > 100*time.Millisecond {
+			t.Errorf("fast-fail took %s; the breaker should answer without waiting on etcd", d)
+		}
+	}
+	// c0's names keep working.
+	for _, n := range onC0 {
+		if _, err := try(n); err != nil {
+			t.Fatalf("TryAcquire(%q) on the healthy cluster = %v", n, err)
+		}
+	}
+	// Restart c1: half-open probes bring it back without a gateway restart.
+	f.etcds[1].Restart()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := try(onC1[0])
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c1 still failing after restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // waiting out the breaker's open interval
+	}
+}
+
+func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
+	f := startFleet(t, 3)
+	// g1 never follows the stored map; it only reloads when a cluster
+	// refuses its enqueue.
+	stale := f.gateway(t, func(c *server.Config) { c.NoMapWatch = true }, 0, 1)
+	fresh := f.gateway(t, nil, 0, 1, 2)
+	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
+	var moved string
+	for i := 0; moved == ""; i++ {
+		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
+			moved = n
+		}
+	}
+	holder := tryAcquire(t, stale, moved) // on its old cluster, epoch 1
+	rs := f.resharder(t)
+	if _, err := rs.Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+		t.Fatal(err)
+	}
+	// Both gateways: a waiter for the moved name is not granted while the
+	// old holder holds on the draining cluster.
+	wStale := startWaiter(t, stale, &v1.AcquireRequest{Name: moved, TtlMs: 10000})
+	wFresh := startWaiter(t, fresh, &v1.AcquireRequest{Name: moved, TtlMs: 10000})
+	<-wStale.positions
+	<-wFresh.positions
+	res, err := fresh.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 5000}))
+	if err != nil || res.Msg.Acquired {
+		t.Fatalf("TryAcquire while the old holder holds = %v, %v; want not acquired", res, err)
+	}
+	d, err := fresh.client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: moved}))
+	if err != nil || d.Msg.FencingToken != holder.FencingToken {
+		t.Fatalf("Describe during drain = %v, %v; want the old holder %d", d, err, holder.FencingToken)
+	}
+	select {
+	case gr := <-wStale.granted:
+		t.Fatalf("stale gateway granted %d while the old holder holds", gr.FencingToken)
+	case gr := <-wFresh.granted:
+		t.Fatalf("fresh gateway granted %d while the old holder holds", gr.FencingToken)
+	default:
+	}
+	// The old holder renews and releases on its old cluster as usual.
+	if _, err := stale.client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: holder.LockId, FencingToken: holder.FencingToken})); err != nil {
+		t.Fatalf("Renew of the draining holder = %v", err)
+	}
+	release(t, stale, holder)
+	var grants []*v1.Granted
+	for _, w := range []*waiter{wStale, wFresh} {
+		gr := <-w.granted
+		if gr == nil {
+			t.Fatalf("waiter ended without a grant: %v", <-w.err)
+		}
+		grants = append(grants, gr)
+		if len(grants) == 1 {
+			// Exactly one holder at a time: the other waiter must still wait.
+			other := wFresh
+			if w == wFresh {
+				other = wStale
+			}
+			select {
+			case <-other.granted:
+				t.Fatal("both waiters granted at once")
+			default:
+			}
+			if grants[0].Shard != "c2" || grants[0].FencingToken <= holder.FencingToken {
+				t.Fatalf("grant on %s with token %d; want c2 and a token above %d", grants[0].Shard, grants[0].FencingToken, holder.FencingToken)
+			}
+			release(t, fresh, grants[0])
+		}
+	}
+	if grants[1].FencingToken <= grants[0].FencingToken {
+		t.Fatalf("tokens %d then %d; want increasing", grants[0].FencingToken, grants[1].FencingToken)
+	}
+	release(t, fresh, grants[1])
+}
