@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasegate/leasegate/shard"
+)
+
+// shardsFlags are the flags every shards subcommand shares.
+type shardsFlags struct {
+	etcd    []string
+	prefix  string
+	timeout time.Duration
+	output  string
+}
+
+func newShardsCmd() *cobra.Command {
+	f := &shardsFlags{}
+	cmd := &cobra.Command{
+		Use:   "shards",
+		Short: "Show or change the shard map (the etcd clusters lock names are hashed over)",
+		Long: `The shard map lives in the home etcd cluster (the first --etcd) and every gateway
+follows it. Changing it moves about 1/(N+1) of the names when a cluster is added;
+it never grants a name twice: see docs/operations.md.`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringArrayVar(&f.etcd, "etcd", nil, "the home etcd cluster as name=url1,url2 (required)")
+	pf.StringVar(&f.prefix, "prefix", "/leasegate", "etcd key prefix")
+	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound on the whole operation, draining included")
+	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "show",
+			Short: "Print the shard map in force",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+					snap, err := rs.Store.Load(ctx)
+					if err != nil {
+						return err
+					}
+					return printMap(cmd.OutOrStdout(), f.output, snap.Map)
+				})
+			},
+		},
+		&cobra.Command{
+			Use:   "add NAME=URL[,URL…]",
+			Short: "Add an etcd cluster and move its share of names to it",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := parseShardCluster(args[0])
+				if err != nil {
+					return usageError{err}
+				}
+				return f.change(cmd, func(cur []shard.Cluster) ([]shard.Cluster, error) {
+					for _, x := range cur {
+						if x.Name == c.Name {
+							return nil, usageError{fmt.Errorf("cluster %q is already in the map", c.Name)}
+						}
+					}
+					return append(cur, c), nil
+				}, map[string][]string{c.Name: c.Endpoints})
+			},
+		},
+		&cobra.Command{
+			Use:   "remove NAME",
+			Short: "Remove an etcd cluster once its names have moved to the others",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return f.change(cmd, func(cur []shard.Cluster) ([]shard.Cluster, error) {
+					var out []shard.Cluster
+					for _, x := range cur {
+						if x.Name != args[0] {
+							out = append(out, x)
+						}
+					}
+					if len(out) == len(cur) {
+						return nil, usageError{fmt.Errorf("cluster %q is not in the map", args[0])}
+					}
+					if len(out) == 0 {
+						return nil, usageError{errors.New("cannot remove the last cluster")}
+					}
+					return out, nil
+				}, nil)
+			},
+		},
+		&cobra.Command{
+			Use:   "sweep",
+			Short: "Finish a change: wait until draining clusters have let go of moved names",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+					m, err := rs.Sweep(ctx, 500*time.Millisecond)
+					if err != nil {
+						return err
+					}
+					return printMap(cmd.OutOrStdout(), f.output, m)
+				})
+			},
+		},
+	)
+	return cmd
+}
+
+// run dials the home cluster and calls fn with a Resharder over it.
+func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Resharder) error) error {
+	if f.output != "table" && f.output != "json" {
+		return usageError{fmt.Errorf("--output %q: want table or json", f.output)}
+	}
+	clusters, err := parseClusters(f.etcd)
+	if err != nil {
+		return usageError{err}
+	}
+	if len(clusters) == 0 {
+		return usageError{errors.New("--etcd is required: the home cluster as name=url1,url2")}
+	}
+	home := clusters[0]
+	cli, err := shard.DialCluster(home.Name, home.Endpoints)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	overrides := map[string][]string{}
+	for _, c := range clusters {
+		overrides[c.Name] = c.Endpoints
+	}
+	rs := &shard.Resharder{
+		Store: shard.NewStore(cli, f.prefix), Prefix: f.prefix, Endpoints: overrides,
+		Progress: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
+	}
+	return fn(ctx, rs)
+}
+
+// change moves the map to next(current clusters), then sweeps.
+func (f *shardsFlags) change(cmd *cobra.Command, next func([]shard.Cluster) ([]shard.Cluster, error), extra map[string][]string) error {
+	return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+		snap, err := rs.Store.Load(ctx)
+		if err != nil {
+			return err
+		}
+		clusters, err := next(snap.Map.Clusters)
+		if err != nil {
+			return err
+		}
+		for k, v := range extra {
+			rs.Endpoints[k] = v
+		}
+		if _, err := rs.Apply(ctx, clusters); err != nil {
+			return err
+		}
+		m, err := rs.Sweep(ctx, 500*time.Millisecond)
+		if err != nil {
+			return fmt.Errorf("the new map is in force but draining is not finished (%w); run `leasegate shards sweep` to finish", err)
+		}
+		return printMap(cmd.OutOrStdout(), f.output, m)
+	})
+}
+
+func parseShardCluster(v string) (shard.Cluster, error) {
+	cs, err := parseClusters([]string{v})
+	if err != nil {
+		return shard.Cluster{}, err
+	}
+	if !strings.Contains(v, "=") {
+		return shard.Cluster{}, fmt.Errorf("%q: want NAME=URL[,URL…]", v)
+	}
+	return shard.Cluster{Name: cs[0].Name, Endpoints: cs[0].Endpoints}, nil
+}
+
+func printMap(w io.Writer, format string, m shard.Map) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(m)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "epoch\t%d\n", m.Epoch)
+	for _, c := range m.Clusters {
+		fmt.Fprintf(tw, "cluster\t%s\t%s\n", c.Name, strings.Join(c.Endpoints, ","))
+	}
+	if m.Pending != nil {
+		fmt.Fprintf(tw, "pending\tepoch %d\t%s\n", m.Pending.Epoch, strings.Join(m.Pending.ClusterNames(), ","))
+	}
+	if len(m.Draining) > 0 {
+		fmt.Fprintf(tw, "draining\t%s\n", strings.Join(m.Draining, ","))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/shard"
+)
+
+func runRoot(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), errOut.String(), err
+}
+
+func TestShardsShowAddRemove(t *testing.T) {
+	a, b := etcdtest.Start(t), etcdtest.Start(t)
+	home := "a=" + a.Endpoint()
+	// A first map, as a gateway stores it on its first start.
+	store := shard.NewStore(a.Client(), "/lg")
+	if _, err := store.CompareAndSwap(context.Background(), shard.Snapshot{}, shard.Map{
+		Epoch: 1, Clusters: []shard.Cluster{{Name: "a", Endpoints: []string{a.Endpoint()}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runRoot(t, "shards", "show", "--etcd", home, "--prefix", "/lg")
+	if err != nil || !strings.HasPrefix(strings.Join(strings.Fields(out), " "), "epoch 1 cluster a http://") {
+		t.Fatalf("shards show = %q, %v", out, err)
+	}
+	out, progress, err := runRoot(t, "shards", "add", "b="+b.Endpoint(), "--etcd", home, "--prefix", "/lg", "-o", "json")
+	if err != nil {
+		t.Fatalf("shards add: %v\n%s", err, progress)
+	}
+	var m shard.Map
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("shards add -o json printed %q: %v", out, err)
+	}
+	if m.Epoch != 2 || len(m.Clusters) != 2 || len(m.Draining) != 0 || len(m.Previous) != 0 {
+		t.Fatalf("map after add = %+v; want epoch 2, clusters a and b, nothing draining", m)
+	}
+	for _, c := range []*etcdtest.Cluster{a, b} {
+		if e, err := shard.ReadEpoch(context.Background(), c.Client(), "/lg"); err != nil || e != 2 {
+			t.Fatalf("cluster epoch = %d, %v; want 2 on every cluster", e, err)
+		}
+	}
+	out, _, err = runRoot(t, "shards", "remove", "a", "--etcd", home, "--prefix", "/lg", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.Epoch != 3 || len(m.Clusters) != 1 || m.Clusters[0].Name != "b" {
+		t.Fatalf("map after remove = %+v, %v; want epoch 3 with only b", m, err)
+	}
+}
+
+func TestShardsBadInput(t *testing.T) {
+	a := etcdtest.Start(t)
+	for _, args := range [][]string{
+		{"shards", "show"},
+		{"shards", "show", "--etcd", "a=" + a.Endpoint(), "-o", "yaml"},
+		{"shards", "add", "no-endpoints", "--etcd", "a=" + a.Endpoint()},
+	} {
+		_, _, err := runRoot(t, args...)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) {
+			t.Errorf("%v = %v; want a usage error", args, err)
+		}
+	}
+}
