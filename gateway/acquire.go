@@ -18,7 +18,7 @@ const reshardWait = 5 * time.Second
 // waiter is granted only once the previous shard has let go of the name.
 // A shard that refuses the enqueue because the map moved on makes the
 // router reload, and the call is routed again.
-func (s *Service) acquire(ctx context.Context, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.Grant, error) {
+func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.Grant, error) {
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
 			var w *queue.Waiter
@@ -40,6 +40,9 @@ func (s *Service) acquire(ctx context.Context, t Target, r queue.AcquireRequest,
 				return p.Engine.WaitEmpty(ctx, name, onQueued)
 			}
 		}
+		if err := s.checkKeys(ctx, id, t); err != nil {
+			return t, queue.Grant{}, err
+		}
 		var w *queue.Waiter
 		err := t.call(ctx, func(ctx context.Context) error {
 			var err error
@@ -47,7 +50,7 @@ func (s *Service) acquire(ctx context.Context, t Target, r queue.AcquireRequest,
 			return err
 		})
 		if errors.Is(err, queue.ErrGuardFailed) && attempt < 3 {
-			if t, err = s.reroute(ctx, t, &r, sess); err != nil {
+			if t, err = s.reroute(ctx, id, t, &r, sess); err != nil {
 				return t, queue.Grant{}, err
 			}
 			continue
@@ -61,19 +64,19 @@ func (s *Service) acquire(ctx context.Context, t Target, r queue.AcquireRequest,
 }
 
 // reroute waits for a newer map and routes the request again.
-func (s *Service) reroute(ctx context.Context, t Target, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
+func (s *Service) reroute(ctx context.Context, id Identity, t Target, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
 	actx, cancel := context.WithTimeout(ctx, reshardWait)
 	defer cancel()
 	if err := s.router.AwaitNewer(actx, t.Epoch); err != nil {
 		return t, errors.Join(queue.ErrGuardFailed, err)
 	}
 	r.BeforeGrant = nil
-	return s.target(r, sess)
+	return s.target(id, r, sess)
 }
 
 // tryAcquire grants the lock only if it is free, on the shard the name
 // lives on now and on the shard it drains from.
-func (s *Service) tryAcquire(ctx context.Context, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.TryResult, error) {
+func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.TryResult, error) {
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
 			var busy bool
@@ -94,6 +97,9 @@ func (s *Service) tryAcquire(ctx context.Context, t Target, r queue.AcquireReque
 				return *p, queue.TryResult{Holder: d.Holder}, err
 			}
 		}
+		if err := s.checkKeys(ctx, id, t); err != nil {
+			return t, queue.TryResult{}, err
+		}
 		var res queue.TryResult
 		err := t.call(ctx, func(ctx context.Context) error {
 			var err error
@@ -101,7 +107,7 @@ func (s *Service) tryAcquire(ctx context.Context, t Target, r queue.AcquireReque
 			return err
 		})
 		if errors.Is(err, queue.ErrGuardFailed) && attempt < 3 {
-			if t, err = s.reroute(ctx, t, &r, sess); err != nil {
+			if t, err = s.reroute(ctx, id, t, &r, sess); err != nil {
 				return t, queue.TryResult{}, err
 			}
 			continue

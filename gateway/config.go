@@ -15,6 +15,12 @@ type Config struct {
 	MaxBodyBytes int64
 	// RequestTimeout bounds each unary call's work against etcd. Default 10 s.
 	RequestTimeout time.Duration
+	// Auth configures authentication; empty means a single, unnamed tenant.
+	Auth AuthConfig
+	// Policy restricts the names tenants may lock.
+	Policy Policy
+	// Limits bounds rates, queues and waits per tenant and client.
+	Limits Limits
 }
 
 // DefaultConfig returns the documented defaults.

@@ -73,6 +73,9 @@ func toConnect(err error) *connect.Error {
 	if errors.As(err, &ce) {
 		return ce
 	}
+	if le := limitedToConnect(err); le != nil {
+		return le
+	}
 	code, reason, msg := classify(err)
 	out := connect.NewError(code, errors.New(msg))
 	if reason != "" {
@@ -97,6 +100,12 @@ func classify(err error) (connect.Code, string, string) {
 	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
 		errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, ErrMalformedID):
 		return connect.CodeInvalidArgument, "", err.Error()
+	case errors.Is(err, ErrUnauthenticated):
+		return connect.CodeUnauthenticated, "", err.Error()
+	case errors.Is(err, ErrForbidden):
+		return connect.CodePermissionDenied, "", err.Error()
+	case errors.Is(err, queue.ErrQueueFull):
+		return connect.CodeResourceExhausted, "", err.Error()
 	case errors.Is(err, ErrUnknownShard):
 		return connect.CodeNotFound, "", "the id names a shard this gateway does not know"
 	case errors.Is(err, queue.ErrWaitTimeout):

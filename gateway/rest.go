@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/leasegate/leasegate/queue"
 )
@@ -121,6 +124,9 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 					msg = field + msg[len(fe.field):]
 				}
 			}
+			if ce.Code() == connect.CodeResourceExhausted {
+				w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(err)))
+			}
 			writeRESTError(w, httpStatus(ce.Code()), ce.Code().String(), field, msg)
 			return
 		}
@@ -171,17 +177,24 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if *in.TTLMs <= 0 {
 		return 0, nil, badField("ttl_ms", "%d is not positive; want 1000 to 86400000", *in.TTLMs)
 	}
+	id, err := s.caller(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
 	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "")
 	if err != nil {
 		return 0, nil, err
 	}
-	t, err := s.target(&r, nil)
+	t, err := s.target(id, &r, nil)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.lim.acquire(id, r.ClientID); err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
-	t, res, err := s.tryAcquire(ctx, t, r, nil)
+	t, res, err := s.tryAcquire(ctx, id, t, r, nil)
 	if err != nil {
 		return 0, nil, tagTTL(err)
 	}
@@ -192,7 +205,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 		}
 		return http.StatusOK, out, nil
 	}
-	g := s.granted(t, res.Grant)
+	g := s.granted(id, t, res.Grant)
 	return http.StatusOK, restAcquired{Acquired: true, LockID: g.LockId, FencingToken: g.FencingToken, ExpiresAt: rfc3339(res.Grant.Deadline)}, nil
 }
 

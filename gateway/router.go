@@ -22,10 +22,36 @@ type Target struct {
 	Guards []clientv3.Cmp
 	// Do runs fn through the shard's circuit breaker; nil runs fn directly.
 	Do func(ctx context.Context, fn func(context.Context) error) error
+	// ForTenant returns the engine for a tenant's keys on this shard; nil
+	// means the shard serves only the unnamed tenant.
+	ForTenant func(tenant string) (*queue.Engine, error)
 	// Previous is the shard the name is moving away from while it drains;
 	// nil when the name did not move. A waiter on this shard is granted
 	// only once Previous holds no key of the name.
 	Previous *Target
+}
+
+// forTenant points the target (and its previous shard) at tenant's keys.
+func (t Target) forTenant(tenant string) (Target, error) {
+	if tenant == "" {
+		return t, nil
+	}
+	if t.ForTenant == nil {
+		return t, fmt.Errorf("%w: this gateway serves no tenants", ErrForbidden)
+	}
+	e, err := t.ForTenant(tenant)
+	if err != nil {
+		return t, err
+	}
+	t.Engine = e
+	if t.Previous != nil {
+		p, err := t.Previous.forTenant(tenant)
+		if err != nil {
+			return t, err
+		}
+		t.Previous = &p
+	}
+	return t, nil
 }
 
 // call runs fn through the target's breaker. When the gateway's own

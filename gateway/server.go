@@ -38,7 +38,7 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	return mux
+	return s.auth.Middleware(mux)
 }
 
 // NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and

@@ -29,6 +29,9 @@ type Service struct {
 
 	healthOnce sync.Once
 	health     *Health
+
+	auth *Authenticator
+	lim  *limiter
 }
 
 var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
@@ -41,7 +44,11 @@ func NewService(cfg Config, router Router, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{})}, nil
+	auth, err := NewAuthenticator(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits)}, nil
 }
 
 // Shutdown ends every open wait with unavailable (reason SHUTTING_DOWN)
@@ -102,11 +109,15 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 }
 
 // target routes a new waiter and attaches the session lease of its shard.
-func (s *Service) target(r *queue.AcquireRequest, sess *SessionID) (Target, error) {
-	t, err := s.router.Route(r.Name)
+func (s *Service) target(id Identity, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
+	t, err := s.route(id, r.Name)
 	if err != nil {
 		return t, err
 	}
+	if sess != nil && sess.Tenant != id.Tenant {
+		return t, fmt.Errorf("%w: the session belongs to another tenant", ErrForbidden)
+	}
+	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	r.Epoch, r.Guards = t.Epoch, t.Guards
 	if sess != nil {
 		lease, ok := sess.Lease(t.Shard)
@@ -118,9 +129,9 @@ func (s *Service) target(r *queue.AcquireRequest, sess *SessionID) (Target, erro
 	return t, nil
 }
 
-func (s *Service) granted(t Target, g queue.Grant) *v1.Granted {
+func (s *Service) granted(id Identity, t Target, g queue.Grant) *v1.Granted {
 	return &v1.Granted{
-		LockId:       LockID{Shard: t.Shard, Handle: g.Handle}.Encode(),
+		LockId:       LockID{Tenant: id.Tenant, Shard: t.Shard, Handle: g.Handle}.Encode(),
 		FencingToken: g.Token(),
 		ExpiresAt:    timestamppb.New(g.Deadline),
 		TtlMs:        g.TTL.Milliseconds(),
@@ -131,6 +142,10 @@ func (s *Service) granted(t Target, g queue.Grant) *v1.Granted {
 // Acquire streams queue positions until the caller is granted.
 func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRequest], stream *connect.ServerStream[v1.AcquireResponse]) error {
 	m := req.Msg
+	id, err := s.caller(ctx)
+	if err != nil {
+		return toConnect(err)
+	}
 	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
 	if err != nil {
 		return toConnect(err)
@@ -139,10 +154,18 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		return toConnect(badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", m.WaitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds()))
 	}
 	r.WaitTimeout = time.Duration(m.WaitTimeoutMs) * time.Millisecond
-	t, err := s.target(&r, sess)
+	t, err := s.target(id, &r, sess)
 	if err != nil {
 		return toConnect(err)
 	}
+	if err := s.lim.acquire(id, r.ClientID); err != nil {
+		return toConnect(err)
+	}
+	endWait, err := s.lim.startWait(id)
+	if err != nil {
+		return toConnect(err)
+	}
+	defer endWait()
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -163,7 +186,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 			cancel(sendErr) // the client is gone: leave the queue
 		}
 	}
-	t, g, err := s.acquire(wctx, t, r, sess)
+	t, g, err := s.acquire(wctx, id, t, r, sess)
 	if err != nil {
 		err = tagTTL(err)
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
@@ -171,7 +194,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		}
 		return toConnect(err)
 	}
-	if err := stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(t, g)}}); err != nil {
+	if err := stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}}); err != nil {
 		// The grant never reached the client. Its lease will lapse unless
 		// a retry with the same request id collects it; releasing here
 		// would be wrong if that retry is already on its way.
@@ -183,36 +206,51 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 // TryAcquire grants the lock only if it is free.
 func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcquireRequest]) (*connect.Response[v1.TryAcquireResponse], error) {
 	m := req.Msg
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
 	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	t, err := s.target(&r, sess)
+	t, err := s.target(id, &r, sess)
 	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.lim.acquire(id, r.ClientID); err != nil {
 		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
-	t, res, err := s.tryAcquire(ctx, t, r, sess)
+	t, res, err := s.tryAcquire(ctx, id, t, r, sess)
 	if err != nil {
 		return nil, toConnect(tagTTL(err))
 	}
 	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
 	if res.Acquired {
-		out.Granted = s.granted(t, res.Grant)
+		out.Granted = s.granted(id, t, res.Grant)
 	} else if res.Holder != nil {
 		out.HolderExpiresAt = timestamppb.New(res.Holder.Expires)
 	}
 	return connect.NewResponse(out), nil
 }
 
-// lockTarget decodes a lock id and finds its shard.
-func (s *Service) lockTarget(lockID string) (LockID, Target, error) {
+// lockTarget authenticates the caller, decodes a lock id, checks that it
+// belongs to the caller's tenant and finds its shard.
+func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, Target, error) {
+	who, err := s.caller(ctx)
+	if err != nil {
+		return LockID{}, Target{}, err
+	}
 	id, err := DecodeLockID(lockID)
 	if err != nil {
 		return id, Target{}, fieldOf("lock_id", err)
 	}
-	t, err := s.router.Lookup(id.Shard)
+	if id.Tenant != who.Tenant {
+		return id, Target{}, fmt.Errorf("%w: the lock id belongs to another tenant", ErrForbidden)
+	}
+	t, err := s.lookup(who, id.Shard)
 	return id, t, err
 }
 
@@ -229,8 +267,12 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 	if _, err := s.ttl("ttl_ms", ttlMs); err != nil {
 		return queue.Renewal{}, err
 	}
-	id, t, err := s.lockTarget(lockID)
+	id, t, err := s.lockTarget(ctx, lockID)
 	if err != nil {
+		return queue.Renewal{}, err
+	}
+	who, _ := s.caller(ctx) // lockTarget has authenticated the call
+	if err := s.lim.renew(who); err != nil {
 		return queue.Renewal{}, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
@@ -254,7 +296,7 @@ func (s *Service) Release(ctx context.Context, req *connect.Request[v1.ReleaseRe
 }
 
 func (s *Service) release(ctx context.Context, lockID string, token int64) (bool, error) {
-	id, t, err := s.lockTarget(lockID)
+	id, t, err := s.lockTarget(ctx, lockID)
 	if err != nil {
 		return false, err
 	}
@@ -274,7 +316,11 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err := queue.ValidateName(name); err != nil {
 		return nil, toConnect(fieldOf("name", err))
 	}
-	t, err := s.router.Route(name)
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	t, err := s.route(id, name)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -324,7 +370,11 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	if req.Msg.FencingToken <= 0 {
 		return nil, toConnect(badField("fencing_token", "%d is not positive", req.Msg.FencingToken))
 	}
-	t, err := s.router.Route(name)
+	id, err := s.caller(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	t, err := s.route(id, name)
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -15,8 +15,15 @@ import (
 // secret, so a client's locks share one lease per shard whatever names they
 // take.
 func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
+	who, err := s.caller(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
 	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs)
 	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.lim.acquire(who, req.Msg.ClientId); err != nil {
 		return nil, toConnect(err)
 	}
 	if len(req.Msg.ClientId) > 128 {
@@ -28,12 +35,16 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	id := SessionID{Secret: secret}
+	id := SessionID{Tenant: who.Tenant, Secret: secret}
 	var earliest time.Time
 	var effTTL time.Duration
 	for _, t := range s.router.All() {
+		t, err := t.forTenant(who.Tenant)
+		if err != nil {
+			return nil, toConnect(err)
+		}
 		var sess queue.Session
-		err := t.call(ctx, func(ctx context.Context) error {
+		err = t.call(ctx, func(ctx context.Context) error {
 			var err error
 			sess, err = t.Engine.OpenSessionWithSecret(ctx, req.Msg.ClientId, ttl, secret)
 			return err
@@ -56,7 +67,7 @@ func (s *Service) closeSession(id SessionID) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
 	for _, l := range id.Leases {
-		if t, err := s.router.Lookup(l.Shard); err == nil {
+		if t, err := s.lookup(Identity{Tenant: id.Tenant}, l.Shard); err == nil {
 			_ = t.Engine.CloseSession(ctx, l.Lease, id.Secret)
 		}
 	}
@@ -64,16 +75,19 @@ func (s *Service) closeSession(id SessionID) {
 
 // KeepAliveSession renews the session's lease on every shard.
 func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
-	id, err := DecodeSessionID(req.Msg.SessionId)
+	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
-		return nil, toConnect(fieldOf("session_id", err))
+		return nil, toConnect(err)
+	}
+	if err := s.lim.renew(who); err != nil {
+		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var earliest time.Time
 	var effTTL time.Duration
 	for _, l := range id.Leases {
-		t, err := s.router.Lookup(l.Shard)
+		t, err := s.lookup(who, l.Shard)
 		if err != nil {
 			return nil, toConnect(err)
 		}
@@ -95,14 +109,14 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 
 // CloseSession revokes the session's leases, releasing every lock on them.
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
-	id, err := DecodeSessionID(req.Msg.SessionId)
+	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
-		return nil, toConnect(fieldOf("session_id", err))
+		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	for _, l := range id.Leases {
-		t, err := s.router.Lookup(l.Shard)
+		t, err := s.lookup(who, l.Shard)
 		if err != nil {
 			return nil, toConnect(err)
 		}

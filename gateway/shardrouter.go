@@ -19,8 +19,9 @@ type ShardRouter struct {
 
 func backendTarget(b *shard.Backend) Target {
 	return Target{
-		Shard:  b.Name,
-		Engine: b.Engine,
+		Shard:     b.Name,
+		Engine:    b.Engine,
+		ForTenant: b.TenantEngine,
 		Do: func(ctx context.Context, fn func(context.Context) error) error {
 			err := b.Breaker.Execute(ctx, fn)
 			if errors.Is(err, shard.ErrShardUnavailable) {

@@ -40,6 +40,10 @@ type AcquireRequest struct {
 	// (the holder plus earlier waiters) when it is first known and whenever
 	// it changes. It is called from the acquiring goroutine.
 	OnQueued func(position int64)
+	// MaxKeys, when positive, caps the keys (holder and waiters) of the
+	// name: a new waiter beyond it is removed at once and refused with
+	// ErrQueueFull.
+	MaxKeys int
 	// BeforeGrant, when set, runs once the waiter is first in its queue and
 	// before it is granted; the wait goes on while it runs (the lease is
 	// kept alive, the wait timeout and cancellation apply). The shard router
@@ -135,10 +139,14 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 	if r.Session != 0 {
 		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
 	}
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(
+	thenOps := []clientv3.Op{
 		clientv3.OpPut(key, encodeValue(secret, meta), clientv3.WithLease(lease)),
 		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
-	).Else(elseOps...).Commit()
+	}
+	if r.MaxKeys > 0 {
+		thenOps = append(thenOps, clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
 	if err != nil {
 		if r.Session == 0 {
 			e.revokeLater(lease)
@@ -148,6 +156,12 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
 	if resp.Succeeded {
 		h.Revision = resp.Header.Revision
+		if r.MaxKeys > 0 {
+			if n := resp.Responses[2].GetResponseRange().Count; n > int64(r.MaxKeys) {
+				e.removeWaiter(h)
+				return nil, fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)
+			}
+		}
 		return &enqueued{h: h, ttl: ttl, deadline: deadline, first: firstKV(resp.Responses[1])}, nil
 	}
 

@@ -38,6 +38,8 @@ var (
 	// the wait while keeping the waiter's key: the lease keeps it until its
 	// TTL, so a retry with the same request id elsewhere resumes the place.
 	ErrDetached = errors.New("wait detached")
+	// ErrQueueFull reports a name whose queue is at its configured cap.
+	ErrQueueFull = errors.New("queue full")
 	// ErrClosed reports use of an engine after Close.
 	ErrClosed = errors.New("engine closed")
 )

@@ -109,3 +109,39 @@ func (e *Engine) Names(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// CountKeys counts every waiter and holder key of this engine's prefix.
+func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
+	resp, err := e.cli.Get(ctx, e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("queue: count keys: %w", err)
+	}
+	return resp.Count, nil
+}
+
+// ListNames lists every lock name with a key anywhere under prefix: the
+// engine at prefix itself and engines nested below it (one per tenant).
+func ListNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
+	resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("queue: list names: %w", err)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		i := strings.LastIndex(k, "/locks/")
+		if i < 0 {
+			continue
+		}
+		seg, _, ok := strings.Cut(k[i+len("/locks/"):], "/")
+		if !ok || seen[seg] {
+			continue
+		}
+		seen[seg] = true
+		if name, err := unescapeName(seg); err == nil {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}

@@ -207,14 +207,7 @@ func (rs *Resharder) movedNames(ctx context.Context, m Map, ring *Ring, d string
 		return 0, err
 	}
 	defer cli.Close()
-	qc := queue.DefaultConfig()
-	qc.Prefix = rs.prefix()
-	eng, err := queue.New(cli, qc)
-	if err != nil {
-		return 0, err
-	}
-	defer eng.Close()
-	names, err := eng.Names(ctx)
+	names, err := queue.ListNames(ctx, cli, rs.prefix())
 	if err != nil {
 		return 0, err
 	}

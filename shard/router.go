@@ -25,6 +25,45 @@ type Backend struct {
 	Engine *queue.Engine
 	// Breaker guards bounded calls to the cluster.
 	Breaker *Breaker
+
+	qcfg    queue.Config
+	mu      sync.Mutex
+	tenants map[string]*queue.Engine
+}
+
+// TenantEngine returns the engine for tenant's locks on this cluster; each
+// tenant's keys live under <prefix>/t/<tenant>. The empty tenant is Engine.
+func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
+	if tenant == "" {
+		return b.Engine, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.tenants[tenant]; ok {
+		return e, nil
+	}
+	qc := b.qcfg
+	qc.Prefix = qc.Prefix + "/t/" + tenant
+	e, err := queue.New(b.Client, qc)
+	if err != nil {
+		return nil, err
+	}
+	if b.tenants == nil {
+		b.tenants = map[string]*queue.Engine{}
+	}
+	b.tenants[tenant] = e
+	return e, nil
+}
+
+func (b *Backend) close() {
+	b.mu.Lock()
+	for _, e := range b.tenants {
+		e.Close()
+	}
+	b.tenants = nil
+	b.mu.Unlock()
+	b.Engine.Close()
+	b.Client.Close()
 }
 
 // Route is where a name's calls go under the map in force.
@@ -215,7 +254,7 @@ func (r *Router) dial(c Cluster) (*Backend, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br}, nil
+	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: r.cfg.Queue}, nil
 }
 
 // Route returns where name's calls go under the map in force.
@@ -298,8 +337,7 @@ func (r *Router) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, b := range r.backends {
-		b.Engine.Close()
-		b.Client.Close()
+		b.close()
 	}
 	r.backends = map[string]*Backend{}
 }

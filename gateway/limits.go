@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Limits bounds what one tenant or client can take. Zero values disable a
+// limit.
+type Limits struct {
+	// TenantAcquireRate is acquires (and try-acquires) per second per tenant;
+	// TenantAcquireBurst its burst.
+	TenantAcquireRate  float64
+	TenantAcquireBurst int
+	// ClientAcquireRate is acquires per second per client (tenant, subject
+	// and client id); ClientAcquireBurst its burst.
+	ClientAcquireRate  float64
+	ClientAcquireBurst int
+	// TenantRenewRate is renewals (locks and sessions) per second per
+	// tenant; TenantRenewBurst its burst.
+	TenantRenewRate  float64
+	TenantRenewBurst int
+	// MaxWaitersPerName caps the keys (holder and waiters) of one name.
+	MaxWaitersPerName int
+	// MaxWaitersPerTenant caps the waits one gateway process serves for a
+	// tenant at once.
+	MaxWaitersPerTenant int
+	// MaxKeysPerTenant caps the keys (held or waiting locks) a tenant has on
+	// each shard, checked against a count refreshed at most once a second.
+	MaxKeysPerTenant int
+}
+
+// ErrLimited reports a refused call; the gateway answers resource_exhausted
+// (429) with a retry hint.
+var ErrLimited = errors.New("limit reached")
+
+// limitedError carries the retry hint.
+type limitedError struct {
+	what  string
+	retry time.Duration
+}
+
+func (e *limitedError) Error() string {
+	return fmt.Sprintf("%s; retry in %s", e.what, e.retry.Round(time.Millisecond))
+}
+func (e *limitedError) Unwrap() error { return ErrLimited }
+
+// maxLimiterKeys bounds the per-client limiter table; past it the table
+// starts afresh, so hostile client ids cannot grow memory without bound.
+const maxLimiterKeys = 100_000
+
+type limiter struct {
+	cfg Limits
+
+	mu       sync.Mutex
+	tenants  map[string]*rate.Limiter
+	clients  map[string]*rate.Limiter
+	renewals map[string]*rate.Limiter
+	waiting  map[string]int
+
+	counts    sync.Map // tenant → *keyCount
+	onRefusal func(kind string)
+}
+
+type keyCount struct {
+	mu      sync.Mutex
+	at      time.Time
+	n       int64
+	pending bool
+}
+
+func newLimiter(cfg Limits) *limiter {
+	return &limiter{
+		cfg: cfg, tenants: map[string]*rate.Limiter{}, clients: map[string]*rate.Limiter{},
+		renewals: map[string]*rate.Limiter{}, waiting: map[string]int{},
+	}
+}
+
+func take(m map[string]*rate.Limiter, key string, r float64, burst int) time.Duration {
+	l, ok := m[key]
+	if !ok {
+		if len(m) >= maxLimiterKeys {
+			clear(m)
+		}
+		l = rate.NewLimiter(rate.Limit(r), max(burst, 1))
+		m[key] = l
+	}
+	res := l.Reserve()
+	if d := res.Delay(); d > 0 {
+		res.Cancel()
+		return d
+	}
+	return 0
+}
+
+func (l *limiter) refuse(kind, what string, retry time.Duration) error {
+	if l.onRefusal != nil {
+		l.onRefusal(kind)
+	}
+	return &limitedError{what: what, retry: retry}
+}
+
+// acquire charges one acquire to the tenant and client.
+func (l *limiter) acquire(id Identity, clientID string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.cfg.TenantAcquireRate; r > 0 {
+		if d := take(l.tenants, id.Tenant, r, l.cfg.TenantAcquireBurst); d > 0 {
+			return l.refuse("tenant_acquire_rate", fmt.Sprintf("tenant %q is over its acquire rate of %g/s", id.Tenant, r), d)
+		}
+	}
+	if r := l.cfg.ClientAcquireRate; r > 0 {
+		key := id.Tenant + "\x00" + id.Subject + "\x00" + clientID
+		if d := take(l.clients, key, r, l.cfg.ClientAcquireBurst); d > 0 {
+			return l.refuse("client_acquire_rate", fmt.Sprintf("this client is over its acquire rate of %g/s", r), d)
+		}
+	}
+	return nil
+}
+
+// renew charges one renewal to the tenant.
+func (l *limiter) renew(id Identity) error {
+	r := l.cfg.TenantRenewRate
+	if r <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := take(l.renewals, id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
+		return l.refuse("tenant_renew_rate", fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
+	}
+	return nil
+}
+
+// startWait counts one wait for the tenant; the returned func ends it.
+func (l *limiter) startWait(id Identity) (func(), error) {
+	max := l.cfg.MaxWaitersPerTenant
+	if max <= 0 {
+		return func() {}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting[id.Tenant] >= max {
+		return nil, l.refuse("tenant_waiters", fmt.Sprintf("tenant %q has %d waits open on this gateway, the limit", id.Tenant, max), time.Second)
+	}
+	l.waiting[id.Tenant]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.waiting[id.Tenant]--; l.waiting[id.Tenant] <= 0 {
+				delete(l.waiting, id.Tenant)
+			}
+		})
+	}, nil
+}
+
+// checkKeys refuses a tenant at its key cap; count reads the tenant's keys
+// on the target shard and runs at most once a second per tenant.
+func (l *limiter) checkKeys(ctx context.Context, tenant string, count func(context.Context) (int64, error)) error {
+	max := l.cfg.MaxKeysPerTenant
+	if max <= 0 {
+		return nil
+	}
+	v, _ := l.counts.LoadOrStore(tenant, &keyCount{})
+	kc := v.(*keyCount)
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	if time.Since(kc.at) > time.Second {
+		n, err := count(ctx)
+		if err != nil {
+			return err
+		}
+		kc.n, kc.at = n, time.Now()
+	}
+	if kc.n >= int64(max) {
+		return l.refuse("tenant_keys", fmt.Sprintf("tenant %q holds or waits for %d locks on this shard, the limit", tenant, max), time.Second)
+	}
+	kc.n++ // count this acquire until the next refresh
+	return nil
+}
+
+// limitedToConnect builds the resource_exhausted error with a RetryInfo.
+func limitedToConnect(err error) *connect.Error {
+	var le *limitedError
+	if !errors.As(err, &le) {
+		return nil
+	}
+	ce := connect.NewError(connect.CodeResourceExhausted, errors.New(le.Error()))
+	if d, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(le.retry)}); derr == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}
+
+// retryAfterSeconds is the Retry-After value for err, at least 1.
+func retryAfterSeconds(err error) int {
+	var le *limitedError
+	if errors.As(err, &le) {
+		return max(1, int(math.Ceil(le.retry.Seconds())))
+	}
+	return 1
+}
