@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,19 @@ type Config struct {
 	// Breaker configures the per-cluster circuit breakers; nil uses
 	// shard.DefaultBreakerConfig.
 	Breaker *shard.BreakerConfig
+	// TLSCert and TLSKey, when set, make the listener serve TLS only.
+	TLSCert, TLSKey string
+	// TLSClientCA, when set, verifies client certificates against it and
+	// takes identities from them (mTLS).
+	TLSClientCA string
+	// AllowInsecureRemote permits a non-loopback listener without any
+	// authentication. Default false: such a server refuses to start.
+	AllowInsecureRemote bool
+	// MaxStreamsPerConn caps concurrent HTTP/2 streams per connection.
+	// Default 1000.
+	MaxStreamsPerConn uint32
+	// EtcdTLS configures the connections to etcd.
+	EtcdTLS EtcdSecurity
 	// NoMapWatch stops the process from following the stored shard map; it
 	// then reloads only when a cluster refuses an enqueue. For tests of a
 	// gateway left on an old epoch.
@@ -62,12 +76,13 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:7070",
-		DataDir:         "./leasegate-data",
-		EmbeddedShards:  3,
-		Prefix:          "/leasegate",
-		Gateway:         gateway.DefaultConfig(),
-		ShutdownTimeout: 15 * time.Second,
+		Listen:            "127.0.0.1:7070",
+		DataDir:           "./leasegate-data",
+		EmbeddedShards:    3,
+		Prefix:            "/leasegate",
+		Gateway:           gateway.DefaultConfig(),
+		ShutdownTimeout:   15 * time.Second,
+		MaxStreamsPerConn: 1000,
 	}
 }
 
@@ -103,7 +118,42 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout %s must be positive", c.ShutdownTimeout)
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: client certificates are verified over TLS")
+	}
+	if c.MaxStreamsPerConn < 1 || c.MaxStreamsPerConn > 100000 {
+		return fmt.Errorf("max streams per connection %d is outside 1 to 100000", c.MaxStreamsPerConn)
+	}
+	if !c.authEnabled() && !c.AllowInsecureRemote && !isLoopback(c.Listen) {
+		return fmt.Errorf("refusing to serve %s without authentication: anyone who can connect could take or steal any lock. "+
+			"Configure --auth-tokens, --jwt-keys or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
+	}
+	if err := c.EtcdTLS.validate(); err != nil {
+		return err
+	}
 	return c.Gateway.Validate()
+}
+
+func (c Config) authEnabled() bool {
+	a := c.Gateway.Auth
+	a.MTLS = a.MTLS || c.TLSClientCA != ""
+	return a.Enabled()
+}
+
+// isLoopback reports whether a listen address only accepts local peers.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Server is a running gateway process.
@@ -129,6 +179,15 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	cfg.Gateway.Auth.MTLS = cfg.Gateway.Auth.MTLS || cfg.TLSClientCA != ""
+	if !cfg.authEnabled() && !isLoopback(cfg.Listen) {
+		s.log.Error("SERVING WITHOUT AUTHENTICATION on a non-loopback address: anyone who can connect can take, renew or release any lock",
+			"listen", cfg.Listen, "flag", "--allow-insecure-remote")
+	}
+	tlsCfg, err := cfg.listenerTLS()
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -151,6 +210,11 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	s.http = gateway.NewHTTPServer(cfg.Listen, s.service.Handler())
+	s.http.HTTP2.MaxConcurrentStreams = int(cfg.MaxStreamsPerConn)
+	if tlsCfg != nil {
+		s.http.TLSConfig = tlsCfg
+		s.ln = tls.NewListener(s.ln, tlsCfg)
+	}
 	go func() { s.served <- s.http.Serve(s.ln) }()
 	s.log.Info("leasegate serving", "addr", s.ln.Addr().String(), "shards", s.router.Map().ClusterNames(), "epoch", s.router.Map().Epoch, "embedded", len(s.embedded) > 0)
 	return s, nil
@@ -178,7 +242,12 @@ func (s *Server) startEmbedded() ([]Cluster, error) {
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // URL is the server's base URL.
-func (s *Server) URL() string { return "http://" + s.Addr() }
+func (s *Server) URL() string {
+	if s.cfg.TLSCert != "" {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
 
 // Service is the lock service, for tests.
 func (s *Server) Service() *gateway.Service { return s.service }
@@ -235,7 +304,11 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 		initial.Clusters = append(initial.Clusters, shard.Cluster{Name: c.Name, Endpoints: c.Endpoints})
 		overrides[c.Name] = c.Endpoints
 	}
-	home, err := shard.DialCluster(clusters[0].Name, clusters[0].Endpoints)
+	dial, err := s.cfg.EtcdTLS.dialer()
+	if err != nil {
+		return err
+	}
+	home, err := dial(clusters[0].Name, clusters[0].Endpoints)
 	if err != nil {
 		return fmt.Errorf("etcd cluster %q: %w", clusters[0].Name, err)
 	}
@@ -245,6 +318,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Endpoints = overrides
 	rc.Log = s.log
 	rc.Watch = !s.cfg.NoMapWatch
+	rc.Dial = dial
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}

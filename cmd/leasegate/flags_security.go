@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/leasegate/leasegate/internal/server"
+)
+
+// securityFlags are the flags for TLS, authentication, tenant policy and
+// limits; they map onto server.Config in apply.
+type securityFlags struct {
+	policyFile string
+}
+
+func addSecurityFlags(f *pflag.FlagSet, cfg *server.Config, sec *securityFlags) {
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate for the listener; with --tls-key, serves TLS only")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key for --tls-cert")
+	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: verify client certificates (mTLS); the tenant is the certificate's Organization (O)")
+	f.StringVar(&cfg.Gateway.Auth.TokensFile, "auth-tokens", "", `file of static bearer tokens, lines "TOKEN TENANT [SUBJECT]"`)
+	f.StringVar(&cfg.Gateway.Auth.JWTKeysFile, "jwt-keys", "", "PEM public keys that may sign bearer JWTs (RS*, PS256, ES256/384, EdDSA)")
+	f.StringVar(&cfg.Gateway.Auth.JWTIssuer, "jwt-issuer", "", "required iss of bearer JWTs")
+	f.StringVar(&cfg.Gateway.Auth.JWTAudience, "jwt-audience", "", "required aud of bearer JWTs")
+	f.StringVar(&cfg.Gateway.Auth.JWTTenantClaim, "jwt-tenant-claim", "tenant", "JWT claim naming the caller's tenant")
+	f.StringVar(&sec.policyFile, "tenant-policy", "", `JSON file {"TENANT": {"namePrefixes": ["orders/", …]}} restricting the names tenants may lock`)
+	f.BoolVar(&cfg.AllowInsecureRemote, "allow-insecure-remote", false, "serve a non-loopback address without authentication (anyone who can connect can take or steal any lock)")
+	l := &cfg.Gateway.Limits
+	f.Float64Var(&l.TenantAcquireRate, "tenant-acquire-rate", 0, "acquires per second per tenant (0 = unlimited)")
+	f.IntVar(&l.TenantAcquireBurst, "tenant-acquire-burst", 100, "burst for --tenant-acquire-rate")
+	f.Float64Var(&l.ClientAcquireRate, "client-acquire-rate", 0, "acquires per second per client (0 = unlimited)")
+	f.IntVar(&l.ClientAcquireBurst, "client-acquire-burst", 20, "burst for --client-acquire-rate")
+	f.Float64Var(&l.TenantRenewRate, "tenant-renew-rate", 0, "renewals per second per tenant (0 = unlimited)")
+	f.IntVar(&l.TenantRenewBurst, "tenant-renew-burst", 1000, "burst for --tenant-renew-rate")
+	f.IntVar(&l.MaxWaitersPerName, "max-waiters-per-name", 0, "cap on holders and waiters of one name (0 = unlimited)")
+	f.IntVar(&l.MaxWaitersPerTenant, "max-waiters-per-tenant", 0, "cap on open waits per tenant on this gateway (0 = unlimited)")
+	f.IntVar(&l.MaxKeysPerTenant, "max-keys-per-tenant", 0, "cap on a tenant's held and waiting locks per shard (0 = unlimited)")
+	f.Uint32Var(&cfg.MaxStreamsPerConn, "max-streams-per-conn", cfg.MaxStreamsPerConn, "HTTP/2 streams one connection may have open")
+	f.StringVar(&cfg.EtcdTLS.Cert, "etcd-cert", "", "PEM client certificate for etcd")
+	f.StringVar(&cfg.EtcdTLS.Key, "etcd-key", "", "PEM private key for --etcd-cert")
+	f.StringVar(&cfg.EtcdTLS.CA, "etcd-ca", "", "PEM CA bundle that signed etcd's server certificates (enables TLS to etcd)")
+	f.StringVar(&cfg.EtcdTLS.User, "etcd-user", "", "etcd user (etcd auth); see docs/security.md for the role it needs")
+	f.StringVar(&cfg.EtcdTLS.Password, "etcd-password", "", "etcd password for --etcd-user (prefer LEASEGATE_ETCD_PASSWORD)")
+}
+
+// apply loads the files the flags name into cfg.
+func (sec *securityFlags) apply(cfg *server.Config) error {
+	if sec.policyFile == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(sec.policyFile)
+	if err != nil {
+		return fmt.Errorf("--tenant-policy: %w", err)
+	}
+	var doc map[string]struct {
+		NamePrefixes []string `json:"namePrefixes"`
+	}
+	dec := json.NewDecoder(bytesReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return fmt.Errorf("--tenant-policy %s: %w", sec.policyFile, err)
+	}
+	cfg.Gateway.Policy.NamePrefixes = map[string][]string{}
+	for t, p := range doc {
+		cfg.Gateway.Policy.NamePrefixes[t] = p.NamePrefixes
+	}
+	return nil
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
