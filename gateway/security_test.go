@@ -1,0 +1,459 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/leasegate/leasegate/internal/server"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+const (
+	tokenA = "token-of-tenant-a-0123456789"
+	tokenB = "token-of-tenant-b-0123456789"
+)
+
+// startSecureGateway starts a gateway with static tokens for tenants a and
+// b, then applies adjust.
+func startSecureGateway(t *testing.T, adjust func(*server.Config)) *gw {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# test tokens\n"+tokenA+" a worker-a\n"+tokenB+" b worker-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Prefix = fmt.Sprintf("/sectest/%d", prefixSeq.Add(1))
+	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
+	cfg.Gateway.Auth.TokensFile = tokens
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	srv, err := server.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
+	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
+	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
+	return g
+}
+
+// bearer adds a bearer token to every call.
+func bearer(token string) connect.ClientOption {
+	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}), streamBearer(token))
+}
+
+type streamBearer string
+
+func (s streamBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+func (s streamBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(s))
+		return conn
+	}
+}
+func (s streamBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func (g *gw) as(token string) leasegatev1connect.LockServiceClient {
+	return leasegatev1connect.NewLockServiceClient(g.http, g.url, bearer(token))
+}
+
+func TestCrossTenantCallsAreDenied(t *testing.T) {
+	g := startSecureGateway(t, nil)
+	a, b := g.as(tokenA), g.as(tokenB)
+	ctx := ctxT(t)
+	held, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "orders/42", TtlMs: 10000, ClientId: "a1"}))
+	if err != nil || !held.Msg.Acquired {
+		t.Fatalf("tenant a TryAcquire = %v, %v", held, err)
+	}
+	lock := held.Msg.Granted
+	sess, err := a.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "a1", TtlMs: 10000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter of tenant a with a known request id.
+	stream, err := a.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "orders/42", TtlMs: 10000, RequestId: "a-waiter"}))
+	if err != nil || !stream.Receive() || stream.Msg().GetQueued().GetPosition() != 1 {
+		t.Fatalf("tenant a waiter: %v %v", stream.Msg(), err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("tenant b %s with tenant a's id = %v; want permission_denied", what, err)
+		}
+	}
+	_, err = b.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lock.LockId, FencingToken: lock.FencingToken}))
+	denied("Renew", err)
+	_, err = b.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: lock.LockId, FencingToken: lock.FencingToken}))
+	denied("Release", err)
+	_, err = b.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: sess.Msg.SessionId}))
+	denied("KeepAliveSession", err)
+	_, err = b.CloseSession(ctx, connect.NewRequest(&v1.CloseSessionRequest{SessionId: sess.Msg.SessionId}))
+	denied("CloseSession", err)
+	_, err = b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", SessionId: sess.Msg.SessionId}))
+	denied("TryAcquire on a's session", err)
+	for _, path := range []string{"/api/v1/locks/renew", "/api/v1/locks/release"} {
+		body := fmt.Sprintf(`{"lockId":%q,"fencingToken":%d}`, lock.LockId, lock.FencingToken)
+		req, _ := http.NewRequest(http.MethodPost, g.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tokenB)
+		resp, err := g.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("REST %s by tenant b = %d; want 403", path, resp.StatusCode)
+		}
+	}
+	// Tenant b sees nothing of tenant a: the same name is free in its own
+	// namespace, a's token is not live for it, and a's request id gives it
+	// a place of its own, not a's.
+	d, err := b.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: "orders/42"}))
+	if err != nil || d.Msg.Held || d.Msg.Waiters != 0 {
+		t.Errorf("tenant b Describe = %v, %v; want nothing held", d, err)
+	}
+	cf, err := b.CheckFence(ctx, connect.NewRequest(&v1.CheckFenceRequest{Name: "orders/42", FencingToken: lock.FencingToken}))
+	if err != nil || cf.Msg.Live || cf.Msg.CurrentToken != 0 {
+		t.Errorf("tenant b CheckFence = %v, %v; want not live", cf, err)
+	}
+	bs, err := b.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "orders/42", TtlMs: 10000, RequestId: "a-waiter"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bGrant *v1.Granted
+	for bs.Receive() {
+		bGrant = bs.Msg().GetGranted()
+	}
+	if bGrant == nil {
+		t.Fatalf("tenant b's acquire with a's request id = %v; want its own grant", bs.Err())
+	}
+	// Nothing of tenant a was disturbed.
+	if _, err := a.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lock.LockId, FencingToken: lock.FencingToken})); err != nil {
+		t.Errorf("tenant a Renew after the attempts = %v", err)
+	}
+	da, err := a.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: "orders/42"}))
+	if err != nil || da.Msg.FencingToken != lock.FencingToken || da.Msg.Waiters != 1 {
+		t.Errorf("tenant a Describe = %v, %v; want its holder and its waiter", da, err)
+	}
+	if _, err := a.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: sess.Msg.SessionId})); err != nil {
+		t.Errorf("tenant a KeepAliveSession = %v", err)
+	}
+	stream.Close()
+}
+
+func TestUnauthenticatedCallsAreRefused(t *testing.T) {
+	g := startSecureGateway(t, nil)
+	ctx := ctxT(t)
+	for name, c := range map[string]leasegatev1connect.LockServiceClient{"none": g.client, "wrong": g.as("not-a-valid-token-at-all")} {
+		_, err := c.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", TtlMs: 5000}))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s credentials: TryAcquire = %v; want unauthenticated", name, err)
+		}
+		s, _ := c.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "x", TtlMs: 5000}))
+		for s.Receive() {
+		}
+		if connect.CodeOf(s.Err()) != connect.CodeUnauthenticated {
+			t.Errorf("%s credentials: Acquire = %v; want unauthenticated", name, s.Err())
+		}
+	}
+	status, body := postJSON(t, g, "/api/v1/locks/acquire", `{"name":"x","ttlMs":5000}`)
+	if status != http.StatusUnauthorized || body["error"] == nil {
+		t.Errorf("REST acquire without credentials = %d %v; want 401", status, body)
+	}
+	hr, err := g.http.Get(g.url + "/healthz")
+	if err != nil || hr.StatusCode != http.StatusOK {
+		t.Errorf("/healthz needs no credentials: %v %v", hr, err)
+	}
+}
+
+func TestTenantNamePolicy(t *testing.T) {
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Gateway.Policy.NamePrefixes = map[string][]string{"a": {"orders/"}}
+	})
+	ctx := ctxT(t)
+	_, err := g.as(tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("tenant a locking jobs/1 = %v; want permission_denied", err)
+	}
+	if r, err := g.as(tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "orders/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
+		t.Errorf("tenant a locking orders/1 = %v, %v", r, err)
+	}
+	if r, err := g.as(tokenB).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
+		t.Errorf("tenant b (no policy) locking jobs/1 = %v, %v", r, err)
+	}
+}
+
+func TestRateLimitAndQueueCap(t *testing.T) {
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Gateway.Limits.TenantAcquireRate = 1
+		c.Gateway.Limits.TenantAcquireBurst = 3
+		c.Gateway.Limits.MaxWaitersPerName = 2
+	})
+	ctx := ctxT(t)
+	a := g.as(tokenA)
+	var last error
+	for i := 0; i < 4; i++ {
+		_, last = a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: fmt.Sprintf("r%d", i), TtlMs: 5000}))
+	}
+	if connect.CodeOf(last) != connect.CodeResourceExhausted {
+		t.Fatalf("4th acquire in a burst of 3 = %v; want resource_exhausted", last)
+	}
+	var ce *connect.Error
+	errors.As(last, &ce)
+	hint := false
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if ri, ok := v.(*errdetails.RetryInfo); ok && ri.RetryDelay.AsDuration() > 0 {
+				hint = true
+			}
+		}
+	}
+	if !hint {
+		t.Errorf("refusal %v carries no RetryInfo", last)
+	}
+	req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/locks/acquire", strings.NewReader(`{"name":"r9","ttlMs":5000}`))
+	req.Header.Set("Authorization", "Bearer "+tokenA)
+	resp, err := g.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("REST over the rate = %d, Retry-After %q; want 429 with a hint", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Tenant b has its own budget; the name cap allows a holder and one waiter.
+	b := g.as(tokenB)
+	if _, err := b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "capped", TtlMs: 10000})); err != nil {
+		t.Fatal(err)
+	}
+	w1, _ := b.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "capped", TtlMs: 10000}))
+	if !w1.Receive() {
+		t.Fatalf("first waiter: %v", w1.Err())
+	}
+	w2, _ := b.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "capped", TtlMs: 10000}))
+	for w2.Receive() {
+	}
+	if connect.CodeOf(w2.Err()) != connect.CodeResourceExhausted {
+		t.Errorf("third key on a name capped at 2 = %v; want resource_exhausted", w2.Err())
+	}
+	d, err := b.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: "capped"}))
+	if err != nil || d.Msg.Waiters != 1 {
+		t.Errorf("after the refusal Describe = %v, %v; want the refused waiter gone", d, err)
+	}
+	w1.Close()
+}
+
+func TestNonLoopbackWithoutAuthRefusesToStart(t *testing.T) {
+	cfg := server.DefaultConfig()
+	cfg.Listen = "0.0.0.0:0"
+	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "without authentication") {
+		t.Fatalf("Validate(0.0.0.0 without auth) = %v; want a refusal", err)
+	}
+	cfg.AllowInsecureRemote = true
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate with AllowInsecureRemote = %v", err)
+	}
+}
+
+func TestJWTAuthentication(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	keys := filepath.Join(t.TempDir(), "jwt.pem")
+	os.WriteFile(keys, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600)
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Gateway.Auth.JWTKeysFile = keys
+		c.Gateway.Auth.JWTIssuer = "https://issuer.test"
+		c.Gateway.Auth.JWTAudience = "leasegate"
+	})
+	sign := func(k *ecdsa.PrivateKey, claims jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodES256, claims).SignedString(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	good := jwt.MapClaims{"iss": "https://issuer.test", "aud": "leasegate", "sub": "svc", "tenant": "c", "exp": time.Now().Add(time.Hour).Unix()}
+	cases := map[string]struct {
+		token string
+		ok    bool
+	}{
+		"valid":        {sign(key, good), true},
+		"expired":      {sign(key, with(good, "exp", time.Now().Add(-time.Hour).Unix())), false},
+		"wrong aud":    {sign(key, with(good, "aud", "someone-else")), false},
+		"wrong issuer": {sign(key, with(good, "iss", "https://evil.test")), false},
+		"other key":    {sign(other, good), false},
+		"no tenant":    {sign(key, with(good, "tenant", "")), false},
+	}
+	for name, tc := range cases {
+		_, err := g.as(tc.token).TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "jwt-" + name, TtlMs: 5000}))
+		if tc.ok && err != nil {
+			t.Errorf("%s JWT: %v; want accepted", name, err)
+		}
+		if !tc.ok && connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("%s JWT: %v; want unauthenticated", name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), tc.token) {
+			t.Errorf("%s JWT: the error echoes the token", name)
+		}
+	}
+}
+
+func with(c jwt.MapClaims, k string, v any) jwt.MapClaims {
+	out := jwt.MapClaims{}
+	for a, b := range c {
+		out[a] = b
+	}
+	out[k] = v
+	return out
+}
+
+func TestMutualTLSIdentity(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCA(t)
+	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
+	srvCert, srvKey := issue(t, ca, caKey, pkix.Name{CommonName: "127.0.0.1"}, true)
+	writePEM(t, filepath.Join(dir, "srv.pem"), "CERTIFICATE", srvCert.Raw)
+	writeKey(t, filepath.Join(dir, "srv.key"), srvKey)
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Gateway.Auth.TokensFile = ""
+		c.TLSCert, c.TLSKey = filepath.Join(dir, "srv.pem"), filepath.Join(dir, "srv.key")
+		c.TLSClientCA = filepath.Join(dir, "ca.pem")
+	})
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	clientCert, clientKey := issue(t, ca, caKey, pkix.Name{CommonName: "worker-1", Organization: []string{"acme"}}, false)
+	tlsClient := func(certs ...tls.Certificate) *http.Client {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}, ForceAttemptHTTP2: true}
+		return &http.Client{Transport: tr}
+	}
+	with := tlsClient(tls.Certificate{Certificate: [][]byte{clientCert.Raw}, PrivateKey: clientKey})
+	c := leasegatev1connect.NewLockServiceClient(with, g.url, connect.WithGRPC())
+	r, err := c.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "mtls", TtlMs: 5000}))
+	if err != nil || !r.Msg.Acquired {
+		t.Fatalf("TryAcquire with a client certificate = %v, %v", r, err)
+	}
+	// The lock lives in tenant acme's namespace.
+	id := r.Msg.Granted.LockId
+	if _, err := c.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: id, FencingToken: r.Msg.Granted.FencingToken})); err != nil {
+		t.Fatal(err)
+	}
+	without := leasegatev1connect.NewLockServiceClient(tlsClient(), g.url)
+	if _, err := without.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "mtls", TtlMs: 5000})); err == nil {
+		t.Fatal("TryAcquire without a client certificate succeeded")
+	}
+}
+
+func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
+	var logs bytes.Buffer
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	a := g.as(tokenA)
+	ctx := ctxT(t)
+	r, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "secret", TtlMs: 5000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Msg.Granted.LockId
+	tampered := id[:len(id)-4] + "AAAA"
+	var errs []string
+	for _, lid := range []string{tampered, id + "x", "garbage"} {
+		_, err := a.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lid, FencingToken: r.Msg.Granted.FencingToken}))
+		if err == nil {
+			t.Fatalf("Renew with a tampered lock id succeeded")
+		}
+		errs = append(errs, err.Error())
+	}
+	_, err = g.as(tokenB).Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: id, FencingToken: r.Msg.Granted.FencingToken}))
+	errs = append(errs, err.Error())
+	all := logs.String() + strings.Join(errs, "\n")
+	for _, secret := range []string{id, tampered, tokenA, tokenB, id[len(id)-22:]} {
+		if strings.Contains(all, secret) {
+			t.Errorf("a secret (%d chars) appears in logs or errors", len(secret))
+		}
+	}
+}
+
+func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c, k
+}
+
+func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, subj pkix.Name, server bool) (*x509.Certificate, *ecdsa.PrivateKey) {
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: subj,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return c, k
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeKey(t *testing.T, path string, k *ecdsa.PrivateKey) {
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, path, "EC PRIVATE KEY", der)
+}
