@@ -29,6 +29,14 @@ import (
 // The embedded member runs without fsync: a raft write costs an apply and
 // CPU here, not a disk flush, so on a real cluster the variants that pay
 // extra raft writes (engine-perlock) fall further behind than they do here.
+//
+// Every timed run starts on a freshly compacted etcd. Until the next
+// compaction a released waiter key stays in etcd's index as a tombstone,
+// and every range over its name visits it: the engine's keys are fresh per
+// acquire (they derive from the request id), so a name's enqueue grows
+// slower with the acquires it has seen since the last compaction, while
+// Mutex's key (the session's lease id) is reused. That cost is the engine's
+// and is measured; it depends on b.N, so compare runs of equal -benchtime.
 
 const (
 	// cycleWorkers is the fixed number of goroutines in BenchmarkCycle: the
@@ -56,8 +64,8 @@ const (
 //     leave behind have finished: they are part of a cycle's cost.
 //   - mutex: one concurrency.Session; a concurrency.Mutex per cycle.
 //   - direct-txn: the engine's enqueue and release transactions (the same
-//     compares and operations) issued with clientv3 on a session lease,
-//     with nothing else: the engine's floor.
+//     compares and operations, on a fresh key per cycle) issued with
+//     clientv3 on a session lease, with nothing else: the engine's floor.
 func BenchmarkCycle(b *testing.B) { benchCycles(b, cycleWorkers) }
 
 // BenchmarkCycleSerial is BenchmarkCycle on one goroutine: ns/op, p50-ns
@@ -113,11 +121,12 @@ func benchCycles(b *testing.B, workers int) {
 		runCycles(b, workers, func(w int) cycleFunc {
 			d := newDirectLock(b, e, s, workerName(w))
 			return func(ctx context.Context) error {
-				rev, err := d.enqueue(ctx, cli)
+				key := d.prefix + WaiterID(benchRequestID())
+				rev, err := d.enqueue(ctx, cli, key)
 				if err != nil {
 					return err
 				}
-				return d.release(ctx, cli, rev)
+				return d.release(ctx, cli, key, rev)
 			}
 		}, nil)
 		requireNoLocks(b, e)
@@ -136,7 +145,9 @@ func benchCycles(b *testing.B, workers int) {
 // engine's waiter says so through OnQueued. Mutex has no such event, so its
 // waiter counts as queued once its key exists (a prefix count of 2), polled
 // with back-to-back Gets. Holder and waiter use different sessions, as they
-// must with Mutex.
+// must with Mutex. Each handoff is on a name of its own, so that the
+// tombstones of earlier handoffs (see the top of this file) do not weigh
+// on later ones.
 //
 // Releasing this early races the waiter's watch: a watch that etcd
 // registers at a revision already past its start revision is "unsynced",
@@ -161,19 +172,19 @@ func benchHandoffs(b *testing.B, settled bool) {
 		e, _ := newEngine(b)
 		hs, ws := openBenchSession(b, e), openBenchSession(b, e)
 		benchEngineHandoff(b, e, settled,
-			AcquireRequest{Name: "handoff", Session: hs.Lease, SessionSecret: hs.Secret, ClientID: "holder"},
-			AcquireRequest{Name: "handoff", Session: ws.Lease, SessionSecret: ws.Secret, ClientID: "waiter"})
+			AcquireRequest{Session: hs.Lease, SessionSecret: hs.Secret, ClientID: "holder"},
+			AcquireRequest{Session: ws.Lease, SessionSecret: ws.Secret, ClientID: "waiter"})
 	})
 	b.Run("engine-perlock", func(b *testing.B) {
 		e, _ := newEngine(b)
 		benchEngineHandoff(b, e, settled,
-			AcquireRequest{Name: "handoff", TTL: benchLockTTL, ClientID: "holder"},
-			AcquireRequest{Name: "handoff", TTL: benchLockTTL, ClientID: "waiter"})
+			AcquireRequest{TTL: benchLockTTL, ClientID: "holder"},
+			AcquireRequest{TTL: benchLockTTL, ClientID: "waiter"})
 	})
 	b.Run("mutex", func(b *testing.B) {
 		cli := shared.ClientFor(b)
 		hs, ws := openMutexSession(b, cli), openMutexSession(b, cli)
-		benchMutexHandoff(b, cli, settled, hs, ws, benchPrefix()+"/handoff")
+		benchMutexHandoff(b, cli, settled, hs, ws, benchPrefix())
 	})
 }
 
@@ -190,6 +201,7 @@ func runCycles(b *testing.B, workers int, newCycle func(w int) cycleFunc, drain 
 	for w := range cycles {
 		cycles[w] = newCycle(w)
 	}
+	compactForBench(b)
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
@@ -234,18 +246,18 @@ func engineCycle(ctx context.Context, e *Engine, r AcquireRequest) error {
 	return nil
 }
 
-// directLock issues the engine's enqueue and release transactions for one
-// waiter key on a session lease, with none of the engine around them. The
-// transactions mirror Engine.enqueue (acquire.go) and Engine.Release
-// (renew.go) and must be kept in step with them. What the engine adds on top
-// is the floor's complement: validation, a fresh secret per acquire and the
-// session keepalive that yields the grant's deadline.
+// directLock issues the engine's enqueue and release transactions for the
+// waiter keys of one name on a session lease, with none of the engine around
+// them. The transactions mirror Engine.enqueue (acquire.go) and
+// Engine.Release (renew.go) and must be kept in step with them. What the
+// engine adds on top is the floor's complement: validation, a fresh secret
+// and value per acquire, and the session keepalive that yields the grant's
+// deadline.
 type directLock struct {
 	keys    keys
 	session Session
 	prefix  string
-	key     string
-	value   string
+	value   string // a waiter value of the engine's shape
 	secret  Secret
 }
 
@@ -259,46 +271,45 @@ func newDirectLock(b *testing.B, e *Engine, s Session, name string) *directLock 
 		ClientID: "bench", TTL: int64(s.TTL / time.Second), Session: true,
 		Sealed: sealSecret(secret, requestID), Enqueued: time.Now().UnixMilli(),
 	}
-	prefix := e.keys.namePrefix(name)
 	return &directLock{
-		keys: e.keys, session: s, prefix: prefix, key: prefix + WaiterID(requestID),
+		keys: e.keys, session: s, prefix: e.keys.namePrefix(name),
 		value: encodeValue(secret, meta), secret: secret,
 	}
 }
 
-// enqueue creates the waiter key and returns its create revision; it fails
-// unless the key became the holder at once.
-func (d *directLock) enqueue(ctx context.Context, cli *clientv3.Client) (int64, error) {
+// enqueue creates the waiter key (under d.prefix) and returns its create
+// revision; it fails unless the key became the holder at once.
+func (d *directLock) enqueue(ctx context.Context, cli *clientv3.Client, key string) (int64, error) {
 	sessionKey := d.keys.session(d.session.Lease)
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(d.key), "=", 0)},
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
 		ownerCmps(sessionKey, d.session.Secret)...)
 	resp, err := cli.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(d.key, d.value, clientv3.WithLease(d.session.Lease)),
+		clientv3.OpPut(key, d.value, clientv3.WithLease(d.session.Lease)),
 		clientv3.OpGet(d.prefix, clientv3.WithFirstCreate()...),
 	).Else(
-		clientv3.OpGet(d.key),
+		clientv3.OpGet(key),
 		clientv3.OpGet(d.prefix, clientv3.WithFirstCreate()...),
 		clientv3.OpGet(sessionKey),
 	).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("enqueue %s: %w", d.key, err)
+		return 0, fmt.Errorf("enqueue %s: %w", key, err)
 	}
 	first := firstKV(resp.Responses[1])
 	if !resp.Succeeded || first == nil || first.CreateRevision != resp.Header.Revision {
-		return 0, fmt.Errorf("enqueue %s: succeeded = %v, first = %v; want the new key first", d.key, resp.Succeeded, first)
+		return 0, fmt.Errorf("enqueue %s: succeeded = %v, first = %v; want the new key first", key, resp.Succeeded, first)
 	}
 	return resp.Header.Revision, nil
 }
 
-func (d *directLock) release(ctx context.Context, cli *clientv3.Client, rev int64) error {
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(d.key), "=", rev)},
-		ownerCmps(d.key, d.secret)...)
-	resp, err := cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(d.key)).Else(clientv3.OpGet(d.key)).Commit()
+func (d *directLock) release(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev)},
+		ownerCmps(key, d.secret)...)
+	resp, err := cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		return fmt.Errorf("release %s: %w", d.key, err)
+		return fmt.Errorf("release %s: %w", key, err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("release %s: compare failed", d.key)
+		return fmt.Errorf("release %s: compare failed", key)
 	}
 	return nil
 }
@@ -310,21 +321,23 @@ type engineWaiter struct {
 }
 
 // benchEngineHandoff times handoffs from holder to waiter on the engine.
-// Request ids are filled in per iteration.
+// Names and request ids are filled in per iteration.
 func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter AcquireRequest) {
 	ctx := benchCtx(b)
+	compactForBench(b)
 	var ds []time.Duration
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
 		if settled {
 			awaitNoWatchers(b) // the previous waiter's watches are gone
 		}
+		holder.Name = fmt.Sprintf("handoff-%d", i)
 		holder.RequestID = benchRequestID()
 		g, err := e.Acquire(ctx, holder)
 		if err != nil {
 			b.Fatalf("holder Acquire: %v", err)
 		}
 		r := waiter
-		r.RequestID = benchRequestID()
+		r.Name, r.RequestID = holder.Name, benchRequestID()
 		onQueued, queued := queuedSignal()
 		r.OnQueued = onQueued
 		done := make(chan engineWaiter, 1)
@@ -368,14 +381,17 @@ type mutexWaiter struct {
 	err error
 }
 
-// benchMutexHandoff times handoffs from a Mutex on hs to one on ws.
-func benchMutexHandoff(b *testing.B, cli *clientv3.Client, settled bool, hs, ws *concurrency.Session, pfx string) {
+// benchMutexHandoff times handoffs from a Mutex on hs to one on ws, each
+// under a name of its own below root.
+func benchMutexHandoff(b *testing.B, cli *clientv3.Client, settled bool, hs, ws *concurrency.Session, root string) {
 	ctx := benchCtx(b)
+	compactForBench(b)
 	var ds []time.Duration
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
 		if settled {
 			awaitNoWatchers(b)
 		}
+		pfx := fmt.Sprintf("%s/handoff-%d", root, i)
 		hm := concurrency.NewMutex(hs, pfx)
 		if err := hm.Lock(ctx); err != nil {
 			b.Fatalf("holder Lock: %v", err)
@@ -409,7 +425,7 @@ func benchMutexHandoff(b *testing.B, cli *clientv3.Client, settled bool, hs, ws 
 		}
 	}
 	reportHandoffs(b, ds)
-	requireNoKeys(b, cli, pfx+"/")
+	requireNoKeys(b, cli, root+"/")
 }
 
 // awaitMutexWaiter returns once the waiter's key exists beside the holder's.
@@ -543,6 +559,15 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 	}
 	b.ReportMetric(at(0.50), "p50-ns")
 	b.ReportMetric(at(0.99), "p99-ns")
+}
+
+// compactForBench compacts the shared etcd's history, so that a timed run
+// does not pay for the tombstones of the runs before it.
+func compactForBench(b *testing.B) {
+	b.Helper()
+	if _, err := etcdtestCompact(shared.ClientFor(b)); err != nil {
+		b.Fatalf("compact: %v", err)
+	}
 }
 
 // benchCtx is cancelled when b's run ends. It has no deadline of its own, so
