@@ -58,6 +58,9 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return usageError{err}
 			}
+			if err := applyConfigFile(cmd.Flags()); err != nil {
+				return usageError{err}
+			}
 			clusters, err := parseClusters(etcdFlags)
 			if err != nil {
 				return usageError{err}
@@ -88,6 +91,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.Int64Var(&cfg.Gateway.MaxBodyBytes, "max-body-bytes", cfg.Gateway.MaxBodyBytes, "largest request body or message (1 KiB to 16 MiB)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.String(configFlag, "", "optional YAML or JSON file of flag values, keys = flag names (flags and LEASEGATE_* win over it)")
 	return cmd
 }
 
