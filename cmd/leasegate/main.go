@@ -79,6 +79,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(newDemoCmd())
+	cmd.AddCommand(newEtcdMemberCmd())
 	cmd.AddCommand(newShardsCmd())
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve Connect, gRPC, gRPC-Web and REST on")
