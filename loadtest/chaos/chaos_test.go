@@ -1,0 +1,133 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+)
+
+var (
+	longFlag = flag.Bool("chaos.long", false, "run the long mode (≥ 200 injections) and print the report; also LEASEGATE_CHAOS=long")
+	outFlag  = flag.String("chaos.out", "", "directory for histories and logs; also LEASEGATE_CHAOS_OUT (default: the artifact directory with -artifacts, else a kept-on-failure temp dir)")
+	seedFlag = flag.Uint64("chaos.seed", 0, "nemesis seed (0: from the clock)")
+	injFlag  = flag.Int("chaos.injections", 0, "override the number of injections")
+)
+
+// leasegateBin is the leasegate binary TestMain builds once.
+var leasegateBin string
+
+func TestMain(m *testing.M) {
+	RunRole() // a holder child process never returns from here
+	flag.Parse()
+	if runtime.GOOS != "linux" {
+		fmt.Println("chaos: skipped: the harness needs Linux (process groups, Pdeathsig)")
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "leasegate-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	leasegateBin = filepath.Join(dir, "leasegate")
+	build := exec.Command("go", "build", "-o", leasegateBin, "github.com/leasegate/leasegate/cmd/leasegate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: build leasegate:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// outDir picks the run's output directory and says whether to remove it
+// when the test passes.
+func outDir(t *testing.T) string {
+	t.Helper()
+	dir := *outFlag
+	if dir == "" {
+		dir = os.Getenv("LEASEGATE_CHAOS_OUT")
+	}
+	if dir != "" {
+		dir = filepath.Join(dir, t.Name()+"-"+time.Now().Format("20060102-150405"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		return t.ArtifactDir()
+	}
+	dir, err := os.MkdirTemp("", "leasegate-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("histories and logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// TestChaos runs the workload under faults and checks its history: the
+// quick mode by default, the long mode with LEASEGATE_CHAOS=long or
+// -chaos.long.
+func TestChaos(t *testing.T) {
+	cfg := QuickConfig()
+	if *longFlag || os.Getenv("LEASEGATE_CHAOS") == "long" {
+		cfg = LongConfig()
+	} else if testing.Short() {
+		t.Skip("chaos: quick mode takes about two minutes; skipped with -short")
+	}
+	if *injFlag > 0 {
+		cfg.Injections = *injFlag
+	}
+	cfg.Seed = *seedFlag
+	out := outDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	defer cancel()
+	res, err := Run(ctx, cfg, leasegateBin, out, t.Logf)
+	if err != nil {
+		t.Fatalf("harness: %v (logs in %s)", err, out)
+	}
+	var rep bytes.Buffer
+	res.Report(&rep, cfg.TTL)
+	_ = os.WriteFile(filepath.Join(out, "report.txt"), rep.Bytes(), 0o644)
+	if cfg.Report {
+		fmt.Print(rep.String())
+	} else {
+		t.Logf("\n%s", rep.String())
+	}
+	failed := 0
+	for _, v := range res.Violations {
+		if v.Known != "" {
+			continue
+		}
+		failed++
+		t.Errorf("[%s] %s: %s", v.Check, v.Name, v.Detail)
+	}
+	if failed > 0 {
+		t.Logf("histories (history.json, result.json, register.html) and logs in %s", out)
+	}
+}

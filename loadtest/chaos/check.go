@@ -1,0 +1,319 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// Violation is one failed check.
+type Violation struct {
+	// Check names the checker.
+	Check string `json:"check"`
+	// Name is the lock name concerned, if any.
+	Name string `json:"name,omitempty"`
+	// Detail says what was seen.
+	Detail string `json:"detail"`
+	// Known names the skipped regression test of a known leasegate bug
+	// that explains this violation; such violations are reported but do
+	// not fail the run. Empty for every other violation.
+	Known string `json:"known,omitempty"`
+}
+
+// knownEnqueueStall is the regression test of a known gateway bug: the
+// enqueue of an Acquire is bounded by neither its wait timeout nor the
+// gateway's request timeout, so a stalled etcd (a killed or paused leader,
+// a lost quorum, a silent link) holds the caller past its deadline. A stuck
+// waiter whose gateway had not even enqueued it by its deadline is put down
+// to it. Set it to "" once the bug is fixed.
+const knownEnqueueStall = "TestRegressionEnqueueHonoursWaitTimeout"
+
+// knownTimeoutCleanup is the regression test of a known engine bug: a wait
+// that times out deletes its key before it answers, synchronously and for
+// up to the engine's request timeout (5 s), so with its cluster stalled a
+// waiter hears of its own timeout seconds late. A stuck waiter that was
+// enqueued in time and ended with a wait timeout is put down to it. Set it
+// to "" once the bug is fixed.
+const knownTimeoutCleanup = "TestRegressionWaitTimeoutAnswersPromptly"
+
+// Checker names.
+const (
+	checkLinear    = "register-linearizable"
+	checkBacked    = "grant-backed-by-key"
+	checkTokens    = "tokens-increasing"
+	checkExclusion = "no-overlapping-grants"
+	checkBelief    = "no-overlapping-holders"
+	checkFIFO      = "fifo"
+	checkStuck     = "no-stuck-waiters"
+	checkOrphans   = "no-orphans"
+	checkHistory   = "history-complete"
+	checkInjection = "injection"
+)
+
+// keyLife is one incarnation of a waiter key.
+type keyLife struct {
+	cluster, name, waiter string
+	createRev, delRev     int64 // delRev math.MaxInt64 while never deleted
+	epoch                 uint16
+}
+
+// keyIndex is the etcd revision history of every waiter key.
+type keyIndex struct {
+	byRev    map[string]map[int64]*keyLife // cluster → create revision
+	byName   map[string]map[string][]*keyLife
+	byWaiter map[string]int // waiter id → incarnations, all clusters
+	clocks   map[string]revClock
+}
+
+func buildKeyIndex(events []KeyEvent, samples []ClockSample, clusters []string) *keyIndex {
+	ix := &keyIndex{byRev: map[string]map[int64]*keyLife{}, byName: map[string]map[string][]*keyLife{},
+		byWaiter: map[string]int{}, clocks: map[string]revClock{}}
+	for _, c := range clusters {
+		ix.byRev[c] = map[int64]*keyLife{}
+		ix.byName[c] = map[string][]*keyLife{}
+		ix.clocks[c] = newRevClock(samples, c)
+	}
+	for _, e := range events {
+		k := ix.byRev[e.Cluster][e.CreateRev]
+		if k == nil {
+			k = &keyLife{cluster: e.Cluster, name: e.Name, waiter: e.Waiter, createRev: e.CreateRev, delRev: math.MaxInt64, epoch: e.Epoch}
+			ix.byRev[e.Cluster][e.CreateRev] = k
+			ix.byName[e.Cluster][e.Name] = append(ix.byName[e.Cluster][e.Name], k)
+			ix.byWaiter[e.Waiter]++
+		}
+		if !e.Create {
+			k.delRev = e.ModRev
+		}
+	}
+	for _, byName := range ix.byName {
+		for _, ks := range byName {
+			sort.Slice(ks, func(i, j int) bool { return ks[i].createRev < ks[j].createRev })
+		}
+	}
+	return ix
+}
+
+// checkGrants runs every check over grants and the key history.
+func checkGrants(ops []AcquireOp, ix *keyIndex) []Violation {
+	var vs []Violation
+	add := func(check, name, format string, args ...any) {
+		vs = append(vs, Violation{Check: check, Name: name, Detail: fmt.Sprintf(format, args...)})
+	}
+	grants := map[string][]AcquireOp{}
+	keyOf := map[int]*keyLife{}
+	for _, op := range ops {
+		if op.Outcome != outGranted {
+			continue
+		}
+		grants[op.Name] = append(grants[op.Name], op)
+		epoch, rev, err := queue.SplitToken(op.Token)
+		k := ix.byRev[op.Shard][rev]
+		switch {
+		case err != nil:
+			add(checkBacked, op.Name, "op %d: token %d: %v", op.ID, op.Token, err)
+		case k == nil:
+			add(checkBacked, op.Name, "op %d (%s): token %d names no key created at revision %d on %s", op.ID, op.Client, op.Token, rev, op.Shard)
+		case k.name != op.Name || k.epoch != epoch || k.waiter != queue.WaiterID(op.RequestID):
+			add(checkBacked, op.Name, "op %d (%s): token %d is key %s/%s epoch %d, not this request's", op.ID, op.Client, op.Token, k.name, k.waiter, k.epoch)
+		default:
+			keyOf[op.ID] = k
+		}
+	}
+	// Per cluster, epochs never go back in create order.
+	for c, byName := range ix.byName {
+		for name, ks := range byName {
+			for i := 1; i < len(ks); i++ {
+				if ks[i].epoch < ks[i-1].epoch {
+					add(checkTokens, name, "%s: key at revision %d has epoch %d after a key of epoch %d (revision %d)", c, ks[i].createRev, ks[i].epoch, ks[i-1].epoch, ks[i-1].createRev)
+				}
+			}
+		}
+	}
+	for name, gs := range grants {
+		vs = append(vs, tokenOrder(name, gs)...)
+		vs = append(vs, belief(name, gs)...)
+		vs = append(vs, fifo(name, gs, ix)...)
+		for _, g := range gs {
+			if k := keyOf[g.ID]; k != nil {
+				vs = append(vs, exclusion(g, k, ix)...)
+			}
+		}
+	}
+	return vs
+}
+
+// tokenOrder: a grant that completed before another was invoked has the
+// lower token.
+func tokenOrder(name string, gs []AcquireOp) []Violation {
+	byComplete := append([]AcquireOp(nil), gs...)
+	sort.Slice(byComplete, func(i, j int) bool { return byComplete[i].Complete.Before(byComplete[j].Complete) })
+	byInvoke := append([]AcquireOp(nil), gs...)
+	sort.Slice(byInvoke, func(i, j int) bool { return byInvoke[i].Invoke.Before(byInvoke[j].Invoke) })
+	var vs []Violation
+	var top *AcquireOp
+	i := 0
+	for _, g := range byInvoke {
+		for i < len(byComplete) && byComplete[i].Complete.Before(g.Invoke) {
+			if top == nil || byComplete[i].Token > top.Token {
+				top = &byComplete[i]
+			}
+			i++
+		}
+		if top != nil && (top.Token > g.Token || top.Token == g.Token && top.RequestID != g.RequestID) {
+			vs = append(vs, Violation{Check: checkTokens, Name: name, Detail: fmt.Sprintf(
+				"op %d (%s) granted token %d at %s, before op %d (%s) was invoked at %s and granted token %d",
+				top.ID, top.Client, top.Token, ts(top.Complete), g.ID, g.Client, ts(g.Invoke), g.Token)})
+		}
+	}
+	return vs
+}
+
+// exclusion: the key of a grant became first (every key ahead of it on
+// its cluster deleted) before the client had the grant, and every key of
+// the name from an older epoch on another cluster was deleted before it
+// too. Revisions are tied to time by the sampled linearizable reads: a
+// revision is committed after the invoke of any read that returned less.
+func exclusion(g AcquireOp, k *keyLife, ix *keyIndex) []Violation {
+	var vs []Violation
+	ahead := int64(0)
+	for _, p := range ix.byName[k.cluster][k.name] {
+		if p.createRev >= k.createRev {
+			break
+		}
+		ahead = max(ahead, p.delRev)
+	}
+	if ahead == math.MaxInt64 {
+		vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: fmt.Sprintf(
+			"op %d (%s) granted token %d on %s while a key ahead of it was never deleted", g.ID, g.Client, g.Token, k.cluster)})
+	} else if ahead > 0 {
+		if t := ix.clocks[k.cluster].committedAfter(ahead); !g.Complete.After(t) {
+			vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: fmt.Sprintf(
+				"op %d (%s) had token %d at %s, but the last key ahead of it on %s was deleted at revision %d, committed after %s",
+				g.ID, g.Client, g.Token, ts(g.Complete), k.cluster, ahead, ts(t))})
+		}
+	}
+	for c, byName := range ix.byName {
+		if c == k.cluster {
+			continue
+		}
+		for _, o := range byName[k.name] {
+			if o.epoch >= k.epoch {
+				continue
+			}
+			if o.delRev == math.MaxInt64 {
+				vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: fmt.Sprintf(
+					"op %d (%s) granted token %d on %s while a key of epoch %d on %s (revision %d) was never deleted",
+					g.ID, g.Client, g.Token, k.cluster, o.epoch, c, o.createRev)})
+				continue
+			}
+			if t := ix.clocks[c].committedAfter(o.delRev); !g.Complete.After(t) {
+				vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: fmt.Sprintf(
+					"op %d (%s) had token %d on %s at %s, but a key of epoch %d on %s was deleted at revision %d, committed after %s",
+					g.ID, g.Client, g.Token, k.cluster, ts(g.Complete), o.epoch, c, o.delRev, ts(t))})
+			}
+		}
+	}
+	return vs
+}
+
+// belief: two SDK holders in this process never both believed they held
+// the name: a grant never completed while another holder's lock was
+// neither released nor past its deadline.
+func belief(name string, gs []AcquireOp) []Violation {
+	var hs []AcquireOp
+	for _, g := range gs {
+		if !g.End.IsZero() {
+			hs = append(hs, g)
+		}
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].Complete.Before(hs[j].Complete) })
+	var vs []Violation
+	var open *AcquireOp // the held interval reaching furthest so far
+	for i := range hs {
+		g := &hs[i]
+		if open != nil && g.Complete.Before(open.End) && g.Token != open.Token {
+			vs = append(vs, Violation{Check: checkBelief, Name: name, Detail: fmt.Sprintf(
+				"op %d (%s) got token %d at %s while op %d (%s) still held token %d until %s (lost: %v)",
+				g.ID, g.Client, g.Token, ts(g.Complete), open.ID, open.Client, open.Token, ts(open.End), open.Lost)})
+		}
+		if open == nil || g.End.After(open.End) {
+			open = g
+		}
+	}
+	return vs
+}
+
+// fifo: among waiters that stayed (one incarnation of their key), one
+// enqueued before another was invoked is granted first (lower token).
+func fifo(name string, gs []AcquireOp, ix *keyIndex) []Violation {
+	var st []AcquireOp
+	for _, g := range gs {
+		if ix.byWaiter[queue.WaiterID(g.RequestID)] == 1 {
+			st = append(st, g)
+		}
+	}
+	enq := func(g AcquireOp) time.Time {
+		if !g.Queued.IsZero() {
+			return g.Queued
+		}
+		return g.Complete
+	}
+	byEnq := append([]AcquireOp(nil), st...)
+	sort.Slice(byEnq, func(i, j int) bool { return enq(byEnq[i]).Before(enq(byEnq[j])) })
+	sort.Slice(st, func(i, j int) bool { return st[i].Invoke.Before(st[j].Invoke) })
+	var vs []Violation
+	var top *AcquireOp
+	i := 0
+	for _, g := range st {
+		for i < len(byEnq) && enq(byEnq[i]).Before(g.Invoke) {
+			if top == nil || byEnq[i].Token > top.Token {
+				top = &byEnq[i]
+			}
+			i++
+		}
+		if top != nil && top.Token > g.Token {
+			vs = append(vs, Violation{Check: checkFIFO, Name: name, Detail: fmt.Sprintf(
+				"op %d (%s) was enqueued at %s, before op %d (%s) was invoked at %s, yet got token %d > %d",
+				top.ID, top.Client, ts(enq(*top)), g.ID, g.Client, ts(g.Invoke), top.Token, g.Token)})
+		}
+	}
+	return vs
+}
+
+// stuckWaiters lists acquires that returned more than a second after their
+// wait timeout, or never, before stop (when the workload was cancelled).
+func stuckWaiters(ops []AcquireOp, stop time.Time) []Violation {
+	var vs []Violation
+	for _, op := range ops {
+		if op.Wait <= 0 {
+			continue
+		}
+		limit := op.Invoke.Add(op.Wait + time.Second)
+		switch {
+		case op.Complete.IsZero():
+			vs = append(vs, Violation{Check: checkStuck, Name: op.Name, Detail: fmt.Sprintf(
+				"op %d (%s), invoked %s with wait %s, never returned", op.ID, op.Client, ts(op.Invoke), op.Wait)})
+		case op.Complete.After(limit) && !(op.Outcome == outCanceled && op.Complete.After(stop)):
+			v := Violation{Check: checkStuck, Name: op.Name, Detail: fmt.Sprintf(
+				"op %d (%s), invoked %s with wait %s, returned %s after its deadline (%s: %s)",
+				op.ID, op.Client, ts(op.Invoke), op.Wait, op.Complete.Sub(op.Invoke.Add(op.Wait)).Round(time.Millisecond), op.Outcome, op.Err)}
+			deadline := op.Invoke.Add(op.Wait)
+			switch {
+			case op.Queued.IsZero() || op.Queued.After(deadline):
+				v.Known = knownEnqueueStall
+				if !op.Queued.IsZero() {
+					v.Detail += fmt.Sprintf("; enqueued only %s after its deadline", op.Queued.Sub(deadline).Round(time.Millisecond))
+				}
+			case op.Outcome == outTimeout:
+				v.Known = knownTimeoutCleanup
+			}
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func ts(t time.Time) string { return t.Format("15:04:05.000") }

@@ -1,0 +1,104 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasegate/leasegate/internal/embedetcd"
+)
+
+// Gateway is one leasegate gateway process. Clients reach it through
+// Front; it reaches each etcd member through a link of its own, so one
+// gateway's links can fail while the other's work.
+type Gateway struct {
+	// Name is g0, g1, …
+	Name string
+	// Addr is where the process listens.
+	Addr string
+	// Front is the client→gateway link.
+	Front *Link
+	// Etcd are its gateway→member links, by member name.
+	Etcd map[string]*Link
+
+	h    *Harness
+	mu   sync.Mutex
+	proc *proc
+}
+
+func newGateway(h *Harness, name string) (*Gateway, error) {
+	g := &Gateway{Name: name, h: h, Etcd: map[string]*Link{}}
+	var err error
+	if g.Addr, err = embedetcd.FreeAddr(); err != nil {
+		return nil, err
+	}
+	if g.Front, err = newLink(name+"-front", g.Addr); err != nil {
+		return nil, err
+	}
+	h.addCloser(g.Front.Close)
+	for _, c := range h.Clusters {
+		for _, m := range c.Members {
+			l, err := newLink(name+"->"+m.Name, m.ClientAddr)
+			if err != nil {
+				return nil, err
+			}
+			h.addCloser(l.Close)
+			g.Etcd[m.Name] = l
+		}
+	}
+	return g, g.Start()
+}
+
+// Start launches the process and waits until it answers /healthz.
+func (g *Gateway) Start() error {
+	args := []string{"--listen", g.Addr, "--log-level", "warn", "--shutdown-timeout", "2s"}
+	for _, c := range g.h.Clusters {
+		var urls []string
+		for _, m := range c.Members {
+			urls = append(urls, g.Etcd[m.Name].URL())
+		}
+		args = append(args, "--etcd", c.Name+"="+strings.Join(urls, ","))
+	}
+	p, err := startProc(g.Name, g.h.bin, args, childEnv(), filepath.Join(g.h.out, "logs", g.Name+".log"), nil)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.proc = p
+	g.mu.Unlock()
+	g.h.addCloser(p.kill)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.Addr+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if !p.alive() {
+			return fmt.Errorf("gateway %s exited at start: %v (see logs/%s.log)", g.Name, p.err, g.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gateway %s not healthy after 40s (see logs/%s.log)", g.Name, g.Name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Kill SIGKILLs the gateway.
+func (g *Gateway) Kill() {
+	g.mu.Lock()
+	p := g.proc
+	g.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}

@@ -1,0 +1,215 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/shard"
+)
+
+// Harness is one running system under test: etcd clusters, gateways, the
+// register, the recorder and the links between them. Close ends every
+// process it started.
+type Harness struct {
+	cfg     Config
+	bin     string
+	out     string
+	dataDir string
+	logf    func(format string, args ...any)
+
+	// Clusters are the etcd clusters, c0 first (the home of the shard map).
+	Clusters []*EtcdCluster
+	// Gateways are the gateway processes.
+	Gateways []*Gateway
+	// Reg is the fenced register.
+	Reg *Register
+	// Hist is the recorded history.
+	Hist *History
+
+	rec *recorder
+
+	mu       sync.Mutex
+	initial  map[string]string
+	closers  []func()
+	inMap    []string // clusters names are hashed over now
+	epoch    uint16
+	names    []string // the workers' contended names
+	holderNo int
+	probeNo  int
+
+	probeClient *client.Client
+}
+
+// Start brings up 2 clusters × 3 members and 2 gateways, with exe being the
+// leasegate binary and out the output directory. ctx bounds the recorder.
+func Start(ctx context.Context, cfg Config, exe, out string, logf func(string, ...any)) (h *Harness, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h = &Harness{cfg: cfg, bin: exe, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
+		Hist: &History{}, initial: map[string]string{}, epoch: shard.MinEpoch}
+	defer func() {
+		if err != nil {
+			h.Close()
+		}
+	}()
+	if err := os.MkdirAll(filepath.Join(out, "logs"), 0o755); err != nil {
+		return nil, err
+	}
+	h.rec = newRecorder(h.Hist)
+	// Clusters start concurrently: each member waits for a quorum.
+	names := []string{"c0", "c1"}
+	h.Clusters = make([]*EtcdCluster, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { h.Clusters[i], errs[i] = newEtcdCluster(h, n, 3) })
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return nil, e
+		}
+	}
+	for _, c := range h.Clusters {
+		h.rec.start(ctx, c)
+		h.inMap = append(h.inMap, c.Name)
+	}
+	if h.Reg, err = newRegister(h.Hist); err != nil {
+		return nil, err
+	}
+	h.addCloser(h.Reg.Close)
+	for i := range 2 {
+		g, err := newGateway(h, fmt.Sprintf("g%d", i))
+		if err != nil {
+			return nil, err
+		}
+		h.Gateways = append(h.Gateways, g)
+	}
+	h.names = h.pickNames()
+	if h.probeClient, err = h.newClient("probe"); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Harness) setInitial(cluster, initial string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.initial[cluster] = initial
+}
+
+func (h *Harness) clusterInitial(cluster string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.initial[cluster]
+}
+
+// addCloser registers fn to run at Close, in reverse order.
+func (h *Harness) addCloser(fn func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closers = append(h.closers, fn)
+}
+
+// Close kills every process and closes every link. It is idempotent.
+func (h *Harness) Close() {
+	h.mu.Lock()
+	cs := h.closers
+	h.closers = nil
+	h.mu.Unlock()
+	for _, fn := range slices.Backward(cs) {
+		fn()
+	}
+}
+
+// Cluster returns the cluster called name.
+func (h *Harness) Cluster(name string) *EtcdCluster {
+	for _, c := range h.Clusters {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// frontURLs are the client→gateway links.
+func (h *Harness) frontURLs() []string {
+	var out []string
+	for _, g := range h.Gateways {
+		out = append(out, g.Front.URL())
+	}
+	return out
+}
+
+// newClient returns an SDK client over the gateways' front links.
+func (h *Harness) newClient(id string, extra ...client.Option) (*client.Client, error) {
+	opts := append([]client.Option{
+		client.WithClientID(id),
+		client.WithRequestTimeout(2 * time.Second),
+		client.WithRetryBackoff(50*time.Millisecond, 500*time.Millisecond),
+	}, extra...)
+	c, err := client.New(h.frontURLs(), opts...)
+	if err != nil {
+		return nil, err
+	}
+	h.addCloser(func() { c.Close() })
+	return c, nil
+}
+
+// ring is the ring of the map in force.
+func (h *Harness) ring() *shard.Ring {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, _ := shard.NewRing(h.inMap)
+	return r
+}
+
+// clustersInMap lists the clusters names are hashed over now.
+func (h *Harness) clustersInMap() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.inMap)
+}
+
+// pickNames chooses the contended names: NamesPerCluster per cluster under
+// the initial map. Names use only characters the engine does not escape,
+// so a name is its own key segment.
+func (h *Harness) pickNames() []string {
+	r := h.ring()
+	per := map[string]int{}
+	var out []string
+	for i := 0; len(out) < h.cfg.NamesPerCluster*len(h.Clusters); i++ {
+		n := fmt.Sprintf("lock-%02d", i)
+		c := r.Locate(n)
+		if per[c] < h.cfg.NamesPerCluster {
+			per[c]++
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// freshName returns an unused name that cluster owns under the map in
+// force, or "" when cluster owns no names now.
+func (h *Harness) freshName(prefix, cluster string) string {
+	r := h.ring()
+	if !slices.Contains(h.clustersInMap(), cluster) {
+		return ""
+	}
+	for {
+		h.mu.Lock()
+		h.probeNo++
+		n := fmt.Sprintf("%s-%05d", prefix, h.probeNo)
+		h.mu.Unlock()
+		if r.Locate(n) == cluster {
+			return n
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package chaos
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Acquire outcomes.
+const (
+	outGranted  = "granted"
+	outTimeout  = "wait-timeout"
+	outCanceled = "canceled"
+	outError    = "error"
+)
+
+// AcquireOp is one Acquire call and, when granted, the life of its lock as
+// the SDK saw it.
+type AcquireOp struct {
+	// ID numbers the op in the history.
+	ID int `json:"id"`
+	// Client is the caller: w3, probe, holder-1234, nemesis …
+	Client string `json:"client"`
+	// Role is worker, probe, holder or nemesis.
+	Role string `json:"role"`
+	// Name is the lock name.
+	Name string `json:"name"`
+	// RequestID is the idempotency key; its waiter id names the etcd key.
+	RequestID string `json:"requestId"`
+	// Wait is the wait timeout asked for.
+	Wait time.Duration `json:"wait"`
+	// Invoke and Complete bound the call; Queued is when the gateway first
+	// reported the caller enqueued (zero when granted at once).
+	Invoke   time.Time `json:"invoke"`
+	Queued   time.Time `json:"queued,omitzero"`
+	Complete time.Time `json:"complete,omitzero"`
+	// Outcome is granted, wait-timeout, canceled or error.
+	Outcome string `json:"outcome"`
+	// Err is the error text when not granted.
+	Err string `json:"err,omitempty"`
+	// Token and Shard describe the grant.
+	Token int64  `json:"token,omitempty"`
+	Shard string `json:"shard,omitempty"`
+	// End is when the holder stopped believing it held the lock: the
+	// release's invoke, or the SDK's deadline when the lock was lost. Zero
+	// while held or when unknown (a holder in another process).
+	End time.Time `json:"end,omitzero"`
+	// Lost reports that the SDK signalled the loss of the lock.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// RegisterOp is one operation on the fenced register.
+type RegisterOp struct {
+	// Client is the caller.
+	Client string `json:"client"`
+	// Name is the register's key: the lock name.
+	Name string `json:"name"`
+	// Write is true for a write, false for a read.
+	Write bool `json:"write"`
+	// Token is the write's fencing token.
+	Token int64 `json:"token,omitempty"`
+	// OK reports an accepted write.
+	OK bool `json:"ok"`
+	// Highest is the highest accepted token: read's result, or the reason
+	// of a refused write.
+	Highest int64 `json:"highest"`
+	// Invoke and Complete bound the operation.
+	Invoke   time.Time `json:"invoke"`
+	Complete time.Time `json:"complete"`
+}
+
+// Injection is one fault, from injection to recovery.
+type Injection struct {
+	// Kind is the fault kind.
+	Kind string `json:"kind"`
+	// Target names what was hit.
+	Target string `json:"target"`
+	// Clusters are the clusters whose names the fault affects; empty means
+	// all.
+	Clusters []string `json:"clusters,omitempty"`
+	// Start is when the fault began; Heal when it was undone; End when the
+	// system was healthy again.
+	Start time.Time `json:"start"`
+	Heal  time.Time `json:"heal,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+	// Unavailable is the time from Start to the first grant invoked after
+	// Start on an affected name; -1 when none came before the next fault.
+	Unavailable time.Duration `json:"unavailable"`
+	// Freed is, for a crashed holder, the time from the crash to the next
+	// grant of its name.
+	Freed time.Duration `json:"freed,omitempty"`
+	// Note says what was observed.
+	Note string `json:"note,omitempty"`
+	// Violation is set when the injection's own check failed.
+	Violation string `json:"violation,omitempty"`
+}
+
+// History is everything a run records. It is safe for concurrent use.
+type History struct {
+	mu         sync.Mutex
+	Acquires   []*AcquireOp  `json:"acquires"`
+	Register   []RegisterOp  `json:"register"`
+	Injections []*Injection  `json:"injections"`
+	Keys       []KeyEvent    `json:"keys"`
+	Clock      []ClockSample `json:"clock"`
+}
+
+// begin records an Acquire call being invoked.
+func (h *History) begin(op *AcquireOp) *AcquireOp {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	op.ID = len(h.Acquires)
+	h.Acquires = append(h.Acquires, op)
+	return op
+}
+
+// update runs fn on an op under the history's lock.
+func (h *History) update(fn func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fn()
+}
+
+func (h *History) addRegister(op RegisterOp) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Register = append(h.Register, op)
+}
+
+func (h *History) addInjection(in *Injection) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Injections = append(h.Injections, in)
+}
+
+// snapshotAcquires copies the acquire ops.
+func (h *History) snapshotAcquires() []AcquireOp {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]AcquireOp, len(h.Acquires))
+	for i, op := range h.Acquires {
+		out[i] = *op
+	}
+	return out
+}
+
+// save writes the history as JSON to dir/history.json.
+func (h *History) save(dir string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, err := json.MarshalIndent(h, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644)
+}

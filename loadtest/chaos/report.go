@@ -1,0 +1,131 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Goals of the long-mode report.
+const (
+	goalLeaderP99 = 2500 * time.Millisecond
+	goalLeaderMax = 5 * time.Second
+	goalFreeSlack = 1500 * time.Millisecond // beyond the TTL
+)
+
+// durations are the measured figures of one injection kind.
+type durations []time.Duration
+
+func (d durations) quantile(q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// Report writes the run's report: injections by kind, violations, and the
+// availability figures against their goals.
+func (r *Result) Report(w io.Writer, ttl time.Duration) {
+	byKind := map[string]int{}
+	unavail := map[string]durations{}
+	missing := map[string]int{}
+	var freed durations
+	for _, in := range r.Injections {
+		byKind[in.Kind]++
+		if in.Unavailable >= 0 {
+			unavail[in.Kind] = append(unavail[in.Kind], in.Unavailable)
+		} else {
+			missing[in.Kind]++
+		}
+		if in.Freed > 0 {
+			freed = append(freed, in.Freed)
+		}
+	}
+	fmt.Fprintf(w, "leasegate chaos report — %d injections in %s (seed %d)\n", len(r.Injections), r.Duration.Round(time.Second), r.Seed)
+	fmt.Fprintf(w, "operations: %d acquires (%d granted), %d fenced-register operations\n\n", r.Acquires, r.Granted, r.RegisterOps)
+	fmt.Fprintf(w, "%-20s %5s %10s %10s %10s %8s\n", "injection", "count", "p50", "p99", "max", "no-grant")
+	kinds := slices.Clone(Kinds)
+	for _, k := range kinds {
+		d := unavail[k]
+		fmt.Fprintf(w, "%-20s %5d %10s %10s %10s %8d\n", k, byKind[k], rd(d.quantile(0.5)), rd(d.quantile(0.99)), rd(d.quantile(1)), missing[k])
+	}
+	fmt.Fprintln(w, "(time from the fault to the first grant, invoked after it, on an affected name)")
+	fmt.Fprintln(w)
+
+	counts, known := map[string]int{}, map[string]int{}
+	unknown := 0
+	for _, v := range r.Violations {
+		if v.Known != "" {
+			known[v.Known]++
+			continue
+		}
+		counts[v.Check]++
+		unknown++
+	}
+	var checks []string
+	for c := range counts {
+		checks = append(checks, c)
+	}
+	sort.Strings(checks)
+	fmt.Fprintf(w, "violations: %d (goal 0) %s", unknown, verdict(unknown == 0))
+	for _, c := range checks {
+		fmt.Fprintf(w, "; %s %d", c, counts[c])
+	}
+	fmt.Fprintln(w)
+	for k, n := range known {
+		fmt.Fprintf(w, "known-bug violations (not counted above, see %s): %d\n", k, n)
+	}
+	lk := unavail[kindLeaderKill]
+	fmt.Fprintf(w, "unavailability after leader kill: p50 %s, p99 %s, max %s over %d kills, %d without a grant (goal p99 ≤ %s, max ≤ %s) %s\n",
+		rd(lk.quantile(0.5)), rd(lk.quantile(0.99)), rd(lk.quantile(1)), len(lk), missing[kindLeaderKill], goalLeaderP99, goalLeaderMax,
+		verdict(missing[kindLeaderKill] == 0 && lk.quantile(0.99) <= goalLeaderP99 && lk.quantile(1) <= goalLeaderMax))
+	fmt.Fprintf(w, "time to free a crashed holder's lock: p50 %s, max %s over %d crashes (goal ≤ TTL + %s = %s) %s\n",
+		rd(freed.quantile(0.5)), rd(freed.quantile(1)), len(freed), goalFreeSlack, ttl+goalFreeSlack,
+		verdict(freed.quantile(1) <= ttl+goalFreeSlack))
+	knownStuck := 0
+	for _, v := range r.Violations {
+		if v.Check == checkStuck && v.Known != "" {
+			knownStuck++
+		}
+	}
+	fmt.Fprintf(w, "stuck waiters: %d (goal 0) %s; %d more put down to the known bugs above\n",
+		counts[checkStuck], verdict(counts[checkStuck] == 0), knownStuck)
+	fmt.Fprintf(w, "orphaned keys: %d, orphaned leases: %d (goal 0) %s\n", r.OrphanKeys, r.OrphanLeases, verdict(r.OrphanKeys+r.OrphanLeases == 0))
+	if len(r.Violations) > 0 {
+		fmt.Fprintln(w, "\nfirst violations:")
+		shown := 0
+		for _, v := range r.Violations {
+			if v.Known != "" && shown > 0 {
+				continue
+			}
+			if shown == 20 {
+				fmt.Fprintln(w, "  … more in result.json")
+				break
+			}
+			shown++
+			fmt.Fprintf(w, "  [%s%s] %s %s\n", v.Check, knownTag(v), v.Name, strings.TrimSpace(v.Detail))
+		}
+	}
+}
+
+func rd(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+func verdict(ok bool) string {
+	if ok {
+		return "✓"
+	}
+	return "✗ MISSED"
+}
+
+func knownTag(v Violation) string {
+	if v.Known == "" {
+		return ""
+	}
+	return ", known: " + v.Known
+}

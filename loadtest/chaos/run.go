@@ -1,0 +1,227 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Result is the outcome of a run.
+type Result struct {
+	// Violations are the failed checks (goal: none).
+	Violations []Violation `json:"violations"`
+	// Injections are the faults injected.
+	Injections []*Injection `json:"injections"`
+	// OrphanKeys and OrphanLeases are what was left in etcd after
+	// quiescence plus TTL.
+	OrphanKeys, OrphanLeases int
+	// Acquires and RegisterOps count the recorded operations.
+	Acquires, Granted, RegisterOps int
+	// Duration is the run's wall time; Seed its nemesis seed.
+	Duration time.Duration
+	Seed     uint64
+}
+
+// Run starts the system, runs the workload under cfg.Injections faults,
+// quiesces, checks, and saves the histories to out. exe is the leasegate
+// binary. The error is for the harness failing, not for violations.
+func Run(ctx context.Context, cfg Config, exe, out string, logf func(string, ...any)) (*Result, error) {
+	began := time.Now()
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	recCtx, stopRec := context.WithCancel(ctx)
+	defer stopRec()
+	h, err := Start(recCtx, cfg, exe, out, logf)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	defer func() {
+		if err := h.Hist.save(out); err != nil {
+			logf("save history: %v", err)
+		}
+	}()
+	logf("system up in %s: clusters %v, gateways %s, names %v, seed %d", time.Since(began).Round(time.Millisecond),
+		h.clustersInMap(), h.frontURLs(), h.names, cfg.Seed)
+	nem, err := newNemesis(h, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	wctx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	wg, err := h.runWorkers(wctx)
+	if err != nil {
+		return nil, err
+	}
+	compactCtx, stopCompact := context.WithCancel(ctx)
+	go h.backgroundCompaction(compactCtx)
+
+	sched := schedule(cfg, mrand.New(mrand.NewPCG(cfg.Seed, 7)))
+	for i, kind := range sched {
+		if kind == kindReshard && h.epochNow() >= 30 {
+			kind = kindCompaction // keep tokens below 2^53 (epoch < 32)
+		}
+		in, err := nem.run(ctx, kind)
+		if err != nil {
+			stopCompact()
+			return nil, fmt.Errorf("injection %d (%s on %s): %w", i, kind, in.Target, err)
+		}
+		logf("%3d %-19s %-28s unavailable %-8s %s%s", i, kind, in.Target, durStr(in.Unavailable), in.Note, violationStr(in))
+		nem.sleep(ctx, cfg.Gap)
+	}
+	stopCompact()
+
+	// Quiesce: stop the workload, let every lease lapse, then look for
+	// what was left behind.
+	stop := time.Now()
+	stopWork()
+	waitTimeout(wg.Wait, 30*time.Second)
+	orphanKeys, orphanLeases := h.orphans(ctx, stop.Add(cfg.TTL+1500*time.Millisecond), stop.Add(cfg.TTL+5*time.Second))
+	time.Sleep(500 * time.Millisecond) // let the recorder see the last deletions
+	stopRec()
+	h.rec.wait()
+
+	res := &Result{Seed: cfg.Seed, OrphanKeys: len(orphanKeys), OrphanLeases: orphanLeases}
+	res.Violations = h.check(stop, out)
+	for _, k := range orphanKeys {
+		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: k})
+	}
+	if orphanLeases > 0 {
+		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence + TTL", orphanLeases)})
+	}
+	h.Hist.update(func() {
+		res.Injections = h.Hist.Injections
+		res.Acquires, res.RegisterOps = len(h.Hist.Acquires), len(h.Hist.Register)
+		for _, op := range h.Hist.Acquires {
+			if op.Outcome == outGranted {
+				res.Granted++
+			}
+		}
+	})
+	res.Duration = time.Since(began)
+	if b, err := json.MarshalIndent(res, "", " "); err == nil {
+		_ = os.WriteFile(filepath.Join(out, "result.json"), b, 0o644)
+	}
+	return res, nil
+}
+
+// schedule lists the injections: every kind in turn first, so that even a
+// short run covers them all, then random kinds.
+func schedule(cfg Config, rng *mrand.Rand) []string {
+	var out []string
+	for len(out) < cfg.Injections {
+		ks := append([]string(nil), Kinds...)
+		if len(out) >= len(Kinds) {
+			rng.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+		}
+		out = append(out, ks...)
+	}
+	return out[:cfg.Injections]
+}
+
+func (h *Harness) epochNow() uint16 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.epoch
+}
+
+// backgroundCompaction compacts every 5 s, as an operator would.
+func (h *Harness) backgroundCompaction(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+		for _, c := range h.Clusters {
+			_ = h.rec.compact(ctx, c)
+		}
+	}
+}
+
+// orphans waits until from, then polls until until for lock keys and
+// leases left in any cluster; it returns those still there at the end.
+func (h *Harness) orphans(ctx context.Context, from, until time.Time) ([]string, int) {
+	time.Sleep(time.Until(from))
+	for {
+		var keys []string
+		leases := 0
+		for _, c := range h.Clusters {
+			gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			resp, err := c.Client.Get(gctx, lockRoot, clientv3.WithPrefix())
+			if err == nil {
+				for _, kv := range resp.Kvs {
+					keys = append(keys, fmt.Sprintf("%s: %s (lease %x, created at revision %d)", c.Name, kv.Key, kv.Lease, kv.CreateRevision))
+				}
+			}
+			if ls, err := c.Client.Leases(gctx); err == nil {
+				leases += len(ls.Leases)
+			}
+			cancel()
+		}
+		if (len(keys) == 0 && leases == 0) || time.Now().After(until) {
+			return keys, leases
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// check runs every checker over the recorded history.
+func (h *Harness) check(stop time.Time, out string) []Violation {
+	var vs []Violation
+	if err := h.rec.gapErrors(); err != nil {
+		vs = append(vs, Violation{Check: checkHistory, Detail: err.Error()})
+	}
+	var regOps []RegisterOp
+	var keys []KeyEvent
+	var clock []ClockSample
+	h.Hist.update(func() {
+		regOps = append(regOps, h.Hist.Register...)
+		keys = append(keys, h.Hist.Keys...)
+		clock = append(clock, h.Hist.Clock...)
+		for _, in := range h.Hist.Injections {
+			if in.Violation != "" {
+				vs = append(vs, Violation{Check: checkInjection, Detail: in.Kind + " " + in.Target + ": " + in.Violation})
+			}
+		}
+	})
+	ops := h.Hist.snapshotAcquires()
+	var clusters []string
+	for _, c := range h.Clusters {
+		clusters = append(clusters, c.Name)
+	}
+	vs = append(vs, checkRegister(regOps, out)...)
+	vs = append(vs, checkGrants(ops, buildKeyIndex(keys, clock, clusters))...)
+	vs = append(vs, stuckWaiters(ops, stop)...)
+	return vs
+}
+
+func waitTimeout(wait func(), d time.Duration) {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+func durStr(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func violationStr(in *Injection) string {
+	if in.Violation == "" {
+		return ""
+	}
+	return " VIOLATION: " + in.Violation
+}

@@ -1,0 +1,190 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// acquire runs one recorded Acquire. It returns the lock when granted.
+func (h *Harness) acquire(ctx context.Context, c *client.Client, who, role, name string, wait time.Duration) (*client.Lock, *AcquireOp) {
+	op := h.Hist.begin(&AcquireOp{Client: who, Role: role, Name: name, RequestID: newRequestID(), Wait: wait, Invoke: time.Now()})
+	onQueued := func(int64) {
+		now := time.Now()
+		h.Hist.update(func() {
+			if op.Queued.IsZero() {
+				op.Queued = now
+			}
+		})
+	}
+	l, err := c.Acquire(ctx, name, client.WithTTL(h.cfg.TTL), client.WithWaitTimeout(wait),
+		client.WithRequestID(op.RequestID), client.WithOnQueued(onQueued))
+	done := time.Now()
+	h.Hist.update(func() {
+		op.Complete = done
+		switch {
+		case err == nil:
+			op.Outcome, op.Token, op.Shard = outGranted, l.Token(), l.Shard()
+		case errors.Is(err, client.ErrWaitTimeout):
+			op.Outcome, op.Err = outTimeout, err.Error()
+		case ctx.Err() != nil:
+			op.Outcome, op.Err = outCanceled, err.Error()
+		default:
+			op.Outcome, op.Err = outError, err.Error()
+		}
+	})
+	return l, op
+}
+
+// hold writes the lock's token to the register a few times, as a holder
+// that checks its lock before each write, then releases. It records when
+// the holder stopped believing it held the lock.
+func (h *Harness) hold(ctx context.Context, l *client.Lock, op *AcquireOp, who string, writes int, pause time.Duration) {
+	for i := 0; i < writes; i++ {
+		select {
+		case <-l.Done():
+			h.lost(l, op)
+			return
+		default:
+		}
+		if _, _, err := h.Reg.Write(ctx, who, op.Name, op.Token); err != nil {
+			break
+		}
+		select {
+		case <-l.Done():
+			h.lost(l, op)
+			return
+		case <-time.After(pause):
+		}
+	}
+	if mrand.IntN(4) == 0 {
+		_, _ = h.Reg.Read(ctx, who, op.Name)
+	}
+	h.release(l, op)
+}
+
+func (h *Harness) lost(l *client.Lock, op *AcquireOp) {
+	end := l.Expires()
+	h.Hist.update(func() { op.End, op.Lost = end, true })
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.Release(rctx)
+}
+
+func (h *Harness) release(l *client.Lock, op *AcquireOp) {
+	now := time.Now()
+	if l.Err() != nil {
+		h.lost(l, op)
+		return
+	}
+	h.Hist.update(func() { op.End = now })
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.Release(rctx)
+}
+
+// runWorkers runs the contended workload until ctx ends.
+func (h *Harness) runWorkers(ctx context.Context) (*sync.WaitGroup, error) {
+	var wg sync.WaitGroup
+	for i := range h.cfg.Workers {
+		who := fmt.Sprintf("w%d", i)
+		c, err := h.newClient(who)
+		if err != nil {
+			return nil, err
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				name := h.names[mrand.IntN(len(h.names))]
+				wait := time.Second + time.Duration(mrand.Int64N(int64(3*time.Second)))
+				l, op := h.acquire(ctx, c, who, "worker", name, wait)
+				if l == nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(50 * time.Millisecond):
+					}
+					continue
+				}
+				h.hold(ctx, l, op, who, 1+mrand.IntN(3), time.Duration(10+mrand.IntN(40))*time.Millisecond)
+			}
+		})
+	}
+	return &wg, nil
+}
+
+// probeResult is what the availability probes of one cluster saw.
+type probeResult struct {
+	// First is the time from the start to the first grant invoked after it;
+	// -1 when none came.
+	First time.Duration
+	// OK and Failed count the probes.
+	OK, Failed int
+	// SlowFail counts probes that failed only after more than 2 s.
+	SlowFail int
+}
+
+// probe fires an Acquire of a fresh, uncontended name on cluster every
+// 100 ms from now until until, or until the first grant when stopOnGrant.
+// It waits for every probe it started.
+func (h *Harness) probe(ctx context.Context, cluster string, start, until time.Time, stopOnGrant bool) probeResult {
+	res := probeResult{First: -1}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	granted := make(chan struct{})
+	var once sync.Once
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(until) && ctx.Err() == nil {
+		name := h.freshName("probe", cluster)
+		if name == "" {
+			return probeResult{First: 0}
+		}
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+			defer cancel()
+			l, op := h.acquire(pctx, h.probeClient, "probe", "probe", name, 5*time.Second)
+			mu.Lock()
+			if l == nil {
+				res.Failed++
+				if op.Complete.Sub(op.Invoke) > 2*time.Second {
+					res.SlowFail++
+				}
+				mu.Unlock()
+				return
+			}
+			res.OK++
+			if !op.Invoke.Before(start) {
+				if d := op.Complete.Sub(start); res.First < 0 || d < res.First {
+					res.First = d
+				}
+				once.Do(func() { close(granted) })
+			}
+			mu.Unlock()
+			h.release(l, op)
+		})
+		select {
+		case <-granted:
+			if stopOnGrant {
+				wg.Wait()
+				return res
+			}
+			granted = nil // measured; keep probing until until
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	wg.Wait()
+	return res
+}
