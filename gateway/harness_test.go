@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	closeFuzz()
 	shared.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
@@ -192,3 +193,7 @@ func postJSON(t *testing.T, g *gw, path string, body string) (int, map[string]an
 	}
 	return resp.StatusCode, out
 }
+
+// etcdClientFor dials the shared etcd outside a test (for fuzz set-up that
+// lives as long as the process).
+func etcdClientFor() (*clientv3.Client, error) { return etcdtest.NewClient(shared.Endpoint()) }
