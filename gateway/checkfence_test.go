@@ -44,13 +44,20 @@ func revokeHolder(t *testing.T, g *gw, cli *clientv3.Client, name string) {
 	}
 }
 
-// awaitGrant returns w's grant, failing if its stream ends first.
+// awaitGrant returns w's grant, failing if its stream ends without one.
 func awaitGrant(t *testing.T, w *waiter) *v1.Granted {
 	t.Helper()
 	select {
 	case gr := <-w.granted:
 		return gr
 	case err := <-w.err:
+		// The stream may end right after its grant, and select picks
+		// among ready cases at random: the grant, sent first, is buffered.
+		select {
+		case gr := <-w.granted:
+			return gr
+		default:
+		}
 		t.Fatalf("waiter ended without a grant: %v", err)
 	}
 	return nil

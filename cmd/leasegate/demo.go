@@ -1,8 +1,94 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+)
 
 // newDemoCmd groups runnable demonstrations.
 func newDemoCmd() *cobra.Command {
-	return &cobra.Command{Use: "demo", Short: "Runnable demonstrations of leasegate's guarantees"}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Runnable demonstrations of leasegate's guarantees",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newFencingDemoCmd(), newFencingClientCmd())
+	return cmd
+}
+
+// newFencingDemoCmd is `leasegate demo fencing`.
+func newFencingDemoCmd() *cobra.Command {
+	cfg := defaultFencingDemoConfig()
+	cmd := &cobra.Command{
+		Use:   "fencing",
+		Short: "Play the fencing dance: a paused client's stale write is refused by the orders store",
+		Long: `Plays the fencing dance end to end on embedded etcd and an SQLite orders store:
+
+  client A (a child process) acquires order:42 with token t and is paused with SIGSTOP;
+  A's lease expires; client B acquires with token t' > t and writes the order;
+  A is resumed with SIGCONT and, still believing it holds the lock, writes with t;
+  the store refuses A's write because t < t'.
+
+Exits 0 only if A's stale write was refused and the order ends as B wrote it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the leasegate binary to run client A: %w", err)
+			}
+			cfg.Executable = exe
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(contextOf(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = runFencingDemo(ctx, cfg, cmd.OutOrStdout())
+			if err != nil && ctx.Err() != nil {
+				return fmt.Errorf("interrupted, client A killed: %w", err)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the embedded etcd data (default: a temporary directory, removed afterwards)")
+	f.DurationVar(&cfg.TTL, "ttl", cfg.TTL, fmt.Sprintf("lease TTL of both clients (%s to %s, whole seconds)", minDemoTTL, maxDemoTTL))
+	return cmd
+}
+
+// newFencingClientCmd is the hidden `leasegate demo fencing-client`: client A
+// of the fencing demo, run as a child process of the demo.
+func newFencingClientCmd() *cobra.Command {
+	var cfg fencingClientConfig
+	cmd := &cobra.Command{
+		Use:    "fencing-client",
+		Short:  "Client A of `leasegate demo fencing` (run by the demo, not by hand)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			return runFencingClient(contextOf(cmd), cfg, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Endpoint, "endpoint", "", "base URL of the gateway, e.g. http://127.0.0.1:7070")
+	f.StringVar(&cfg.Order, "order", demoOrderID, "order id to write; the lock is order:<id>")
+	f.StringVar(&cfg.DB, "db", "", "path of the SQLite orders database")
+	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL to ask for")
+	return cmd
+}
+
+// contextOf returns the command's context, or Background when it has none.
+func contextOf(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }
