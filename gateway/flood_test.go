@@ -1,0 +1,118 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasegate/leasegate/internal/server"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// cycles runs n uncontested acquire+release cycles of c, paced at 100 a
+// second (a well-behaved tenant, inside its rate limit), and appends their
+// latencies to lat.
+func cycles(t *testing.T, c leasegatev1connect.LockServiceClient, tag string, n int, lat []time.Duration) []time.Duration {
+	t.Helper()
+	pace := time.NewTicker(10 * time.Millisecond)
+	defer pace.Stop()
+	for i := range n {
+		<-pace.C
+		start := time.Now()
+		r, err := c.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: fmt.Sprintf("%s-%d", tag, i), TtlMs: 5000}))
+		if err != nil || !r.Msg.Acquired {
+			t.Fatalf("tenant b cycle: %v, %v", r, err)
+		}
+		if _, err := c.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: r.Msg.Granted.LockId, FencingToken: r.Msg.Granted.FencingToken})); err != nil {
+			t.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return lat
+}
+
+func p99(lat []time.Duration) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[len(s)*99/100]
+}
+
+func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Gateway.Limits.TenantAcquireRate = 200
+		c.Gateway.Limits.TenantAcquireBurst = 50
+		c.Gateway.Limits.MaxWaitersPerName = 64
+		c.Gateway.Limits.MaxWaitersPerTenant = 200
+	})
+	a, b := g.as(tokenA), g.as(tokenB)
+	cycles(t, b, "warm-up", 20, nil)
+
+	// Tenant a floods one name with waiters (more than its cap) and sends a
+	// request storm at five times its rate limit while flooding is on.
+	ctx, stop := context.WithCancel(ctxT(t))
+	defer stop()
+	var wg sync.WaitGroup
+	if _, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "hot", TtlMs: 30000})); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s, err := a.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "hot", TtlMs: 30000})); err == nil {
+				for s.Receive() {
+				}
+			}
+		}()
+	}
+	var flooding atomic.Bool
+	var refused atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			storm := time.NewTicker(4 * time.Millisecond) // 4 × 250/s = 1000/s, 5× the limit
+			defer storm.Stop()
+			for ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-storm.C:
+				}
+				if !flooding.Load() {
+					continue
+				}
+				_, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "storm", TtlMs: 5000}))
+				if connect.CodeOf(err) == connect.CodeResourceExhausted {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	// Quiet and flooded rounds alternate, so background load on a shared
+	// machine weighs on both alike.
+	var quiet, flooded []time.Duration
+	for round := range 3 {
+		flooding.Store(false)
+		quiet = cycles(t, b, fmt.Sprintf("quiet-%d", round), 70, quiet)
+		flooding.Store(true)
+		flooded = cycles(t, b, fmt.Sprintf("busy-%d", round), 70, flooded)
+	}
+	stop()
+	wg.Wait()
+	t.Logf("tenant b p99: quiet %s, while tenant a floods %s (%.2f×); %d of a's requests refused",
+		p99(quiet), p99(flooded), float64(p99(flooded))/float64(p99(quiet)), refused.Load())
+	if refused.Load() == 0 {
+		t.Error("the flood was never refused: the limits did not engage")
+	}
+	if p99(flooded) > 2*p99(quiet) {
+		t.Errorf("tenant b p99 %s while tenant a floods; want within 2× of its quiet %s", p99(flooded), p99(quiet))
+	}
+}
