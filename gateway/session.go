@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -84,24 +85,38 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
-	var earliest time.Time
-	var effTTL time.Duration
-	for _, l := range id.Leases {
+	// Each shard's lease is renewed in parallel: a session costs one
+	// round trip, not one per shard.
+	type result struct {
+		rn  queue.Renewal
+		err error
+	}
+	results := make([]result, len(id.Leases))
+	var wg sync.WaitGroup
+	for i, l := range id.Leases {
 		t, err := s.lookup(who, l.Shard)
 		if err != nil {
 			return nil, toConnect(err)
 		}
-		var rn queue.Renewal
-		err = t.call(ctx, func(ctx context.Context) error {
-			var err error
-			rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
-			return err
-		})
-		if err != nil {
-			return nil, toConnect(err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].err = t.call(ctx, func(ctx context.Context) error {
+				var err error
+				results[i].rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	var earliest time.Time
+	var effTTL time.Duration
+	for _, r := range results {
+		if r.err != nil {
+			return nil, toConnect(r.err)
 		}
-		if earliest.IsZero() || rn.Deadline.Before(earliest) {
-			earliest, effTTL = rn.Deadline, rn.TTL
+		if earliest.IsZero() || r.rn.Deadline.Before(earliest) {
+			earliest, effTTL = r.rn.Deadline, r.rn.TTL
 		}
 	}
 	return connect.NewResponse(&v1.KeepAliveSessionResponse{ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds()}), nil
