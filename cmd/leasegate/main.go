@@ -42,6 +42,7 @@ func main() {
 
 func newRootCmd() *cobra.Command {
 	cfg := server.DefaultConfig()
+	var sec securityFlags
 	var etcdFlags []string
 	var logLevel string
 	cmd := &cobra.Command{
@@ -66,6 +67,9 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 				return usageError{err}
 			}
 			cfg.Clusters = clusters
+			if err := sec.apply(&cfg); err != nil {
+				return usageError{err}
+			}
 			log, err := newLogger(logLevel)
 			if err != nil {
 				return usageError{err}
@@ -92,6 +96,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.Int64Var(&cfg.Gateway.MaxBodyBytes, "max-body-bytes", cfg.Gateway.MaxBodyBytes, "largest request body or message (1 KiB to 16 MiB)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addSecurityFlags(f, &cfg, &sec)
 	f.String(configFlag, "", "optional YAML or JSON file of flag values, keys = flag names (flags and LEASEGATE_* win over it)")
 	return cmd
 }
