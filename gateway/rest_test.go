@@ -186,5 +186,3 @@ func TestHealthFollowsEtcd(t *testing.T) {
 func connectHealth(hc *http.Client, url string) *connect.Client[grpc_health_v1.HealthCheckRequest, grpc_health_v1.HealthCheckResponse] {
 	return connect.NewClient[grpc_health_v1.HealthCheckRequest, grpc_health_v1.HealthCheckResponse](hc, url+"/grpc.health.v1.Health/Check", connect.WithGRPC())
 }
-
-
