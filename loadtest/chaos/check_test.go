@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -129,8 +131,19 @@ func TestStuckWaiters(t *testing.T) {
 		{ID: 4, Name: "x", Wait: time.Second, Invoke: at(0)},                                                          // never returned
 		{ID: 5, Name: "x", Wait: time.Second, Invoke: at(99900), Complete: at(102000), Outcome: outCanceled},          // run stopped
 	}
+	// Ops recorded with their attempts.
+	att := func(start, end int) []Attempt { return []Attempt{{Start: at(start), End: at(end)}} }
+	ops = append(ops,
+		AcquireOp{ID: 6, Name: "x", Wait: time.Second, Invoke: at(0), Queued: at(50), Complete: at(2500), Outcome: outGranted,
+			Attempts: att(0, 900)}, // granted in time, answered late: the SDK's renewal
+		AcquireOp{ID: 7, Name: "x", Wait: time.Second, Invoke: at(0), Queued: at(50), LastQueued: at(50), Complete: at(9000), Outcome: outGranted,
+			Attempts: append(att(0, 600), att(700, 9000)...)}, // the retry's enqueue stalled
+		AcquireOp{ID: 8, Name: "x", Wait: time.Second, Invoke: at(0), Queued: at(50), LastQueued: at(800), Complete: at(6000), Outcome: outTimeout,
+			Attempts: append(att(0, 600), att(700, 6000)...)}, // the retry was queued in time
+	)
+	want := map[string]string{"op 1 ": "", "op 2 ": knownEnqueueStall, "op 3 ": knownTimeoutCleanup, "op 4 ": "",
+		"op 6 ": knownRenewAfterGrant, "op 7 ": knownEnqueueStall, "op 8 ": knownTimeoutCleanup}
 	vs := stuckWaiters(ops, stop)
-	want := map[string]string{"op 1 ": "", "op 2 ": knownEnqueueStall, "op 3 ": knownTimeoutCleanup, "op 4 ": ""}
 	if len(vs) != len(want) {
 		t.Fatalf("stuckWaiters = %v; want %d violations", vs, len(want))
 	}

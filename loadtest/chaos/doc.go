@@ -31,7 +31,8 @@
 // quiescence; and how long each fault kept the affected names from being
 // granted.
 //
-// `go test ./loadtest/chaos/...` runs the quick mode; LEASEGATE_CHAOS=long
+// The harness needs Linux (process groups, Pdeathsig); elsewhere the
+// package is empty. `go test ./loadtest/chaos/...` runs the quick mode; LEASEGATE_CHAOS=long
 // (or -chaos.long) runs the long mode and prints the report. Every run
 // writes its histories to an output directory (LEASEGATE_CHAOS_OUT, the
 // test's artifact directory with -artifacts, or a temporary directory that

@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -7,9 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/shard"
 )
 
@@ -43,7 +43,7 @@ type Harness struct {
 	holderNo int
 	probeNo  int
 
-	probeClient *client.Client
+	probes *sdk // the availability probes' and the nemesis's clients
 }
 
 // Start brings up 2 clusters × 3 members and 2 gateways, with exe being the
@@ -93,7 +93,7 @@ func Start(ctx context.Context, cfg Config, exe, out string, logf func(string, .
 		h.Gateways = append(h.Gateways, g)
 	}
 	h.names = h.pickNames()
-	if h.probeClient, err = h.newClient("probe"); err != nil {
+	if h.probes, err = h.newSDK("probe", nil); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -146,21 +146,6 @@ func (h *Harness) frontURLs() []string {
 		out = append(out, g.Front.URL())
 	}
 	return out
-}
-
-// newClient returns an SDK client over the gateways' front links.
-func (h *Harness) newClient(id string, extra ...client.Option) (*client.Client, error) {
-	opts := append([]client.Option{
-		client.WithClientID(id),
-		client.WithRequestTimeout(2 * time.Second),
-		client.WithRetryBackoff(50*time.Millisecond, 500*time.Millisecond),
-	}, extra...)
-	c, err := client.New(h.frontURLs(), opts...)
-	if err != nil {
-		return nil, err
-	}
-	h.addCloser(func() { c.Close() })
-	return c, nil
 }
 
 // ring is the ring of the map in force.

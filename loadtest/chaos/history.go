@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -36,6 +38,12 @@ type AcquireOp struct {
 	Invoke   time.Time `json:"invoke"`
 	Queued   time.Time `json:"queued,omitzero"`
 	Complete time.Time `json:"complete,omitzero"`
+	// LastQueued is the latest queue-position report (a retry on another
+	// gateway reports again).
+	LastQueued time.Time `json:"lastQueued,omitzero"`
+	// Attempts are the op's Acquire RPCs; empty for holders in another
+	// process.
+	Attempts []Attempt `json:"attempts,omitempty"`
 	// Outcome is granted, wait-timeout, canceled or error.
 	Outcome string `json:"outcome"`
 	// Err is the error text when not granted.

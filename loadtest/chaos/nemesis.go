@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -41,7 +43,7 @@ type nemesis struct {
 	rng *mrand.Rand
 
 	lossy    *Link // a second front link to g0, for lost release replies
-	releaser *client.Client
+	releaser *sdk
 }
 
 func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
@@ -51,13 +53,11 @@ func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
 		return nil, err
 	}
 	h.addCloser(n.lossy.Close)
-	n.releaser, err = client.New([]string{n.lossy.URL(), h.Gateways[1].Front.URL()},
-		client.WithClientID("releaser"), client.WithRequestTimeout(time.Second),
-		client.WithRetryBackoff(50*time.Millisecond, 500*time.Millisecond))
+	n.releaser, err = h.newSDK("releaser", []string{n.lossy.URL(), h.Gateways[1].Front.URL()},
+		client.WithRequestTimeout(time.Second))
 	if err != nil {
 		return nil, err
 	}
-	h.addCloser(func() { n.releaser.Close() })
 	return n, nil
 }
 

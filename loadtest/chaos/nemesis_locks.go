@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -42,7 +44,7 @@ func (n *nemesis) holderFault(ctx context.Context, in *Injection) error {
 	} else if err := hp.p.pause(); err != nil {
 		return err
 	}
-	l, op := n.h.acquire(ctx, n.h.probeClient, "nemesis", "nemesis", name, n.h.cfg.TTL+8*time.Second)
+	l, op := n.h.acquire(ctx, n.h.probes, "nemesis", "nemesis", name, n.h.cfg.TTL+8*time.Second)
 	if l == nil {
 		in.Violation = fmt.Sprintf("the crashed holder's lock was not freed within TTL+8s: %s", op.Err)
 		_ = hp.p.resume()
@@ -152,7 +154,7 @@ func (n *nemesis) releaseReplyLost(ctx context.Context, in *Injection) error {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	go func() {
-		wl, o := h.acquire(wctx, h.probeClient, "waiter", "nemesis", name, 15*time.Second)
+		wl, o := h.acquire(wctx, h.probes, "waiter", "nemesis", name, 15*time.Second)
 		if wl == nil {
 			wdone <- waited{o, errors.New(o.Err)}
 			return
@@ -185,18 +187,22 @@ func (n *nemesis) releaseReplyLost(ctx context.Context, in *Injection) error {
 	h.Hist.update(func() { op.End = time.Now() })
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rerr := l.Release(rctx)
+	took := time.Since(in.Start)
 	cancel()
 	n.lossy.Set(LinkFault{})
 	in.Heal = time.Now()
 	// The waiter holds now (granted after the first attempt took effect);
 	// give the retry's effects time to show, then look.
 	n.sleep(ctx, 500*time.Millisecond)
-	d, derr := h.probeClient.Describe(ctx, name)
+	d, derr := h.probes.base.Describe(ctx, name)
 	wcancel()
 	w := <-wdone
 	var wtoken int64
 	h.Hist.update(func() { wtoken = w.op.Token })
-	in.Note = fmt.Sprintf("release: %v; waiter token %d; holder now %d (%v)", rerr, wtoken, d.Token, derr)
+	// A release that took at least the releaser's 1 s attempt timeout had
+	// its first reply lost and was retried on the other gateway.
+	in.Note = fmt.Sprintf("release returned %v after %s; waiter token %d; holder now %d (%v)",
+		rerr, took.Round(time.Millisecond), wtoken, d.Token, derr)
 	switch {
 	case w.err != nil && w.op.Outcome == outGranted:
 		in.Violation = "after the retried release: " + w.err.Error()

@@ -1,3 +1,5 @@
+//go:build linux
+
 package chaos
 
 import (
@@ -20,7 +22,7 @@ func newRequestID() string {
 }
 
 // acquire runs one recorded Acquire. It returns the lock when granted.
-func (h *Harness) acquire(ctx context.Context, c *client.Client, who, role, name string, wait time.Duration) (*client.Lock, *AcquireOp) {
+func (h *Harness) acquire(ctx context.Context, s *sdk, who, role, name string, wait time.Duration) (*client.Lock, *AcquireOp) {
 	op := h.Hist.begin(&AcquireOp{Client: who, Role: role, Name: name, RequestID: newRequestID(), Wait: wait, Invoke: time.Now()})
 	onQueued := func(int64) {
 		now := time.Now()
@@ -28,7 +30,13 @@ func (h *Harness) acquire(ctx context.Context, c *client.Client, who, role, name
 			if op.Queued.IsZero() {
 				op.Queued = now
 			}
+			op.LastQueued = now
 		})
+	}
+	c, err := s.forOp(h.Hist, op)
+	if err != nil {
+		h.Hist.update(func() { op.Complete, op.Outcome, op.Err = time.Now(), outError, err.Error() })
+		return nil, op
 	}
 	l, err := c.Acquire(ctx, name, client.WithTTL(h.cfg.TTL), client.WithWaitTimeout(wait),
 		client.WithRequestID(op.RequestID), client.WithOnQueued(onQueued))
@@ -101,7 +109,7 @@ func (h *Harness) runWorkers(ctx context.Context) (*sync.WaitGroup, error) {
 	var wg sync.WaitGroup
 	for i := range h.cfg.Workers {
 		who := fmt.Sprintf("w%d", i)
-		c, err := h.newClient(who)
+		c, err := h.newSDK(who, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +162,7 @@ func (h *Harness) probe(ctx context.Context, cluster string, start, until time.T
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 			defer cancel()
-			l, op := h.acquire(pctx, h.probeClient, "probe", "probe", name, 5*time.Second)
+			l, op := h.acquire(pctx, h.probes, "probe", "probe", name, 5*time.Second)
 			mu.Lock()
 			if l == nil {
 				res.Failed++
