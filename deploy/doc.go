@@ -1,0 +1,13 @@
+// Package deploy holds leasegate's deployment files, not code: the local
+// stack (compose/), the Kubernetes base (kubernetes/), and the tests that
+// hold them to the real APIs and to leasegate's real flags.
+//
+// The tests (package deploy_test) build the binaries with .ci/build, the
+// Dockerfile's build command, and then check that every Kubernetes manifest
+// decodes strictly into the Kubernetes API types, that the compose file
+// loads with the compose-spec library, that every flag, environment
+// variable, name and port the files use exists and agrees across them, and
+// that docs/configuration.md lists exactly the flags of `leasegate --help`.
+// Run `go test ./deploy -run TestConfigurationDoc -update` to regenerate
+// that table after adding a flag, then fill in its allowed values.
+package deploy
