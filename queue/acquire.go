@@ -77,6 +77,7 @@ type enqueued struct {
 	deadline time.Time // zero when unknown (resumed waiter)
 	resumed  bool
 	first    *mvccpb.KeyValue
+	handoff  *handoffRecord // the traced release that made the waiter first
 }
 
 // lease obtains the lease for a new waiter: a fresh per-lock lease, or the
@@ -101,16 +102,46 @@ func (e *Engine) lease(ctx context.Context, r *AcquireRequest, ttlSec int64) (cl
 // enqueue runs the acquire transaction. When onlyIfFree is set the key is
 // created only if no other waiter exists (TryAcquire).
 func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, onlyIfFree bool) (*enqueued, error) {
-	lease, ttl, deadline, err := e.lease(ctx, r, ttlSec)
-	if err != nil {
+	var (
+		lease    clientv3.LeaseID
+		ttl      time.Duration
+		deadline time.Time
+		err      error
+		renewed  chan error
+	)
+	if r.Session != 0 {
+		// The session's keepalive runs beside the transaction: one round
+		// trip, not two. The stored TTL is 0, meaning "the session's".
+		lease, ttlSec = r.Session, 0
+		renewed = make(chan error, 1)
+		go func() {
+			var err error
+			_, ttl, deadline, err = e.lease(ctx, r, 0)
+			renewed <- err
+		}()
+	} else if lease, ttl, deadline, err = e.lease(ctx, r, ttlSec); err != nil {
 		return nil, err
 	}
+	q, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree)
+	if renewed != nil {
+		if kerr := <-renewed; kerr != nil {
+			if errors.Is(kerr, ErrSessionLost) {
+				return nil, kerr
+			}
+			deadline = time.Time{} // unknown: the grant renews again
+		}
+	}
+	if q != nil && !q.resumed && q.h.Revision != 0 {
+		q.ttl, q.deadline = ttl, deadline
+	}
+	return q, err
+}
+
+// enqueueTxn runs the acquire transaction on lease.
+func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, onlyIfFree bool) (*enqueued, error) {
 	secret, err := NewSecret()
 	if err != nil {
 		return nil, err
-	}
-	if r.Session != 0 {
-		ttlSec = int64(ttl / time.Second)
 	}
 	meta := waiterMeta{
 		ClientID: r.ClientID,
@@ -162,7 +193,7 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 				return nil, fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)
 			}
 		}
-		return &enqueued{h: h, ttl: ttl, deadline: deadline, first: firstKV(resp.Responses[1])}, nil
+		return &enqueued{h: h, first: firstKV(resp.Responses[1])}, nil
 	}
 
 	// The transaction did not create the key: find out why.
@@ -244,7 +275,9 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 	if err != nil {
 		return nil, err
 	}
-	q, err := e.enqueue(ctx, &r, ttlSec, false)
+	sctx, sp := e.traceEnqueue(ctx, &r, false)
+	q, err := e.enqueue(sctx, &r, ttlSec, false)
+	sp.endEnqueue(q, err)
 	if err != nil {
 		return nil, err
 	}
@@ -256,13 +289,15 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	if w.q.first != nil && w.q.first.CreateRevision == w.q.h.Revision && w.r.BeforeGrant == nil {
 		return w.e.granted(ctx, w.q)
 	}
-	return w.e.wait(ctx, &w.r, w.q)
+	return w.e.tracedWait(ctx, &w.r, w.q)
 }
 
 // granted turns an enqueued waiter that is first into a Grant. A fresh
 // waiter's deadline comes from its lease grant; otherwise the lease is
 // renewed now so that the holder starts with a full TTL.
-func (e *Engine) granted(ctx context.Context, q *enqueued) (Grant, error) {
+func (e *Engine) granted(ctx context.Context, q *enqueued) (out Grant, err error) {
+	ctx, sp := e.traceGrant(ctx, q)
+	defer func() { sp.endGrant(out, err) }()
 	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: q.deadline, Resumed: q.resumed}
 	if !q.deadline.IsZero() {
 		return g, nil
@@ -297,7 +332,9 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	if err != nil {
 		return TryResult{}, err
 	}
-	q, err := e.enqueue(ctx, &r, ttlSec, true)
+	sctx, sp := e.traceEnqueue(ctx, &r, true)
+	q, err := e.enqueue(sctx, &r, ttlSec, true)
+	sp.endEnqueue(q, err)
 	if err != nil {
 		return TryResult{}, err
 	}
