@@ -51,6 +51,11 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	case ProtocolGRPCWeb:
 		copts = append(copts, connect.WithGRPCWeb())
 	}
+	topts, err := cfg.tracingOptions()
+	if err != nil {
+		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
+	}
+	copts = append(copts, topts...)
 	c := &Client{cfg: cfg}
 	for _, raw := range endpoints {
 		u, err := url.Parse(raw)

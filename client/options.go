@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Protocol is the wire protocol the SDK speaks to gateways.
@@ -55,6 +57,8 @@ type config struct {
 	backoffMax     time.Duration
 	requestTimeout time.Duration
 	hooks          hooks
+	tracing        bool
+	tracerProvider trace.TracerProvider // nil: the global one
 }
 
 func defaultConfig() config {

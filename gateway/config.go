@@ -21,6 +21,9 @@ type Config struct {
 	Policy Policy
 	// Limits bounds rates, queues and waits per tenant and client.
 	Limits Limits
+	// Telemetry configures traces and metrics; the zero value (the
+	// default) records none.
+	Telemetry Telemetry
 }
 
 // DefaultConfig returns the documented defaults.

@@ -21,16 +21,16 @@ type HandlerOptions []connect.HandlerOption
 // REST API and GET /healthz.
 func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
-	opts = append([]connect.HandlerOption{
+	opts = append(append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		connect.WithSendMaxBytes(int(s.cfg.MaxBodyBytes)),
-	}, opts...)
+	}, s.tel.handlerOptions()...), opts...)
 	mux.Handle(leasegatev1connect.NewLockServiceHandler(s, opts...))
 	mux.Handle(grpchealth.NewHandler(s.Health()))
 	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle("/api/v1/", s.RESTHandler())
+	mux.Handle("/api/v1/", s.tel.restHandler(s.RESTHandler()))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Health().ping(r.Context()); err != nil {
 			writeRESTError(w, http.StatusServiceUnavailable, "unavailable", "", "etcd is not answering")

@@ -32,6 +32,7 @@ type Service struct {
 
 	auth *Authenticator
 	lim  *limiter
+	tel  *telemetry
 }
 
 var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
@@ -48,7 +49,11 @@ func NewService(cfg Config, router Router, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits)}, nil
+	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits)}
+	if s.tel, err = newTelemetry(s, cfg.Telemetry); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Shutdown ends every open wait with unavailable (reason SHUTTING_DOWN)
@@ -198,7 +203,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		// The grant never reached the client. Its lease will lapse unless
 		// a retry with the same request id collects it; releasing here
 		// would be wrong if that retry is already on its way.
-		s.log.Warn("grant not delivered", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
+		s.log.WarnContext(ctx, "grant not delivered", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
 	}
 	return nil
 }

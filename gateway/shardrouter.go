@@ -24,6 +24,7 @@ func backendTarget(b *shard.Backend) Target {
 		ForTenant: b.TenantEngine,
 		Do: func(ctx context.Context, fn func(context.Context) error) error {
 			err := b.Breaker.Execute(ctx, fn)
+			noteBreaker(ctx, b, err)
 			if errors.Is(err, shard.ErrShardUnavailable) {
 				return ShardUnavailable(err)
 			}

@@ -25,6 +25,9 @@ type Config struct {
 	// Clock is the time source for deadlines and wait timeouts. Default the
 	// wall clock.
 	Clock clock.Clock
+	// Telemetry configures spans and metrics; the zero value (the default)
+	// records none.
+	Telemetry Telemetry
 }
 
 // DefaultConfig returns the documented defaults.

@@ -18,6 +18,7 @@ type Engine struct {
 	keys keys
 	ka   *keepAliver
 	pos  *positionHub
+	tel  *engineTel
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -40,6 +41,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		cfg:    cfg,
 		keys:   keys{prefix: cfg.Prefix},
 		ka:     newKeepAliver(cli),
+		tel:    newEngineTel(cfg.Telemetry),
 		ctx:    ctx,
 		cancel: cancel,
 	}

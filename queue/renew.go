@@ -33,7 +33,9 @@ func checkToken(h Handle, token int64) error {
 // It answers ErrExpired when the key is gone and nobody holds the name,
 // ErrStolen when another waiter holds it now, and ErrNotOwner when the
 // secret or fencing token does not match.
-func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (Renewal, error) {
+func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, err error) {
+	ctx, sp := e.traceHandle(ctx, spanRenew, h)
+	defer func() { sp.end("renewed", err) }()
 	if err := checkToken(h, token); err != nil {
 		return Renewal{}, err
 	}
@@ -100,12 +102,14 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 // lock that is already gone reports released == false and no error, and a
 // late or retried release can never remove a newer holder's key.
 func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released bool, err error) {
+	ctx, sp := e.traceHandle(ctx, spanRelease, h)
+	defer func() { sp.endRelease(released, err) }()
 	if err := checkToken(h, token); err != nil {
 		return false, err
 	}
 	key := e.keys.waiter(h.Name, h.WaiterID)
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision)}, ownerCmps(key, h.Secret)...)
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+	resp, err := e.releaseCommit(ctx, h, key, cmps)
 	if err != nil {
 		return false, fmt.Errorf("queue: release: %w", err)
 	}

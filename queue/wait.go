@@ -97,16 +97,18 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 			e.pos.unsubscribe(prefix, sub)
 		}
 	}()
+	var pred string        // the key last waited behind
+	var predLeft time.Time // when it was seen to go
 	for {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
 		}
-		resp, err := e.cli.Txn(ctx).Then(
+		resp, err := e.cli.Txn(ctx).Then(e.handoffRead([]clientv3.Op{
 			clientv3.OpGet(key),
 			clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 				clientv3.WithMaxCreateRev(q.h.Revision-1),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)),
-		).Commit()
+		}, r.Name)...).Commit()
 		if err != nil {
 			// etcd unreachable or leaderless: retry until ctx ends; the
 			// lease decides whether the place survives.
@@ -127,7 +129,12 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 					return Grant{}, err
 				}
 			}
-			return e.granted(ctx, q)
+			q.handoff = e.handoffFrom(resp, 2, pred, q.h.Revision)
+			g, err := e.granted(ctx, q)
+			if err == nil {
+				e.observeHandoff(ctx, predLeft)
+			}
+			return g, err
 		}
 		readRev := resp.Header.Revision
 		report := func(n int64) {
@@ -142,9 +149,11 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 		if sub == nil && r.OnQueued != nil {
 			sub = e.pos.subscribe(prefix, readRev)
 		}
+		pred, predLeft = string(ahead[0].Key), time.Time{}
 		e.awaitChange(ctx, waitState{
-			pred: string(ahead[0].Key), own: key, rev: readRev + 1, lost: lost,
+			pred: pred, own: key, rev: readRev + 1, lost: lost,
 			sub: sub, myRev: q.h.Revision, position: position, report: report,
+			left: func() { predLeft = e.predecessorLeft(ctx) },
 		})
 	}
 }
@@ -158,6 +167,7 @@ type waitState struct {
 	myRev     int64
 	position  int64
 	report    func(int64)
+	left      func() // called when pred is seen deleted; may be nil
 }
 
 // awaitChange watches the predecessor and the waiter's own key from rev and
@@ -194,6 +204,9 @@ func (e *Engine) awaitChange(ctx context.Context, w waitState) {
 				w.report(position)
 			}
 		case wr, ok := <-pw:
+			if ok && wr.Err() == nil && hasDelete(wr.Events) && w.left != nil {
+				w.left()
+			}
 			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
 				return
 			}

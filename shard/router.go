@@ -242,7 +242,9 @@ func (r *Router) dial(c Cluster) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard: dial cluster %q: %w", c.Name, err)
 	}
-	eng, err := queue.New(cli, r.cfg.Queue)
+	qc := r.cfg.Queue
+	qc.Telemetry.Cluster = c.Name
+	eng, err := queue.New(cli, qc)
 	if err != nil {
 		cli.Close()
 		return nil, err
@@ -254,7 +256,7 @@ func (r *Router) dial(c Cluster) (*Backend, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: r.cfg.Queue}, nil
+	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: qc}, nil
 }
 
 // Route returns where name's calls go under the map in force.

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/telemetry"
 )
 
 // exitUsage is the exit status for invalid flags or configuration.
@@ -43,6 +44,7 @@ func main() {
 func newRootCmd() *cobra.Command {
 	cfg := server.DefaultConfig()
 	var sec securityFlags
+	var tf telemetryFlags
 	var etcdFlags []string
 	var logLevel string
 	cmd := &cobra.Command{
@@ -78,7 +80,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			return serve(cmd.Context(), cfg, log)
+			return serveWithTelemetry(cmd.Context(), cfg, log, tf)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -97,6 +99,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addSecurityFlags(f, &cfg, &sec)
+	addTelemetryFlags(f, &tf)
 	f.String(configFlag, "", "optional YAML or JSON file of flag values, keys = flag names (flags and LEASEGATE_* win over it)")
 	return cmd
 }
@@ -159,7 +162,8 @@ func newLogger(level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	// Lines logged with a request's context carry its trace and span ids.
+	return slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))), nil
 }
 
 func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
+	"github.com/leasegate/leasegate/internal/telemetry"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -71,6 +72,12 @@ type Config struct {
 	NoMapWatch bool
 	// Log receives the server's logs; nil discards them.
 	Log *slog.Logger
+	// Telemetry receives traces and metrics and serves GET /metrics; nil
+	// (the default) records none.
+	Telemetry *telemetry.Providers
+	// KeyCountInterval is how often each shard's lock keys are counted for
+	// leasegate_lock_keys. Default 15 s.
+	KeyCountInterval time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -163,6 +170,7 @@ type Server struct {
 	embedded []*embedetcd.Server
 	home     *clientv3.Client
 	router   *shard.Router
+	stopMet  func()
 	service  *gateway.Service
 	http     *http.Server
 	ln       net.Listener
@@ -202,6 +210,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	if err := s.startRouter(ctx, clusters); err != nil {
 		return nil, err
 	}
+	cfg.Gateway.Telemetry = gatewayTelemetry(cfg.Telemetry)
 	if s.service, err = gateway.NewService(cfg.Gateway, gateway.ShardRouter{R: s.router}, s.log); err != nil {
 		return nil, err
 	}
@@ -209,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	s.http = gateway.NewHTTPServer(cfg.Listen, s.service.Handler())
+	s.http = gateway.NewHTTPServer(cfg.Listen, withMetrics(s.service.Handler(), cfg.Telemetry))
 	s.http.HTTP2.MaxConcurrentStreams = int(cfg.MaxStreamsPerConn)
 	if tlsCfg != nil {
 		s.http.TLSConfig = tlsCfg
@@ -283,6 +292,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) closeBackends() {
+	if s.stopMet != nil {
+		s.stopMet()
+		s.stopMet = nil
+	}
 	if s.router != nil {
 		s.router.Close()
 	}
@@ -304,7 +317,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 		initial.Clusters = append(initial.Clusters, shard.Cluster{Name: c.Name, Endpoints: c.Endpoints})
 		overrides[c.Name] = c.Endpoints
 	}
-	dial, err := s.cfg.EtcdTLS.dialer()
+	dial, err := s.cfg.EtcdTLS.dialer(s.cfg.Telemetry.EtcdDialOptions)
 	if err != nil {
 		return err
 	}
@@ -322,9 +335,15 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}
+	if err := instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
+		return err
+	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if s.router, err = shard.NewRouter(lctx, home, initial, rc); err != nil {
+		return err
+	}
+	if s.stopMet, err = registerRouterMetrics(s.router, s.cfg.Telemetry, s.cfg.KeyCountInterval); err != nil {
 		return err
 	}
 	return nil

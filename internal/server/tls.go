@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // EtcdSecurity configures TLS and authentication from the gateway to etcd.
@@ -36,7 +37,8 @@ func (e EtcdSecurity) validate() error {
 }
 
 // dialer returns the function that connects to an etcd cluster.
-func (e EtcdSecurity) dialer() (func(name string, endpoints []string) (*clientv3.Client, error), error) {
+// extra, when not nil, adds gRPC dial options per cluster (telemetry).
+func (e EtcdSecurity) dialer(extra func(name string) []grpc.DialOption) (func(name string, endpoints []string) (*clientv3.Client, error), error) {
 	var tlsCfg *tls.Config
 	if e.CA != "" {
 		pool, err := loadPool(e.CA)
@@ -52,8 +54,13 @@ func (e EtcdSecurity) dialer() (func(name string, endpoints []string) (*clientv3
 			tlsCfg.Certificates = []tls.Certificate{cert}
 		}
 	}
-	return func(_ string, endpoints []string) (*clientv3.Client, error) {
+	return func(name string, endpoints []string) (*clientv3.Client, error) {
+		var opts []grpc.DialOption
+		if extra != nil {
+			opts = extra(name)
+		}
 		return clientv3.New(clientv3.Config{
+			DialOptions:          opts,
 			Endpoints:            endpoints,
 			DialTimeout:          5 * time.Second,
 			DialKeepAliveTime:    10 * time.Second,

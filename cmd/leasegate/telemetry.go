@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel"
+
+	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/telemetry"
+)
+
+// telemetryFlags are the flags for metrics; traces are configured by the
+// standard OTEL_* environment variables alone (see telemetry.New).
+type telemetryFlags struct {
+	metrics bool
+}
+
+func addTelemetryFlags(f *pflag.FlagSet, tf *telemetryFlags) {
+	f.BoolVar(&tf.metrics, "metrics", true, "serve Prometheus metrics on GET /metrics (false makes metrics no-ops); traces follow the OTEL_* environment variables")
+}
+
+// version is the main module's version, "devel" in a source build.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// serveWithTelemetry sets up OpenTelemetry, serves, and flushes the
+// exporters on the way out.
+func serveWithTelemetry(ctx context.Context, cfg server.Config, log *slog.Logger, tf telemetryFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, err := telemetry.New(ctx, telemetry.Config{Version: version(), Metrics: tf.metrics})
+	if err != nil {
+		return usageError{err}
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(sctx); err != nil {
+			log.Warn("telemetry not flushed", "err", err)
+		}
+	}()
+	// Libraries that use the global providers join the same pipeline.
+	if p.TracerProvider != nil {
+		otel.SetTracerProvider(p.TracerProvider)
+	}
+	if p.MeterProvider != nil {
+		otel.SetMeterProvider(p.MeterProvider)
+	}
+	otel.SetTextMapPropagator(p.Propagator)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("telemetry", "err", err) }))
+	log.Info("telemetry", "tracing", p.TracerProvider != nil, "metrics", p.MeterProvider != nil, "prometheus", p.Metrics != nil)
+	cfg.Telemetry = p
+	return serve(ctx, cfg, log)
+}

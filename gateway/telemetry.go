@@ -1,0 +1,439 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+	"github.com/leasegate/leasegate/shard"
+)
+
+// Telemetry configures the service's traces and metrics. The zero value
+// (the default) records nothing.
+//
+// Traces: a server span per RPC (connectrpc.com/otelconnect) and per REST
+// call, with a leasegate.route child span naming the shard the router
+// picked and events for circuit-breaker refusals; the lock engine's spans
+// nest below. A caller's trace context continues into the server span when
+// the caller is the leasegate Go SDK (it sends SDKHeader); any other
+// caller's context is attached as a link to a new trace, so untrusted
+// callers cannot force sampling or graft spans onto their own traces.
+//
+// Metrics (Prometheus names): leasegate_acquire_duration_seconds{shard,
+// outcome, mode}, leasegate_wait_duration_seconds{shard, outcome},
+// leasegate_renew_duration_seconds{shard, outcome},
+// leasegate_release_duration_seconds{shard, outcome}, leasegate_waiters
+// {shard}, leasegate_lease_losses_total{shard, reason} and
+// leasegate_rate_limit_rejections_total{limit}. Lock names, client ids and
+// lock ids are never labels.
+type Telemetry struct {
+	// TracerProvider creates the service's tracers; nil records no spans.
+	TracerProvider trace.TracerProvider
+	// MeterProvider creates its meters; nil records no metrics.
+	MeterProvider metric.MeterProvider
+	// Propagator reads callers' trace context; nil means W3C trace context
+	// and baggage.
+	Propagator propagation.TextMapPropagator
+}
+
+// SDKHeader is the request header with which the leasegate Go SDK marks
+// its calls; the gateway continues the trace of such calls.
+const SDKHeader = "Leasegate-Client"
+
+const scopeName = "github.com/leasegate/leasegate/gateway"
+
+// telemetry is the service's instruments; a nil *telemetry records nothing.
+type telemetry struct {
+	s      *Service
+	tracer trace.Tracer // nil without tracing
+	prop   propagation.TextMapPropagator
+	trace  connect.Interceptor // nil without tracing
+	m      *instruments        // nil without metrics
+}
+
+type instruments struct {
+	acquire, wait, renew, release metric.Float64Histogram
+	waiters                       metric.Int64UpDownCounter
+	losses, refusals              metric.Int64Counter
+}
+
+// newTelemetry builds the service's instruments from cfg.
+func newTelemetry(s *Service, cfg Telemetry) (*telemetry, error) {
+	if cfg.TracerProvider == nil && cfg.MeterProvider == nil {
+		return nil, nil
+	}
+	t := &telemetry{s: s, prop: cfg.Propagator}
+	if t.prop == nil {
+		t.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	if cfg.TracerProvider != nil {
+		t.tracer = cfg.TracerProvider.Tracer(scopeName)
+		opts := []otelconnect.Option{
+			otelconnect.WithTracerProvider(cfg.TracerProvider), otelconnect.WithPropagator(t.prop),
+			otelconnect.WithoutMetrics(),
+		}
+		untrusted, err := otelconnect.NewInterceptor(opts...)
+		if err != nil {
+			return nil, err
+		}
+		trusted, err := otelconnect.NewInterceptor(append(opts, otelconnect.WithTrustRemote())...)
+		if err != nil {
+			return nil, err
+		}
+		t.trace = trustSwitch{trusted: trusted, untrusted: untrusted}
+	}
+	if cfg.MeterProvider != nil {
+		m, err := newInstruments(cfg.MeterProvider.Meter(scopeName))
+		if err != nil {
+			return nil, err
+		}
+		t.m = m
+		s.lim.onRefusal = func(kind string) {
+			m.refusals.Add(context.Background(), 1, metric.WithAttributes(attribute.String("limit", kind)))
+		}
+	}
+	return t, nil
+}
+
+func newInstruments(m metric.Meter) (*instruments, error) {
+	var errs []error
+	hist := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(latencyBuckets...))
+		errs = append(errs, err)
+		return h
+	}
+	in := &instruments{
+		acquire: hist("leasegate.acquire.duration", "Acquire calls from request to grant or refusal, by shard, outcome and mode (try, immediate, queued)."),
+		wait:    hist("leasegate.wait.duration", "Time queued behind other holders, from the first queue position to grant or giving up."),
+		renew:   hist("leasegate.renew.duration", "Renew calls, by shard and outcome."),
+		release: hist("leasegate.release.duration", "Release calls, by shard and outcome."),
+	}
+	var err error
+	in.waiters, err = m.Int64UpDownCounter("leasegate.waiters", metric.WithDescription("Acquire calls this gateway holds in a queue, by shard."))
+	errs = append(errs, err)
+	in.losses, err = m.Int64Counter("leasegate.lease.losses", metric.WithDescription("Leases found lost, by shard and reason (expired, stolen, waiter_lease_lost, session_lost)."))
+	errs = append(errs, err)
+	in.refusals, err = m.Int64Counter("leasegate.rate_limit.rejections", metric.WithDescription("Calls refused by a rate limit or cap, by limit."))
+	errs = append(errs, err)
+	return in, errors.Join(errs...)
+}
+
+// latencyBuckets are the bounds, in seconds, of the latency histograms:
+// 0.5 ms to 60 s.
+var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// handlerOptions are the Connect options the telemetry adds: tracing
+// outermost, then metrics.
+func (t *telemetry) handlerOptions() []connect.HandlerOption {
+	if t == nil {
+		return nil
+	}
+	var ics []connect.Interceptor
+	if t.trace != nil {
+		ics = append(ics, t.trace)
+	}
+	ics = append(ics, (*callRecorder)(t))
+	return []connect.HandlerOption{connect.WithInterceptors(ics...)}
+}
+
+// trustSwitch continues the caller's trace when the caller is the leasegate
+// Go SDK and links to it otherwise.
+type trustSwitch struct {
+	trusted, untrusted connect.Interceptor
+}
+
+func (t trustSwitch) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	tr, un := t.trusted.WrapUnary(next), t.untrusted.WrapUnary(next)
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Header().Get(SDKHeader) != "" {
+			return tr(ctx, req)
+		}
+		return un(ctx, req)
+	}
+}
+
+func (t trustSwitch) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (t trustSwitch) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	tr, un := t.trusted.WrapStreamingHandler(next), t.untrusted.WrapStreamingHandler(next)
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if conn.RequestHeader().Get(SDKHeader) != "" {
+			return tr(ctx, conn)
+		}
+		return un(ctx, conn)
+	}
+}
+
+// shardOfName is the shard the router sends name to now; "unknown" when
+// it cannot say.
+func (t *telemetry) shardOfName(name string) string {
+	tg, err := t.s.router.Route(name)
+	if err != nil || tg.Shard == "" {
+		return "unknown"
+	}
+	return tg.Shard
+}
+
+// shardOfLockID is the shard a lock id names, if this gateway knows it: a
+// forged id must not mint label values.
+func (t *telemetry) shardOfLockID(lockID string) string {
+	id, err := DecodeLockID(lockID)
+	if err != nil {
+		return "unknown"
+	}
+	if _, err := t.s.router.Lookup(id.Shard); err != nil {
+		return "unknown"
+	}
+	return id.Shard
+}
+
+// traceRoute records the router's choice for name as a leasegate.route
+// span under ctx's span.
+func (t *telemetry) traceRoute(ctx context.Context, name string) {
+	if t == nil || t.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return
+	}
+	_, span := t.tracer.Start(ctx, "leasegate.route")
+	defer span.End()
+	tg, err := t.s.router.Route(name)
+	if err != nil {
+		span.SetAttributes(attribute.String("leasegate.outcome", "unroutable"))
+		return
+	}
+	attrs := []attribute.KeyValue{attribute.String("leasegate.shard", tg.Shard), attribute.Int("leasegate.epoch", int(tg.Epoch))}
+	if tg.Previous != nil {
+		attrs = append(attrs, attribute.String("leasegate.draining_from", tg.Previous.Shard))
+	}
+	if b, ok := t.s.router.(ShardRouter); ok {
+		if be, ok := b.R.Backend(tg.Shard); ok {
+			attrs = append(attrs, attribute.String("leasegate.breaker.state", be.Breaker.State().String()))
+		}
+	}
+	span.SetAttributes(attrs...)
+}
+
+// noteBreaker adds a "breaker" event to ctx's span when a shard's breaker
+// refused a call or let a half-open probe through.
+func noteBreaker(ctx context.Context, b *shard.Backend, err error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	st := b.Breaker.State()
+	decision := "allowed"
+	if errors.Is(err, shard.ErrShardUnavailable) {
+		decision = "refused"
+	} else if st == shard.StateClosed {
+		return
+	}
+	span.AddEvent("breaker", trace.WithAttributes(attribute.String("leasegate.shard", b.Name),
+		attribute.String("leasegate.breaker.state", st.String()), attribute.String("leasegate.breaker.decision", decision)))
+}
+
+// outcomeOf names a call's result: "ok" or the Connect code.
+func outcomeOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return connect.CodeOf(err).String()
+}
+
+// lossReason names a lost lease from an error's ErrorInfo, or "".
+func lossReason(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if derr != nil {
+			continue
+		}
+		if info, ok := v.(*errdetails.ErrorInfo); ok {
+			switch info.Reason {
+			case ReasonExpired:
+				return "expired"
+			case ReasonStolen:
+				return "stolen"
+			case ReasonLeaseLost:
+				return "waiter_lease_lost"
+			case ReasonSessionLost:
+				return "session_lost"
+			}
+		}
+	}
+	return ""
+}
+
+func (t *telemetry) lost(ctx context.Context, shard, reason string) {
+	if reason != "" && t.m != nil {
+		t.m.losses.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard), attribute.String("reason", reason)))
+	}
+}
+
+// logCall writes the request-scoped log line of a call: at debug level
+// always, at warn level when the store failed. It never logs the request.
+func (t *telemetry) logCall(ctx context.Context, procedure, shard string, err error, d time.Duration) {
+	level := slog.LevelDebug
+	if code := connect.CodeOf(err); err != nil && (code == connect.CodeUnavailable || code == connect.CodeInternal || code == connect.CodeUnknown) {
+		level = slog.LevelWarn
+	}
+	if !t.s.log.Enabled(ctx, level) {
+		return
+	}
+	t.s.log.LogAttrs(ctx, level, "call", slog.String("procedure", procedure), slog.String("shard", shard),
+		slog.String("outcome", outcomeOf(err)), slog.Duration("duration", d))
+}
+
+// callRecorder is the metrics and logging interceptor.
+type callRecorder telemetry
+
+func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	t := (*telemetry)(c)
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		if m, ok := req.Any().(*v1.TryAcquireRequest); ok {
+			t.traceRoute(ctx, m.Name)
+		}
+		start := time.Now()
+		resp, err := next(ctx, req)
+		t.unaryDone(ctx, req, resp, err, time.Since(start))
+		return resp, err
+	}
+}
+
+func (t *telemetry) unaryDone(ctx context.Context, req connect.AnyRequest, resp connect.AnyResponse, err error, d time.Duration) {
+	secs, outcome, shard := d.Seconds(), outcomeOf(err), ""
+	switch m := req.Any().(type) {
+	case *v1.TryAcquireRequest:
+		if err == nil {
+			r := resp.Any().(*v1.TryAcquireResponse)
+			if r.Acquired && r.Granted != nil {
+				shard = r.Granted.Shard
+			} else {
+				outcome = "busy"
+			}
+		}
+		if shard == "" {
+			shard = t.shardOfName(m.Name)
+		}
+		if t.m != nil {
+			t.m.acquire.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome), attribute.String("mode", "try")))
+		}
+	case *v1.RenewRequest:
+		shard = t.shardOfLockID(m.LockId)
+		if t.m != nil {
+			t.m.renew.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
+		}
+		t.lost(ctx, shard, lossReason(err))
+	case *v1.ReleaseRequest:
+		shard = t.shardOfLockID(m.LockId)
+		if err == nil && !resp.Any().(*v1.ReleaseResponse).Released {
+			outcome = "not_held"
+		}
+		if t.m != nil {
+			t.m.release.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
+		}
+	case *v1.KeepAliveSessionRequest:
+		t.lost(ctx, "all", lossReason(err))
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
+	t.logCall(ctx, req.Spec().Procedure, shard, err, d)
+}
+
+func (c *callRecorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	t := (*telemetry)(c)
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if conn.Spec().Procedure != leasegatev1connect.LockServiceAcquireProcedure {
+			return next(ctx, conn)
+		}
+		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, start: time.Now()}
+		err := next(ctx, a)
+		a.done(err)
+		return err
+	}
+}
+
+// acquireConn watches a streaming Acquire: the request's name, the first
+// queue position (the call is then a waiter) and the grant.
+type acquireConn struct {
+	connect.StreamingHandlerConn
+	t          *telemetry
+	ctx        context.Context
+	start      time.Time
+	name       string
+	queuedAt   time.Time
+	waitShard  string
+	grantShard string
+}
+
+func (a *acquireConn) Receive(msg any) error {
+	err := a.StreamingHandlerConn.Receive(msg)
+	if m, ok := msg.(*v1.AcquireRequest); ok && err == nil {
+		a.name = m.Name
+		a.t.traceRoute(a.ctx, m.Name)
+	}
+	return err
+}
+
+func (a *acquireConn) Send(msg any) error {
+	if m, ok := msg.(*v1.AcquireResponse); ok {
+		switch ev := m.Event.(type) {
+		case *v1.AcquireResponse_Queued:
+			if a.queuedAt.IsZero() {
+				a.queuedAt, a.waitShard = time.Now(), a.t.shardOfName(a.name)
+				if a.t.m != nil {
+					a.t.m.waiters.Add(a.ctx, 1, metric.WithAttributes(attribute.String("shard", a.waitShard)))
+				}
+			}
+		case *v1.AcquireResponse_Granted:
+			a.grantShard = ev.Granted.GetShard()
+		}
+	}
+	return a.StreamingHandlerConn.Send(msg)
+}
+
+func (a *acquireConn) done(err error) {
+	now := time.Now()
+	outcome, mode, shard := outcomeOf(err), "immediate", a.grantShard
+	if !a.queuedAt.IsZero() {
+		mode = "queued"
+		if shard == "" {
+			shard = a.waitShard
+		}
+		if a.t.m != nil {
+			at := metric.WithAttributes(attribute.String("shard", a.waitShard))
+			a.t.m.waiters.Add(a.ctx, -1, at)
+			a.t.m.wait.Record(a.ctx, now.Sub(a.queuedAt).Seconds(), metric.WithAttributes(attribute.String("shard", a.waitShard), attribute.String("outcome", outcome)))
+		}
+	}
+	if shard == "" {
+		shard = a.t.shardOfName(a.name)
+	}
+	if a.t.m != nil {
+		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome), attribute.String("mode", mode)))
+	}
+	a.t.lost(a.ctx, shard, lossReason(err))
+	trace.SpanFromContext(a.ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
+	a.t.logCall(a.ctx, leasegatev1connect.LockServiceAcquireProcedure, shard, err, now.Sub(a.start))
+}

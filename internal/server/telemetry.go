@@ -1,0 +1,67 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/leasegate/leasegate/gateway"
+	"github.com/leasegate/leasegate/internal/telemetry"
+	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
+)
+
+// gatewayTelemetry is the lock service's share of the providers.
+func gatewayTelemetry(p *telemetry.Providers) gateway.Telemetry {
+	if p == nil {
+		return gateway.Telemetry{}
+	}
+	return gateway.Telemetry{TracerProvider: p.TracerProvider, MeterProvider: p.MeterProvider, Propagator: p.Propagator}
+}
+
+// instrumentRouter gives the engines their tracer and meter and counts
+// breaker transitions, keeping any hook the configuration already has.
+func instrumentRouter(rc *shard.RouterConfig, p *telemetry.Providers) error {
+	if p == nil {
+		return nil
+	}
+	gt := gatewayTelemetry(p)
+	rc.Queue.Telemetry = queue.Telemetry{TracerProvider: gt.TracerProvider, MeterProvider: gt.MeterProvider}
+	if gt.MeterProvider == nil {
+		return nil
+	}
+	count, err := shard.BreakerTransitions(gt.MeterProvider)
+	if err != nil {
+		return err
+	}
+	if prev := rc.Breaker.OnStateChange; prev != nil {
+		rc.Breaker.OnStateChange = func(cluster string, from, to shard.State) {
+			prev(cluster, from, to)
+			count(cluster, from, to)
+		}
+	} else {
+		rc.Breaker.OnStateChange = count
+	}
+	return nil
+}
+
+// registerRouterMetrics exports the per-shard gauges; the returned
+// function stops them.
+func registerRouterMetrics(r *shard.Router, p *telemetry.Providers, every time.Duration) (func(), error) {
+	if p == nil || p.MeterProvider == nil {
+		return nil, nil
+	}
+	return r.RegisterMetrics(p.MeterProvider, shard.MetricsConfig{CountEvery: every})
+}
+
+// withMetrics serves GET /metrics beside h when the providers have a
+// Prometheus registry. The path answers without authentication: it shows
+// counts and latencies, never names, ids or secrets.
+func withMetrics(h http.Handler, p *telemetry.Providers) http.Handler {
+	if p == nil || p.Metrics == nil {
+		return h
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", p.Metrics)
+	mux.Handle("/", h)
+	return mux
+}

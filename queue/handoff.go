@@ -1,0 +1,164 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Handoff records.
+//
+// A waiter's grant span is linked to the span of the release that handed it
+// the lock, whichever gateways the two ran on. A delete carries no value, so
+// a traced release also writes, in the same transaction as its delete, a
+// small record at <prefix>/handoff/<escaped name>: the release span's trace
+// and span ids, the release time and the released key's waiter id (never a
+// secret). The record is attached to an engine-wide lease of handoffTTL,
+// granted in the background and replaced every handoffRotate, so records
+// vanish on their own without a revocation each.
+//
+// The waiter reads the record in the same transaction as its last re-read
+// (no extra round trip) and links its grant span to the release only when
+// the record names the very key it waited behind and was written after the
+// waiter enqueued; an expired holder, or a release not traced, leaves no
+// link. Untraced releases write nothing: with tracing off, the release
+// transaction is exactly the compare-and-delete.
+const (
+	handoffTTL    = 60 * time.Second
+	handoffRotate = 15 * time.Second
+)
+
+// handoffRecord is a decoded record.
+type handoffRecord struct {
+	span trace.SpanContext
+	at   time.Time
+}
+
+type handoffValue struct {
+	Trace  string `json:"t"`
+	Span   string `json:"s"`
+	Flags  byte   `json:"f"`
+	At     int64  `json:"at"` // Unix nanoseconds
+	Waiter string `json:"w"`
+}
+
+func (k keys) handoff(name string) string { return k.prefix + "/handoff/" + escapeName(name) }
+
+// handoffLease is the engine's current record lease.
+type handoffLease struct {
+	mu       sync.Mutex
+	id       clientv3.LeaseID
+	at       time.Time // when the grant was sent
+	granting bool
+}
+
+// handoffLeaseID returns a lease with at least handoffTTL/2 left, or 0 when
+// none can be had. Once the current lease is handoffRotate old it starts a
+// replacement in the background; when there is no usable lease at all (the
+// first traced release, or after a long quiet spell) it grants one inline.
+func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
+	l := &e.tel.ho
+	l.mu.Lock()
+	age := e.cfg.Clock.Now().Sub(l.at)
+	if l.id == 0 || age >= handoffTTL/2 {
+		l.mu.Unlock()
+		sent := e.cfg.Clock.Now()
+		resp, err := e.cli.Grant(ctx, int64(handoffTTL/time.Second))
+		if err != nil {
+			return 0
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.id == 0 || sent.After(l.at) {
+			l.id, l.at = resp.ID, sent
+		}
+		return resp.ID
+	}
+	defer l.mu.Unlock()
+	if age >= handoffRotate && !l.granting && e.ctx.Err() == nil {
+		l.granting = true
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			ctx, cancel := e.opCtx()
+			defer cancel()
+			sent := e.cfg.Clock.Now()
+			resp, err := e.cli.Grant(ctx, int64(handoffTTL/time.Second))
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.granting = false
+			if err == nil {
+				l.id, l.at = resp.ID, sent
+			}
+		}()
+	}
+	return l.id
+}
+
+// releaseCommit runs the release transaction of h's key under cmps: the
+// delete and, when ctx's span is sampled, the handoff record. A record
+// lease that vanished (it should not) never fails the release: the
+// transaction is retried without the record.
+func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp) (*clientv3.TxnResponse, error) {
+	ops := []clientv3.Op{clientv3.OpDelete(key)}
+	var lease clientv3.LeaseID
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() && e.tel.tracer != nil {
+		if lease = e.handoffLeaseID(ctx); lease != 0 {
+			v, _ := json.Marshal(handoffValue{
+				Trace: sc.TraceID().String(), Span: sc.SpanID().String(), Flags: byte(sc.TraceFlags()),
+				At: e.cfg.Clock.Now().UnixNano(), Waiter: h.WaiterID,
+			})
+			ops = append(ops, clientv3.OpPut(e.keys.handoff(h.Name), string(v), clientv3.WithLease(lease)))
+		}
+	}
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+	if lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		e.tel.ho.mu.Lock()
+		if e.tel.ho.id == lease {
+			e.tel.ho.id = 0
+		}
+		e.tel.ho.mu.Unlock()
+		resp, err = e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+	}
+	return resp, err
+}
+
+// handoffRead adds the read of name's handoff record to a waiter's re-read
+// when tracing is on.
+func (e *Engine) handoffRead(ops []clientv3.Op, name string) []clientv3.Op {
+	if e.tel.tracer == nil {
+		return ops
+	}
+	return append(ops, clientv3.OpGet(e.keys.handoff(name)))
+}
+
+// handoffFrom decodes the record read by handoffRead (response index i) if
+// it describes the release of pred, the key the waiter last waited behind,
+// after the waiter's own enqueue at myRev.
+func (e *Engine) handoffFrom(resp *clientv3.TxnResponse, i int, pred string, myRev int64) *handoffRecord {
+	if e.tel.tracer == nil || pred == "" || len(resp.Responses) <= i {
+		return nil
+	}
+	kv := firstKV(resp.Responses[i])
+	if kv == nil || kv.ModRevision <= myRev {
+		return nil
+	}
+	var v handoffValue
+	if json.Unmarshal(kv.Value, &v) != nil || !strings.HasSuffix(pred, "/"+v.Waiter) || v.Waiter == "" {
+		return nil
+	}
+	tid, err1 := trace.TraceIDFromHex(v.Trace)
+	sid, err2 := trace.SpanIDFromHex(v.Span)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(v.Flags), Remote: true})
+	return &handoffRecord{span: sc, at: time.Unix(0, v.At)}
+}
