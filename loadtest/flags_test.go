@@ -1,0 +1,62 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/loadtest/internal/scenario"
+)
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--quick", "--workers", "8", "--scenario", "contended,uncontested"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := scenario.Quick()
+	if o.cfg.Workers != 8 || o.cfg.Duration != q.Duration || o.cfg.RenewLocks != q.RenewLocks {
+		t.Errorf("--quick --workers 8 gave workers %d, duration %s, locks %d; want 8, %s, %d",
+			o.cfg.Workers, o.cfg.Duration, o.cfg.RenewLocks, q.Duration, q.RenewLocks)
+	}
+	if want := []string{"uncontested", "contended"}; !slices.Equal(o.scenarios, want) {
+		t.Errorf("scenarios = %v; want %v (run order)", o.scenarios, want)
+	}
+	o, err = parseFlags([]string{"--quick", "--duration", "4s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.Duration != 4*time.Second || o.cfg.Warmup != 500*time.Millisecond {
+		t.Errorf("--quick --duration 4s gave duration %s, warmup %s; want 4s, 500ms", o.cfg.Duration, o.cfg.Warmup)
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scenario", "everything"}, `scenario "everything"`},
+		{[]string{"--workers", "0"}, "workers 0"},
+		{[]string{"--waiters", "1"}, "1 waiters"},
+		{[]string{"--renew-ttl", "1s"}, "renew TTL 1s"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		_, err := parseFlags(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseFlags(%q) = %v; want an error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestRefusesNonLoopbackEndpoint(t *testing.T) {
+	o, err := parseFlags([]string{"--endpoint", "http://10.1.2.3:7070", "--scenario", "uncontested"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.out = t.TempDir()
+	if _, err := run(t.Context(), o, io.Discard); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("run against 10.1.2.3 = %v; want a refusal naming loopback", err)
+	}
+}

@@ -1,0 +1,66 @@
+// Package report turns a load test's results into the files it leaves: a
+// JSON document with every figure, a Markdown report with tables and the
+// headline ratios against DESIGN.md §9, and SVG charts.
+package report
+
+import (
+	"time"
+
+	"github.com/leasegate/leasegate/loadtest/internal/scenario"
+	"github.com/leasegate/leasegate/loadtest/internal/testbed"
+)
+
+// Results is everything one run measured.
+type Results struct {
+	Started  time.Time       `json:"started"`
+	Finished time.Time       `json:"finished"`
+	Command  string          `json:"command"`
+	Setup    string          `json:"setup"`
+	Machine  testbed.Machine `json:"machine"`
+	Config   Settings        `json:"config"`
+	Notes    []string        `json:"notes,omitempty"`
+
+	Uncontested *scenario.Uncontested `json:"uncontested,omitempty"`
+	OpenLoop    *scenario.OpenLoop    `json:"open_loop,omitempty"`
+	Contended   *scenario.Contended   `json:"contended,omitempty"`
+	Renewal     *scenario.Renewal     `json:"renewal,omitempty"`
+	Capacity    *scenario.Capacity    `json:"capacity,omitempty"`
+
+	// Ratios are the headline figures of DESIGN.md §9.
+	Ratios []Ratio `json:"ratios"`
+}
+
+// Settings echoes the configuration in readable units.
+type Settings struct {
+	Scenarios        []string `json:"scenarios"`
+	Workers          int      `json:"workers"`
+	Duration         string   `json:"duration"`
+	Warmup           string   `json:"warmup"`
+	MaxRequests      int64    `json:"max_requests"`
+	Rate             float64  `json:"rate"`
+	Names            int      `json:"names"`
+	Waiters          int      `json:"waiters"`
+	Hold             string   `json:"hold"`
+	RenewLocks       int      `json:"renew_locks"`
+	RenewClients     int      `json:"renew_clients"`
+	RenewTTL         string   `json:"renew_ttl"`
+	SessionTTL       string   `json:"session_ttl"`
+	LockTTL          string   `json:"lock_ttl"`
+	CapacityTarget   int64    `json:"capacity_target"`
+	CapacityDuration string   `json:"capacity_duration"`
+	CapacityWorkers  int      `json:"capacity_workers"`
+	CapacitySessions int      `json:"capacity_sessions"`
+	MaxRSSMiB        int64    `json:"max_rss_mib"`
+}
+
+// SettingsOf echoes c.
+func SettingsOf(scenarios []string, c scenario.Config) Settings {
+	return Settings{
+		Scenarios: scenarios, Workers: c.Workers, Duration: c.Duration.String(), Warmup: c.Warmup.String(),
+		MaxRequests: c.MaxRequests, Rate: c.Rate, Names: c.Names, Waiters: c.Waiters, Hold: c.Hold.String(),
+		RenewLocks: c.RenewLocks, RenewClients: c.RenewClients, RenewTTL: c.RenewTTL.String(),
+		SessionTTL: c.SessionTTL.String(), LockTTL: c.LockTTL.String(),
+		CapacityTarget: c.CapacityTarget, CapacityDuration: c.CapacityDuration.String(),
+		CapacityWorkers: c.CapacityWorkers, CapacitySessions: c.CapacitySessions, MaxRSSMiB: c.MaxRSS >> 20,
+	}
+}

@@ -1,0 +1,79 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasegate/leasegate/loadtest/internal/system"
+)
+
+// uncontestedSystems are compared in the uncontested scenario.
+var uncontestedSystems = []string{Direct, GatewaySession, GatewayPerLock, Mutex, RedsyncAlways, RedsyncEverysec}
+
+// Uncontested measures acquire+release cycles on names nobody else takes:
+// first one client at a time (the latency of a cycle, each system for
+// Duration/2), then Workers clients at once, each on a name of its own
+// (throughput, and latency under load). Every system uses the same names,
+// on the same etcd cluster, in interleaved rounds.
+func (e *Env) Uncontested(ctx context.Context) (*Uncontested, error) {
+	out := &Uncontested{}
+	names, err := e.Bed.HomeNames(ctx, "u", e.Cfg.Workers)
+	if err != nil {
+		return nil, err
+	}
+	for _, pass := range []struct {
+		workers int
+		dst     *[]Run
+	}{{1, &out.Serial}, {e.Cfg.Workers, &out.Concurrent}} {
+		systems, notes, err := e.openAll(ctx, uncontestedSystems, pass.workers)
+		if err != nil {
+			return nil, err
+		}
+		if pass.workers == 1 {
+			out.Notes = append(out.Notes, notes...)
+		}
+		tallies := map[*opened]*tally{}
+		total := e.Cfg.Duration
+		if pass.workers == 1 {
+			total = max(e.Cfg.Duration/2, e.Cfg.Warmup)
+		}
+		err = e.rounds(ctx, systems, total, func(ctx context.Context, o *opened, p phase) error {
+			t := tallies[o]
+			if t == nil {
+				t = newTally()
+				tallies[o] = t
+			}
+			p.workers = pass.workers
+			p.label = fmt.Sprintf("uncontested %s ×%d", o.name, pass.workers)
+			e.closedLoop(ctx, p, o.name, t, func(ctx context.Context, w int) error {
+				return cycle(ctx, o.clients[w], names[w], nil)
+			})
+			return nil
+		})
+		for _, o := range systems {
+			if t := tallies[o]; t != nil {
+				r := t.run(o.name, o.sys.Describe(), pass.workers)
+				*pass.dst = append(*pass.dst, r)
+				e.logf("uncontested %-17s workers=%-3d %8.0f cycles/s  p50 %.2fms  p99 %.2fms  errors %d",
+					o.name, pass.workers, r.PerSec, r.Latency.P50Ms, r.Latency.P99Ms, r.Errors)
+			}
+			o.close()
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, ctx.Err()
+}
+
+// cycle acquires name and releases it at once.
+func cycle(ctx context.Context, c system.Client, name string, onEnqueued func()) error {
+	h, err := c.Acquire(ctx, name, onEnqueued)
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", name, err)
+	}
+	if err := h.Release(ctx); err != nil {
+		return fmt.Errorf("release %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+// Streaming Acquire over gRPC (k6/net/grpc, service found by server
+// reflection), then Release. VUs share NAMES names, so most acquires wait
+// in line and the stream reports queue positions before the grant.
+//
+//   k6 run -e GRPC_ADDR=127.0.0.1:7070 -e VUS=20 -e NAMES=4 loadtest/k6/grpc_stream.js
+import grpc from 'k6/net/grpc';
+import { check } from 'k6';
+import { Rate, Trend } from 'k6/metrics';
+import { shapes, fill, hasAll, capture, requireLoopback } from './lib.js';
+
+const GRPC_ADDR = __ENV.GRPC_ADDR || '127.0.0.1:7070';
+const NAMES = Number(__ENV.NAMES || 4);
+
+// grant_ms is from opening the stream to the Granted message; errors
+// counts iterations that did not end with a grant and a release; queued is
+// the share of acquires that waited in line (a Queued message came first).
+const grantMs = new Trend('grant_ms', true);
+const errors = new Rate('errors');
+const queued = new Rate('queued');
+
+export const options = {
+  vus: Number(__ENV.VUS || 8),
+  duration: __ENV.DURATION || '30s',
+  thresholds: {
+    'errors': ['rate<0.01'],
+    'grant_ms': ['p(99)<5000'],
+    'grpc_req_duration{step:release}': ['p(99)<250'],
+  },
+};
+
+const client = new grpc.Client();
+let connected = false;
+
+export function setup() {
+  requireLoopback(GRPC_ADDR);
+}
+
+export default function () {
+  if (!connected) {
+    client.connect(GRPC_ADDR, { plaintext: true, reflect: true });
+    connected = true;
+  }
+  const a = shapes.grpc.acquire;
+  const vars = { name: `k6-stream-${__VU % NAMES}` };
+  const started = Date.now();
+  let granted = null;
+  let sawQueued = false;
+
+  const stream = new grpc.Stream(client, a.method, { tags: { step: 'acquire' } });
+  stream.on('data', (msg) => {
+    if (msg.queued && hasAll(msg, a.queuedReads)) {
+      sawQueued = true;
+    }
+    if (msg.granted) {
+      granted = msg;
+      grantMs.add(Date.now() - started);
+    }
+  });
+  stream.on('error', () => {
+    errors.add(1);
+  });
+  stream.on('end', () => {
+    const ok = check(granted, {
+      'acquire: granted with lockId and fencingToken': (g) => g !== null && hasAll(g, a.reads),
+    });
+    if (!ok) {
+      errors.add(1);
+      return;
+    }
+    capture(vars, granted, a.captures);
+    const r = shapes.grpc.release;
+    const res = client.invoke(r.method, fill(r.message, vars), { tags: { step: 'release' } });
+    const released = check(res, {
+      'release: status OK': (x) => x && x.status === grpc.StatusOK,
+      'release: has released': (x) => x && hasAll(x.message, r.reads),
+    });
+    errors.add(!released);
+    queued.add(sawQueued);
+  });
+  stream.write(fill(a.message, vars));
+  stream.end();
+}

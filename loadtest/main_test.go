@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/loadtest/internal/report"
+	"github.com/leasegate/leasegate/loadtest/internal/scenario"
+	"github.com/leasegate/leasegate/loadtest/internal/testbed"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// tiny is a configuration that runs every scenario in seconds: it checks
+// that the machinery works, not how fast anything is.
+func tiny() scenario.Config {
+	c := scenario.Quick()
+	c.Workers = 4
+	c.Duration = 400 * time.Millisecond
+	c.Warmup = 50 * time.Millisecond
+	c.Rounds = 1
+	c.Settle = 20 * time.Millisecond
+	c.IdleSample = 100 * time.Millisecond
+	c.RenewWindow = time.Second
+	c.Rate = 40
+	c.Names, c.Waiters = 2, 2
+	c.RenewLocks, c.RenewClients = 12, 2
+	c.RenewTTL = 2 * time.Second
+	c.CapacityTarget = 300
+	c.CapacityDuration = 3 * time.Second
+	c.CapacityWorkers, c.CapacitySessions = 8, 2
+	return c
+}
+
+// TestSmoke runs every scenario on an embedded setup with tiny counts and
+// checks that the JSON, the Markdown report and the charts are written and
+// that the numbers are sane: something was measured by every system,
+// nothing failed, and every ratio that could be computed is finite.
+func TestSmoke(t *testing.T) {
+	out := t.TempDir()
+	o := options{scenarios: allScenarios, cfg: tiny(), out: out, redis: true, command: "go test ./loadtest"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	paths, err := run(ctx, o, testWriter{t})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(paths) == 0 {
+		t.Fatal("run wrote no files")
+	}
+
+	var res report.Results
+	b, err := os.ReadFile(filepath.Join(out, report.JSONFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("results.json does not parse: %v", err)
+	}
+	redis := testbed.RedisServerPath() != ""
+	if !redis {
+		t.Log("redis-server is not installed: the Redis baseline is skipped (apt-get install -y redis-server to cover it)")
+	}
+	wantSystems := []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.Mutex}
+	if redis {
+		wantSystems = append(wantSystems, scenario.RedsyncAlways, scenario.RedsyncEverysec)
+	}
+
+	u := res.Uncontested
+	if u == nil {
+		t.Fatal("no uncontested results")
+	}
+	checkRuns(t, "uncontested", u.Concurrent, wantSystems)
+	// One client for a fifth of a second may see no cycle of a slow system
+	// end on a loaded machine; the ratios need only these two.
+	checkRuns(t, "uncontested, 1 client", pick(u.Serial, scenario.Direct, scenario.GatewaySession), []string{scenario.Direct, scenario.GatewaySession})
+	for _, r := range u.Serial {
+		if r.Errors != 0 {
+			t.Errorf("uncontested, 1 client, %s: %d errors: %v", r.System, r.Errors, r.ErrorSample)
+		}
+	}
+	if res.OpenLoop == nil || len(res.OpenLoop.Runs) == 0 {
+		t.Fatal("no open-loop results")
+	}
+	for _, r := range res.OpenLoop.Runs {
+		checkRun(t, "open loop", r.Run)
+		if r.Service.Count == 0 || r.Service.P50Ms > r.Latency.P99Ms+1e-9 && r.Latency.P99Ms > 0 && r.Service.P50Ms > r.Latency.MaxMs {
+			t.Errorf("open loop %s: service %+v is not within latency %+v", r.System, r.Service, r.Latency)
+		}
+	}
+	c := res.Contended
+	if c == nil || len(c.Runs) == 0 {
+		t.Fatal("no contended results")
+	}
+	for _, r := range c.Runs {
+		checkRun(t, "contended", r.Run)
+		if r.Overlaps != 0 {
+			t.Errorf("contended %s: %d overlapping grants; want 0", r.System, r.Overlaps)
+		}
+		if r.Fairness <= 0 || r.Fairness > 1 {
+			t.Errorf("contended %s: fairness %v is outside (0, 1]", r.System, r.Fairness)
+		}
+		if r.System != scenario.RedsyncAlways && r.System != scenario.RedsyncEverysec && r.FIFOViolations != 0 {
+			t.Errorf("contended %s: %d FIFO violations; want 0 from a queue", r.System, r.FIFOViolations)
+		}
+	}
+	rn := res.Renewal
+	if rn == nil || len(rn.Runs) == 0 {
+		t.Fatal("no renewal results")
+	}
+	for _, r := range rn.Runs {
+		if r.Locks != o.cfg.RenewLocks && r.Locks != 5*o.cfg.RenewLocks {
+			t.Errorf("renewal %s held %d locks; want %d or %d", r.Mode, r.Locks, o.cfg.RenewLocks, 5*o.cfg.RenewLocks)
+		}
+		if r.Keepalives <= 0 || r.Lost != 0 || r.Errors != 0 {
+			t.Errorf("renewal %s: keepalives %v, lost %d, errors %d; want > 0, 0, 0", r.Mode, r.Keepalives, r.Lost, r.Errors)
+		}
+	}
+	cp := res.Capacity
+	if cp == nil || cp.Held <= 0 || cp.EtcdDBPerLock <= 0 {
+		t.Fatalf("capacity: %+v; want locks held and a database size per lock", cp)
+	}
+	if len(res.Ratios) != 6 {
+		t.Errorf("got %d ratios; want 6", len(res.Ratios))
+	}
+	for _, r := range res.Ratios {
+		if r.Value == nil || math.IsNaN(*r.Value) || math.IsInf(*r.Value, 0) || *r.Value <= 0 {
+			t.Errorf("ratio %q = %v (%s); want a finite positive number", r.Figure, r.Value, r.Shown)
+		}
+	}
+
+	md, err := os.ReadFile(filepath.Join(out, report.MarkdownFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Headline ratios", "## Uncontested", "## Open loop", "## Contended", "## Renewal", "## Capacity", "p99.9"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if redis && !strings.Contains(string(md), "not a like-for-like safety peer") {
+		t.Error("report.md does not say that Redis is not a like-for-like safety peer")
+	}
+	for _, name := range []string{"uncontested-latency.svg", "uncontested-throughput.svg", "contended-handoff.svg", "openloop-latency.svg", "capacity-memory.svg"} {
+		svg, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Errorf("chart %s: %v", name, err)
+			continue
+		}
+		if err := wellFormed(svg); err != nil {
+			t.Errorf("chart %s is not well-formed XML: %v", name, err)
+		}
+		if !strings.Contains(string(md), "]("+name+")") {
+			t.Errorf("report.md does not show %s", name)
+		}
+	}
+}
+
+func checkRuns(t *testing.T, scn string, runs []scenario.Run, want []string) {
+	t.Helper()
+	got := map[string]bool{}
+	for _, r := range runs {
+		got[r.System] = true
+		checkRun(t, scn, r)
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("%s: no results for %s", scn, w)
+		}
+	}
+}
+
+func pick(runs []scenario.Run, names ...string) []scenario.Run {
+	var out []scenario.Run
+	for _, r := range runs {
+		for _, n := range names {
+			if r.System == n {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func checkRun(t *testing.T, scn string, r scenario.Run) {
+	t.Helper()
+	l := r.Latency
+	switch {
+	case r.Ops <= 0 || r.PerSec <= 0:
+		t.Errorf("%s %s: %d ops, %v/s; want some", scn, r.System, r.Ops, r.PerSec)
+	case r.Errors != 0:
+		t.Errorf("%s %s: %d errors: %v", scn, r.System, r.Errors, r.ErrorSample)
+	case !(l.P50Ms > 0 && l.P50Ms <= l.P90Ms && l.P90Ms <= l.P99Ms && l.P99Ms <= l.P999Ms && l.P999Ms <= l.MaxMs):
+		t.Errorf("%s %s: percentiles out of order: %+v", scn, r.System, l)
+	case math.IsNaN(r.CPUPerOpUs) || r.CPUPerOpUs < 0:
+		t.Errorf("%s %s: CPU per op %v", scn, r.System, r.CPUPerOpUs)
+	}
+}
+
+func wellFormed(b []byte) error {
+	d := xml.NewDecoder(strings.NewReader(string(b)))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// testWriter sends the run's progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
