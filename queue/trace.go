@@ -70,7 +70,7 @@ func newEngineTel(t Telemetry) *engineTel {
 	if t.MeterProvider != nil {
 		h, err := t.MeterProvider.Meter(scopeName).Float64Histogram("leasegate.handoff.duration",
 			metric.WithUnit("s"),
-			metric.WithDescription("From the moment a waiter's gateway sees the key ahead of it go (release, expiry or a waiter giving up) to its grant."),
+			metric.WithDescription("From the moment a waiter's gateway learns the key ahead of it went (release, expiry or a waiter giving up) to its grant."),
 			metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 		if err == nil && h.Enabled(context.Background()) {
 			et.handoff = h
@@ -256,13 +256,11 @@ func (e *Engine) observeHandoff(ctx context.Context, since time.Time) {
 	e.tel.handoff.Record(ctx, e.cfg.Clock.Now().Sub(since).Seconds(), e.tel.shardOpts)
 }
 
-// predecessorLeft notes on the wait span that the key ahead went, and
-// returns the time it was seen.
-func (e *Engine) predecessorLeft(ctx context.Context) time.Time {
+// predecessorLeft notes on the wait span that the key ahead went.
+func (e *Engine) predecessorLeft(ctx context.Context) {
 	if e.tel.tracer != nil {
 		trace.SpanFromContext(ctx).AddEvent("predecessor.left")
 	}
-	return e.cfg.Clock.Now()
 }
 
 func (s *span) endRelease(released bool, err error) {

@@ -97,8 +97,8 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 			e.pos.unsubscribe(prefix, sub)
 		}
 	}()
-	var pred string        // the key last waited behind
-	var predLeft time.Time // when it was seen to go
+	var pred string    // the key last waited behind
+	var woke time.Time // when the last wait for a change ended
 	for {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
@@ -123,6 +123,9 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 			return Grant{}, fmt.Errorf("%w: the waiter's key is gone (its lease expired or was revoked)", ErrLeaseLost)
 		}
 		ahead := resp.Responses[1].GetResponseRange().Kvs
+		if pred != "" && (len(ahead) == 0 || string(ahead[0].Key) != pred) {
+			e.predecessorLeft(ctx)
+		}
 		if len(ahead) == 0 {
 			if r.BeforeGrant != nil {
 				if err := r.BeforeGrant(ctx); err != nil {
@@ -131,8 +134,8 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 			}
 			q.handoff = e.handoffFrom(resp, 2, pred, q.h.Revision)
 			g, err := e.granted(ctx, q)
-			if err == nil {
-				e.observeHandoff(ctx, predLeft)
+			if err == nil && pred != "" {
+				e.observeHandoff(ctx, woke)
 			}
 			return g, err
 		}
@@ -149,12 +152,12 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 		if sub == nil && r.OnQueued != nil {
 			sub = e.pos.subscribe(prefix, readRev)
 		}
-		pred, predLeft = string(ahead[0].Key), time.Time{}
+		pred = string(ahead[0].Key)
 		e.awaitChange(ctx, waitState{
 			pred: pred, own: key, rev: readRev + 1, lost: lost,
 			sub: sub, myRev: q.h.Revision, position: position, report: report,
-			left: func() { predLeft = e.predecessorLeft(ctx) },
 		})
+		woke = e.cfg.Clock.Now()
 	}
 }
 
@@ -167,7 +170,6 @@ type waitState struct {
 	myRev     int64
 	position  int64
 	report    func(int64)
-	left      func() // called when pred is seen deleted; may be nil
 }
 
 // awaitChange watches the predecessor and the waiter's own key from rev and
@@ -204,9 +206,6 @@ func (e *Engine) awaitChange(ctx context.Context, w waitState) {
 				w.report(position)
 			}
 		case wr, ok := <-pw:
-			if ok && wr.Err() == nil && hasDelete(wr.Events) && w.left != nil {
-				w.left()
-			}
 			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
 				return
 			}

@@ -175,6 +175,9 @@ type Server struct {
 	http     *http.Server
 	ln       net.Listener
 	served   chan error
+
+	// transitions counts breaker state changes; nil without metrics.
+	transitions *shard.TransitionCounter
 }
 
 // Start brings the process up: etcd (embedded or dialled), engines, and the
@@ -335,7 +338,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}
-	if err := instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
+	if err := s.instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -343,7 +346,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	if s.router, err = shard.NewRouter(lctx, home, initial, rc); err != nil {
 		return err
 	}
-	if s.stopMet, err = registerRouterMetrics(s.router, s.cfg.Telemetry, s.cfg.KeyCountInterval); err != nil {
+	if s.stopMet, err = s.registerRouterMetrics(s.router, s.cfg.Telemetry, s.cfg.KeyCountInterval); err != nil {
 		return err
 	}
 	return nil

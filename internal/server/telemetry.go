@@ -20,7 +20,7 @@ func gatewayTelemetry(p *telemetry.Providers) gateway.Telemetry {
 
 // instrumentRouter gives the engines their tracer and meter and counts
 // breaker transitions, keeping any hook the configuration already has.
-func instrumentRouter(rc *shard.RouterConfig, p *telemetry.Providers) error {
+func (s *Server) instrumentRouter(rc *shard.RouterConfig, p *telemetry.Providers) error {
 	if p == nil {
 		return nil
 	}
@@ -29,26 +29,32 @@ func instrumentRouter(rc *shard.RouterConfig, p *telemetry.Providers) error {
 	if gt.MeterProvider == nil {
 		return nil
 	}
-	count, err := shard.BreakerTransitions(gt.MeterProvider)
+	tc, err := shard.BreakerTransitions(gt.MeterProvider)
 	if err != nil {
 		return err
 	}
+	s.transitions = tc
 	if prev := rc.Breaker.OnStateChange; prev != nil {
 		rc.Breaker.OnStateChange = func(cluster string, from, to shard.State) {
 			prev(cluster, from, to)
-			count(cluster, from, to)
+			tc.OnStateChange(cluster, from, to)
 		}
 	} else {
-		rc.Breaker.OnStateChange = count
+		rc.Breaker.OnStateChange = tc.OnStateChange
 	}
 	return nil
 }
 
 // registerRouterMetrics exports the per-shard gauges; the returned
 // function stops them.
-func registerRouterMetrics(r *shard.Router, p *telemetry.Providers, every time.Duration) (func(), error) {
+func (s *Server) registerRouterMetrics(r *shard.Router, p *telemetry.Providers, every time.Duration) (func(), error) {
 	if p == nil || p.MeterProvider == nil {
 		return nil, nil
+	}
+	if s.transitions != nil {
+		for _, b := range r.Backends() {
+			s.transitions.Touch(b.Name)
+		}
 	}
 	return r.RegisterMetrics(p.MeterProvider, shard.MetricsConfig{CountEvery: every})
 }

@@ -1,0 +1,277 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/telemetry"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// scrape reads url's /metrics.
+func scrape(tb testing.TB, url string) map[string]*dto.MetricFamily {
+	tb.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fams
+}
+
+// sample finds the metric of family name whose labels include want.
+func sample(fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	f := fams[name]
+	if f == nil {
+		return nil
+	}
+next:
+	for _, m := range f.Metric {
+		for k, v := range want {
+			found := false
+			for _, lp := range m.Label {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+// runWorkload drives a small scripted workload through a gateway: ten
+// uncontested acquire+release cycles, a TryAcquire of a held name, a waiter
+// granted on release, a renew, a renew of a released lock (expired) and a
+// renew over the tenant's renew rate.
+func runWorkload(tb testing.TB, url string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := leasegatev1connect.NewLockServiceClient(http.DefaultClient, url)
+	acquire := func(name string) *v1.Granted {
+		tb.Helper()
+		st, err := c.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 10000}))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer st.Close()
+		for st.Receive() {
+			if g := st.Msg().GetGranted(); g != nil {
+				return g
+			}
+		}
+		tb.Fatalf("acquire %q: %v", name, st.Err())
+		return nil
+	}
+	release := func(g *v1.Granted) {
+		tb.Helper()
+		if _, err := c.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: g.LockId, FencingToken: g.FencingToken})); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for range 10 {
+		release(acquire("jobs/nightly"))
+	}
+	held := acquire("jobs/held")
+	if r, err := c.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/held", TtlMs: 10000})); err != nil || r.Msg.Acquired {
+		tb.Fatalf("TryAcquire of a held lock = %v, %v; want not acquired", r, err)
+	}
+	if _, err := c.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: held.LockId, FencingToken: held.FencingToken, TtlMs: 10000})); err != nil {
+		tb.Fatal(err)
+	}
+	// A waiter, granted when the holder releases.
+	st, err := c.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "jobs/held", TtlMs: 10000}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer st.Close()
+	if !st.Receive() || st.Msg().GetQueued() == nil {
+		tb.Fatalf("waiter: want a Queued event first, got %v %v", st.Msg(), st.Err())
+	}
+	release(held)
+	var next *v1.Granted
+	for next == nil && st.Receive() {
+		next = st.Msg().GetGranted()
+	}
+	if next == nil {
+		tb.Fatalf("waiter never granted: %v", st.Err())
+	}
+	release(next)
+	// Renewing a released lock finds it expired: a lease loss.
+	_, err = c.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: next.LockId, FencingToken: next.FencingToken, TtlMs: 10000}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		tb.Fatalf("renew of a released lock: %v; want failed_precondition", err)
+	}
+	// The tenant renew rate (1/s, burst 2 in the test config) refuses this one.
+	_, err = c.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: next.LockId, FencingToken: next.FencingToken, TtlMs: 10000}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		tb.Fatalf("renew over the rate: %v; want resource_exhausted", err)
+	}
+	// REST too.
+	resp, err := http.Post(url+"/api/v1/locks/acquire", "application/json", strings.NewReader(`{"name":"jobs/rest","ttlMs":5000,"clientId":"t"}`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+func metricsGateway(tb testing.TB) *server.Server {
+	tb.Helper()
+	p, err := telemetry.New(context.Background(), telemetry.Config{Version: "v0.0.0-test", Metrics: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	if p.TracerProvider != nil {
+		tb.Fatal("tracing is on with no OTEL_* variable set")
+	}
+	return startGateway(tb, p, func(c *server.Config) {
+		c.KeyCountInterval = 100 * time.Millisecond
+		c.Gateway.Limits.TenantRenewRate, c.Gateway.Limits.TenantRenewBurst = 0.001, 2
+	})
+}
+
+// TestMetricsAfterWorkload checks /metrics after a scripted workload: the
+// counts match what was done, the latencies are sane, and no label carries
+// a lock name or id.
+func TestMetricsAfterWorkload(t *testing.T) {
+	srv := metricsGateway(t)
+	runWorkload(t, srv.URL())
+	time.Sleep(300 * time.Millisecond) // let the key count refresh
+	fams := scrape(t, srv.URL())
+
+	histCount := func(name string, labels map[string]string) (uint64, float64) {
+		t.Helper()
+		m := sample(fams, name, labels)
+		if m == nil || m.Histogram == nil {
+			t.Errorf("%s%v is missing", name, labels)
+			return 0, 0
+		}
+		return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+	}
+	main := map[string]string{"shard": "main"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{"shard": "main"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	if n, sum := histCount("leasegate_acquire_duration_seconds", with("mode", "immediate", "outcome", "ok")); n != 11 || sum <= 0 || sum > 11*5 {
+		t.Errorf("immediate acquires: count %d, sum %gs; want 11 and a sane sum", n, sum)
+	}
+	if n, _ := histCount("leasegate_acquire_duration_seconds", with("mode", "queued", "outcome", "ok")); n != 1 {
+		t.Errorf("queued acquires: count %d; want 1", n)
+	}
+	if n, _ := histCount("leasegate_acquire_duration_seconds", with("mode", "try", "outcome", "busy")); n != 1 {
+		t.Errorf("busy try-acquires: count %d; want 1", n)
+	}
+	if n, _ := histCount("leasegate_acquire_duration_seconds", with("mode", "try", "outcome", "ok")); n != 1 {
+		t.Errorf("REST acquires: count %d; want 1", n)
+	}
+	if n, _ := histCount("leasegate_wait_duration_seconds", with("outcome", "ok")); n != 1 {
+		t.Errorf("waits: count %d; want 1", n)
+	}
+	if n, sum := histCount("leasegate_handoff_duration_seconds", main); n != 1 || sum <= 0 || sum > 5 {
+		t.Errorf("handoffs: count %d, sum %gs; want 1 and a sane sum", n, sum)
+	}
+	if n, _ := histCount("leasegate_release_duration_seconds", with("outcome", "ok")); n != 12 {
+		t.Errorf("releases: count %d; want 12", n)
+	}
+	if n, _ := histCount("leasegate_renew_duration_seconds", with("outcome", "ok")); n != 1 {
+		t.Errorf("renews ok: count %d; want 1", n)
+	}
+	if n, _ := histCount("leasegate_etcd_request_duration_seconds", with("method", "Txn", "code", "OK")); n < 20 {
+		t.Errorf("etcd Txn requests: count %d; want at least 20", n)
+	}
+	gauge := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		m := sample(fams, name, labels)
+		switch {
+		case m == nil:
+			t.Errorf("%s%v is missing", name, labels)
+			return -1
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		}
+		return -1
+	}
+	if v := gauge("leasegate_waiters", main); v != 0 {
+		t.Errorf("waiters after the workload: %g; want 0", v)
+	}
+	if v := gauge("leasegate_lock_keys", main); v != 1 {
+		t.Errorf("lock keys: %g; want 1 (the REST lock still held)", v)
+	}
+	if v := gauge("leasegate_breaker_state", main); v != 0 {
+		t.Errorf("breaker state: %g; want 0 (closed)", v)
+	}
+	if v := gauge("leasegate_lease_losses_total", with("reason", "expired")); v != 1 {
+		t.Errorf("lease losses (expired): %g; want 1", v)
+	}
+	if v := gauge("leasegate_rate_limit_rejections_total", map[string]string{"limit": "tenant_renew_rate"}); v != 1 {
+		t.Errorf("rate-limit rejections: %g; want 1", v)
+	}
+	if v := gauge("leasegate_build_info", map[string]string{"version": "v0.0.0-test"}); v != 1 {
+		t.Errorf("build info: %g; want 1", v)
+	}
+	// No label names a lock, a client or a lock id.
+	for name, f := range fams {
+		for _, m := range f.Metric {
+			for _, lp := range m.Label {
+				switch lp.GetName() {
+				case "name", "lock", "lock_id", "client_id", "request_id":
+					t.Errorf("%s has label %s", name, lp.GetName())
+				}
+				if strings.HasPrefix(lp.GetValue(), "jobs/") {
+					t.Errorf("%s label %s=%q is a lock name", name, lp.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+}
+
+// TestMetricsOffByFlag checks that without metrics there is no /metrics.
+func TestMetricsOffByFlag(t *testing.T) {
+	p, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.TracerProvider != nil || p.MeterProvider != nil || p.Metrics != nil {
+		t.Fatalf("telemetry.New with nothing configured = %+v; want no providers", p)
+	}
+	srv := startGateway(t, p, nil)
+	resp, err := http.Get(srv.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		t.Errorf("GET /metrics with metrics off: %s; want an error status", resp.Status)
+	}
+}
