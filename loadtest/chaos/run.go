@@ -44,7 +44,11 @@ func Run(ctx context.Context, cfg Config, exe, out string, logf func(string, ...
 	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
+	defer func() {
+		h.Close()
+		// The members' data is large and not part of the history.
+		_ = os.RemoveAll(h.dataDir)
+	}()
 	defer func() {
 		if err := h.Hist.save(out); err != nil {
 			logf("save history: %v", err)
