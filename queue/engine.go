@@ -24,9 +24,9 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// testHookBeforeWatch runs before a waiter opens its watches (tests
-	// use it to compact history at exactly that moment).
-	testHookBeforeWatch func()
+	// testHookBeforeFeedWatch runs before the position feed opens its
+	// watch from a past revision (tests compact history at that moment).
+	testHookBeforeFeedWatch func()
 }
 
 // New returns an engine over cli. The engine does not own cli: Close leaves
@@ -40,7 +40,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		cli:    cli,
 		cfg:    cfg,
 		keys:   keys{prefix: cfg.Prefix},
-		ka:     newKeepAliver(cli),
+		ka:     newKeepAliver(cli, cfg.Clock.Now),
 		tel:    newEngineTel(cfg.Telemetry),
 		ctx:    ctx,
 		cancel: cancel,
@@ -137,8 +137,7 @@ func (e *Engine) revokeLater(lease clientv3.LeaseID) {
 // renewLease sends one keepalive and returns the effective TTL and the
 // conservative deadline measured from the send.
 func (e *Engine) renewLease(ctx context.Context, lease clientv3.LeaseID) (time.Duration, time.Time, error) {
-	sent := e.cfg.Clock.Now()
-	ttl, err := e.ka.renew(ctx, lease)
+	ttl, sent, err := e.ka.renew(ctx, lease)
 	if err != nil {
 		return 0, time.Time{}, err
 	}

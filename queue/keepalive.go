@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,71 +17,86 @@ import (
 // concurrent renewals of one lease are answered by one response.
 type keepAliver struct {
 	cli *clientv3.Client
+	now func() time.Time
 
 	mu      sync.Mutex
 	stream  pb.Lease_LeaseKeepAliveClient
 	cancel  context.CancelFunc
 	gen     uint64
-	pending map[int64][]chan keepAliveResult
+	pending map[int64]*inflight
 	closed  bool
 	wg      sync.WaitGroup
 }
 
-type keepAliveResult struct {
-	ttl int64
-	err error
+// inflight is one keepalive request sent and not yet answered, with the
+// renewals waiting on it.
+type inflight struct {
+	sent    time.Time
+	waiters []chan keepAliveResult
 }
 
-func newKeepAliver(cli *clientv3.Client) *keepAliver {
-	return &keepAliver{cli: cli, pending: make(map[int64][]chan keepAliveResult)}
+type keepAliveResult struct {
+	ttl  int64
+	sent time.Time
+	err  error
+}
+
+func newKeepAliver(cli *clientv3.Client, now func() time.Time) *keepAliver {
+	return &keepAliver{cli: cli, now: now, pending: make(map[int64]*inflight)}
 }
 
 // errLeaseNotFound is returned when etcd answers a keepalive with TTL ≤ 0.
 var errLeaseNotFound = errors.New("lease not found")
 
-// renew sends one keepalive for id and returns the TTL etcd granted, in
-// seconds. It returns errLeaseNotFound when the lease has expired or was
-// revoked.
-func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+// renew sends one keepalive for id (or joins one already in flight) and
+// returns the TTL etcd granted, in seconds, and when the request that was
+// answered was sent: a deadline measured from it is never late. It returns
+// errLeaseNotFound when the lease has expired or was revoked.
+func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Time, error) {
 	ch := make(chan keepAliveResult, 1)
 	k.mu.Lock()
 	if k.closed {
 		k.mu.Unlock()
-		return 0, ErrClosed
+		return 0, time.Time{}, ErrClosed
 	}
 	if k.stream == nil {
 		if err := k.openLocked(); err != nil {
 			k.mu.Unlock()
-			return 0, err
+			return 0, time.Time{}, err
 		}
 	}
-	k.pending[int64(id)] = append(k.pending[int64(id)], ch)
-	first := len(k.pending[int64(id)]) == 1
-	var err error
-	if first {
-		err = k.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)})
+	f := k.pending[int64(id)]
+	if f == nil {
+		f = &inflight{sent: k.now()}
+		k.pending[int64(id)] = f
+		if err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+			f.waiters = append(f.waiters, ch)
+			k.failLocked(fmt.Errorf("queue: send keepalive: %w", err))
+			k.mu.Unlock()
+			r := <-ch
+			return 0, time.Time{}, r.err
+		}
 	}
-	if err != nil {
-		k.failLocked(fmt.Errorf("queue: send keepalive: %w", err))
-	}
+	f.waiters = append(f.waiters, ch)
 	k.mu.Unlock()
 
 	select {
 	case r := <-ch:
-		return r.ttl, r.err
+		return r.ttl, r.sent, r.err
 	case <-ctx.Done():
 		k.mu.Lock()
-		list := k.pending[int64(id)]
-		for i, c := range list {
-			if c == ch {
-				k.pending[int64(id)] = append(list[:i], list[i+1:]...)
-				break
+		if f := k.pending[int64(id)]; f != nil {
+			for i, c := range f.waiters {
+				if c == ch {
+					f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+					break
+				}
 			}
 		}
-		// Keep the entry (even empty) until the response arrives so that a
-		// new renew does not send a duplicate request in the meantime.
+		// The entry stays until its response arrives, so a new renewal
+		// joins it instead of sending a duplicate.
 		k.mu.Unlock()
-		return 0, ctx.Err()
+		return 0, time.Time{}, ctx.Err()
 	}
 }
 
@@ -113,14 +129,16 @@ func (k *keepAliver) recvLoop(stream pb.Lease_LeaseKeepAliveClient, gen uint64) 
 			k.mu.Unlock()
 			return
 		}
-		r := keepAliveResult{ttl: resp.TTL}
-		if resp.TTL <= 0 {
-			r.err = errLeaseNotFound
+		if f := k.pending[resp.ID]; f != nil {
+			r := keepAliveResult{ttl: resp.TTL, sent: f.sent}
+			if resp.TTL <= 0 {
+				r.err = errLeaseNotFound
+			}
+			for _, ch := range f.waiters {
+				ch <- r
+			}
+			delete(k.pending, resp.ID)
 		}
-		for _, ch := range k.pending[resp.ID] {
-			ch <- r
-		}
-		delete(k.pending, resp.ID)
 		k.mu.Unlock()
 	}
 }
@@ -128,8 +146,8 @@ func (k *keepAliver) recvLoop(stream pb.Lease_LeaseKeepAliveClient, gen uint64) 
 // failLocked fails every pending renewal and drops the stream; the next
 // renewal opens a new one.
 func (k *keepAliver) failLocked(err error) {
-	for id, list := range k.pending {
-		for _, ch := range list {
+	for id, f := range k.pending {
+		for _, ch := range f.waiters {
 			ch <- keepAliveResult{err: err}
 		}
 		delete(k.pending, id)

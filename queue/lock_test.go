@@ -447,28 +447,48 @@ func TestRetriedAcquireKeepsItsPlace(t *testing.T) {
 func TestCompactionDuringWait(t *testing.T) {
 	e, cli := newEngine(t)
 	holder := mustAcquire(t, e, req("compact"))
-	var compactions atomic.Int64
-	watches := make(chan struct{}, 16)
-	e.testHookBeforeWatch = func() {
-		// Compact past the revision the waiter is about to watch from, so
-		// its watch fails with ErrCompacted and it must re-read.
-		if compactions.Add(1) <= 3 {
+	feedWatches := make(chan struct{}, 16)
+	var compacted atomic.Bool
+	e.testHookBeforeFeedWatch = func() {
+		// The first feed watch starts from a revision compaction removes,
+		// so it fails with ErrCompacted and must start over from a re-read.
+		if compacted.CompareAndSwap(false, true) {
 			if _, err := etcdtestCompact(cli); err != nil {
 				t.Errorf("compact: %v", err)
 			}
 		}
-		watches <- struct{}{}
+		feedWatches <- struct{}{}
 	}
-	r := req("compact")
-	onQ, pos := queuedSignal()
-	r.OnQueued = onQ
-	got := make(chan Grant, 1)
-	go func() { got <- mustAcquire(t, e, r) }()
-	<-pos
-	// The waiter re-reads after each failed watch; the fourth watch is the
-	// one that stays.
-	for i := 0; i < 4; i++ {
-		<-watches
+	var cancels []context.CancelFunc
+	var positions []chan int64
+	got := make(chan Grant, 3)
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithCancel(testCtx(t))
+		r := req("compact")
+		onQ, pos := queuedSignal()
+		r.OnQueued = onQ
+		go func() {
+			if g, err := e.Acquire(ctx, r); err == nil {
+				got <- g
+			}
+		}()
+		if p := <-pos; p != int64(i+1) {
+			t.Fatalf("waiter %d position = %d; want %d", i, p, i+1)
+		}
+		cancels, positions = append(cancels, cancel), append(positions, pos)
+	}
+	<-feedWatches // failed on the compacted revision
+	<-feedWatches // started over
+	for i := 0; i < 3; i++ {
+		if _, err := etcdtestCompact(cli); err != nil { // more compaction while they wait
+			t.Fatal(err)
+		}
+	}
+	// The first waiter leaves; it is not the last one's predecessor, so only
+	// the feed can tell the last waiter its new position.
+	cancels[0]()
+	if p := <-positions[2]; p != 2 {
+		t.Fatalf("last waiter position after the first left = %d; want 2", p)
 	}
 	mustRelease(t, e, holder)
 	g := <-got
@@ -476,6 +496,11 @@ func TestCompactionDuringWait(t *testing.T) {
 		t.Fatalf("token %d not above %d", g.Token(), holder.Token())
 	}
 	mustRelease(t, e, g)
+	g = <-got
+	mustRelease(t, e, g)
+	for _, c := range cancels {
+		c()
+	}
 }
 
 func TestSessionLocksShareOneLease(t *testing.T) {

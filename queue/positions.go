@@ -98,6 +98,9 @@ func (h *positionHub) run(ctx context.Context, prefix string, f *nameFeed, rev i
 	defer h.wg.Done()
 	b := newBackoff(h.e.cfg.Clock)
 	for ctx.Err() == nil {
+		if h.e.testHookBeforeFeedWatch != nil {
+			h.e.testHookBeforeFeedWatch()
+		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := h.e.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev),
 			clientv3.WithFilterPut(), clientv3.WithPrevKV())

@@ -176,14 +176,27 @@ type waitState struct {
 // returns when either is deleted, the watch fails, the lease may be lost or
 // ctx ends. The caller re-reads in every case.
 func (e *Engine) awaitChange(ctx context.Context, w waitState) {
-	if e.testHookBeforeWatch != nil {
-		e.testHookBeforeWatch()
-	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(w.rev), clientv3.WithFilterPut()}
+	// The watches start at the current revision, never at an older one:
+	// etcd delivers events to a watch that has history to catch up on only
+	// every 100 ms, which would delay a handoff. What happened between the
+	// read and the watches is covered by checking, once both are created,
+	// that the predecessor and the waiter's own key still exist.
+	opts := []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
 	pw := e.cli.Watch(wctx, w.pred, opts...)
 	ow := e.cli.Watch(wctx, w.own, opts...)
+	created := 0
+	onCreated := func() (gone bool) {
+		if created++; created < 2 {
+			return false
+		}
+		resp, err := e.cli.Txn(ctx).Then(
+			clientv3.OpGet(w.pred, clientv3.WithCountOnly()),
+			clientv3.OpGet(w.own, clientv3.WithCountOnly()),
+		).Commit()
+		return err != nil || resp.Responses[0].GetResponseRange().Count == 0 || resp.Responses[1].GetResponseRange().Count == 0
+	}
 	var events <-chan posEvent
 	var resync <-chan struct{}
 	if w.sub != nil {
@@ -206,10 +219,22 @@ func (e *Engine) awaitChange(ctx context.Context, w waitState) {
 				w.report(position)
 			}
 		case wr, ok := <-pw:
+			if ok && wr.Created && wr.Err() == nil {
+				if onCreated() {
+					return
+				}
+				continue
+			}
 			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
 				return
 			}
 		case wr, ok := <-ow:
+			if ok && wr.Created && wr.Err() == nil {
+				if onCreated() {
+					return
+				}
+				continue
+			}
 			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
 				return
 			}
