@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +16,27 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/internal/telemetry"
 )
+
+// lockedBuffer is a bytes.Buffer safe for the server's concurrent logging.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // spanTree indexes exported spans.
 type spanTree struct {
@@ -87,7 +110,10 @@ func TestTraceOfAWaitedAcquire(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	srv := startGateway(t, &telemetry.Providers{TracerProvider: tp, Propagator: telemetry.Propagator()}, nil)
+	var logs lockedBuffer
+	srv := startGateway(t, &telemetry.Providers{TracerProvider: tp, Propagator: telemetry.Propagator()}, func(c *server.Config) {
+		c.Log = slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	})
 	c, err := client.New([]string{srv.URL()}, client.WithTracing(tp))
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +220,27 @@ func TestTraceOfAWaitedAcquire(t *testing.T) {
 	if len(grant.Links) != 1 || grant.Links[0].SpanContext.SpanID() != rel.SpanContext.SpanID() ||
 		grant.Links[0].SpanContext.TraceID() != rel.SpanContext.TraceID() {
 		t.Errorf("grant links %v; want one link to the release span %v", grant.Links, rel.SpanContext)
+	}
+
+	// The request-scoped log lines carry the trace and span ids; no line
+	// carries a lock id.
+	var sawWaiterLine bool
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "call" && rec["procedure"] == "/leasegate.v1.LockService/Acquire" && rec["trace_id"] == srvSpan.SpanContext.TraceID().String() {
+			sawWaiterLine = rec["span_id"] == srvSpan.SpanContext.SpanID().String()
+		}
+		for _, id := range []string{holder.ID(), r.l.ID()} {
+			if strings.Contains(line, id) {
+				t.Errorf("log line carries a lock id: %s", line)
+			}
+		}
+	}
+	if !sawWaiterLine {
+		t.Errorf("no call log line with the waiter's trace and span ids in:\n%s", logs.String())
 	}
 
 	// No span carries a lock id (it holds the owner's secret).
