@@ -111,9 +111,19 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 			req.WaitTimeoutMs = int64((left + time.Millisecond - 1) / time.Millisecond)
 		}
 		i, ep := c.pick()
-		g, queued, err := acquireOnce(ctx, ep.rpc, req, cfg.onQueued)
+		actx, cancelAttempt := ctx, context.CancelFunc(func() {})
+		if cfg.wait > 0 {
+			// The gateway ends the wait itself; this bound only guards
+			// against a gateway or network that stalls.
+			actx, cancelAttempt = withTimeout(ctx, clk, waitUntil.Sub(clk.Now())+waitGrace)
+		}
+		g, queued, err := acquireOnce(actx, ep.rpc, req, cfg.onQueued)
+		cancelAttempt()
 		if err == nil {
-			return c.held(ctx, op, name, g, anchor, s)
+			return c.held(ctx, op, name, g, anchor, s, waitUntil)
+		}
+		if cfg.wait > 0 && ctx.Err() == nil && !clk.Now().Before(waitUntil) {
+			return nil, &opError{op: op, kind: ErrWaitTimeout, cause: err}
 		}
 		if ctx.Err() != nil {
 			return nil, c.ctxError(op, ctx, s, err)
@@ -210,12 +220,16 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		}
 		return nil, held
 	}
-	return c.held(ctx, op, name, resp.Granted, anchor, s)
+	return c.held(ctx, op, name, resp.Granted, anchor, s, time.Time{})
 }
 
 // held turns a grant into a Lock. anchor is a time before every lease event
 // of the grant (the first attempt's send time).
-func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, anchor time.Time, s *Session) (*Lock, error) {
+// waitGrace is how long past its wait deadline an Acquire may take to
+// return: the time to confirm a grant that arrived at the deadline.
+const waitGrace = 500 * time.Millisecond
+
+func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, anchor time.Time, s *Session, waitUntil time.Time) (*Lock, error) {
 	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
 	if s != nil {
 		l.attach(s)
@@ -230,7 +244,14 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, ancho
 		// measure the deadline from; a renewal now gives a fresh one.
 		var sent time.Time
 		var ttl time.Duration
-		err := c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if !waitUntil.IsZero() {
+			// Confirming the grant must not hold the caller far past
+			// the wait deadline it asked for.
+			rctx, cancel = withTimeout(ctx, clk, max(waitUntil.Sub(clk.Now()), 0)+waitGrace)
+		}
+		defer cancel()
+		err := c.call(rctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
 			sent = clk.Now()
 			var err error
 			ttl, err = l.renewRPC(ctx, rpc)

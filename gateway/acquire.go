@@ -22,11 +22,14 @@ func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.Ac
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
 			var w *queue.Waiter
-			if err := p.call(ctx, func(ctx context.Context) error {
+			rctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+			err := p.call(rctx, func(ctx context.Context) error {
 				var err error
 				w, err = p.Engine.Resume(ctx, r)
 				return err
-			}); err != nil {
+			})
+			cancel()
+			if err != nil {
 				return t, queue.Grant{}, err
 			}
 			if w != nil {
@@ -43,12 +46,16 @@ func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.Ac
 		if err := s.checkKeys(ctx, id, t); err != nil {
 			return t, queue.Grant{}, err
 		}
+		// The enqueue is one bounded round trip; only the wait after it is
+		// unbounded (by anything but the caller and its wait timeout).
 		var w *queue.Waiter
-		err := t.call(ctx, func(ctx context.Context) error {
+		ectx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+		err := t.call(ectx, func(ctx context.Context) error {
 			var err error
 			w, err = t.Engine.Enqueue(ctx, r)
 			return err
 		})
+		cancel()
 		if errors.Is(err, queue.ErrGuardFailed) && attempt < 3 {
 			if t, err = s.reroute(ctx, id, t, &r, sess); err != nil {
 				return t, queue.Grant{}, err

@@ -174,6 +174,14 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if r.WaitTimeout > 0 {
+		// The wait timeout bounds the whole call, enqueue included, so a
+		// stalled cluster cannot hold a caller past it.
+		var stop context.CancelFunc
+		wctx, stop = context.WithTimeoutCause(wctx, r.WaitTimeout, queue.ErrWaitTimeout)
+		defer stop()
+		r.WaitTimeout = 0
+	}
 	go func() {
 		select {
 		case <-s.shutdown:
@@ -196,6 +204,9 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		err = tagTTL(err)
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
 			return toConnect(errShuttingDown)
+		}
+		if errors.Is(context.Cause(wctx), queue.ErrWaitTimeout) {
+			return toConnect(fmt.Errorf("%w after %d ms", queue.ErrWaitTimeout, m.WaitTimeoutMs))
 		}
 		return toConnect(err)
 	}

@@ -357,6 +357,15 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	return TryResult{Holder: holder}, nil
 }
 
+// removeWaiterLater runs removeWaiter in the background, owned by the engine.
+func (e *Engine) removeWaiterLater(h Handle) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		e.removeWaiter(h)
+	}()
+}
+
 // removeWaiter deletes a waiter's key if it is still the same incarnation,
 // and revokes its lease if the lease is its own.
 func (e *Engine) removeWaiter(h Handle) {

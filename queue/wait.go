@@ -45,7 +45,9 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued) (Gran
 	if wctx.Err() != nil {
 		cause := context.Cause(wctx)
 		if !errors.Is(cause, ErrDetached) {
-			e.removeWaiter(q.h)
+			// Leaving the queue starts at once but does not hold up the
+			// answer: a slow etcd must not make a timed-out wait late.
+			e.removeWaiterLater(q.h)
 		}
 		if errors.Is(cause, ErrWaitTimeout) {
 			return Grant{}, fmt.Errorf("%w after %s", ErrWaitTimeout, r.WaitTimeout)
@@ -56,7 +58,7 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued) (Gran
 		return Grant{}, ctx.Err()
 	}
 	if !errors.Is(err, ErrLeaseLost) {
-		e.removeWaiter(q.h)
+		e.removeWaiterLater(q.h)
 	}
 	return Grant{}, err
 }

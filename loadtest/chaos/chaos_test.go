@@ -116,11 +116,10 @@ func TestChaos(t *testing.T) {
 	} else {
 		t.Logf("\n%s", rep.String())
 	}
+	// The bugs behind known causes are fixed: a late answer put down to
+	// one of them is a regression and fails like any other violation.
 	failed := 0
 	for _, v := range res.Violations {
-		if v.Known != "" {
-			continue
-		}
 		failed++
 		t.Errorf("[%s] %s: %s", v.Check, v.Name, v.Detail)
 	}
