@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -33,10 +34,20 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux.Handle("/api/v1/", s.tel.restHandler(s.RESTHandler()))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Health().ping(r.Context()); err != nil {
-			writeRESTError(w, http.StatusServiceUnavailable, "unavailable", "", "etcd is not answering")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+				"status": "unavailable", "shards": s.Health().shardStatus(),
+				"error": map[string]string{"code": "unavailable", "message": "no etcd cluster is answering"},
+			})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		status := "ok"
+		shards := s.Health().shardStatus()
+		for _, v := range shards {
+			if v != "ok" {
+				status = "degraded"
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": status, "shards": shards})
 	})
 	return s.auth.Middleware(mux)
 }
@@ -71,6 +82,7 @@ type Health struct {
 	mu      sync.Mutex
 	checked time.Time
 	last    error
+	shards  map[string]string
 }
 
 // Health returns the service's health checker.
@@ -97,7 +109,9 @@ func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 }
 
 // ping asks every shard's etcd for a linearizable read, at most once a
-// second; health probes do not load etcd.
+// second (health probes do not load etcd). The gateway is serving while at
+// least one shard answers: a dead cluster fails only its own names, so it
+// must not take every replica out of its load balancer.
 func (h *Health) ping(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -106,12 +120,38 @@ func (h *Health) ping(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var err error
-	for _, t := range h.svc.router.All() {
-		if _, err = t.Engine.Client().Get(ctx, t.Engine.Config().Prefix+"/health"); err != nil {
-			break
+	targets := h.svc.router.All()
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = t.Engine.Client().Get(ctx, t.Engine.Config().Prefix+"/health")
+		}()
+	}
+	wg.Wait()
+	h.shards = map[string]string{}
+	var err error = errors.New("no shard answers")
+	for i, t := range targets {
+		if errs[i] != nil {
+			h.shards[t.Shard] = "unavailable"
+			continue
 		}
+		h.shards[t.Shard] = "ok"
+		err = nil
 	}
 	h.checked, h.last = time.Now(), err
 	return err
+}
+
+// shardStatus returns the last per-shard result.
+func (h *Health) shardStatus() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]string, len(h.shards))
+	for k, v := range h.shards {
+		out[k] = v
+	}
+	return out
 }
