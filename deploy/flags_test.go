@@ -106,6 +106,8 @@ var otherEnv = map[string]bool{
 	"GOMAXPROCS":                  true,
 	"OTEL_SERVICE_NAME":           true,
 	"OTEL_EXPORTER_OTLP_ENDPOINT": true,
+	"OTEL_EXPORTER_OTLP_PROTOCOL": true,
+	"OTEL_TRACES_EXPORTER":        true,
 	"OTEL_RESOURCE_ATTRIBUTES":    true,
 }
 
