@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/clock"
@@ -22,26 +21,7 @@ import (
 var shared *etcdtest.Cluster
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "client-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	shared, err = etcdtest.StartIn(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	shared.Stop()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(etcdtest.Main(m, func(c *etcdtest.Cluster) { shared = c }))
 }
 
 var prefixSeq atomic.Int64

@@ -15,7 +15,6 @@ import (
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
@@ -27,27 +26,7 @@ import (
 var shared *etcdtest.Cluster
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gateway-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	shared, err = etcdtest.StartIn(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	closeFuzz()
-	shared.Stop()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(etcdtest.Main(m, func(c *etcdtest.Cluster) { shared = c }, closeFuzz))
 }
 
 var prefixSeq atomic.Int64

@@ -4,6 +4,8 @@ package etcdtest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -145,4 +147,35 @@ func LeakOptions() []goleak.Option {
 		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
 		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/schedule.(*fifo).run"),
 	}
+}
+
+// Main runs a package's tests around one shared embedded member: it starts
+// the member, hands it to use, runs the tests, runs done, stops the member
+// and, when the tests passed, fails on leaked goroutines. It returns the
+// exit code for os.Exit.
+func Main(m *testing.M, use func(*Cluster), done ...func()) int {
+	dir, err := os.MkdirTemp("", "leasegate-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	c, err := StartIn(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	use(c)
+	code := m.Run()
+	for _, f := range done {
+		f()
+	}
+	c.Stop()
+	if code == 0 {
+		if err := goleak.Find(LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	return code
 }
