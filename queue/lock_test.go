@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
 )
 
 func TestUncontestedAcquireRelease(t *testing.T) {
@@ -283,6 +285,7 @@ func TestWaiterWhoseLeaseDiesIsNeverGranted(t *testing.T) {
 }
 
 func TestDeadHolderFreedWithinTTLAndNotBefore(t *testing.T) {
+	etcdtest.Exclusive(t) // judges timing to the second: not beside the chaos harness
 	e, _ := newEngine(t)
 	r := req("dead")
 	r.TTL = 2 * time.Second
