@@ -98,6 +98,11 @@ func Start(cfg Config) (*Server, error) {
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	// Metrics for the embedded member are not served on their own port.
 	ec.ListenMetricsUrls = nil
+	// Every acquire leaves a deleted key behind, and every read of a name's
+	// queue walks its deleted keys until compaction removes them: keep five
+	// minutes of history, compacting as it ages.
+	ec.AutoCompactionMode = "periodic"
+	ec.AutoCompactionRetention = "5m"
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
