@@ -32,6 +32,16 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestParseFlagsKeepsUnflaggedDefaults(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := scenario.Default(); o.cfg != d {
+		t.Errorf("parseFlags(nil).cfg = %+v; want the defaults %+v", o.cfg, d)
+	}
+}
+
 func TestParseFlagsErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string

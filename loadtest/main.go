@@ -53,7 +53,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d := scenario.Default()
-	var o options
+	// Settings without a flag keep their defaults.
+	o := options{cfg: d}
 	var endpoints stringList
 	var scn string
 	var quick bool

@@ -214,8 +214,8 @@ func checkRun(t *testing.T, scn string, r scenario.Run) {
 		t.Errorf("%s %s: %d errors: %v", scn, r.System, r.Errors, r.ErrorSample)
 	case !(l.P50Ms > 0 && l.P50Ms <= l.P90Ms && l.P90Ms <= l.P99Ms && l.P99Ms <= l.P999Ms && l.P999Ms <= l.MaxMs):
 		t.Errorf("%s %s: percentiles out of order: %+v", scn, r.System, l)
-	case math.IsNaN(r.CPUPerOpUs) || r.CPUPerOpUs < 0:
-		t.Errorf("%s %s: CPU per op %v", scn, r.System, r.CPUPerOpUs)
+	case r.CPUPerOpUs != nil && (math.IsNaN(*r.CPUPerOpUs) || *r.CPUPerOpUs < 0):
+		t.Errorf("%s %s: CPU per op %v", scn, r.System, *r.CPUPerOpUs)
 	}
 }
 

@@ -68,13 +68,13 @@ func Markdown(r *Results, charts []Chart) []byte {
 		if len(o.Runs) > 0 {
 			p("Cycles arrive at %.0f/s on a fixed schedule, whatever the latency, and are served by a pool of %d clients; "+
 				"latency counts from each cycle's intended start, so a stall shows in the tail instead of slowing the load (no coordinated omission). "+
-				"*Service* counts from the actual start; *delayed* cycles started over 1 ms late because every client was busy.\n\n", o.Runs[0].Rate, o.Runs[0].Workers)
+				"*Service* counts from the actual start; *delayed* cycles started over 1 ms after their intended time (every client busy, or the load generator itself waiting for a CPU).\n\n", o.Runs[0].Rate, o.Runs[0].Workers)
 			p("| system | done/s | p50 | p90 | p99 | p99.9 | max | service p50 / p99 | delayed | unfinished | CPU µs/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, x := range o.Runs {
 				l := x.Latency
-				p("| %s | %.0f | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.0f | %d |\n", x.System, x.PerSec,
+				p("| %s | %.0f | %s | %s | %s | %s | %s | %s / %s | %d | %d | %s | %d |\n", x.System, x.PerSec,
 					msf(l.P50Ms), msf(l.P90Ms), msf(l.P99Ms), msf(l.P999Ms), msf(l.MaxMs), msf(x.Service.P50Ms), msf(x.Service.P99Ms),
-					x.Delayed, x.Unfinished, x.CPUPerOpUs, x.Errors)
+					x.Delayed, x.Unfinished, cpuText(x.CPUPerOpUs), x.Errors)
 				systems[x.System] = x.Describe
 			}
 			p("\n")
@@ -158,10 +158,17 @@ func runTable(b *bytes.Buffer, runs []scenario.Run, unit string) {
 	fmt.Fprintf(b, "| system | %s | p50 | p90 | p99 | p99.9 | max | CPU µs/op | errors |\n|---|---|---|---|---|---|---|---|---|\n", unit)
 	for _, x := range runs {
 		l := x.Latency
-		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %s | %s | %.0f | %d |\n", x.System, x.PerSec,
-			msf(l.P50Ms), msf(l.P90Ms), msf(l.P99Ms), msf(l.P999Ms), msf(l.MaxMs), x.CPUPerOpUs, x.Errors)
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %d |\n", x.System, x.PerSec,
+			msf(l.P50Ms), msf(l.P90Ms), msf(l.P99Ms), msf(l.P999Ms), msf(l.MaxMs), cpuText(x.CPUPerOpUs), x.Errors)
 	}
 	b.WriteString("\n")
+}
+
+func cpuText(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", *v)
 }
 
 func msf(v float64) string {

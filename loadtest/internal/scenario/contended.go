@@ -44,6 +44,9 @@ func (e *Env) Contended(ctx context.Context) (*Contended, error) {
 		e.contended(ctx, o, names, p, t)
 		return nil
 	})
+	if n := e.idleNote("contended"); n != "" {
+		out.Notes = append(out.Notes, n)
+	}
 	for _, o := range systems {
 		if t := acc[o]; t != nil {
 			r := t.result(o, n)

@@ -35,7 +35,9 @@ type Env struct {
 	// Log receives one line per phase; nil discards.
 	Log io.Writer
 
-	idleCPU float64 // see measureIdle
+	// IdleCPU collects, per set of rounds, the CPU seconds per second the
+	// process burnt with every system open and idle (see measureIdle).
+	IdleCPU []float64
 }
 
 func (e *Env) logf(format string, args ...any) {

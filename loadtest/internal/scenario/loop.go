@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,12 +55,11 @@ type window struct {
 	cpu0            atomic.Int64
 	extraCPU        func() time.Duration
 	cpuTimer        *time.Timer
-	idle            float64 // CPU seconds per second the process burns with every system idle
 }
 
 func (e *Env) newWindow(p phase, sysName string) *window {
 	now := time.Now()
-	w := &window{start: now.Add(p.warmup), limit: p.maxOps, extraCPU: e.extraCPU(sysName), idle: e.idleCPU}
+	w := &window{start: now.Add(p.warmup), limit: p.maxOps, extraCPU: e.extraCPU(sysName)}
 	w.deadline = w.start.Add(p.duration)
 	w.cpu0.Store(int64(w.cpu()))
 	w.cpuTimer = time.AfterFunc(p.warmup, func() { w.cpu0.Store(int64(w.cpu())) })
@@ -104,7 +104,7 @@ type tally struct {
 	hist     *stats.Histogram
 	errs     *errSamples
 	seconds  float64
-	cpu      time.Duration
+	busy     time.Duration // CPU in the windows
 	timeline []stats.RatePoint
 }
 
@@ -114,9 +114,7 @@ func newTally() *tally { return &tally{hist: stats.NewHistogram(), errs: &errSam
 // (appended after the earlier rounds' on one time axis) and its CPU.
 func (t *tally) close(w *window, hs []*stats.Histogram, tl *stats.Timeline) {
 	w.cpuTimer.Stop()
-	busy := w.cpu() - time.Duration(w.cpu0.Load())
-	idle := time.Duration(w.idle * float64(w.length()))
-	t.cpu += max(busy-idle, 0)
+	t.busy += w.cpu() - time.Duration(w.cpu0.Load())
 	for _, h := range hs {
 		t.hist.Merge(h)
 	}
@@ -137,7 +135,8 @@ func (t *tally) run(name, describe string, workers int) Run {
 	r.Latency, r.Spectrum, r.Timeline = t.hist.Summary(), t.hist.Spectrum(), t.timeline
 	r.Errors, r.ErrorSample = t.errs.n.Load(), t.errs.msg
 	if r.Ops > 0 {
-		r.CPUPerOpUs = float64(t.cpu.Microseconds()) / float64(r.Ops)
+		v := float64(t.busy.Microseconds()) / float64(r.Ops)
+		r.CPUPerOpUs = &v
 	}
 	return r
 }
@@ -251,12 +250,21 @@ func (e *Env) rounds(ctx context.Context, systems []*opened, total time.Duration
 }
 
 // measureIdle measures the CPU this process burns while every opened system
-// sits idle (etcd's ticks, session keepalives), over Config.IdleSample, so
-// that CPU per operation counts only what the operations cost.
+// sits idle (etcd's ticks, session keepalives, the tail of opening the
+// clients), over Config.IdleSample. CPU per operation includes this
+// background; at low operation rates it is most of it.
 func (e *Env) measureIdle(ctx context.Context) {
 	c0, t0 := testbed.CPU(), time.Now()
 	pause(ctx, max(e.Cfg.IdleSample, time.Millisecond))
-	e.idleCPU = (testbed.CPU() - c0).Seconds() / time.Since(t0).Seconds()
+	e.IdleCPU = append(e.IdleCPU, (testbed.CPU()-c0).Seconds()/time.Since(t0).Seconds())
+}
+
+// idleNote describes the last idle measurement, for a scenario's notes.
+func (e *Env) idleNote(what string) string {
+	if len(e.IdleCPU) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: with every system open and idle the process burnt %.2f CPU-s/s (etcd's ticks, session keepalives); CPU µs/op includes it.", what, e.IdleCPU[len(e.IdleCPU)-1])
 }
 
 func pause(ctx context.Context, d time.Duration) {

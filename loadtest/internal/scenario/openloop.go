@@ -42,6 +42,9 @@ func (e *Env) OpenLoop(ctx context.Context) (*OpenLoop, error) {
 		e.openLoop(ctx, o, names, p, t)
 		return nil
 	})
+	if n := e.idleNote("open loop"); n != "" {
+		out.Notes = append(out.Notes, n)
+	}
 	for _, o := range systems {
 		if t := acc[o]; t != nil {
 			r := OpenRun{Run: t.run(o.name, o.sys.Describe(), e.Cfg.Workers), Rate: e.Cfg.Rate}

@@ -23,9 +23,10 @@ type Run struct {
 	Timeline []stats.RatePoint `json:"timeline,omitempty"`
 	// CPUPerOpUs is the CPU time spent per operation in this process (the
 	// load generator, the gateway and the embedded etcd members together)
-	// plus, for Redis, the redis-server's, less what the process burns
-	// with every system idle.
-	CPUPerOpUs float64 `json:"cpu_us_per_op"`
+	// plus, for Redis, the redis-server's. It includes the process's
+	// background (etcd's ticks, idle sessions' keepalives), which dominates
+	// at low operation rates; see the idle CPU notes.
+	CPUPerOpUs *float64 `json:"cpu_us_per_op,omitempty"`
 }
 
 // Uncontested is acquire+release cycles on names no one else takes.

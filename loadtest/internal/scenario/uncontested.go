@@ -50,6 +50,9 @@ func (e *Env) Uncontested(ctx context.Context) (*Uncontested, error) {
 			})
 			return nil
 		})
+		if n := e.idleNote(fmt.Sprintf("%d client(s)", pass.workers)); n != "" {
+			out.Notes = append(out.Notes, n)
+		}
 		for _, o := range systems {
 			if t := tallies[o]; t != nil {
 				r := t.run(o.name, o.sys.Describe(), pass.workers)
