@@ -102,7 +102,10 @@ func Markdown(r *Results, charts []Chart) []byte {
 		img("contended-handoff-spectrum.svg")
 		notes(&b, c.Notes)
 	}
-	if rn := r.Renewal; rn != nil {
+	if rn := r.Renewal; rn != nil && len(rn.Runs) == 0 {
+		p("## Renewal\n\n")
+		notes(&b, rn.Notes)
+	} else if rn != nil {
 		p("## Renewal\n\nK locks held through a window of at least two renew intervals; *keepalives* are the lease renewals etcd's leader counted (%s). "+
 			"Session locks are renewed through their session (one lease per session per cluster); per-lock locks each renew their own lease (TTL/3 apart). "+
 			"CPU is this process's (load generator, gateway and etcd together).\n\n", rn.Scope)
