@@ -25,6 +25,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	opts = append(append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		connect.WithSendMaxBytes(int(s.cfg.MaxBodyBytes)),
+		// Lock messages are a few hundred bytes: gzip costs more CPU than
+		// it saves on the wire.
+		connect.WithCompressMinBytes(1024),
 	}, s.tel.handlerOptions()...), opts...)
 	mux.Handle(leasegatev1connect.NewLockServiceHandler(s, opts...))
 	mux.Handle(grpchealth.NewHandler(s.Health()))
