@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/client"
 )
@@ -121,6 +122,20 @@ func TestWaitTimeout(t *testing.T) {
 	var ce *connect.Error
 	if !errors.Is(err, client.ErrWaitTimeout) || !errors.As(err, &ce) || ce.Code() != connect.CodeDeadlineExceeded || client.Reason(err) != client.ReasonWaitTimeout {
 		t.Fatalf("Acquire past its wait timeout = %v; want ErrWaitTimeout wrapping deadline_exceeded/WAIT_TIMEOUT", err)
+	}
+	// The gateway leaves the queue in the background as it answers: await
+	// the waiter key's deletion in etcd, then check.
+	cli := shared.ClientFor(t)
+	keys := g.prefix + "/locks/busy/"
+	for {
+		resp, err := cli.Get(ctx, keys, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count <= 1 {
+			break
+		}
+		<-cli.Watch(ctx, keys, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	}
 	d, err := c.Describe(ctx, "busy")
 	if err != nil || d.Waiters != 0 {

@@ -99,28 +99,41 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 		}()
 	}
 	// Quiet and flooded rounds alternate, so background load on a shared
-	// machine weighs on both alike.
-	var quiet, flooded []time.Duration
-	for round := range 6 {
+	// machine weighs on both alike. A p99 of a few hundred samples is two or
+	// three of them, so one stall of the machine (a compile of another
+	// package running beside this test) can decide it: the comparison is
+	// made up to three times, and fails only if every one exceeds 2×. A
+	// gateway that let one tenant starve another exceeds it every time.
+	var ratios []float64
+	for attempt := range 3 {
+		var quiet, flooded []time.Duration
+		for round := range 6 {
+			flooding.Store(false)
+			quiet = cycles(t, b, fmt.Sprintf("quiet-%d-%d", attempt, round), 35, quiet)
+			flooding.Store(true)
+			flooded = cycles(t, b, fmt.Sprintf("busy-%d-%d", attempt, round), 35, flooded)
+		}
 		flooding.Store(false)
-		quiet = cycles(t, b, fmt.Sprintf("quiet-%d", round), 35, quiet)
-		flooding.Store(true)
-		flooded = cycles(t, b, fmt.Sprintf("busy-%d", round), 35, flooded)
+		ratio := float64(p99(flooded)) / float64(p99(quiet))
+		t.Logf("tenant b p99: quiet %s, while tenant a floods %s (%.2f×); %d of a's requests refused so far",
+			p99(quiet), p99(flooded), ratio, refused.Load())
+		if p50 := slices.Sorted(slices.Values(quiet))[len(quiet)/2]; p50 > 20*time.Millisecond {
+			// A quiet cycle normally takes a few milliseconds; a median this
+			// slow means the machine is saturated by other work, and tail
+			// latencies measure its scheduler, not this gateway.
+			t.Skipf("machine too busy to judge tail latency (quiet median %s)", p50)
+		}
+		ratios = append(ratios, ratio)
+		if ratio <= 2 {
+			break
+		}
 	}
 	stop()
 	wg.Wait()
-	t.Logf("tenant b p99: quiet %s, while tenant a floods %s (%.2f×); %d of a's requests refused",
-		p99(quiet), p99(flooded), float64(p99(flooded))/float64(p99(quiet)), refused.Load())
 	if refused.Load() == 0 {
 		t.Error("the flood was never refused: the limits did not engage")
 	}
-	if p50 := slices.Sorted(slices.Values(quiet))[len(quiet)/2]; p50 > 20*time.Millisecond {
-		// A quiet cycle normally takes a few milliseconds; a median this
-		// slow means the machine is saturated by other work, and tail
-		// latencies measure its scheduler, not this gateway.
-		t.Skipf("machine too busy to judge tail latency (quiet median %s)", p50)
-	}
-	if p99(flooded) > 2*p99(quiet) {
-		t.Errorf("tenant b p99 %s while tenant a floods; want within 2× of its quiet %s", p99(flooded), p99(quiet))
+	if slices.Min(ratios) > 2 {
+		t.Errorf("tenant b p99 ratios %.2f while tenant a floods; want one within 2× of its quiet p99", ratios)
 	}
 }
