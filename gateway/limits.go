@@ -29,6 +29,10 @@ type Limits struct {
 	// tenant; TenantRenewBurst its burst.
 	TenantRenewRate  float64
 	TenantRenewBurst int
+	// ClientRenewRate is renewals per second per client (tenant and
+	// subject: renewals carry no client id); ClientRenewBurst its burst.
+	ClientRenewRate  float64
+	ClientRenewBurst int
 	// MaxWaitersPerName caps the keys (holder and waiters) of one name.
 	MaxWaitersPerName int
 	// MaxWaitersPerTenant caps the waits one gateway process serves for a
@@ -65,6 +69,7 @@ type limiter struct {
 	tenants  map[string]*rate.Limiter
 	clients  map[string]*rate.Limiter
 	renewals map[string]*rate.Limiter
+	crenews  map[string]*rate.Limiter
 	waiting  map[string]int
 
 	counts    sync.Map // tenant → *keyCount
@@ -81,7 +86,7 @@ type keyCount struct {
 func newLimiter(cfg Limits) *limiter {
 	return &limiter{
 		cfg: cfg, tenants: map[string]*rate.Limiter{}, clients: map[string]*rate.Limiter{},
-		renewals: map[string]*rate.Limiter{}, waiting: map[string]int{},
+		renewals: map[string]*rate.Limiter{}, crenews: map[string]*rate.Limiter{}, waiting: map[string]int{},
 	}
 }
 
@@ -127,16 +132,19 @@ func (l *limiter) acquire(id Identity, clientID string) error {
 	return nil
 }
 
-// renew charges one renewal to the tenant.
+// renew charges one renewal to the tenant and the client.
 func (l *limiter) renew(id Identity) error {
-	r := l.cfg.TenantRenewRate
-	if r <= 0 {
-		return nil
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d := take(l.renewals, id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
-		return l.refuse("tenant_renew_rate", fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
+	if r := l.cfg.TenantRenewRate; r > 0 {
+		if d := take(l.renewals, id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
+			return l.refuse("tenant_renew_rate", fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
+		}
+	}
+	if r := l.cfg.ClientRenewRate; r > 0 {
+		if d := take(l.crenews, id.Tenant+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
+			return l.refuse("client_renew_rate", fmt.Sprintf("this client is over its renew rate of %g/s", r), d)
+		}
 	}
 	return nil
 }

@@ -221,6 +221,8 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 		c.Gateway.Limits.TenantAcquireRate = 1
 		c.Gateway.Limits.TenantAcquireBurst = 3
 		c.Gateway.Limits.MaxWaitersPerName = 2
+		c.Gateway.Limits.ClientRenewRate = 1
+		c.Gateway.Limits.ClientRenewBurst = 2
 	})
 	ctx := ctxT(t)
 	a := g.as(tokenA)
@@ -256,8 +258,19 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 	}
 	// Tenant b has its own budget; the name cap allows a holder and one waiter.
 	b := g.as(tokenB)
-	if _, err := b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "capped", TtlMs: 10000})); err != nil {
+	capped, err := b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "capped", TtlMs: 10000}))
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Renewals have a per-client budget too: a burst of 2, then refused.
+	renew := &v1.RenewRequest{LockId: capped.Msg.Granted.LockId, FencingToken: capped.Msg.Granted.FencingToken}
+	for i := 0; i < 2; i++ {
+		if _, err := b.Renew(ctx, connect.NewRequest(renew)); err != nil {
+			t.Fatalf("renew %d within the burst: %v", i+1, err)
+		}
+	}
+	if _, err := b.Renew(ctx, connect.NewRequest(renew)); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("third renew in a burst of 2 = %v; want resource_exhausted", err)
 	}
 	w1, _ := b.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "capped", TtlMs: 10000}))
 	if !w1.Receive() {
