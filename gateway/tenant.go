@@ -39,9 +39,20 @@ func (s *Service) lookup(id Identity, shard string) (Target, error) {
 	return t.forTenant(id.Tenant)
 }
 
-// checkKeys applies the per-tenant key cap on the target shard.
+// checkKeys applies the per-tenant key cap on the target shard. Its count
+// is one bounded etcd read: an Acquire's own context may wait for hours.
 func (s *Service) checkKeys(ctx context.Context, id Identity, t Target) error {
-	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, t.Engine.CountKeys)
+	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, func(ctx context.Context) (int64, error) {
+		var n int64
+		cctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+		defer cancel()
+		err := t.call(cctx, func(ctx context.Context) error {
+			var err error
+			n, err = t.Engine.CountKeys(ctx)
+			return err
+		})
+		return n, err
+	})
 }
 
 // sessionFor decodes a session id and checks it belongs to the caller.
