@@ -45,10 +45,26 @@ type restAcquired struct {
 	ExpiresAt    string `json:"expiresAt,omitempty"`
 }
 
-type restRenew struct {
+// restLockRef names a held lock in renew and release bodies.
+type restLockRef struct {
 	LockID       *string `json:"lockId"`
 	FencingToken *int64  `json:"fencingToken"`
-	TTLMs        int64   `json:"ttlMs"`
+}
+
+// required reports the first missing field.
+func (r restLockRef) required() error {
+	if r.LockID == nil {
+		return badField("lock_id", "is required")
+	}
+	if r.FencingToken == nil {
+		return badField("fencing_token", "is required")
+	}
+	return nil
+}
+
+type restRenew struct {
+	restLockRef
+	TTLMs int64 `json:"ttlMs"`
 }
 
 type restRenewed struct {
@@ -58,8 +74,7 @@ type restRenewed struct {
 }
 
 type restRelease struct {
-	LockID       *string `json:"lockId"`
-	FencingToken *int64  `json:"fencingToken"`
+	restLockRef
 }
 
 type restError struct {
@@ -149,7 +164,9 @@ func decodeStrict(body []byte, v any) error {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te):
-			return badField(te.Field, "has the wrong JSON type %s; want %s", te.Value, te.Type)
+			// Field is a path through embedded structs; name the JSON key.
+			f := te.Field[strings.LastIndexByte(te.Field, '.')+1:]
+			return badField(f, "has the wrong JSON type %s; want %s", te.Value, te.Type)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badField(f, "is not a known field")
@@ -214,11 +231,8 @@ func (s *Service) restRenew(ctx context.Context, body []byte) (int, any, error) 
 	if err := decodeStrict(body, &in); err != nil {
 		return 0, nil, err
 	}
-	if in.LockID == nil {
-		return 0, nil, badField("lock_id", "is required")
-	}
-	if in.FencingToken == nil {
-		return 0, nil, badField("fencing_token", "is required")
+	if err := in.required(); err != nil {
+		return 0, nil, err
 	}
 	rn, err := s.renew(ctx, *in.LockID, *in.FencingToken, in.TTLMs)
 	switch {
@@ -237,11 +251,8 @@ func (s *Service) restRelease(ctx context.Context, body []byte) (int, any, error
 	if err := decodeStrict(body, &in); err != nil {
 		return 0, nil, err
 	}
-	if in.LockID == nil {
-		return 0, nil, badField("lock_id", "is required")
-	}
-	if in.FencingToken == nil {
-		return 0, nil, badField("fencing_token", "is required")
+	if err := in.required(); err != nil {
+		return 0, nil, err
 	}
 	if _, err := s.release(ctx, *in.LockID, *in.FencingToken); err != nil {
 		return 0, nil, err
