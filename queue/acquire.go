@@ -8,6 +8,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,10 +24,17 @@ type AcquireRequest struct {
 	Session clientv3.LeaseID
 	// SessionSecret proves ownership of Session.
 	SessionSecret Secret
+	// Owner is the caller's authenticated identity within the engine's
+	// tenant (the gateway passes the authenticated subject). With ClientID
+	// and Session it binds the waiter to its caller: a retry with the same
+	// request id resumes the waiter only when all three match, and is
+	// refused with ErrNotOwner otherwise.
+	Owner string
 	// ClientID is the caller's self-reported identity (≤ 128 bytes).
 	ClientID string
 	// RequestID is the idempotency key (1 to 128 bytes). A retry with the
-	// same request id finds the waiter's key and its place.
+	// same request id, by the same caller, finds the waiter's key and its
+	// place.
 	RequestID string
 	// Epoch is the shard-map epoch the caller routes by; it becomes part of
 	// the fencing token.
@@ -70,26 +78,39 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 	return cfg.ttlSeconds(r.TTL)
 }
 
-// enqueued is the state of a waiter after its enqueue transaction.
+// binding is the owner binding a waiter of r records.
+func (r *AcquireRequest) binding() string { return ownerBinding(r.Owner, r.ClientID, r.Session) }
+
+// enqueued is the state of one attempt at a waiter key.
+//
+// An attempt owns the key only while the key's mod revision is the one its
+// own last write produced (modRev): a retry with the same request id takes
+// the key over by writing it again, and from then on every compare the
+// earlier attempt makes — cleanup, grant, give-up — fails. That is what
+// keeps a zombie attempt, whose client has moved to another gateway, from
+// deleting the key its client now holds through the retry.
 type enqueued struct {
 	h        Handle
+	keyLease clientv3.LeaseID // the lease the key rides on now (h.Lease, or the attempt lease)
+	att      attemptRef       // the attempt lease reference held while the key rides on it
+	modRev   int64            // the revision of this attempt's last write to its key
+	value    string           // the key's value as this attempt wrote it
 	ttl      time.Duration
-	deadline time.Time // zero when unknown (resumed waiter)
+	deadline time.Time // zero when unknown (resumed waiter, session lock)
 	resumed  bool
 	first    *mvccpb.KeyValue
-	handoff  *handoffRecord // the traced release that made the waiter first
+	ahead    int64 // keys ahead when enqueued; -1 when unknown
+	aheadRev int64 // the revision ahead was counted at
+	handoff  *handoffRecord
 }
 
-// lease obtains the lease for a new waiter: a fresh per-lock lease, or the
-// caller's session lease renewed in parallel with nothing else to wait on.
-func (e *Engine) lease(ctx context.Context, r *AcquireRequest, ttlSec int64) (clientv3.LeaseID, time.Duration, time.Time, error) {
-	if r.Session != 0 {
-		ttl, deadline, err := e.renewLease(ctx, r.Session)
-		if errors.Is(err, errLeaseNotFound) {
-			return 0, 0, time.Time{}, fmt.Errorf("%w: session lease %x expired", ErrSessionLost, int64(r.Session))
-		}
-		return r.Session, ttl, deadline, err
-	}
+// onSession reports whether a session waiter's key already rides on the
+// session lease (it was first when enqueued, or has been granted).
+func (q *enqueued) onSession() bool { return q.h.Session && q.keyLease == q.h.Lease }
+
+// grantLease grants a per-lock lease and measures its conservative deadline
+// from the send.
+func (e *Engine) grantLease(ctx context.Context, ttlSec int64) (clientv3.LeaseID, time.Duration, time.Time, error) {
 	sent := e.cfg.Clock.Now()
 	resp, err := e.cli.Grant(ctx, ttlSec)
 	if err != nil {
@@ -99,139 +120,171 @@ func (e *Engine) lease(ctx context.Context, r *AcquireRequest, ttlSec int64) (cl
 	return resp.ID, ttl, sent.Add(ttl), nil
 }
 
-// enqueue runs the acquire transaction. When onlyIfFree is set the key is
-// created only if no other waiter exists (TryAcquire).
+// errRaced reports that another attempt changed the waiter key between a
+// read and the transaction that relied on it; the caller starts over.
+var errRaced = errors.New("queue: the waiter key changed under the attempt")
+
+// enqueue runs the acquire transaction, or takes over the key of an
+// earlier attempt with the same request id. When onlyIfFree is set the key
+// is created only if no other waiter exists (TryAcquire).
 func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, onlyIfFree bool) (*enqueued, error) {
 	var (
 		lease    clientv3.LeaseID
 		ttl      time.Duration
 		deadline time.Time
-		err      error
-		renewed  chan error
 	)
-	if r.Session != 0 {
-		// The session's keepalive runs beside the transaction: one round
-		// trip, not two. The stored TTL is 0, meaning "the session's".
-		lease, ttlSec = r.Session, 0
-		renewed = make(chan error, 1)
-		go func() {
-			var err error
-			_, ttl, deadline, err = e.lease(ctx, r, 0)
-			renewed <- err
-		}()
-	} else if lease, ttl, deadline, err = e.lease(ctx, r, ttlSec); err != nil {
-		return nil, err
-	}
-	q, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree)
-	if renewed != nil {
-		if kerr := <-renewed; kerr != nil {
-			if errors.Is(kerr, ErrSessionLost) {
-				return nil, kerr
-			}
-			deadline = time.Time{} // unknown: the grant renews again
+	if r.Session == 0 {
+		var err error
+		if lease, ttl, deadline, err = e.grantLease(ctx, ttlSec); err != nil {
+			return nil, err
 		}
 	}
-	if q != nil && !q.resumed && q.h.Revision != 0 {
-		q.ttl, q.deadline = ttl, deadline
+	used := false
+	defer func() {
+		if lease != 0 && !used {
+			e.revokeLater(ctx, lease) // the fresh lease is not needed
+		}
+	}()
+	for try := 0; ; try++ {
+		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree)
+		if err != nil {
+			if errors.Is(err, errRaced) && try < 3 {
+				continue
+			}
+			return nil, err
+		}
+		if mine == nil {
+			if q.h.Revision != 0 && r.Session == 0 {
+				used = true
+				q.ttl, q.deadline = ttl, deadline
+			}
+			return q, nil
+		}
+		q, err = e.takeOver(ctx, r, mine)
+		if errors.Is(err, errRaced) && try < 3 {
+			continue
+		}
+		return q, err
 	}
-	return q, err
 }
 
-// enqueueTxn runs the acquire transaction on lease.
-func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, onlyIfFree bool) (*enqueued, error) {
+// enqueueTxn runs the acquire transaction on lease (per-lock) or for the
+// session. It returns the enqueued waiter, or the key of an earlier attempt
+// with the same request id (mine) for the caller to take over.
+func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, onlyIfFree bool) (*enqueued, *mvccpb.KeyValue, error) {
 	secret, err := NewSecret()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	meta := waiterMeta{
+	prefix := e.keys.namePrefix(r.Name)
+	wid := WaiterID(r.RequestID)
+	key := prefix + wid
+	value := encodeValue(secret, waiterMeta{
 		ClientID: r.ClientID,
 		TTL:      ttlSec,
 		Epoch:    r.Epoch,
 		Session:  r.Session != 0,
 		Sealed:   sealSecret(secret, r.RequestID),
+		Owner:    r.binding(),
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
+	})
+
+	// A session waiter that may have to wait rides on the attempt lease
+	// until its grant; one that is first goes straight onto the session
+	// lease. Only a name with no keys at all makes the new key first, and
+	// a nested transaction decides that atomically, so an uncontested
+	// session acquire stays one round trip. A moved name's first waiter
+	// still waits for the previous cluster (BeforeGrant): it waits on the
+	// attempt lease too.
+	var att attemptRef
+	direct := r.BeforeGrant == nil
+	if r.Session != 0 && !onlyIfFree {
+		if att, err = e.att.acquire(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
-	prefix := e.keys.namePrefix(r.Name)
-	wid := WaiterID(r.RequestID)
-	key := prefix + wid
+	var put clientv3.Op
+	empty := clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)
+	switch {
+	case r.Session == 0:
+		put = clientv3.OpPut(key, value, clientv3.WithLease(lease))
+	case onlyIfFree:
+		put = clientv3.OpPut(key, value, clientv3.WithLease(r.Session))
+	case direct:
+		put = clientv3.OpTxn([]clientv3.Cmp{empty},
+			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(r.Session))},
+			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(att.id))})
+	default:
+		put = clientv3.OpPut(key, value, clientv3.WithLease(att.id))
+	}
 
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
 	if onlyIfFree {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0))
+		cmps = append(cmps, empty)
 	}
 	if r.Session != 0 {
 		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 	}
 	cmps = append(cmps, r.Guards...)
-	elseOps := []clientv3.Op{
-		clientv3.OpGet(key),
-		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
-	}
+	// Responses: 0 the put (or the key), 1 the first key, 2 the count of
+	// keys, 3 the session record (session waiters only).
+	countOp := clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, clientv3.WithFirstCreate()...), countOp}
+	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...), countOp}
 	if r.Session != 0 {
+		thenOps = append(thenOps, clientv3.OpGet(e.keys.session(r.Session)))
 		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
 	}
-	thenOps := []clientv3.Op{
-		clientv3.OpPut(key, encodeValue(secret, meta), clientv3.WithLease(lease)),
-		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
-	}
-	if r.MaxKeys > 0 {
-		thenOps = append(thenOps, clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()))
-	}
+	e.at(ctx, pointEnqueue)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
 	if err != nil {
-		if r.Session == 0 {
-			e.revokeLater(lease)
+		e.att.release(att)
+		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			e.att.invalidate(att.id) // it lapsed behind our back: take a new one
+			return nil, nil, errRaced
 		}
-		return nil, fmt.Errorf("queue: enqueue: %w", err)
+		return nil, nil, fmt.Errorf("queue: enqueue: %w", err)
 	}
-	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
-	if resp.Succeeded {
-		h.Revision = resp.Header.Revision
-		if r.MaxKeys > 0 {
-			if n := resp.Responses[2].GetResponseRange().Count; n > int64(r.MaxKeys) {
-				e.removeWaiter(h)
-				return nil, fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)
-			}
-		}
-		return &enqueued{h: h, first: firstKV(resp.Responses[1])}, nil
+	if !resp.Succeeded {
+		e.att.release(att)
+		return e.notEnqueued(r, resp, onlyIfFree)
 	}
 
-	// The transaction did not create the key: find out why.
-	if r.Session == 0 {
-		e.revokeLater(lease) // the fresh lease is not needed
+	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: resp.Header.Revision, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
+	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value,
+		first: firstKV(resp.Responses[1]), ahead: resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
+	if r.Session != 0 {
+		q.h.Lease, q.keyLease = r.Session, r.Session
+		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[3]).GetValue()).TTL) * time.Second
+		if !onlyIfFree && !(direct && resp.Responses[0].GetResponseTxn().GetSucceeded()) {
+			q.keyLease, q.att = att.id, att
+		} else {
+			e.att.release(att)
+		}
 	}
+	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
+		e.removeWaiter(ctx, q)
+		return nil, nil, fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)
+	}
+	return q, nil, nil
+}
+
+// notEnqueued explains a failed acquire transaction.
+func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, onlyIfFree bool) (*enqueued, *mvccpb.KeyValue, error) {
 	mine := firstKV(resp.Responses[0])
 	first := firstKV(resp.Responses[1])
 	if mine != nil {
-		return e.resume(r, mine, first)
+		return nil, mine, nil
 	}
 	if r.Session != 0 {
-		if s := firstKV(resp.Responses[2]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
-			return nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
+		if s := firstKV(resp.Responses[3]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
+			return nil, nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
 		}
 	}
 	if onlyIfFree && first != nil {
-		return &enqueued{first: first}, nil
+		return &enqueued{first: first, ahead: -1}, nil, nil
 	}
-	return nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
-}
-
-// resume rebuilds the handle of a waiter enqueued by an earlier attempt with
-// the same request id.
-func (e *Engine) resume(r *AcquireRequest, mine, first *mvccpb.KeyValue) (*enqueued, error) {
-	_, meta, err := decodeValue(mine.Value)
-	if err != nil {
-		return nil, err
-	}
-	secret, err := unsealSecret(meta.Sealed, r.RequestID)
-	if err != nil {
-		return nil, err
-	}
-	h := Handle{
-		Name: r.Name, WaiterID: WaiterID(r.RequestID), Lease: clientv3.LeaseID(mine.Lease),
-		Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session,
-	}
-	return &enqueued{h: h, ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: first}, nil
+	return nil, nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
 }
 
 func hasHeader(v []byte, s Secret) bool {
@@ -261,9 +314,10 @@ func (e *Engine) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
 
 // Waiter is an enqueued acquire that has not been granted yet.
 type Waiter struct {
-	e *Engine
-	r AcquireRequest
-	q *enqueued
+	e     *Engine
+	r     AcquireRequest
+	q     *enqueued
+	began time.Time // when the attempt began, on the engine's clock
 }
 
 // Enqueue runs the acquire transaction (one round trip on top of the lease)
@@ -271,6 +325,7 @@ type Waiter struct {
 // callers that treat the bounded enqueue and the unbounded wait differently
 // (a circuit breaker must not count a long wait against its cluster).
 func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
+	began := e.cfg.Clock.Now()
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
 		return nil, err
@@ -281,36 +336,19 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Waiter{e: e, r: r, q: q}, nil
+	return &Waiter{e: e, r: r, q: q, began: began}, nil
 }
 
 // Wait blocks until the waiter holds the lock; see Acquire.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	if w.q.first != nil && w.q.first.CreateRevision == w.q.h.Revision && w.r.BeforeGrant == nil {
-		return w.e.granted(ctx, w.q)
+		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
+		if err != nil {
+			w.e.endAttempt(ctx, w.q, err)
+		}
+		return g, err
 	}
-	return w.e.tracedWait(ctx, &w.r, w.q)
-}
-
-// granted turns an enqueued waiter that is first into a Grant. A fresh
-// waiter's deadline comes from its lease grant; otherwise the lease is
-// renewed now so that the holder starts with a full TTL.
-func (e *Engine) granted(ctx context.Context, q *enqueued) (out Grant, err error) {
-	ctx, sp := e.traceGrant(ctx, q)
-	defer func() { sp.endGrant(out, err) }()
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: q.deadline, Resumed: q.resumed}
-	if !q.deadline.IsZero() {
-		return g, nil
-	}
-	ttl, deadline, err := e.renewLease(ctx, q.h.Lease)
-	if errors.Is(err, errLeaseNotFound) {
-		return Grant{}, fmt.Errorf("%w: the waiter's lease expired before the grant", ErrLeaseLost)
-	}
-	if err != nil {
-		return Grant{}, fmt.Errorf("queue: renew lease at grant: %w", err)
-	}
-	g.TTL, g.Deadline = ttl, deadline
-	return g, nil
+	return w.e.tracedWait(ctx, &w.r, w.q, w.began)
 }
 
 // TryResult is the outcome of TryAcquire.
@@ -324,9 +362,10 @@ type TryResult struct {
 }
 
 // TryAcquire grants the lock only if nobody holds or waits for it; it never
-// waits. A retry with the request id of an earlier successful TryAcquire
-// returns the same grant while it is held.
+// waits. A retry with the request id of an earlier successful TryAcquire,
+// by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
+	began := e.cfg.Clock.Now()
 	r.WaitTimeout, r.OnQueued = 0, nil
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
@@ -339,8 +378,9 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		return TryResult{}, err
 	}
 	if q.h.Revision != 0 && q.first != nil && q.first.CreateRevision == q.h.Revision {
-		g, err := e.granted(ctx, q)
+		g, err := e.granted(ctx, &r, q, began)
 		if err != nil {
+			e.endAttempt(ctx, q, err)
 			return TryResult{}, err
 		}
 		return TryResult{Acquired: true, Grant: g}, nil
@@ -348,33 +388,13 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	if q.resumed {
 		// An earlier Acquire with this request id is still waiting; a
 		// TryAcquire must not leave it queued behind the caller's back.
-		e.removeWaiter(q.h)
+		// The takeover made this attempt the key's owner, so the removal
+		// cannot touch anything a later attempt wrote.
+		e.removeWaiterLater(ctx, q)
 	}
 	holder, err := e.holderInfo(ctx, q.first)
 	if err != nil {
 		return TryResult{}, err
 	}
 	return TryResult{Holder: holder}, nil
-}
-
-// removeWaiterLater runs removeWaiter in the background, owned by the engine.
-func (e *Engine) removeWaiterLater(h Handle) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		e.removeWaiter(h)
-	}()
-}
-
-// removeWaiter deletes a waiter's key if it is still the same incarnation,
-// and revokes its lease if the lease is its own.
-func (e *Engine) removeWaiter(h Handle) {
-	ctx, cancel := e.opCtx()
-	defer cancel()
-	key := e.keys.waiter(h.Name, h.WaiterID)
-	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision)).
-		Then(clientv3.OpDelete(key)).Commit()
-	if err == nil && resp.Succeeded && !h.Session {
-		e.revokeLater(h.Lease)
-	}
 }

@@ -22,6 +22,11 @@ type Config struct {
 	// RequestTimeout bounds each etcd request the engine makes on its own
 	// behalf (cleanup after a cancelled wait, re-reads). Default 5 s.
 	RequestTimeout time.Duration
+	// AttemptTTL is the TTL of the attempt lease a session waiter's key
+	// rides on until it is granted: how long a waiter whose gateway stopped
+	// keeps its place for a retry elsewhere, and the bound on how long it
+	// can block the name once nobody serves it. Default 10 s; 2 s to 5 min.
+	AttemptTTL time.Duration
 	// Clock is the time source for deadlines and wait timeouts. Default the
 	// wall clock.
 	Clock clock.Clock
@@ -37,6 +42,7 @@ func DefaultConfig() Config {
 		MinTTL:         time.Second,
 		MaxTTL:         24 * time.Hour,
 		RequestTimeout: 5 * time.Second,
+		AttemptTTL:     10 * time.Second,
 		Clock:          clock.Real,
 	}
 }
@@ -54,6 +60,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: MaxTTL %s is above 1000h", c.MaxTTL)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("queue: RequestTimeout %s must be positive", c.RequestTimeout)
+	case c.AttemptTTL < 2*time.Second || c.AttemptTTL > 5*time.Minute || c.AttemptTTL%time.Second != 0:
+		return fmt.Errorf("queue: AttemptTTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
 	case c.Clock == nil:
 		return fmt.Errorf("queue: Clock is nil")
 	}

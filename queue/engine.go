@@ -19,6 +19,11 @@ type Engine struct {
 	ka   *keepAliver
 	pos  *positionHub
 	tel  *engineTel
+	att  attemptLease
+
+	// hooks order the engine's interleaving points in the explorer's
+	// tests; nil in production.
+	hooks hooks
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -46,6 +51,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		cancel: cancel,
 	}
 	e.pos = newPositionHub(e)
+	e.att.e = e
 	return e, nil
 }
 
@@ -55,8 +61,11 @@ func (e *Engine) Client() *clientv3.Client { return e.cli }
 // Config is the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Close stops background work (lease revocations in flight are abandoned;
-// the leases expire on their own) and blocks until it has stopped.
+// Close stops background work (lease revocations and cleanups in flight
+// are abandoned; the leases expire on their own) and blocks until it has
+// stopped. It does not revoke the attempt lease: waiters detached from
+// their attempts keep their places for about an AttemptTTL, for a retry on
+// another gateway to take over.
 func (e *Engine) Close() {
 	e.cancel()
 	e.ka.close()
@@ -97,9 +106,19 @@ type Grant struct {
 	// the lease was sent, plus TTL. The lease may outlive it, never the
 	// reverse, so a holder that stops work by Deadline is safe.
 	Deadline time.Time
+	// Valid is how long after the acquire began (Enqueue or TryAcquire was
+	// called) the lease is certain to live: Deadline minus that moment. A
+	// client that sent its request before the call began can add Valid to
+	// its own send time and stay safe, whatever its clock reads. Zero for a
+	// session lock, whose deadline is its session's.
+	Valid time.Duration
 	// Resumed is true when an earlier acquire with the same request id had
 	// already enqueued this waiter.
 	Resumed bool
+
+	// attempt is the mod revision of the granting attempt's last write to
+	// the key: Abandon removes the key only if it is still that.
+	attempt int64
 }
 
 // Holder describes the current holder of a name.
@@ -124,14 +143,10 @@ func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
 // revokeLater revokes a per-lock lease in the background: its keys are
 // already gone or unwanted, and leaving it to expire would load etcd's
 // rate-limited expiry path.
-func (e *Engine) revokeLater(lease clientv3.LeaseID) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		ctx, cancel := e.opCtx()
-		defer cancel()
+func (e *Engine) revokeLater(ctx context.Context, lease clientv3.LeaseID) {
+	e.background(ctx, "revoke", e.cfg.RequestTimeout, func(ctx context.Context) {
 		_, _ = e.cli.Revoke(ctx, lease)
-	}()
+	})
 }
 
 // renewLease sends one keepalive and returns the effective TTL and the

@@ -38,6 +38,10 @@ var (
 	// the wait while keeping the waiter's key: the lease keeps it until its
 	// TTL, so a retry with the same request id elsewhere resumes the place.
 	ErrDetached = errors.New("wait detached")
+	// ErrSuperseded reports an attempt whose waiter was taken over by a
+	// retry with the same request id (on this or another gateway): the
+	// retry now serves the caller, and this attempt leaves the key alone.
+	ErrSuperseded = errors.New("superseded by a retry")
 	// ErrQueueFull reports a name whose queue is at its configured cap.
 	ErrQueueFull = errors.New("queue full")
 	// ErrClosed reports use of an engine after Close.

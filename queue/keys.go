@@ -4,9 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -45,66 +43,6 @@ func ownerCmps(key string, s Secret) []clientv3.Cmp {
 		clientv3.Compare(clientv3.Value(key), ">", h),
 		clientv3.Compare(clientv3.Value(key), "<", h+"\xff"),
 	}
-}
-
-// waiterMeta is the JSON part of a waiter value.
-type waiterMeta struct {
-	ClientID string `json:"c,omitempty"`
-	TTL      int64  `json:"t"`
-	Epoch    uint16 `json:"e"`
-	Session  bool   `json:"ss,omitempty"`
-	// Sealed is the secret masked with a digest of the request id, so a
-	// retried acquire that presents the same request id can hand out the
-	// same lock id, while a reader of etcd alone cannot.
-	Sealed string `json:"s"`
-	// Acquired is when the waiter enqueued, in Unix milliseconds.
-	Enqueued int64 `json:"q"`
-}
-
-func encodeValue(s Secret, m waiterMeta) string {
-	b, _ := json.Marshal(m) // a struct of strings and ints always marshals
-	return valueHeader(s) + string(b)
-}
-
-func decodeValue(v []byte) (header string, m waiterMeta, err error) {
-	s := string(v)
-	i := strings.IndexByte(s, '\n')
-	if i < 0 || !strings.HasPrefix(s, "lg1 ") {
-		return "", m, fmt.Errorf("queue: waiter value has an unknown format")
-	}
-	if err := json.Unmarshal(v[i+1:], &m); err != nil {
-		return "", m, fmt.Errorf("queue: waiter value: %w", err)
-	}
-	return s[:i+1], m, nil
-}
-
-func sealMask(requestID string) [SecretLen]byte {
-	h := sha256.Sum256([]byte("leasegate/seal\x00" + requestID))
-	var m [SecretLen]byte
-	copy(m[:], h[:])
-	return m
-}
-
-func sealSecret(s Secret, requestID string) string {
-	m := sealMask(requestID)
-	var out [SecretLen]byte
-	for i := range out {
-		out[i] = s[i] ^ m[i]
-	}
-	return hex.EncodeToString(out[:])
-}
-
-func unsealSecret(sealed, requestID string) (Secret, error) {
-	var s Secret
-	b, err := hex.DecodeString(sealed)
-	if err != nil || len(b) != SecretLen {
-		return s, fmt.Errorf("queue: sealed secret is malformed")
-	}
-	m := sealMask(requestID)
-	for i := range s {
-		s[i] = b[i] ^ m[i]
-	}
-	return s, nil
 }
 
 // WaiterID derives the waiter's key segment from its request id: a retried

@@ -569,8 +569,10 @@ func TestSessionWaiterLosesPlaceWhenSessionDies(t *testing.T) {
 	if err := e.CloseSession(testCtx(t), s.Lease, s.Secret); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("waiter after its session closed = %v; want ErrLeaseLost", err)
+	// The holder still holds: the waiter is told at once, not when it
+	// reaches the head.
+	if err := <-done; !errors.Is(err, ErrSessionLost) {
+		t.Fatalf("waiter after its session closed = %v; want ErrSessionLost", err)
 	}
 	mustRelease(t, e, holder)
 }

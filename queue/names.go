@@ -10,33 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Resume finds the waiter an earlier acquire with r.RequestID enqueued on
-// this cluster, without enqueueing anything. It returns nil and no error if
-// there is none. The shard router uses it to let a client resume its place
-// on the cluster a name is moving away from.
-func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) {
-	if _, err := r.validate(e.cfg); err != nil {
-		return nil, err
-	}
-	prefix := e.keys.namePrefix(r.Name)
-	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(prefix+WaiterID(r.RequestID)),
-		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
-	).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("queue: look up waiter: %w", err)
-	}
-	mine := firstKV(resp.Responses[0])
-	if mine == nil {
-		return nil, nil
-	}
-	q, err := e.resume(&r, mine, firstKV(resp.Responses[1]))
-	if err != nil {
-		return nil, err
-	}
-	return &Waiter{e: e, r: r, q: q}, nil
-}
-
 // Occupied reports whether any waiter or holder key exists for name.
 func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
 	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())

@@ -13,8 +13,15 @@ import (
 type Renewal struct {
 	// TTL is the lease's effective TTL.
 	TTL time.Duration
-	// Deadline is conservative: when the keepalive was sent, plus TTL.
+	// Deadline is conservative: when the keepalive that confirmed the
+	// lease was sent, plus TTL.
 	Deadline time.Time
+	// Valid is how long after the call began the lease is certain to live:
+	// Deadline minus that moment. It is what a client that sent the
+	// request before the call began may add to its own send time. It can
+	// be shorter than TTL: a renewal may be answered by a keepalive that
+	// was already in flight when it arrived.
+	Valid time.Duration
 }
 
 // checkToken refuses a fencing token that is not the handle's own.
@@ -28,20 +35,27 @@ func checkToken(h Handle, token int64) error {
 // Renew extends the lease of a held lock. It first proves, in one
 // transaction, that the holder's key still exists with the same create
 // revision, lease and secret; only then does it send a keepalive, so a
-// caller without the secret cannot keep someone else's lease alive.
+// caller without the secret cannot keep someone else's lease alive, and
+// the lease it renews is the one etcd says the key rides on, not merely
+// the one the handle names. (Between the proof and the keepalive the key
+// can only go away — released by its owner or expired — and a lapsed lease
+// is not revived by a keepalive.)
 //
 // It answers ErrExpired when the key is gone and nobody holds the name,
 // ErrStolen when another waiter holds it now, and ErrNotOwner when the
-// secret or fencing token does not match.
+// secret, lease or fencing token does not match.
 func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, err error) {
+	began := e.cfg.Clock.Now()
 	ctx, sp := e.traceHandle(ctx, spanRenew, h)
 	defer func() { sp.end("renewed", err) }()
 	if err := checkToken(h, token); err != nil {
 		return Renewal{}, err
 	}
+	e.at(ctx, pointProve)
 	if err := e.proveHolder(ctx, h); err != nil {
 		return Renewal{}, err
 	}
+	e.at(ctx, pointKeep)
 	ttl, deadline, err := e.renewLease(ctx, h.Lease)
 	if errors.Is(err, errLeaseNotFound) {
 		// The lease died between the check and the keepalive.
@@ -50,7 +64,7 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 	if err != nil {
 		return Renewal{}, fmt.Errorf("queue: keepalive: %w", err)
 	}
-	return Renewal{TTL: ttl, Deadline: deadline}, nil
+	return Renewal{TTL: ttl, Deadline: deadline, Valid: deadline.Sub(began)}, nil
 }
 
 // proveHolder checks in one transaction that h's key is still the same
@@ -73,7 +87,7 @@ func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
 		return nil
 	}
 	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {
-		return fmt.Errorf("%w: the lock id's secret does not match", ErrNotOwner)
+		return fmt.Errorf("%w: the lock id does not match the lock's secret or lease", ErrNotOwner)
 	}
 	return goneError(firstKV(resp.Responses[1]))
 }
@@ -97,10 +111,19 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 	return goneError(nil)
 }
 
-// Release frees a held lock with a compare-and-delete on the key's create
-// revision and secret, never a plain delete. It is idempotent: releasing a
-// lock that is already gone reports released == false and no error, and a
-// late or retried release can never remove a newer holder's key.
+// Release frees a held lock with a compare-and-delete, never a plain
+// delete: the transaction compares the key's create revision (the same
+// waiter, not a later one under the same request id), its lease and its
+// owner's secret, and reads the deleted key back. It is idempotent:
+// releasing a lock that is already gone reports released == false and no
+// error, and a late or retried release can never remove a newer holder's
+// key.
+//
+// Only the lease read back from the deleted key is revoked, and only when
+// the key's own value says it is the lock's own lease: the lease a lock id
+// names is a claim, and revoking it unchecked would let a caller who edits
+// its own lock id revoke any lease of the cluster — another client's lock,
+// another tenant's session.
 func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released bool, err error) {
 	ctx, sp := e.traceHandle(ctx, spanRelease, h)
 	defer func() { sp.endRelease(released, err) }()
@@ -108,19 +131,21 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 		return false, err
 	}
 	key := e.keys.waiter(h.Name, h.WaiterID)
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision)}, ownerCmps(key, h.Secret)...)
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
+		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
+	}, ownerCmps(key, h.Secret)...)
+	e.at(ctx, pointRelease)
 	resp, err := e.releaseCommit(ctx, h, key, cmps)
 	if err != nil {
 		return false, fmt.Errorf("queue: release: %w", err)
 	}
 	if resp.Succeeded {
-		if !h.Session {
-			e.revokeLater(h.Lease)
-		}
+		e.revokeOwnLease(ctx, deletedKV(resp, 0))
 		return true, nil
 	}
 	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {
-		return false, fmt.Errorf("%w: the lock id's secret does not match", ErrNotOwner)
+		return false, fmt.Errorf("%w: the lock id does not match the lock's secret or lease", ErrNotOwner)
 	}
 	return false, nil
 }

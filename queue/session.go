@@ -22,6 +22,9 @@ type Session struct {
 	// Deadline is conservative: when the last confirming request was sent,
 	// plus TTL.
 	Deadline time.Time
+	// Valid is how long after the call began the lease is certain to live
+	// (see Renewal.Valid).
+	Valid time.Duration
 }
 
 // OpenSession grants a session lease and records its owner's secret under
@@ -40,6 +43,7 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 	if len(clientID) > 128 {
 		return Session{}, fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
 	}
+	began := e.cfg.Clock.Now()
 	sec, err := e.cfg.ttlSeconds(ttl)
 	if err != nil {
 		return Session{}, err
@@ -49,20 +53,19 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 	if err != nil {
 		return Session{}, fmt.Errorf("queue: grant session lease: %w", err)
 	}
-	meta, _ := json.Marshal(struct {
-		ClientID string `json:"c,omitempty"`
-	}{clientID})
+	meta, _ := json.Marshal(sessionMeta{ClientID: clientID, TTL: g.TTL})
 	if _, err := e.cli.Put(ctx, e.keys.session(g.ID), valueHeader(secret)+string(meta), clientv3.WithLease(g.ID)); err != nil {
-		e.revokeLater(g.ID)
+		e.revokeLater(ctx, g.ID)
 		return Session{}, fmt.Errorf("queue: record session: %w", err)
 	}
 	d := time.Duration(g.TTL) * time.Second
-	return Session{Lease: g.ID, Secret: secret, TTL: d, Deadline: sent.Add(d)}, nil
+	return Session{Lease: g.ID, Secret: secret, TTL: d, Deadline: sent.Add(d), Valid: sent.Add(d).Sub(began)}, nil
 }
 
 // KeepAliveSession proves ownership of a session and renews its lease, and
 // with it every lock attached.
 func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) (Renewal, error) {
+	began := e.cfg.Clock.Now()
 	if err := e.proveSession(ctx, lease, secret); err != nil {
 		return Renewal{}, err
 	}
@@ -73,7 +76,7 @@ func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, s
 	if err != nil {
 		return Renewal{}, fmt.Errorf("queue: keepalive session: %w", err)
 	}
-	return Renewal{TTL: ttl, Deadline: deadline}, nil
+	return Renewal{TTL: ttl, Deadline: deadline, Valid: deadline.Sub(began)}, nil
 }
 
 // CloseSession revokes a session lease, releasing every lock attached. Closing

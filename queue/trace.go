@@ -144,6 +144,8 @@ func outcomeOf(err error) string {
 		return "epoch_refused"
 	case errors.Is(err, ErrDetached):
 		return "detached"
+	case errors.Is(err, ErrSuperseded):
+		return "superseded"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	case errors.Is(err, context.DeadlineExceeded):
@@ -198,7 +200,7 @@ func (s *span) endEnqueue(q *enqueued, err error) {
 
 // tracedWait is wait inside a leasegate.wait span whose events follow the
 // queue position.
-func (e *Engine) tracedWait(ctx context.Context, r *AcquireRequest, q *enqueued) (Grant, error) {
+func (e *Engine) tracedWait(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (Grant, error) {
 	ctx, sp := e.tel.start(ctx, spanWait, attribute.Int64(attrToken, q.h.Token()))
 	if sp != nil && r.OnQueued != nil {
 		onQueued := r.OnQueued
@@ -210,7 +212,7 @@ func (e *Engine) tracedWait(ctx context.Context, r *AcquireRequest, q *enqueued)
 		}
 		r = &rc
 	}
-	g, err := e.wait(ctx, r, q)
+	g, err := e.wait(ctx, r, q, began)
 	sp.end("granted", err)
 	return g, err
 }

@@ -162,28 +162,3 @@ func TestStuckWaiters(t *testing.T) {
 		}
 	}
 }
-
-func TestLinkFaults(t *testing.T) {
-	// Blackhole holds bytes back and delivers them on heal; nothing is lost.
-	echo := startEcho(t)
-	l, err := newLink("echo", echo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c := dial(t, l.Addr())
-	l.Set(LinkFault{Blackhole: true})
-	if _, err := c.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	buf := make([]byte, 4)
-	if n, err := c.Read(buf); err == nil {
-		t.Fatalf("read %q through a blackhole", buf[:n])
-	}
-	l.Set(LinkFault{})
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := readFull(c, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("after heal read %q, %v; want the held bytes \"ping\"", buf, err)
-	}
-}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasegate/leasegate/internal/embedetcd"
+	"github.com/leasegate/leasegate/internal/netfault"
 )
 
 // Member is one etcd member process. Its peers reach it through Peer, a
@@ -31,7 +32,7 @@ type Member struct {
 	// PeerAddr is where it listens for peers.
 	PeerAddr string
 	// Peer is the proxy its peers dial.
-	Peer *Link
+	Peer *netfault.Link
 
 	dir string
 	h   *Harness
@@ -87,7 +88,7 @@ func newEtcdCluster(h *Harness, name string, size int) (*EtcdCluster, error) {
 		if m.PeerAddr, err = embedetcd.FreeAddr(); err != nil {
 			return nil, err
 		}
-		if m.Peer, err = newLink(m.Name+"-peer", m.PeerAddr); err != nil {
+		if m.Peer, err = netfault.New(m.Name+"-peer", m.PeerAddr); err != nil {
 			return nil, err
 		}
 		h.addCloser(m.Peer.Close)

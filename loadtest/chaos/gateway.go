@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasegate/leasegate/internal/embedetcd"
+	"github.com/leasegate/leasegate/internal/netfault"
 )
 
 // Gateway is one leasegate gateway process. Clients reach it through
@@ -23,9 +24,9 @@ type Gateway struct {
 	// Addr is where the process listens.
 	Addr string
 	// Front is the client→gateway link.
-	Front *Link
+	Front *netfault.Link
 	// Etcd are its gateway→member links, by member name.
-	Etcd map[string]*Link
+	Etcd map[string]*netfault.Link
 
 	h    *Harness
 	mu   sync.Mutex
@@ -33,18 +34,18 @@ type Gateway struct {
 }
 
 func newGateway(h *Harness, name string) (*Gateway, error) {
-	g := &Gateway{Name: name, h: h, Etcd: map[string]*Link{}}
+	g := &Gateway{Name: name, h: h, Etcd: map[string]*netfault.Link{}}
 	var err error
 	if g.Addr, err = embedetcd.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if g.Front, err = newLink(name+"-front", g.Addr); err != nil {
+	if g.Front, err = netfault.New(name+"-front", g.Addr); err != nil {
 		return nil, err
 	}
 	h.addCloser(g.Front.Close)
 	for _, c := range h.Clusters {
 		for _, m := range c.Members {
-			l, err := newLink(name+"->"+m.Name, m.ClientAddr)
+			l, err := netfault.New(name+"->"+m.Name, m.ClientAddr)
 			if err != nil {
 				return nil, err
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/internal/netfault"
 )
 
 // Fault kinds, in the order the quick mode cycles through them.
@@ -42,14 +43,14 @@ type nemesis struct {
 	h   *Harness
 	rng *mrand.Rand
 
-	lossy    *Link // a second front link to g0, for lost release replies
+	lossy    *netfault.Link // a second front link to g0, for lost release replies
 	releaser *sdk
 }
 
 func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
 	n := &nemesis{h: h, rng: mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	var err error
-	if n.lossy, err = newLink("g0-lossy", h.Gateways[0].Addr); err != nil {
+	if n.lossy, err = netfault.New("g0-lossy", h.Gateways[0].Addr); err != nil {
 		return nil, err
 	}
 	h.addCloser(n.lossy.Close)
@@ -197,18 +198,18 @@ func (n *nemesis) blackhole(ctx context.Context, in *Injection) error {
 	c := n.pickCluster()
 	m := c.Members[n.rng.IntN(len(c.Members))]
 	in.Target, in.Clusters = m.Name, []string{c.Name}
-	links := []*Link{m.Peer}
+	links := []*netfault.Link{m.Peer}
 	for _, g := range n.h.Gateways {
 		links = append(links, g.Etcd[m.Name])
 	}
 	in.Start = time.Now()
 	for _, l := range links {
-		l.Set(LinkFault{Blackhole: true})
+		l.Set(netfault.Fault{Blackhole: true})
 	}
 	probed := n.availability(ctx, in, in.Clusters, in.Start, 20*time.Second)
 	n.sleep(ctx, 3*time.Second)
 	for _, l := range links {
-		l.Set(LinkFault{})
+		l.Set(netfault.Fault{})
 	}
 	in.Heal = time.Now()
 	<-probed
@@ -216,7 +217,7 @@ func (n *nemesis) blackhole(ctx context.Context, in *Injection) error {
 }
 
 func (n *nemesis) linkFault(ctx context.Context, in *Injection) error {
-	var links []*Link
+	var links []*netfault.Link
 	if n.rng.IntN(2) == 0 {
 		g := n.h.Gateways[n.rng.IntN(len(n.h.Gateways))]
 		in.Target = g.Name + "->etcd"
@@ -229,9 +230,9 @@ func (n *nemesis) linkFault(ctx context.Context, in *Injection) error {
 			links = append(links, g.Front)
 		}
 	}
-	f := LinkFault{Delay: n.between(50*time.Millisecond, 200*time.Millisecond), Jitter: 30 * time.Millisecond}
+	f := netfault.Fault{Delay: n.between(50*time.Millisecond, 200*time.Millisecond), Jitter: 30 * time.Millisecond}
 	if in.Kind == kindLinkDrop {
-		f = LinkFault{DropRate: 0.01 + 0.04*n.rng.Float64()}
+		f = netfault.Fault{DropRate: 0.01 + 0.04*n.rng.Float64()}
 	}
 	in.Note = fmt.Sprintf("delay %s ±%s, drop %.3f", f.Delay, f.Jitter, f.DropRate)
 	in.Start = time.Now()
@@ -241,7 +242,7 @@ func (n *nemesis) linkFault(ctx context.Context, in *Injection) error {
 	probed := n.availability(ctx, in, nil, in.Start, 15*time.Second)
 	n.sleep(ctx, 3*time.Second)
 	for _, l := range links {
-		l.Set(LinkFault{})
+		l.Set(netfault.Fault{})
 	}
 	in.Heal = time.Now()
 	<-probed

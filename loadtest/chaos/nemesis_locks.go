@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasegate/leasegate/internal/netfault"
 	"github.com/leasegate/leasegate/shard"
 )
 
@@ -183,13 +184,13 @@ func (n *nemesis) releaseReplyLost(ctx context.Context, in *Injection) error {
 		n.sleep(ctx, 30*time.Millisecond)
 	}
 	in.Start = time.Now()
-	n.lossy.Set(LinkFault{LoseReplies: true})
+	n.lossy.Set(netfault.Fault{LoseReplies: true})
 	h.Hist.update(func() { op.End = time.Now() })
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	rerr := l.Release(rctx)
 	took := time.Since(in.Start)
 	cancel()
-	n.lossy.Set(LinkFault{})
+	n.lossy.Set(netfault.Fault{})
 	in.Heal = time.Now()
 	// The waiter holds now (granted after the first attempt took effect);
 	// give the retry's effects time to show, then look.

@@ -15,6 +15,7 @@ import (
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/netfault"
 	"github.com/leasegate/leasegate/internal/server"
 )
 
@@ -33,7 +34,7 @@ func skipKnownBug(t *testing.T, bug string) { t.Helper() }
 // stalledGateway is a gateway process in this test process, over one etcd
 // member reached through a link that can stall.
 type stalledGateway struct {
-	link *Link
+	link *netfault.Link
 	srv  *server.Server
 	cli  *client.Client
 }
@@ -41,7 +42,7 @@ type stalledGateway struct {
 func startStalledGateway(t *testing.T) *stalledGateway {
 	t.Helper()
 	etcd := etcdtest.Start(t)
-	link, err := newLink("gateway->etcd", etcd.Endpoint()[len("http://"):])
+	link, err := netfault.New("gateway->etcd", etcd.Endpoint()[len("http://"):])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func startStalledGateway(t *testing.T) *stalledGateway {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		link.Set(LinkFault{}) // let the shutdown reach etcd
+		link.Set(netfault.Fault{}) // let the shutdown reach etcd
 		_ = srv.Shutdown(context.Background())
 	})
 	cli, err := client.New([]string{srv.URL()}, client.WithRequestTimeout(2*time.Second))
@@ -83,7 +84,7 @@ func TestRegressionEnqueueHonoursWaitTimeout(t *testing.T) {
 	g := startStalledGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	g.link.Set(LinkFault{Blackhole: true})
+	g.link.Set(netfault.Fault{Blackhole: true})
 	start := time.Now()
 	_, err := g.cli.Acquire(ctx, "stalled", client.WithTTL(2*time.Second), client.WithWaitTimeout(time.Second))
 	took := time.Since(start)
@@ -108,14 +109,14 @@ func TestRegressionWaitTimeoutAnswersPromptly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		g.link.Set(LinkFault{})
+		g.link.Set(netfault.Fault{})
 		_ = holder.Release(context.Background())
 	}()
 	queued := make(chan struct{}, 1)
 	go func() {
 		<-queued
 		time.Sleep(200 * time.Millisecond)
-		g.link.Set(LinkFault{Blackhole: true}) // etcd stalls while the waiter waits
+		g.link.Set(netfault.Fault{Blackhole: true}) // etcd stalls while the waiter waits
 	}()
 	start := time.Now()
 	_, err = g.cli.Acquire(ctx, "busy", client.WithTTL(5*time.Second), client.WithWaitTimeout(time.Second),
@@ -161,12 +162,12 @@ func TestRecordedStuckWaiters(t *testing.T) {
 // goes out: every renewal from then on goes unanswered.
 type blackholeOnRenew struct {
 	rt   http.RoundTripper
-	link *Link
+	link *netfault.Link
 }
 
 func (b blackholeOnRenew) RoundTrip(req *http.Request) (*http.Response, error) {
 	if strings.HasSuffix(req.URL.Path, "/Renew") {
-		b.link.Set(LinkFault{Blackhole: true})
+		b.link.Set(netfault.Fault{Blackhole: true})
 	}
 	return b.rt.RoundTrip(req)
 }
@@ -182,7 +183,7 @@ func (b blackholeOnRenew) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestRegressionAcquireReturnsByWaitDeadline(t *testing.T) {
 	skipKnownBug(t, "client.Acquire renews after a long wait before returning (Client.held), unbounded by the wait deadline")
 	g := startStalledGateway(t)
-	front, err := newLink("client->gateway", g.srv.Addr())
+	front, err := netfault.New("client->gateway", g.srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestRegressionAcquireReturnsByWaitDeadline(t *testing.T) {
 	l, err := waiter.Acquire(ctx, "handoff", client.WithTTL(8*time.Second), client.WithWaitTimeout(3*time.Second))
 	took := time.Since(start)
 	if l != nil {
-		front.Set(LinkFault{})
+		front.Set(netfault.Fault{})
 		_ = l.Release(context.Background())
 	}
 	if took > 4*time.Second {

@@ -1,6 +1,7 @@
-//go:build linux
-
-package chaos
+// Package netfault is a loopback TCP fault proxy for tests and the chaos
+// harness: it forwards one network link and can blackhole, delay, drop or
+// swallow the replies of its traffic on demand.
+package netfault
 
 import (
 	"errors"
@@ -24,19 +25,19 @@ type Link struct {
 	ln     net.Listener
 
 	mu     sync.Mutex
-	fault  LinkFault
+	fault  Fault
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
 }
 
-// LinkFault is the fault a Link applies to every chunk it forwards, in both
+// Fault is the fault a Link applies to every chunk it forwards, in both
 // directions. The zero value forwards untouched.
 //
 // No fault loses bytes inside a connection that survives: TCP never does,
 // and a proxy that did would corrupt HTTP/2 framing and leave streams
 // stalled in ways no real network produces.
-type LinkFault struct {
+type Fault struct {
 	// Blackhole holds every byte back, both ways; connections stay open
 	// and silent, as across a partition, and what was held is delivered
 	// when the fault is healed, as TCP's retransmissions would.
@@ -47,14 +48,16 @@ type LinkFault struct {
 	LoseReplies bool
 	// Delay holds each chunk back this long, ± Jitter, keeping order.
 	Delay, Jitter time.Duration
+	// ReplyDelay holds back only what the target sends, this long more.
+	ReplyDelay time.Duration
 	// DropRate is the probability that a chunk is lost. TCP cannot lose
 	// bytes silently, so a lost chunk cuts its connection, as a reset after
 	// retransmissions fail would.
 	DropRate float64
 }
 
-// newLink listens on a fresh loopback port and forwards to target.
-func newLink(name, target string) (*Link, error) {
+// New listens on a fresh loopback port and forwards to target.
+func New(name, target string) (*Link, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -71,8 +74,8 @@ func (l *Link) Addr() string { return l.ln.Addr().String() }
 // URL is http://Addr.
 func (l *Link) URL() string { return "http://" + l.Addr() }
 
-// Set replaces the link's fault; LinkFault{} heals it.
-func (l *Link) Set(f LinkFault) {
+// Set replaces the link's fault; Fault{} heals it.
+func (l *Link) Set(f Fault) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fault.LoseReplies && !f.LoseReplies {
@@ -90,7 +93,7 @@ func (l *Link) holding(reply bool) bool {
 	return !l.closed && (l.fault.Blackhole || reply && l.fault.LoseReplies)
 }
 
-func (l *Link) current() LinkFault {
+func (l *Link) current() Fault {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fault
@@ -191,6 +194,9 @@ func (l *Link) pump(dst, src net.Conn, reply bool) {
 					return
 				default:
 					d := f.Delay
+					if reply {
+						d += f.ReplyDelay
+					}
 					if f.Jitter > 0 {
 						d += time.Duration(rand.Int64N(int64(2*f.Jitter))) - f.Jitter
 					}

@@ -1,0 +1,100 @@
+package queue
+
+import (
+	"context"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Cleanup owns what it deletes.
+//
+// An attempt removes its waiter key — after a cancelled or timed-out wait,
+// a lost session, a grant it could not deliver — only while it still owns
+// the key: the transaction compares the key's create revision (it is the
+// same waiter) and mod revision (this attempt wrote it last). A retry of
+// the same request id that took the key over, perhaps on another gateway,
+// has written it since, so a late cleanup of the attempt it replaced
+// deletes nothing. The lease revoked afterwards is read back from the
+// deletion itself, and only when the deleted key's own value says the lease
+// is the lock's own: never a lease a caller named, a session's or the
+// attempt lease.
+
+// removeWaiterLater runs removeWaiter in the background, owned by the
+// engine: the caller's context may already be done.
+func (e *Engine) removeWaiterLater(ctx context.Context, q *enqueued) {
+	e.background(ctx, "cleanup", 0, func(ctx context.Context) { e.removeWaiter(ctx, q) })
+}
+
+// removeWaiter deletes q's key if q's attempt still owns it, retrying
+// transient failures until ctx ends, and then gives back the attempt lease
+// reference: a key that could not be removed dies with that lease once no
+// attempt needs it.
+func (e *Engine) removeWaiter(ctx context.Context, q *enqueued) {
+	defer e.att.release(q.att)
+	e.deleteOwned(ctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+}
+
+// deleteOwned deletes a waiter key if its create revision is rev and its
+// mod revision is modRev, and revokes the key's own lease. It reports
+// whether it deleted.
+func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, modRev int64, point string) bool {
+	key := e.keys.waiter(name, waiterID)
+	b := newBackoff(e.cfg.Clock)
+	for {
+		e.at(ctx, point)
+		rctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
+		resp, err := e.cli.Txn(rctx).If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
+			clientv3.Compare(clientv3.ModRevision(key), "=", modRev),
+		).Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).Commit()
+		cancel()
+		if err == nil {
+			if resp.Succeeded {
+				e.revokeOwnLease(ctx, deletedKV(resp, 0))
+			}
+			e.at(ctx, pointCleaned)
+			return resp.Succeeded
+		}
+		if b.wait(ctx) != nil {
+			e.at(ctx, pointCleaned)
+			return false
+		}
+	}
+}
+
+// Abandon gives up a grant that could not be delivered to its client: it
+// deletes the holder's key if the attempt that made the grant still owns it
+// (a retry with the same request id that took the key over, and may have
+// delivered the grant, keeps it) and revokes the lock's own lease. It does
+// not block: the removal runs in the background, owned by the engine.
+func (e *Engine) Abandon(ctx context.Context, g Grant) {
+	e.background(ctx, "abandon", 0, func(ctx context.Context) {
+		e.deleteOwned(ctx, g.Name, g.WaiterID, g.Revision, g.attempt, pointAbandon)
+	})
+}
+
+// revokeOwnLease revokes the lease of a waiter key that was just deleted,
+// read back from the deletion, when the key's value says the lease is the
+// lock's own.
+func (e *Engine) revokeOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
+	if prev == nil || prev.Lease == 0 {
+		return
+	}
+	if _, meta, err := decodeValue(prev.Value); err != nil || meta.Session {
+		return
+	}
+	e.revokeLater(ctx, clientv3.LeaseID(prev.Lease))
+}
+
+// deletedKV is the key a delete with WithPrevKV at response index i removed.
+func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
+	if len(resp.Responses) <= i {
+		return nil
+	}
+	d := resp.Responses[i].GetResponseDeleteRange()
+	if d == nil || len(d.PrevKvs) == 0 {
+		return nil
+	}
+	return d.PrevKvs[0]
+}

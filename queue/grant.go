@@ -1,0 +1,101 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// granted turns an attempt whose key is first into a Grant.
+//
+// A lock with a lease of its own keeps the deadline of its fresh lease, or,
+// after a wait, renews the lease so that the holder starts with a full TTL.
+// A session waiter's key still rides on the attempt lease: one transaction
+// moves it onto the session lease, comparing the key's identity (create
+// revision), this attempt's ownership of it (mod revision) and the
+// session's secret. Failures that say nothing about the lock — a leader
+// change, a timeout — are retried until ctx ends, so a waiter at the head
+// never loses its place to a transient error.
+func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (out Grant, err error) {
+	ctx, sp := e.traceGrant(ctx, q)
+	defer func() { sp.endGrant(out, err) }()
+	e.at(ctx, pointGrant)
+	if q.h.Session {
+		if !q.onSession() {
+			if err := e.moveToSession(ctx, r, q); err != nil {
+				return Grant{}, err
+			}
+		}
+		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev}, nil
+	}
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: q.deadline, Resumed: q.resumed, attempt: q.modRev}
+	if q.deadline.IsZero() {
+		b := newBackoff(e.cfg.Clock)
+		for {
+			ttl, deadline, err := e.renewLease(ctx, q.h.Lease)
+			if errors.Is(err, errLeaseNotFound) {
+				return Grant{}, fmt.Errorf("%w: the waiter's lease expired before the grant", ErrLeaseLost)
+			}
+			if err == nil {
+				g.TTL, g.Deadline = ttl, deadline
+				break
+			}
+			if werr := b.wait(ctx); werr != nil {
+				return Grant{}, fmt.Errorf("queue: renew lease at grant: %w", err)
+			}
+		}
+	}
+	g.Valid = g.Deadline.Sub(began)
+	return g, nil
+}
+
+// moveToSession moves a granted session waiter's key from the attempt
+// lease onto its session lease.
+func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueued) error {
+	key := e.keys.waiter(q.h.Name, q.h.WaiterID)
+	skey := e.keys.session(q.h.Lease)
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
+		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
+	}, ownerCmps(skey, r.SessionSecret)...)
+	b := newBackoff(e.cfg.Clock)
+	for {
+		resp, err := e.cli.Txn(ctx).If(cmps...).
+			Then(clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)).
+			Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+		if err != nil {
+			if werr := b.wait(ctx); werr != nil {
+				return fmt.Errorf("queue: grant: %w", err)
+			}
+			continue
+		}
+		if resp.Succeeded {
+			e.att.release(q.att)
+			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, resp.Header.Revision
+			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
+			return nil
+		}
+		switch mine := firstKV(resp.Responses[0]); {
+		case mine == nil || mine.CreateRevision != q.h.Revision:
+			return fmt.Errorf("%w: the waiter's key is gone", ErrLeaseLost)
+		case mine.ModRevision != q.modRev:
+			return fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)
+		default:
+			return fmt.Errorf("%w: session %x expired or was closed before the grant", ErrSessionLost, int64(q.h.Lease))
+		}
+	}
+}
+
+// endAttempt cleans up after an attempt that ended without a grant.
+func (e *Engine) endAttempt(ctx context.Context, q *enqueued, err error) {
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) {
+		// The key is gone, or another attempt owns it: nothing here to
+		// remove.
+		e.att.release(q.att)
+		return
+	}
+	e.removeWaiterLater(ctx, q)
+}

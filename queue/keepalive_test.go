@@ -1,0 +1,189 @@
+package queue
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/netfault"
+)
+
+// proxiedEngine returns an engine whose etcd traffic passes through a fault
+// link, and the link.
+func proxiedEngine(t *testing.T) (*Engine, *netfault.Link) {
+	t.Helper()
+	l, err := netfault.New("etcd", shared.Endpoint()[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	cli, err := etcdtest.NewClient(l.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	cfg := DefaultConfig()
+	cfg.Prefix = "/test/proxied"
+	e, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e, l
+}
+
+// inFlight reports whether a keepalive for id is in flight.
+func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, s := range k.streams {
+		if s.byLease[int64(id)] != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Hole 6: a renewal joined a keepalive already in flight, and was answered
+// with that older request's send time as if it were its own. A client that
+// measured its deadline from its own (later) send then outlived the lease.
+func TestRenewalIsNeverCreditedWithAnOlderKeepalive(t *testing.T) {
+	e, link := proxiedEngine(t)
+	ctx := testCtx(t)
+	lease, err := shared.ClientFor(t).Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.Set(netfault.Fault{ReplyDelay: 500 * time.Millisecond})
+	first := make(chan time.Time, 1)
+	go func() {
+		_, sent, err := e.ka.renew(ctx, lease.ID)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- sent
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.ka.inFlight(lease.ID) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first keepalive was never sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Let more than the join window pass: the stimulus, not a
+	// synchronization.
+	time.Sleep(3 * joinWindow)
+	began := time.Now()
+	_, sent, err := e.ka.renew(ctx, lease.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Before(began) {
+		t.Fatalf("a renewal that began at %s was credited with a keepalive sent %s earlier", began.Format(time.StampMicro), began.Sub(sent))
+	}
+	if f := <-first; !f.Before(began) {
+		t.Fatalf("the first renewal's send time %s is not before the second's start", f)
+	}
+
+	// Through Renew: Valid never exceeds what the lease owes from the call.
+	g := mustAcquire(t, e, req("valid"))
+	link.Set(netfault.Fault{ReplyDelay: 300 * time.Millisecond})
+	began = e.cfg.Clock.Now()
+	rn, err := e.Renew(ctx, g.Handle, g.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if began.Add(rn.Valid).After(rn.Deadline) {
+		t.Fatalf("Renew = %+v from %s; want began+Valid ≤ Deadline", rn, began)
+	}
+}
+
+// Suspected: head-of-line blocking on the shared keepalive stream. etcd
+// answers a stream's requests in order, and a renewal of a lease that has
+// expired but is not yet revoked waits for its revocation, which etcd
+// rate-limits. While many leases expire at once, a live lease's renewal
+// must not wait behind that.
+func TestExpiredLeaseRenewalDoesNotHoldUpOthers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("grants thousands of leases")
+	}
+	e, _ := newEngine(t)
+	cli := shared.ClientFor(t)
+	ctx := testCtx(t)
+	// Enough leases expiring together to take etcd about two seconds to
+	// revoke at its default rate of 1,000 per second.
+	const n = 2000
+	ids := make([]clientv3.LeaseID, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := cli.Grant(ctx, 2)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = resp.ID
+		}()
+	}
+	wg.Wait()
+	granted := time.Now()
+	last := ids[n-1]
+	live, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once the last lease has expired, its renewal waits for etcd to
+	// revoke the backlog ahead of it.
+	time.Sleep(time.Until(granted.Add(2*time.Second + 200*time.Millisecond)))
+	type answer struct {
+		at  time.Time
+		err error
+	}
+	stuck := make(chan answer, 1)
+	go func() {
+		_, _, err := e.ka.renew(ctx, last)
+		stuck <- answer{time.Now(), err}
+	}()
+	for !e.ka.inFlight(last) {
+		time.Sleep(time.Millisecond)
+	}
+	// One renewal queued right behind it on the same stream (it is sent
+	// again elsewhere once it has waited stuckAfter), one sent once the
+	// stream is stuck (it goes elsewhere at once).
+	renewLive := func() (took time.Duration, at time.Time) {
+		began := time.Now()
+		if _, _, err := e.ka.renew(ctx, live.ID); err != nil {
+			t.Errorf("renewal of a live lease: %v", err)
+		}
+		return time.Since(began), time.Now()
+	}
+	queuedBehind := make(chan time.Time, 1)
+	go func() {
+		took, at := renewLive()
+		t.Logf("renewal queued behind it took %s", took)
+		queuedBehind <- at
+	}()
+	time.Sleep(stuckAfter + 50*time.Millisecond) // the stimulus: the stream is now stuck
+	took, liveAt := renewLive()
+	x := <-stuck
+	// Behind the expired lease's request, a live one would be answered
+	// only after it, at the end of the revocation backlog (seconds). The
+	// margin keeps goroutine wake-up order out of the verdict.
+	t.Logf("renewal after the stream got stuck took %s; the expired lease's answer came %s after it", took, x.at.Sub(liveAt))
+	for what, at := range map[string]time.Time{"sent once the stream was stuck": liveAt, "queued behind it": <-queuedBehind} {
+		if !at.Before(x.at.Add(-200 * time.Millisecond)) {
+			t.Errorf("a live lease's renewal %s was held up until the expired lease's answer", what)
+		}
+	}
+	if x.err != errLeaseNotFound {
+		t.Fatalf("renewal of the expired lease = %v; want errLeaseNotFound", x.err)
+	}
+}

@@ -1,0 +1,120 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// takeOver resumes the waiter an earlier attempt with the same request id
+// enqueued: its key (mine, as read) keeps its create revision — its place
+// and its fencing token — and this attempt becomes its owner.
+//
+// The value read is a claim until etcd confirms it. The caller must be the
+// waiter's owner (its binding: authenticated subject, client id, session)
+// or it is refused with ErrNotOwner, whatever request id it knows. Then one
+// transaction writes the key again, comparing its create revision and mod
+// revision with what was read: the write succeeds only on the exact value
+// that was checked, and the new mod revision makes this attempt the owner.
+// A session waiter's key moves onto this process's attempt lease, unless it
+// already rides on the session lease (it holds); the session is proven in
+// the same transaction.
+func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.KeyValue) (*enqueued, error) {
+	_, meta, err := decodeValue(mine.Value)
+	if err != nil {
+		return nil, err
+	}
+	if meta.Owner != r.binding() {
+		return nil, fmt.Errorf("%w: the request id belongs to another caller's acquire; use a request id of your own", ErrNotOwner)
+	}
+	secret, err := unsealSecret(meta.Sealed, r.RequestID)
+	if err != nil || !hasHeader(mine.Value, secret) {
+		return nil, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
+	}
+	prefix := e.keys.namePrefix(r.Name)
+	key := string(mine.Key)
+	h := Handle{
+		Name: r.Name, WaiterID: WaiterID(r.RequestID), Lease: clientv3.LeaseID(mine.Lease),
+		Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session,
+	}
+	keyLease := h.Lease
+	var att attemptRef
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", mine.CreateRevision),
+		clientv3.Compare(clientv3.ModRevision(key), "=", mine.ModRevision),
+	}
+	then := []clientv3.Op{{}, clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)}
+	if meta.Session {
+		h.Lease = r.Session
+		if keyLease != r.Session {
+			if att, err = e.att.acquire(ctx); err != nil {
+				return nil, err
+			}
+			keyLease = att.id
+		}
+		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
+	}
+	then[0] = clientv3.OpPut(key, string(mine.Value), clientv3.WithLease(keyLease))
+	e.at(ctx, pointTakeover)
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		e.att.release(att)
+		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			e.att.invalidate(att.id)
+			return nil, errRaced
+		}
+		return nil, fmt.Errorf("queue: resume: %w", err)
+	}
+	if !resp.Succeeded {
+		e.att.release(att)
+		if meta.Session {
+			if kv := firstKV(resp.Responses[0]); kv != nil && kv.ModRevision == mine.ModRevision {
+				// The key did not change: the session compare failed.
+				return nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
+			}
+		}
+		return nil, errRaced
+	}
+	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: string(mine.Value),
+		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1}
+	if meta.Session {
+		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second
+	}
+	return q, nil
+}
+
+// Resume finds the waiter an earlier acquire with r.RequestID enqueued on
+// this cluster, without enqueueing anything, and takes it over as Enqueue
+// would. It returns nil and no error if there is none. The shard router
+// uses it to let a client resume its place on the cluster a name is moving
+// away from.
+func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) {
+	began := e.cfg.Clock.Now()
+	if _, err := r.validate(e.cfg); err != nil {
+		return nil, err
+	}
+	key := e.keys.waiter(r.Name, WaiterID(r.RequestID))
+	for try := 0; ; try++ {
+		resp, err := e.cli.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("queue: look up waiter: %w", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, nil
+		}
+		q, err := e.takeOver(ctx, &r, resp.Kvs[0])
+		if errors.Is(err, errRaced) && try < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Waiter{e: e, r: r, q: q, began: began}, nil
+	}
+}

@@ -1,0 +1,105 @@
+package queue
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// waiterMeta is the JSON part of a waiter value.
+type waiterMeta struct {
+	ClientID string `json:"c,omitempty"`
+	TTL      int64  `json:"t"`
+	Epoch    uint16 `json:"e"`
+	// Session is true when the lock belongs to a session lease. Only a key
+	// whose own value says it is not a session's has a lease of its own,
+	// which its cleanup and release may revoke.
+	Session bool `json:"ss,omitempty"`
+	// Sealed is the secret masked with a digest of the request id, so a
+	// retried acquire that presents the same request id can hand out the
+	// same lock id, while a reader of etcd alone cannot.
+	Sealed string `json:"s"`
+	// Owner binds the waiter to the caller that enqueued it (see
+	// ownerBinding): a retry key lets that caller resume, nobody else.
+	Owner string `json:"o,omitempty"`
+	// Enqueued is when the waiter enqueued, in Unix milliseconds.
+	Enqueued int64 `json:"q"`
+}
+
+func encodeValue(s Secret, m waiterMeta) string {
+	b, _ := json.Marshal(m) // a struct of strings and ints always marshals
+	return valueHeader(s) + string(b)
+}
+
+func decodeValue(v []byte) (header string, m waiterMeta, err error) {
+	s := string(v)
+	i := strings.IndexByte(s, '\n')
+	if i < 0 || !strings.HasPrefix(s, "lg1 ") {
+		return "", m, fmt.Errorf("queue: waiter value has an unknown format")
+	}
+	if err := json.Unmarshal(v[i+1:], &m); err != nil {
+		return "", m, fmt.Errorf("queue: waiter value: %w", err)
+	}
+	return s[:i+1], m, nil
+}
+
+// ownerBinding is what a waiter records of the caller that enqueued it: a
+// digest of the caller's authenticated identity within its tenant, its
+// client id and its session lease. A retry with the same request id
+// resumes the waiter only when all three match, so a request id — often
+// guessable, and documented as a retry key — never hands a waiter, its
+// place or its secret to anyone else.
+func ownerBinding(owner, clientID string, session clientv3.LeaseID) string {
+	h := sha256.Sum256([]byte("leasegate/owner\x00" + owner + "\x00" + clientID + "\x00" + strconv.FormatInt(int64(session), 16)))
+	return hex.EncodeToString(h[:16])
+}
+
+func sealMask(requestID string) [SecretLen]byte {
+	h := sha256.Sum256([]byte("leasegate/seal\x00" + requestID))
+	var m [SecretLen]byte
+	copy(m[:], h[:])
+	return m
+}
+
+func sealSecret(s Secret, requestID string) string {
+	m := sealMask(requestID)
+	var out [SecretLen]byte
+	for i := range out {
+		out[i] = s[i] ^ m[i]
+	}
+	return hex.EncodeToString(out[:])
+}
+
+func unsealSecret(sealed, requestID string) (Secret, error) {
+	var s Secret
+	b, err := hex.DecodeString(sealed)
+	if err != nil || len(b) != SecretLen {
+		return s, fmt.Errorf("queue: sealed secret is malformed")
+	}
+	m := sealMask(requestID)
+	for i := range s {
+		s[i] = b[i] ^ m[i]
+	}
+	return s, nil
+}
+
+// sessionMeta is the JSON part of a session record's value.
+type sessionMeta struct {
+	ClientID string `json:"c,omitempty"`
+	// TTL is the session lease's granted TTL in seconds, reported as the
+	// TTL of the locks attached.
+	TTL int64 `json:"t,omitempty"`
+}
+
+func decodeSession(v []byte) sessionMeta {
+	var m sessionMeta
+	if i := strings.IndexByte(string(v), '\n'); i >= 0 {
+		_ = json.Unmarshal(v[i+1:], &m)
+	}
+	return m
+}
