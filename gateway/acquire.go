@@ -86,6 +86,24 @@ func (s *Service) reroute(ctx context.Context, id Identity, t Target, r *queue.A
 func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.TryResult, error) {
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
+			// A retry of a TryAcquire granted on the draining shard finds
+			// its grant there, as an Acquire would.
+			var res queue.TryResult
+			var found bool
+			if err := p.call(ctx, func(ctx context.Context) error {
+				w, err := p.Engine.Resume(ctx, r)
+				if err != nil || w == nil {
+					return err
+				}
+				found = true
+				res, err = w.Try(ctx)
+				return err
+			}); err != nil {
+				return t, queue.TryResult{}, err
+			}
+			if found {
+				return *p, res, nil
+			}
 			var busy bool
 			if err := p.call(ctx, func(ctx context.Context) error {
 				var err error

@@ -39,6 +39,10 @@ var (
 	ErrForbidden = errors.New("permission denied")
 )
 
+// owner is what binds a waiter to its caller within the tenant: how the
+// caller proved itself and as whom.
+func (id Identity) owner() string { return id.Method + "/" + id.Subject }
+
 type identityKey struct{}
 
 // WithIdentity returns ctx carrying id.

@@ -24,6 +24,10 @@ type Config struct {
 	// Telemetry configures traces and metrics; the zero value (the
 	// default) records none.
 	Telemetry Telemetry
+	// IDKeys signs and verifies lock and session ids. Every gateway of a
+	// fleet must share it. Nil draws a key for this process alone: its ids
+	// are refused by any other process, and by this one after a restart.
+	IDKeys IDKeyring
 }
 
 // DefaultConfig returns the documented defaults.

@@ -36,6 +36,9 @@ const (
 	ReasonShardUnavailable = "SHARD_UNAVAILABLE"
 	// ReasonResharding: the shard map is changing; retry shortly.
 	ReasonResharding = "RESHARDING"
+	// ReasonSuperseded: a retry with the same request id took the waiter
+	// over; this attempt ended and the retry serves the caller.
+	ReasonSuperseded = "SUPERSEDED"
 )
 
 // errShuttingDown is the cancel cause of waits ended by a gateway shutdown.
@@ -119,7 +122,9 @@ func classify(err error) (connect.Code, string, string) {
 	case errors.Is(err, queue.ErrSessionLost):
 		return connect.CodeFailedPrecondition, ReasonSessionLost, "the session is unknown or expired; open a new one"
 	case errors.Is(err, queue.ErrNotOwner):
-		return connect.CodePermissionDenied, "", "the lock id or fencing token does not prove ownership of this lock"
+		return connect.CodePermissionDenied, "", err.Error()
+	case errors.Is(err, queue.ErrSuperseded):
+		return connect.CodeAborted, ReasonSuperseded, "a retry with the same request id took this wait over"
 	case errors.Is(err, queue.ErrGuardFailed):
 		return connect.CodeUnavailable, ReasonResharding, "the shard map is changing; retry shortly"
 	case errors.Is(err, errShuttingDown):

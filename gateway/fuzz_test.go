@@ -22,15 +22,24 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
+// fuzzKeys signs the ids of the fuzz targets.
+var fuzzKeys = func() *gateway.IDKeys {
+	k, err := gateway.NewIDKeys(gateway.IDKey{ID: 7, Secret: []byte(strings.Repeat("k", gateway.MinIDKeyLen))})
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 func FuzzDecodeLockID(f *testing.F) {
 	h := queue.Handle{Name: "orders/42", WaiterID: strings.Repeat("ab", 16), Lease: 7, Revision: 99, Epoch: 1}
-	f.Add(gateway.LockID{Shard: "c0", Handle: h}.Encode())
-	f.Add(gateway.LockID{Tenant: "acme", Shard: "c1", Handle: h}.Encode())
+	f.Add(gateway.EncodeLockID(fuzzKeys, gateway.LockID{Shard: "c0", Handle: h}))
+	f.Add(gateway.EncodeLockID(fuzzKeys, gateway.LockID{Tenant: "acme", Shard: "c1", Handle: h}))
 	f.Add("")
 	f.Add("AQ")
 	f.Add("!!!")
 	f.Fuzz(func(t *testing.T, s string) {
-		id, err := gateway.DecodeLockID(s)
+		id, err := gateway.DecodeLockID(fuzzKeys, s)
 		if err != nil {
 			if !errors.Is(err, gateway.ErrMalformedID) {
 				t.Fatalf("DecodeLockID error %v is not ErrMalformedID", err)
@@ -40,7 +49,27 @@ func FuzzDecodeLockID(f *testing.F) {
 			}
 			return
 		}
-		again, err := gateway.DecodeLockID(id.Encode())
+		again, err := gateway.DecodeLockID(fuzzKeys, gateway.EncodeLockID(fuzzKeys, id))
+		if err != nil || again != id {
+			t.Fatalf("round trip of %+v = %+v, %v", id, again, err)
+		}
+	})
+}
+
+// FuzzLockIDBody signs arbitrary bodies, so the parser behind the
+// integrity check is fuzzed too.
+func FuzzLockIDBody(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 2, 'c', '0'})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		id, err := gateway.DecodeLockID(fuzzKeys, gateway.SealLockIDBody(fuzzKeys, body))
+		if err != nil {
+			if !errors.Is(err, gateway.ErrMalformedID) {
+				t.Fatalf("DecodeLockID error %v is not ErrMalformedID", err)
+			}
+			return
+		}
+		again, err := gateway.DecodeLockID(fuzzKeys, gateway.EncodeLockID(fuzzKeys, id))
 		if err != nil || again != id {
 			t.Fatalf("round trip of %+v = %+v, %v", id, again, err)
 		}
@@ -48,18 +77,18 @@ func FuzzDecodeLockID(f *testing.F) {
 }
 
 func FuzzDecodeSessionID(f *testing.F) {
-	f.Add(gateway.SessionID{Tenant: "a", Leases: []gateway.ShardLease{{Shard: "c0", Lease: 5}}}.Encode())
+	f.Add(gateway.EncodeSessionID(fuzzKeys, gateway.SessionID{Tenant: "a", Leases: []gateway.ShardLease{{Shard: "c0", Lease: 5}}}))
 	f.Add("")
 	f.Add("AQAB")
 	f.Fuzz(func(t *testing.T, s string) {
-		id, err := gateway.DecodeSessionID(s)
+		id, err := gateway.DecodeSessionID(fuzzKeys, s)
 		if err != nil {
 			if !errors.Is(err, gateway.ErrMalformedID) {
 				t.Fatalf("DecodeSessionID error %v is not ErrMalformedID", err)
 			}
 			return
 		}
-		if _, err := gateway.DecodeSessionID(id.Encode()); err != nil {
+		if _, err := gateway.DecodeSessionID(fuzzKeys, gateway.EncodeSessionID(fuzzKeys, id)); err != nil {
 			t.Fatalf("re-encoded session id does not decode: %v", err)
 		}
 	})
@@ -96,7 +125,9 @@ func fuzzService(t testing.TB) *fuzzTarget {
 			fuzzErr = err
 			return
 		}
-		svc, err := gateway.NewService(gateway.DefaultConfig(), gateway.SingleRouter{T: gateway.Target{Shard: "main", Engine: eng}}, nil)
+		cfg := gateway.DefaultConfig()
+		cfg.IDKeys = fuzzKeys
+		svc, err := gateway.NewService(cfg, gateway.SingleRouter{T: gateway.Target{Shard: "main", Engine: eng}}, nil)
 		if err != nil {
 			fuzzErr = err
 			return

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -16,11 +18,65 @@ import (
 var ErrMalformedID = errors.New("malformed id")
 
 const (
-	lockIDVersion    = 1
-	sessionIDVersion = 1
+	lockIDVersion    = 2
+	sessionIDVersion = 2
 	flagSession      = 1
 	maxIDLen         = 2048
+	tagLen           = 16
 )
+
+// Domains keep a lock id's tag from ever verifying as a session id's.
+const (
+	lockIDDomain    = "leasegate lock id\x00"
+	sessionIDDomain = "leasegate session id\x00"
+)
+
+// seal appends the version, key number and tag around body.
+func seal(keys IDKeyring, domain string, version byte, body []byte) string {
+	k := keys.Signing()
+	b := make([]byte, 0, 2+len(body)+tagLen)
+	b = append(b, version, k.ID)
+	b = append(b, body...)
+	b = append(b, tag(k, domain, b)...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func tag(k IDKey, domain string, b []byte) []byte {
+	m := hmac.New(sha256.New, k.Secret)
+	m.Write([]byte(domain))
+	m.Write(b)
+	return m.Sum(nil)[:tagLen]
+}
+
+// open checks an id's version and tag and returns its body. what names the
+// id in errors ("lock id", "session id"); errors never echo the id.
+func open(keys IDKeyring, domain string, version byte, what, s string) ([]byte, error) {
+	if s == "" {
+		return nil, fmt.Errorf("%w: %s is empty", ErrMalformedID, what)
+	}
+	if len(s) > maxIDLen {
+		return nil, fmt.Errorf("%w: %s is %d bytes; the limit is %d", ErrMalformedID, what, len(s), maxIDLen)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not base64url", ErrMalformedID, what)
+	}
+	if len(b) < 2+tagLen {
+		return nil, fmt.Errorf("%w: %s is truncated", ErrMalformedID, what)
+	}
+	if b[0] != version {
+		return nil, fmt.Errorf("%w: unknown %s version %d", ErrMalformedID, what, b[0])
+	}
+	k, ok := keys.Lookup(b[1])
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is signed with id key %d, which this gateway does not have (retired, or not yet rolled out)", ErrMalformedID, what, b[1])
+	}
+	n := len(b) - tagLen
+	if !hmac.Equal(tag(k, domain, b[:n]), b[n:]) {
+		return nil, fmt.Errorf("%w: %s failed its integrity check: this fleet did not issue it, or it was altered", ErrMalformedID, what)
+	}
+	return b[2:n], nil
+}
 
 // LockID is what a lock id carries: enough for any gateway process to renew
 // or release the lock without shared memory.
@@ -33,12 +89,11 @@ type LockID struct {
 	Handle queue.Handle
 }
 
-// Encode returns the opaque, URL-safe form. It contains the holder's secret:
-// treat it like a password.
-func (id LockID) Encode() string {
+// EncodeLockID returns the opaque, URL-safe, signed form of id. It
+// contains the holder's secret: treat it like a password.
+func EncodeLockID(keys IDKeyring, id LockID) string {
 	wid, _ := hex.DecodeString(id.Handle.WaiterID)
 	b := make([]byte, 0, 96+len(id.Tenant)+len(id.Shard)+len(id.Handle.Name))
-	b = append(b, lockIDVersion)
 	var flags byte
 	if id.Handle.Session {
 		flags |= flagSession
@@ -52,27 +107,18 @@ func (id LockID) Encode() string {
 	b = appendString(b, string(wid))
 	b = append(b, id.Handle.Secret[:]...)
 	b = appendString(b, id.Handle.Name)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return seal(keys, lockIDDomain, lockIDVersion, b)
 }
 
-// DecodeLockID parses a lock id. Its errors wrap ErrMalformedID and never
-// echo the id.
-func DecodeLockID(s string) (LockID, error) {
+// DecodeLockID verifies and parses a lock id. Its errors wrap
+// ErrMalformedID and never echo the id.
+func DecodeLockID(keys IDKeyring, s string) (LockID, error) {
 	var id LockID
-	if s == "" {
-		return id, fmt.Errorf("%w: lock id is empty", ErrMalformedID)
-	}
-	if len(s) > maxIDLen {
-		return id, fmt.Errorf("%w: lock id is %d bytes; the limit is %d", ErrMalformedID, len(s), maxIDLen)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := open(keys, lockIDDomain, lockIDVersion, "lock id", s)
 	if err != nil {
-		return id, fmt.Errorf("%w: lock id is not base64url", ErrMalformedID)
+		return id, err
 	}
 	r := reader{b: b}
-	if v := r.byte(); v != lockIDVersion {
-		return id, fmt.Errorf("%w: unknown lock id version %d", ErrMalformedID, v)
-	}
 	flags := r.byte()
 	id.Tenant = r.string()
 	id.Shard = r.string()
@@ -114,9 +160,10 @@ type SessionID struct {
 	Secret queue.Secret
 }
 
-// Encode returns the opaque, URL-safe form; it contains the session secret.
-func (id SessionID) Encode() string {
-	b := []byte{sessionIDVersion}
+// EncodeSessionID returns the opaque, URL-safe, signed form of id; it
+// contains the session secret.
+func EncodeSessionID(keys IDKeyring, id SessionID) string {
+	var b []byte
 	b = appendString(b, id.Tenant)
 	b = append(b, id.Secret[:]...)
 	b = binary.AppendUvarint(b, uint64(len(id.Leases)))
@@ -124,7 +171,7 @@ func (id SessionID) Encode() string {
 		b = appendString(b, l.Shard)
 		b = binary.BigEndian.AppendUint64(b, uint64(l.Lease))
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
+	return seal(keys, sessionIDDomain, sessionIDVersion, b)
 }
 
 // Lease returns the session's lease on shard.
@@ -137,31 +184,29 @@ func (id SessionID) Lease(shard string) (clientv3.LeaseID, bool) {
 	return 0, false
 }
 
-// DecodeSessionID parses a session id; errors wrap ErrMalformedID.
-func DecodeSessionID(s string) (SessionID, error) {
+// DecodeSessionID verifies and parses a session id; errors wrap
+// ErrMalformedID.
+func DecodeSessionID(keys IDKeyring, s string) (SessionID, error) {
 	var id SessionID
-	if s == "" {
-		return id, fmt.Errorf("%w: session id is empty", ErrMalformedID)
-	}
-	if len(s) > maxIDLen {
-		return id, fmt.Errorf("%w: session id is %d bytes; the limit is %d", ErrMalformedID, len(s), maxIDLen)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := open(keys, sessionIDDomain, sessionIDVersion, "session id", s)
 	if err != nil {
-		return id, fmt.Errorf("%w: session id is not base64url", ErrMalformedID)
+		return id, err
 	}
 	r := reader{b: b}
-	if v := r.byte(); v != sessionIDVersion {
-		return id, fmt.Errorf("%w: unknown session id version %d", ErrMalformedID, v)
-	}
 	id.Tenant = r.string()
 	copy(id.Secret[:], r.bytes(queue.SecretLen))
 	n := r.uvarint()
 	if n == 0 || n > 64 {
 		return SessionID{}, fmt.Errorf("%w: session id has %d shards", ErrMalformedID, n)
 	}
+	seen := map[string]bool{}
 	for i := uint64(0); i < n && !r.err; i++ {
-		id.Leases = append(id.Leases, ShardLease{Shard: r.string(), Lease: clientv3.LeaseID(r.uint64())})
+		l := ShardLease{Shard: r.string(), Lease: clientv3.LeaseID(r.uint64())}
+		if seen[l.Shard] || l.Shard == "" || l.Lease == 0 {
+			return SessionID{}, fmt.Errorf("%w: session id lists a shard twice or an empty lease", ErrMalformedID)
+		}
+		seen[l.Shard] = true
+		id.Leases = append(id.Leases, l)
 	}
 	if r.err || len(r.b) != 0 {
 		return SessionID{}, fmt.Errorf("%w: session id is truncated or has trailing bytes", ErrMalformedID)

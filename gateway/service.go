@@ -33,6 +33,7 @@ type Service struct {
 	auth *Authenticator
 	lim  *limiter
 	tel  *telemetry
+	keys IDKeyring
 }
 
 var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
@@ -49,7 +50,17 @@ func NewService(cfg Config, router Router, log *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits)}
+	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits), keys: cfg.IDKeys}
+	if s.keys == nil {
+		k, err := GenerateIDKey(1)
+		if err != nil {
+			return nil, err
+		}
+		if s.keys, err = NewIDKeys(k); err != nil {
+			return nil, err
+		}
+		log.Warn("lock and session ids are signed with a key of this process alone: no other gateway accepts them, nor this one after a restart")
+	}
 	if s.tel, err = newTelemetry(s, cfg.Telemetry); err != nil {
 		return nil, err
 	}
@@ -97,7 +108,7 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID}
 	var sess *SessionID
 	if sessionID != "" {
-		id, err := DecodeSessionID(sessionID)
+		id, err := DecodeSessionID(s.keys, sessionID)
 		if err != nil {
 			return r, nil, fieldOf("session_id", err)
 		}
@@ -124,6 +135,7 @@ func (s *Service) target(id Identity, r *queue.AcquireRequest, sess *SessionID) 
 	}
 	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	r.Epoch, r.Guards = t.Epoch, t.Guards
+	r.Owner = id.owner()
 	if sess != nil {
 		lease, ok := sess.Lease(t.Shard)
 		if !ok {
@@ -135,13 +147,18 @@ func (s *Service) target(id Identity, r *queue.AcquireRequest, sess *SessionID) 
 }
 
 func (s *Service) granted(id Identity, t Target, g queue.Grant) *v1.Granted {
-	return &v1.Granted{
-		LockId:       LockID{Tenant: id.Tenant, Shard: t.Shard, Handle: g.Handle}.Encode(),
+	out := &v1.Granted{
+		LockId:       EncodeLockID(s.keys, LockID{Tenant: id.Tenant, Shard: t.Shard, Handle: g.Handle}),
 		FencingToken: g.Token(),
-		ExpiresAt:    timestamppb.New(g.Deadline),
 		TtlMs:        g.TTL.Milliseconds(),
 		Shard:        t.Shard,
 	}
+	if !g.Deadline.IsZero() {
+		// A session lock's deadline is its session's.
+		out.ExpiresAt = timestamppb.New(g.Deadline)
+		out.ValidForMs = max(g.Valid.Milliseconds(), 0)
+	}
+	return out
 }
 
 // Acquire streams queue positions until the caller is granted.
@@ -211,10 +228,14 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		return toConnect(err)
 	}
 	if err := stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}}); err != nil {
-		// The grant never reached the client. Its lease will lapse unless
-		// a retry with the same request id collects it; releasing here
-		// would be wrong if that retry is already on its way.
-		s.log.WarnContext(ctx, "grant not delivered", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
+		// The grant never reached the client: the stream is broken, so the
+		// client saw an error, not this grant. Give the lock up rather than
+		// leave a holder nobody serves. The give-up removes the key only
+		// while this attempt owns it: a retry with the same request id
+		// that took it over (and delivered the grant) keeps it.
+		s.log.WarnContext(ctx, "grant not delivered; giving it up", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
+		t.Engine.Abandon(ctx, g)
+		return toConnect(err)
 	}
 	return nil
 }
@@ -259,7 +280,7 @@ func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, Target
 	if err != nil {
 		return LockID{}, Target{}, err
 	}
-	id, err := DecodeLockID(lockID)
+	id, err := DecodeLockID(s.keys, lockID)
 	if err != nil {
 		return id, Target{}, fieldOf("lock_id", err)
 	}
@@ -276,7 +297,7 @@ func (s *Service) Renew(ctx context.Context, req *connect.Request[v1.RenewReques
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&v1.RenewResponse{ExpiresAt: timestamppb.New(rn.Deadline), TtlMs: rn.TTL.Milliseconds()}), nil
+	return connect.NewResponse(&v1.RenewResponse{ExpiresAt: timestamppb.New(rn.Deadline), TtlMs: rn.TTL.Milliseconds(), ValidForMs: max(rn.Valid.Milliseconds(), 0)}), nil
 }
 
 func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) (queue.Renewal, error) {

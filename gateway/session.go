@@ -38,7 +38,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	}
 	id := SessionID{Tenant: who.Tenant, Secret: secret}
 	var earliest time.Time
-	var effTTL time.Duration
+	var effTTL, valid time.Duration
 	for _, t := range s.router.All() {
 		t, err := t.forTenant(who.Tenant)
 		if err != nil {
@@ -56,11 +56,12 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 		}
 		id.Leases = append(id.Leases, ShardLease{Shard: t.Shard, Lease: sess.Lease})
 		if earliest.IsZero() || sess.Deadline.Before(earliest) {
-			earliest, effTTL = sess.Deadline, sess.TTL
+			earliest, effTTL, valid = sess.Deadline, sess.TTL, sess.Valid
 		}
 	}
 	return connect.NewResponse(&v1.OpenSessionResponse{
-		SessionId: id.Encode(), ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds(),
+		SessionId: EncodeSessionID(s.keys, id), ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds(),
+		ValidForMs: max(valid.Milliseconds(), 0),
 	}), nil
 }
 
@@ -111,6 +112,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	wg.Wait()
 	var earliest time.Time
 	var effTTL time.Duration
+	valid := time.Duration(-1)
 	for _, r := range results {
 		if r.err != nil {
 			return nil, toConnect(r.err)
@@ -118,8 +120,11 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 		if earliest.IsZero() || r.rn.Deadline.Before(earliest) {
 			earliest, effTTL = r.rn.Deadline, r.rn.TTL
 		}
+		if valid < 0 || r.rn.Valid < valid {
+			valid = r.rn.Valid
+		}
 	}
-	return connect.NewResponse(&v1.KeepAliveSessionResponse{ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds()}), nil
+	return connect.NewResponse(&v1.KeepAliveSessionResponse{ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds(), ValidForMs: max(valid.Milliseconds(), 0)}), nil
 }
 
 // CloseSession revokes the session's leases, releasing every lock on them.

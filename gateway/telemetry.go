@@ -191,7 +191,7 @@ func (t *telemetry) shardOfName(name string) string {
 // shardOfLockID is the shard a lock id names, if this gateway knows it: a
 // forged id must not mint label values.
 func (t *telemetry) shardOfLockID(lockID string) string {
-	id, err := DecodeLockID(lockID)
+	id, err := DecodeLockID(t.s.keys, lockID)
 	if err != nil {
 		return "unknown"
 	}

@@ -61,7 +61,7 @@ func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, S
 	if err != nil {
 		return who, SessionID{}, err
 	}
-	id, err := DecodeSessionID(sessionID)
+	id, err := DecodeSessionID(s.keys, sessionID)
 	if err != nil {
 		return who, id, fieldOf("session_id", err)
 	}

@@ -351,6 +351,28 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	return w.e.tracedWait(ctx, &w.r, w.q, w.began)
 }
 
+// Try grants the waiter if it is first and the name needs nothing else
+// (no BeforeGrant); otherwise it leaves the queue and reports the holder.
+// It is TryAcquire for a waiter found by Resume: a TryAcquire retried after
+// its name moved to another cluster finds its grant where it was made.
+func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
+	q := w.q
+	if q.first != nil && q.first.CreateRevision == q.h.Revision && w.r.BeforeGrant == nil {
+		g, err := w.e.granted(ctx, &w.r, q, w.began)
+		if err != nil {
+			w.e.endAttempt(ctx, q, err)
+			return TryResult{}, err
+		}
+		return TryResult{Acquired: true, Grant: g}, nil
+	}
+	w.e.removeWaiterLater(ctx, q)
+	holder, err := w.e.holderInfo(ctx, q.first)
+	if err != nil {
+		return TryResult{}, err
+	}
+	return TryResult{Holder: holder}, nil
+}
+
 // TryResult is the outcome of TryAcquire.
 type TryResult struct {
 	// Acquired reports whether the lock was granted.

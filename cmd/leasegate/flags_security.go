@@ -27,6 +27,7 @@ func addSecurityFlags(f *pflag.FlagSet, cfg *server.Config, sec *securityFlags) 
 	f.StringVar(&cfg.Gateway.Auth.JWTAudience, "jwt-audience", "", "required aud of bearer JWTs")
 	f.StringVar(&cfg.Gateway.Auth.JWTTenantClaim, "jwt-tenant-claim", "tenant", "JWT claim naming the caller's tenant")
 	f.StringVar(&sec.policyFile, "tenant-policy", "", `JSON file {"TENANT": {"namePrefixes": ["orders/", …]}} restricting the names tenants may lock`)
+	f.StringVar(&cfg.IDKeysFile, "id-keys-file", "", "file of the keys that sign lock and session ids, lines \"NUMBER BASE64-SECRET\" (first signs; mode 0600); default: kept in the home etcd cluster")
 	f.BoolVar(&cfg.AllowInsecureRemote, "allow-insecure-remote", false, "serve a non-loopback address without authentication (anyone who can connect can take or steal any lock)")
 	l := &cfg.Gateway.Limits
 	f.Float64Var(&l.TenantAcquireRate, "tenant-acquire-rate", 0, "acquires per second per tenant (0 = unlimited)")

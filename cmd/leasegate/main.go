@@ -87,6 +87,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	cmd.AddCommand(newDemoCmd())
 	cmd.AddCommand(newEtcdMemberCmd())
 	cmd.AddCommand(newShardsCmd())
+	cmd.AddCommand(newIDKeysCmd())
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve Connect, gRPC, gRPC-Web and REST on")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for embedded etcd data (unused with --etcd)")

@@ -78,6 +78,12 @@ type Config struct {
 	// KeyCountInterval is how often each shard's lock keys are counted for
 	// leasegate_lock_keys. Default 15 s.
 	KeyCountInterval time.Duration
+	// IDKeysFile, when set, names the file of keys that sign lock and
+	// session ids (gateway.ParseIDKeys's form, mode 0600); every gateway of
+	// the fleet must read the same keys. Empty: the keys live in the home
+	// etcd cluster, created by the first gateway, and changes made there
+	// (leasegate id-keys rotate) are followed.
+	IDKeysFile string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -169,6 +175,7 @@ type Server struct {
 	log      *slog.Logger
 	embedded []*embedetcd.Server
 	home     *clientv3.Client
+	idKeys   *storedIDKeys
 	router   *shard.Router
 	stopMet  func()
 	service  *gateway.Service
@@ -214,6 +221,19 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, err
 	}
 	cfg.Gateway.Telemetry = gatewayTelemetry(cfg.Telemetry)
+	if cfg.IDKeysFile != "" {
+		if cfg.Gateway.IDKeys, err = LoadIDKeysFile(cfg.IDKeysFile); err != nil {
+			return nil, err
+		}
+	} else {
+		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		s.idKeys, err = followIDKeys(kctx, s.home, idKeysPrefix(cfg.Prefix), s.log)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("id keys: %w", err)
+		}
+		cfg.Gateway.IDKeys = s.idKeys
+	}
 	if s.service, err = gateway.NewService(cfg.Gateway, gateway.ShardRouter{R: s.router}, s.log); err != nil {
 		return nil, err
 	}
@@ -301,6 +321,10 @@ func (s *Server) closeBackends() {
 	}
 	if s.router != nil {
 		s.router.Close()
+	}
+	if s.idKeys != nil {
+		s.idKeys.close()
+		s.idKeys = nil
 	}
 	if s.home != nil {
 		_ = s.home.Close()

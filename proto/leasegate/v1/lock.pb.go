@@ -265,7 +265,13 @@ type Granted struct {
 	// Effective TTL in milliseconds (whole seconds, at least etcd's minimum).
 	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// Shard (etcd cluster) the lock lives on.
-	Shard         string `protobuf:"bytes,5,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shard string `protobuf:"bytes,5,opt,name=shard,proto3" json:"shard,omitempty"`
+	// How long the lease is certain to live, counted from when the gateway
+	// received the request that was granted. A client that adds it to the
+	// time it sent that request gets a deadline that is never late, whatever
+	// its clock and the gateway's read. 0 for a lock in a session, whose
+	// deadline is the session's (expires_at is then unset).
+	ValidForMs    int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +339,13 @@ func (x *Granted) GetShard() string {
 		return x.Shard
 	}
 	return ""
+}
+
+func (x *Granted) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
+	}
+	return 0
 }
 
 type TryAcquireRequest struct {
@@ -536,9 +549,13 @@ func (x *RenewRequest) GetTtlMs() int64 {
 }
 
 type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// How long the lease is certain to live, counted from when the gateway
+	// received this request: add it to the send time of the request. It can
+	// be shorter or longer than ttl_ms.
+	ValidForMs    int64 `protobuf:"varint,3,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +600,13 @@ func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
 func (x *RenewResponse) GetTtlMs() int64 {
 	if x != nil {
 		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *RenewResponse) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
 	}
 	return 0
 }
@@ -988,10 +1012,13 @@ func (x *OpenSessionRequest) GetTtlMs() int64 {
 }
 
 type OpenSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// How long the session's leases are certain to live, counted from when
+	// the gateway received this request (see RenewResponse.valid_for_ms).
+	ValidForMs    int64 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1047,6 +1074,13 @@ func (x *OpenSessionResponse) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *OpenSessionResponse) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
+	}
+	return 0
+}
+
 type KeepAliveSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1092,9 +1126,12 @@ func (x *KeepAliveSessionRequest) GetSessionId() string {
 }
 
 type KeepAliveSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// How long the session's leases are certain to live, counted from when
+	// the gateway received this request (see RenewResponse.valid_for_ms).
+	ValidForMs    int64 `protobuf:"varint,3,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1139,6 +1176,13 @@ func (x *KeepAliveSessionResponse) GetExpiresAt() *timestamppb.Timestamp {
 func (x *KeepAliveSessionResponse) GetTtlMs() int64 {
 	if x != nil {
 		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *KeepAliveSessionResponse) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
 	}
 	return 0
 }
@@ -1244,14 +1288,16 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x06Queued\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xaf\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xd1\x01\n" +
 	"\aGranted\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05shard\x18\x05 \x01(\tR\x05shard\"\x99\x01\n" +
+	"\x05shard\x18\x05 \x01(\tR\x05shard\x12 \n" +
+	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
+	"validForMs\"\x99\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1267,11 +1313,13 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\fRenewRequest\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"a\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x83\x01\n" +
 	"\rRenewResponse\x129\n" +
 	"\n" +
 	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"N\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12 \n" +
+	"\fvalid_for_ms\x18\x03 \x01(\x03R\n" +
+	"validForMs\"N\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"-\n" +
@@ -1296,20 +1344,24 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\rcurrent_token\x18\x02 \x01(\x03R\fcurrentToken\"H\n" +
 	"\x12OpenSessionRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\x86\x01\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\xa8\x01\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"8\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12 \n" +
+	"\fvalid_for_ms\x18\x04 \x01(\x03R\n" +
+	"validForMs\"8\n" +
 	"\x17KeepAliveSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"l\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8e\x01\n" +
 	"\x18KeepAliveSessionResponse\x129\n" +
 	"\n" +
 	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"4\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12 \n" +
+	"\fvalid_for_ms\x18\x03 \x01(\x03R\n" +
+	"validForMs\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
