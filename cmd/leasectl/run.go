@@ -40,6 +40,10 @@ when CMD was killed by signal N). SIGINT and SIGTERM sent to leasectl are
 forwarded to CMD. CMD runs in its own process group so that these signals reach
 every process it started; it is not meant to read from the terminal.
 
+SIGINT or SIGTERM (signal N) before CMD starts — while run waits for the lock,
+or after the grant — keeps CMD from starting: run releases the lock if it was
+granted and exits with status 128+N.
+
 The lock is released on every exit path. If no lock is granted within --wait,
 run exits with status 3 without running CMD.`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -75,31 +79,45 @@ run exits with status 3 without running CMD.`,
 	return cmd
 }
 
-// runLocked holds the lock while argv runs. ctx is cancelled by SIGINT or
-// SIGTERM; until the lock is granted that ends the wait.
+// testHookGranted, when set (by tests only), runs after the lock is granted
+// and before leasectl decides whether to start CMD, with the channel on
+// which leasectl receives signals.
+var testHookGranted func(sigs <-chan os.Signal)
+
+// runLocked holds the lock while argv runs.
 func runLocked(ctx context.Context, g *globals, c *client.Client, name string, opts []client.AcquireOption, grace time.Duration, argv []string) error {
-	// Subscribe before the grant so no signal is missed in between.
+	// Subscribe before the wait so that no signal is missed up to CMD's end.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	lock, err := c.Acquire(ctx, name, opts...)
-	if err != nil {
-		if ctx.Err() != nil {
-			return exitStatus{code: exitError, err: fmt.Errorf("interrupted while waiting for lock %q", name)}
+	lock, stop, err := acquireUnlessStopped(ctx, c, name, opts, sigs)
+	if lock != nil {
+		defer func() {
+			rctx, cancel := g.releaseCtx(ctx)
+			defer cancel()
+			if err := lock.Release(rctx); err != nil {
+				fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(err.Error()))
+			}
+		}()
+		if testHookGranted != nil {
+			testHookGranted(sigs)
 		}
-		return err
+		// The last moment to honour a stop signal by not starting CMD at
+		// all; one that arrives later is forwarded to CMD.
+		if stop == 0 {
+			stop = pendingStop(sigs)
+		}
 	}
-	defer func() {
-		rctx, cancel := g.releaseCtx(ctx)
-		defer cancel()
-		if err := lock.Release(rctx); err != nil {
-			fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(err.Error()))
-		}
-	}()
-	// Signals that arrived while waiting were for the wait, which is over.
-	for len(sigs) > 0 {
-		<-sigs
+	switch {
+	case stop != 0 && lock != nil:
+		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived after lock %q was granted; %s not started, lock released", int(stop), stop, name, argv[0])}
+	case stop != 0:
+		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived while waiting for lock %q; %s not started", int(stop), stop, name, argv[0])}
+	case err != nil && ctx.Err() != nil:
+		return exitStatus{code: exitError, err: fmt.Errorf("interrupted while waiting for lock %q", name)}
+	case err != nil:
+		return err
 	}
 
 	child := exec.Command(argv[0], argv[1:]...)
@@ -139,6 +157,52 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 		case <-kill:
 			kill = nil
 			_ = signalGroup(child.Process, syscall.SIGKILL)
+		}
+	}
+}
+
+// acquireUnlessStopped waits for the lock until it is granted, the wait
+// fails, or a stop signal arrives on sigs; it returns the lock (nil unless
+// granted) and the stop signal (0 if none). The grant can race a stop
+// signal, so both can be set: the caller must release the lock.
+func acquireUnlessStopped(ctx context.Context, c *client.Client, name string, opts []client.AcquireOption, sigs <-chan os.Signal) (*client.Lock, syscall.Signal, error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		lock *client.Lock
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(actx, name, opts...)
+		got <- result{l, err}
+	}()
+	var stop syscall.Signal
+	for {
+		select {
+		case s := <-sigs:
+			if stop == 0 {
+				stop = s.(syscall.Signal)
+				cancel()
+			}
+		case r := <-got:
+			return r.lock, stop, r.err
+		}
+	}
+}
+
+// pendingStop drains the signals already received and returns the first,
+// or 0 if there was none.
+func pendingStop(sigs <-chan os.Signal) syscall.Signal {
+	var stop syscall.Signal
+	for {
+		select {
+		case s := <-sigs:
+			if stop == 0 {
+				stop = s.(syscall.Signal)
+			}
+		default:
+			return stop
 		}
 	}
 }
