@@ -56,7 +56,12 @@ func (e exitStatus) Error() string {
 func (e exitStatus) Unwrap() error { return e.err }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:]))
+	}
+	// SIGTERM is never ignored at start (the Go runtime catches it), so
+	// the list is never empty, which would mean every signal.
+	ctx, stop := signal.NotifyContext(context.Background(), unlessIgnored(os.Interrupt, syscall.SIGTERM)...)
 	err := newRootCmd(os.Stdout).ExecuteContext(ctx)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -36,13 +37,26 @@ If the lock is lost — a gateway reports it expired or taken over, or no gatewa
 can confirm it before its conservative deadline — run sends SIGTERM to CMD,
 SIGKILL after --grace if it has not exited, and exits with status 4 and a
 message saying the lock was lost. Otherwise it exits with CMD's status (128+N
-when CMD was killed by signal N). SIGINT and SIGTERM sent to leasectl are
-forwarded to CMD. CMD runs in its own process group so that these signals reach
-every process it started; it is not meant to read from the terminal.
+when CMD was killed by signal N).
 
-SIGINT or SIGTERM (signal N) before CMD starts — while run waits for the lock,
-or after the grant — keeps CMD from starting: run releases the lock if it was
-granted and exits with status 128+N.
+CMD runs in a process group of its own, so that a signal reaches every process
+it started; it is not meant to read from the terminal. Signals sent to leasectl:
+  SIGHUP, SIGINT, SIGQUIT, SIGTERM  stop: forwarded to CMD's process group,
+                     which gets --grace to exit before SIGKILL; then the lock
+                     is released. Closing the terminal (SIGHUP) is one.
+  SIGUSR1, SIGUSR2   forwarded to CMD's process group.
+Signals leasectl was started with ignored (nohup) stay ignored, in CMD too.
+A stop signal N before CMD starts — while run waits for the lock, or after the
+grant — keeps CMD from starting: run releases the lock if it was granted and
+exits with status 128+N.
+
+When CMD exits, whatever it left running in its process group is killed
+(SIGKILL) before the lock is released. If leasectl dies without cleaning up
+(SIGKILL, the OOM killer), CMD's whole process group is killed at once: CMD runs
+under a small supervisor process (leasectl itself) that kills the group when
+leasectl is gone. Processes that leave CMD's process group (setsid, setpgid)
+are out of reach. On systems other than Unix there is no supervisor and no
+process group: signals reach CMD alone, and CMD outlives a killed leasectl.
 
 The lock is released on every exit path. If no lock is granted within --wait,
 run exits with status 3 without running CMD.`,
@@ -79,6 +93,44 @@ run exits with status 3 without running CMD.`,
 	return cmd
 }
 
+// superviseArg, as leasectl's first argument, makes it CMD's supervisor
+// (see child_unix.go) rather than the command-line client.
+const superviseArg = "__supervise"
+
+// childExit is how CMD ended: the status a shell would report, and err when
+// leasectl has more to say than the status.
+type childExit struct {
+	status int
+	err    error
+}
+
+// startIgnored records which of the stop and relay signals this process
+// was started with ignored (nohup, a background job of a script), read
+// before anything subscribes to them.
+var startIgnored = func() map[os.Signal]bool {
+	m := map[os.Signal]bool{}
+	for _, s := range append(slices.Clone(stopSignals), relaySignals...) {
+		m[s] = signal.Ignored(s)
+	}
+	return m
+}()
+
+// unlessIgnored is sigs less those the process was started with ignored.
+// leasectl leaves those ignored, so that CMD inherits that as it would
+// without leasectl.
+func unlessIgnored(sigs ...os.Signal) []os.Signal {
+	return slices.DeleteFunc(slices.Clone(sigs), func(s os.Signal) bool { return startIgnored[s] })
+}
+
+// handledSignals are the signals leasectl and CMD's supervisor catch.
+func handledSignals() []os.Signal {
+	return unlessIgnored(append(slices.Clone(stopSignals), relaySignals...)...)
+}
+
+// isStop reports whether sig tells leasectl to stop, rather than being only
+// forwarded to CMD.
+func isStop(sig syscall.Signal) bool { return slices.Contains(stopSignals, os.Signal(sig)) }
+
 // testHookGranted, when set (by tests only), runs after the lock is granted
 // and before leasectl decides whether to start CMD, with the channel on
 // which leasectl receives signals.
@@ -87,8 +139,8 @@ var testHookGranted func(sigs <-chan os.Signal)
 // runLocked holds the lock while argv runs.
 func runLocked(ctx context.Context, g *globals, c *client.Client, name string, opts []client.AcquireOption, grace time.Duration, argv []string) error {
 	// Subscribe before the wait so that no signal is missed up to CMD's end.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, handledSignals()...)
 	defer signal.Stop(sigs)
 
 	lock, stop, err := acquireUnlessStopped(ctx, c, name, opts, sigs)
@@ -120,43 +172,62 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 		return err
 	}
 
-	child := exec.Command(argv[0], argv[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	child.Env = append(os.Environ(),
+	ch, err := startChild(argv, append(os.Environ(),
 		"LEASEGATE_FENCING_TOKEN="+strconv.FormatInt(lock.Token(), 10),
 		"LEASEGATE_LOCK_NAME="+name,
 		"LEASEGATE_LOCK_ID="+lock.ID(),
-	)
-	setProcessGroup(child)
-	if err := child.Start(); err != nil {
-		return exitStatus{code: 127, err: fmt.Errorf("start %s: %w", argv[0], err)}
+	))
+	if err != nil {
+		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
+	// Every path from here waits for CMD's end (and its group's) before
+	// the deferred release runs.
+	return watchChild(ch, lock, grace, sigs, argv[0])
+}
 
+// watchChild waits until CMD has ended, stopping it when the lock is lost or
+// leasectl is told to stop, and returns leasectl's exit status.
+func watchChild(ch *child, lock *client.Lock, grace time.Duration, sigs <-chan os.Signal, cmdName string) error {
+	var kill *time.Timer
+	var killC <-chan time.Time
+	killIn := func(d time.Duration) {
+		if kill == nil {
+			kill = time.NewTimer(d)
+			killC = kill.C
+		}
+	}
+	defer func() {
+		if kill != nil {
+			kill.Stop()
+		}
+	}()
 	lost := lock.Done()
-	var kill <-chan time.Time
 	var lostErr error
 	for {
 		select {
-		case err := <-exited:
-			if lostErr != nil {
-				return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was lost while %s ran, so it was stopped: %v", name, argv[0], firstLine(lostErr.Error()))}
+		case res := <-ch.exited():
+			switch {
+			case lostErr != nil:
+				return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was lost while %s ran, so it was stopped: %v", lock.Name(), cmdName, firstLine(lostErr.Error()))}
+			case res.err != nil:
+				return exitStatus{code: res.status, err: res.err}
 			}
-			return exitStatus{code: statusOf(err)}
+			return exitStatus{code: res.status}
 		case s := <-sigs:
-			_ = signalGroup(child.Process, s.(syscall.Signal))
+			sig := s.(syscall.Signal)
+			ch.signal(sig)
+			if isStop(sig) {
+				killIn(grace)
+			}
 		case <-lost:
 			lost = nil
 			lostErr = lock.Err()
-			fmt.Fprintf(os.Stderr, "leasectl: lock %q lost: %v; sending SIGTERM to %s (SIGKILL in %s)\n", name, firstLine(lostErr.Error()), argv[0], grace)
-			_ = signalGroup(child.Process, syscall.SIGTERM)
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			kill = t.C
-		case <-kill:
-			kill = nil
-			_ = signalGroup(child.Process, syscall.SIGKILL)
+			fmt.Fprintf(os.Stderr, "leasectl: lock %q lost: %v; sending SIGTERM to %s (SIGKILL in %s)\n", lock.Name(), firstLine(lostErr.Error()), cmdName, grace)
+			ch.signal(syscall.SIGTERM)
+			killIn(grace)
+		case <-killC:
+			killC = nil
+			ch.signal(syscall.SIGKILL)
 		}
 	}
 }
@@ -181,8 +252,9 @@ func acquireUnlessStopped(ctx context.Context, c *client.Client, name string, op
 	for {
 		select {
 		case s := <-sigs:
-			if stop == 0 {
-				stop = s.(syscall.Signal)
+			// Signals that are only forwarded have no CMD to go to yet.
+			if sig := s.(syscall.Signal); stop == 0 && isStop(sig) {
+				stop = sig
 				cancel()
 			}
 		case r := <-got:
@@ -191,15 +263,15 @@ func acquireUnlessStopped(ctx context.Context, c *client.Client, name string, op
 	}
 }
 
-// pendingStop drains the signals already received and returns the first,
-// or 0 if there was none.
+// pendingStop drains the signals already received and returns the first
+// stop signal among them, or 0 if there was none.
 func pendingStop(sigs <-chan os.Signal) syscall.Signal {
 	var stop syscall.Signal
 	for {
 		select {
 		case s := <-sigs:
-			if stop == 0 {
-				stop = s.(syscall.Signal)
+			if sig := s.(syscall.Signal); stop == 0 && isStop(sig) {
+				stop = sig
 			}
 		default:
 			return stop
