@@ -5,7 +5,8 @@
 // Exit statuses: 0 success; 1 error (for example no gateway reachable);
 // 2 bad flags or arguments (including ones a gateway refuses); 3 the lock was not acquired (held, or the wait
 // timed out); 4 the lock was lost. leasectl run otherwise exits with the
-// command's status.
+// command's status, or 128+N when stop signal N came before the command
+// started.
 package main
 
 import (
@@ -125,7 +126,8 @@ from LEASEGATE_ENDPOINT (URLs separated by commas or spaces); the default is
 
 Exit statuses: 0 success; 1 error (for example no gateway reachable); 2 bad
 flags or arguments; 3 lock not acquired (held, or the wait timed out); 4 lock
-lost. "leasectl run" otherwise exits with the command's status.`,
+lost. "leasectl run" otherwise exits with the command's status, or 128+N when
+stop signal N came before the command started.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.ArbitraryArgs,

@@ -23,7 +23,7 @@ func newRunCmd(g *globals) *cobra.Command {
 	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "run --lock NAME [--ttl 30s] [--wait 1m] [--grace 10s] -- CMD [ARGS...]",
-		Short: "Run a command while holding a lock; stop it if the lock is lost",
+		Short: "Run a command while holding a lock; stop it before the lock can lapse",
 		Long: `run waits for NAME's lock, then runs CMD while it holds the lock, renewing the
 lease in the background (every TTL/3).
 
@@ -33,33 +33,47 @@ CMD's environment carries:
   LEASEGATE_LOCK_NAME      NAME
   LEASEGATE_LOCK_ID        the lock id
 
-If the lock is lost — a gateway reports it expired or taken over, or no gateway
-can confirm it before its conservative deadline — run sends SIGTERM to CMD,
-SIGKILL after --grace if it has not exited, and exits with status 4 and a
-message saying the lock was lost. Otherwise it exits with CMD's status (128+N
-when CMD was killed by signal N).
+run stops CMD before the lease can lapse. The lock has a conservative deadline,
+which each renewal moves forward. When it comes within --grace and no renewal
+has confirmed the lock (gateways unreachable or cut off from etcd), run sends
+SIGTERM to CMD, and SIGKILL at the deadline if CMD has not exited. When a
+gateway reports the lock expired or taken over, another holder may already
+run, so CMD gets SIGKILL at once. In both cases run exits with status 4 and a
+message saying so. Otherwise it exits with CMD's status (128+N when CMD was
+killed by signal N).
+
+--grace defaults to min(10s, TTL/3) and may not exceed TTL/3: renewals come
+every TTL/3, so a longer grace would stop CMD while the lock is healthy.
+
+IMPORTANT: only fencing protects the resource from a CMD that ignores SIGTERM
+and is paused (GC, SIGSTOP, a VM migration) past its SIGKILL, and from a
+leasectl that is itself stopped (SIGSTOP, ^Z) or paused while CMD runs on:
+nothing renews the lock then, and nothing stops CMD until leasectl runs
+again. Send LEASEGATE_FENCING_TOKEN with every write.
 
 CMD runs in a process group of its own, so that a signal reaches every process
-it started; it is not meant to read from the terminal. Signals sent to leasectl:
-  SIGHUP, SIGINT, SIGQUIT, SIGTERM  stop: forwarded to CMD's process group,
-                     which gets --grace to exit before SIGKILL; then the lock
-                     is released. Closing the terminal (SIGHUP) is one.
-  SIGUSR1, SIGUSR2   forwarded to CMD's process group.
-Signals leasectl was started with ignored (nohup) stay ignored, in CMD too.
-A stop signal N before CMD starts — while run waits for the lock, or after the
-grant — keeps CMD from starting: run releases the lock if it was granted and
+it started; it is not meant to read from the terminal. Signals sent to
+leasectl:
+  SIGHUP, SIGINT,   stop: forwarded to CMD's process group, which gets --grace
+  SIGQUIT, SIGTERM  to exit before SIGKILL; then the lock is released. The
+                    terminal sends the first three to leasectl, not to CMD.
+  SIGUSR1, SIGUSR2  forwarded to CMD's process group.
+Signals leasectl was started with ignored (nohup) stay ignored, in CMD too. A
+stop signal N before CMD starts (while run waits for the lock, or after the
+grant) keeps CMD from starting: run releases the lock if it was granted and
 exits with status 128+N.
 
 When CMD exits, whatever it left running in its process group is killed
 (SIGKILL) before the lock is released. If leasectl dies without cleaning up
-(SIGKILL, the OOM killer), CMD's whole process group is killed at once: CMD runs
-under a small supervisor process (leasectl itself) that kills the group when
-leasectl is gone. Processes that leave CMD's process group (setsid, setpgid)
-are out of reach. On systems other than Unix there is no supervisor and no
-process group: signals reach CMD alone, and CMD outlives a killed leasectl.
+(SIGKILL, the OOM killer), CMD's whole process group is killed at once: CMD
+runs under a small supervisor process (leasectl itself) that kills the group
+when leasectl is gone; the lock then lapses at its TTL. Processes that leave
+CMD's process group (setsid, setpgid) are out of reach. On systems other than
+Unix there is no supervisor and no process group: signals reach CMD alone,
+and CMD outlives a killed leasectl.
 
-The lock is released on every exit path. If no lock is granted within --wait,
-run exits with status 3 without running CMD.`,
+Unless leasectl is killed, the lock is released on every exit path. If no lock
+is granted within --wait, run exits with status 3 without running CMD.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("no command to run; usage: leasectl run --lock NAME -- CMD [ARGS...]")
@@ -70,10 +84,11 @@ run exits with status 3 without running CMD.`,
 			if name == "" {
 				return usagef("--lock is required")
 			}
-			if grace < 0 {
-				return usagef("--grace %s: want 0 or a positive duration", grace)
-			}
 			opts, err := a.options()
+			if err != nil {
+				return err
+			}
+			grace, err := graceFor(a.ttl, grace, cmd.Flags().Changed("grace"))
 			if err != nil {
 				return err
 			}
@@ -87,7 +102,8 @@ run exits with status 3 without running CMD.`,
 	}
 	a.register(cmd, true)
 	cmd.Flags().StringVar(&name, "lock", "", "name of the lock to hold (required)")
-	cmd.Flags().DurationVar(&grace, "grace", 10*time.Second, "time CMD gets to exit after SIGTERM on lock loss before SIGKILL")
+	cmd.Flags().DurationVar(&grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
+	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
 	// Everything after CMD belongs to CMD, even without "--".
 	cmd.Flags().SetInterspersed(false)
 	return cmd
@@ -163,13 +179,16 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 	}
 	switch {
 	case stop != 0 && lock != nil:
-		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived after lock %q was granted; %s not started, lock released", int(stop), stop, name, argv[0])}
+		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived after lock %q was granted; %s not started", int(stop), stop, name, argv[0])}
 	case stop != 0:
 		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived while waiting for lock %q; %s not started", int(stop), stop, name, argv[0])}
 	case err != nil && ctx.Err() != nil:
 		return exitStatus{code: exitError, err: fmt.Errorf("interrupted while waiting for lock %q", name)}
 	case err != nil:
 		return err
+	}
+	if err := lock.Err(); err != nil {
+		return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was lost before %s started: %v", name, argv[0], firstLine(err.Error()))}
 	}
 
 	ch, err := startChild(argv, append(os.Environ(),
@@ -183,53 +202,6 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 	// Every path from here waits for CMD's end (and its group's) before
 	// the deferred release runs.
 	return watchChild(ch, lock, grace, sigs, argv[0])
-}
-
-// watchChild waits until CMD has ended, stopping it when the lock is lost or
-// leasectl is told to stop, and returns leasectl's exit status.
-func watchChild(ch *child, lock *client.Lock, grace time.Duration, sigs <-chan os.Signal, cmdName string) error {
-	var kill *time.Timer
-	var killC <-chan time.Time
-	killIn := func(d time.Duration) {
-		if kill == nil {
-			kill = time.NewTimer(d)
-			killC = kill.C
-		}
-	}
-	defer func() {
-		if kill != nil {
-			kill.Stop()
-		}
-	}()
-	lost := lock.Done()
-	var lostErr error
-	for {
-		select {
-		case res := <-ch.exited():
-			switch {
-			case lostErr != nil:
-				return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was lost while %s ran, so it was stopped: %v", lock.Name(), cmdName, firstLine(lostErr.Error()))}
-			case res.err != nil:
-				return exitStatus{code: res.status, err: res.err}
-			}
-			return exitStatus{code: res.status}
-		case s := <-sigs:
-			sig := s.(syscall.Signal)
-			ch.signal(sig)
-			if isStop(sig) {
-				killIn(grace)
-			}
-		case <-lost:
-			lost = nil
-			lostErr = lock.Err()
-			fmt.Fprintf(os.Stderr, "leasectl: lock %q lost: %v; sending SIGTERM to %s (SIGKILL in %s)\n", lock.Name(), firstLine(lostErr.Error()), cmdName, grace)
-			ch.signal(syscall.SIGTERM)
-			killIn(grace)
-		case <-killC:
-			killC = nil
-			ch.signal(syscall.SIGKILL)
-		}
-	}
 }
 
 // acquireUnlessStopped waits for the lock until it is granted, the wait
