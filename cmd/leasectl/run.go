@@ -57,7 +57,8 @@ leasectl:
   SIGHUP, SIGINT,   stop: forwarded to CMD's process group, which gets --grace
   SIGQUIT, SIGTERM  to exit before SIGKILL; then the lock is released. The
                     terminal sends the first three to leasectl, not to CMD.
-  SIGUSR1, SIGUSR2  forwarded to CMD's process group.
+  SIGUSR1, SIGUSR2  forwarded to CMD's process group (dropped before CMD
+                    starts).
 Signals leasectl was started with ignored (nohup) stay ignored, in CMD too. A
 stop signal N before CMD starts (while run waits for the lock, or after the
 grant) keeps CMD from starting: run releases the lock if it was granted and
