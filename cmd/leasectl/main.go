@@ -5,7 +5,8 @@
 // Exit statuses: 0 success; 1 error (for example no gateway reachable);
 // 2 bad flags or arguments (including ones a gateway refuses); 3 the lock was not acquired (held, or the wait
 // timed out); 4 the lock was lost. leasectl run otherwise exits with the
-// command's status.
+// command's status, or 128+N when stop signal N came before the command
+// started.
 package main
 
 import (
@@ -56,7 +57,12 @@ func (e exitStatus) Error() string {
 func (e exitStatus) Unwrap() error { return e.err }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:]))
+	}
+	// SIGTERM is never ignored at start (the Go runtime catches it), so
+	// the list is never empty, which would mean every signal.
+	ctx, stop := signal.NotifyContext(context.Background(), unlessIgnored(os.Interrupt, syscall.SIGTERM)...)
 	err := newRootCmd(os.Stdout).ExecuteContext(ctx)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
@@ -120,7 +126,8 @@ from LEASEGATE_ENDPOINT (URLs separated by commas or spaces); the default is
 
 Exit statuses: 0 success; 1 error (for example no gateway reachable); 2 bad
 flags or arguments; 3 lock not acquired (held, or the wait timed out); 4 lock
-lost. "leasectl run" otherwise exits with the command's status.`,
+lost. "leasectl run" otherwise exits with the command's status, or 128+N when
+stop signal N came before the command started.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.ArbitraryArgs,

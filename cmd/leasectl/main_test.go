@@ -28,6 +28,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// A leasectl run inside this test binary re-executes it as CMD's
+	// supervisor.
+	if len(os.Args) > 1 && os.Args[1] == superviseArg {
+		os.Exit(supervise(os.Args[2:]))
+	}
 	os.Exit(testMain(m))
 }
 
