@@ -117,10 +117,11 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 			// against a gateway or network that stalls.
 			actx, cancelAttempt = withTimeout(ctx, clk, waitUntil.Sub(clk.Now())+waitGrace)
 		}
+		sent := clk.Now()
 		g, queued, err := acquireOnce(actx, ep.rpc, req, cfg.onQueued)
 		cancelAttempt()
 		if err == nil {
-			return c.held(ctx, op, name, g, anchor, s, waitUntil)
+			return c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, waitUntil)
 		}
 		if cfg.wait > 0 && ctx.Err() == nil && !clk.Now().Before(waitUntil) {
 			return nil, &opError{op: op, kind: ErrWaitTimeout, cause: err}
@@ -203,7 +204,9 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	}
 	anchor := c.cfg.clock.Now()
 	var resp *v1.TryAcquireResponse
+	var sent time.Time
 	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		sent = c.cfg.clock.Now()
 		r, err := rpc.TryAcquire(ctx, connect.NewRequest(req))
 		if err == nil {
 			resp = r.Msg
@@ -220,16 +223,23 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		}
 		return nil, held
 	}
-	return c.held(ctx, op, name, resp.Granted, anchor, s, time.Time{})
+	return c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, time.Time{})
 }
 
-// held turns a grant into a Lock. anchor is a time before every lease event
-// of the grant (the first attempt's send time).
+// grantTimes are the clock readings a grant's first deadline is measured
+// from: before the first attempt (every lease event of the grant follows
+// it) and before the attempt that was granted (valid_for_ms counts from its
+// arrival).
+type grantTimes struct {
+	anchor, sent time.Time
+}
+
+// held turns a grant into a Lock.
 // waitGrace is how long past its wait deadline an Acquire may take to
 // return: the time to confirm a grant that arrived at the deadline.
 const waitGrace = 500 * time.Millisecond
 
-func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, anchor time.Time, s *Session, waitUntil time.Time) (*Lock, error) {
+func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, waitUntil time.Time) (*Lock, error) {
 	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
 	if s != nil {
 		l.attach(s)
@@ -239,11 +249,19 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, ancho
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: fmt.Errorf("the gateway granted a lease with ttl_ms %d", g.TtlMs)}
 	}
 	clk := c.cfg.clock
+	// The tighter of the first attempt's send time plus the TTL and the
+	// granted attempt's send time plus what the gateway says the lease owes
+	// from that attempt's arrival.
+	anchor := at.anchor
+	deadline := c.deadline(at.anchor, confirmation{ttl: l.ttl})
+	if v := ms(g.ValidForMs); v > 0 {
+		deadline = minTime(deadline, c.deadline(at.sent, confirmation{ttl: l.ttl, valid: v}))
+	}
 	if clk.Now().Sub(anchor) >= time.Duration(float64(l.ttl)*c.cfg.renewFraction) {
 		// A long wait leaves only the send time of the first attempt to
 		// measure the deadline from; a renewal now gives a fresh one.
 		var sent time.Time
-		var ttl time.Duration
+		var conf confirmation
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if !waitUntil.IsZero() {
 			// Confirming the grant must not hold the caller far past
@@ -254,27 +272,35 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, ancho
 		err := c.call(rctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
 			sent = clk.Now()
 			var err error
-			ttl, err = l.renewRPC(ctx, rpc)
+			conf, err = l.renewRPC(ctx, rpc)
 			return err
 		})
 		switch {
 		case err == nil:
 			anchor = sent
-			if ttl > 0 {
-				l.ttl = ttl
+			if conf.ttl > 0 {
+				l.ttl = conf.ttl
 			}
+			deadline = c.deadline(sent, confirmation{ttl: l.ttl, valid: conf.valid})
 		case proofRefused(err):
 			return nil, &opError{op: op, kind: ErrLockLost, cause: err}
 		}
 	}
-	if !clk.Now().Before(anchor.Add(l.ttl - c.cfg.marginFor(l.ttl))) {
+	if !clk.Now().Before(deadline) {
 		// Granted, but it cannot be confirmed in time: let it go.
 		rctx, cancel := withTimeout(context.WithoutCancel(ctx), clk, c.cfg.requestTimeout)
 		defer cancel()
 		_, _ = c.ReleaseByID(rctx, l.id, l.token)
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("granted, but no gateway confirmed the lease before its deadline; released it")}
 	}
-	l.keeper = c.startKeeper(l.ttl, anchor, l.renewRPC, l.lostError)
+	l.keeper = c.startKeeper(l.ttl, anchor, deadline, l.renewRPC, l.lostError)
 	l.ctx = l.keeper.ctx
 	return l, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

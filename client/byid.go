@@ -61,6 +61,11 @@ type Renewal struct {
 	Expires time.Time
 	// TTL is the lease's effective TTL.
 	TTL time.Duration
+	// Deadline is conservative on this client's clock: the send time of
+	// the renewal that was answered plus the tighter of TTL and what the
+	// gateway said the lease owes from the request's arrival, less the
+	// safety margin. Unlike Expires it needs no clock agreement.
+	Deadline time.Time
 }
 
 // RenewByID renews a lock known only by its id and token, such as one
@@ -71,11 +76,13 @@ type Renewal struct {
 func (c *Client) RenewByID(ctx context.Context, lockID string, token int64) (Renewal, error) {
 	var out Renewal
 	err := c.call(ctx, "renew", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		sent := c.cfg.clock.Now()
 		r, err := rpc.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lockID, FencingToken: token}))
 		if err != nil {
 			return err
 		}
-		out = Renewal{TTL: time.Duration(r.Msg.TtlMs) * time.Millisecond}
+		out = Renewal{TTL: ms(r.Msg.TtlMs)}
+		out.Deadline = c.deadline(sent, confirmation{ttl: out.TTL, valid: ms(r.Msg.ValidForMs)})
 		if r.Msg.ExpiresAt != nil {
 			out.Expires = r.Msg.ExpiresAt.AsTime()
 		}

@@ -24,7 +24,7 @@ type keeper struct {
 	c      *Client
 	ttl    time.Duration
 	margin time.Duration
-	renew  func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (time.Duration, error)
+	renew  func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (confirmation, error)
 	// lostErr turns the cause of a loss into the error the owner reports.
 	lostErr func(cause error) error
 
@@ -50,21 +50,42 @@ type hooks struct {
 
 type renewResult struct {
 	sent time.Time
-	ttl  time.Duration
-	err  error
+	confirmation
+	err error
 }
 
-// startKeeper starts keeping a lease whose TTL is ttl and which was last
-// confirmed by a request sent at anchor.
-func (c *Client) startKeeper(ttl time.Duration, anchor time.Time,
-	renew func(context.Context, leasegatev1connect.LockServiceClient) (time.Duration, error),
+// confirmation is what a gateway answered about a lease: its TTL and how
+// long it is certain to live from the request's arrival (valid; 0 when the
+// gateway did not say).
+type confirmation struct {
+	ttl, valid time.Duration
+}
+
+// deadline is the conservative deadline a confirmation of a request sent at
+// sent gives: the tighter of sent + TTL and sent + valid, less the margin.
+// A gateway's valid may be shorter than TTL — the keepalive that confirmed
+// the lease can have been sent before the request arrived — and sent is
+// before the arrival, so sent + valid never outlives the lease.
+func (c *Client) deadline(sent time.Time, conf confirmation) time.Time {
+	d := conf.ttl
+	if conf.valid > 0 && conf.valid < d {
+		d = conf.valid
+	}
+	return sent.Add(d - c.cfg.marginFor(conf.ttl))
+}
+
+// startKeeper starts keeping a lease whose TTL is ttl, last confirmed by a
+// request sent at anchor, with the conservative deadline that confirmation
+// gave.
+func (c *Client) startKeeper(ttl time.Duration, anchor, deadline time.Time,
+	renew func(context.Context, leasegatev1connect.LockServiceClient) (confirmation, error),
 	lostErr func(error) error) *keeper {
 	k := &keeper{
 		c: c, ttl: ttl, margin: c.cfg.marginFor(ttl), renew: renew, lostErr: lostErr,
 		stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.Background())
-	k.deadline = anchor.Add(ttl - k.margin)
+	k.deadline = deadline
 	go k.run(anchor)
 	return k
 }
@@ -131,7 +152,7 @@ func (k *keeper) run(anchor time.Time) {
 			}
 			switch {
 			case r.err == nil:
-				if d := r.sent.Add(r.ttl - k.c.cfg.marginFor(r.ttl)); d.After(deadline) {
+				if d := k.c.deadline(r.sent, r.confirmation); d.After(deadline) {
 					deadline = d
 					k.mu.Lock()
 					k.deadline = d
@@ -170,11 +191,11 @@ func (k *keeper) attempt(ctx context.Context) renewResult {
 	sent := clk.Now()
 	actx, cancel := withTimeout(ctx, clk, min(k.c.cfg.requestTimeout, k.ttl/4))
 	defer cancel()
-	ttl, err := k.renew(actx, ep.rpc)
+	conf, err := k.renew(actx, ep.rpc)
 	if err != nil && !proofRefused(err) {
 		k.c.failed(i)
 	}
-	return renewResult{sent: sent, ttl: ttl, err: err}
+	return renewResult{sent: sent, confirmation: conf, err: err}
 }
 
 // unconfirmed is the cause of a loss by deadline.

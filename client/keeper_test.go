@@ -24,7 +24,7 @@ type attemptResult struct {
 
 // keeperFixture runs a keeper over a fake renew function: the renewer's
 // logic is not about etcd, so it is tested without one.
-func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Context) (time.Duration, error)) (*keeper, fakeClk, chan attemptResult) {
+func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Context) (confirmation, error)) (*keeper, fakeClk, chan attemptResult) {
 	t.Helper()
 	clk := fakeClk{clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
 	seen := make(chan attemptResult, 64)
@@ -34,7 +34,7 @@ func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Conte
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := c.startKeeper(ttl, clk.Now(), func(ctx context.Context, _ leasegatev1connect.LockServiceClient) (time.Duration, error) {
+	k := c.startKeeper(ttl, clk.Now(), c.deadline(clk.Now(), confirmation{ttl: ttl}), func(ctx context.Context, _ leasegatev1connect.LockServiceClient) (confirmation, error) {
 		return renew(ctx)
 	}, func(cause error) error { return &opError{op: "test lease", kind: ErrLockLost, cause: cause} })
 	t.Cleanup(func() { k.stop(ErrReleased) })
@@ -54,7 +54,7 @@ func waitFor[T any](t *testing.T, ch <-chan T) T {
 }
 
 func TestKeeperIntervalJitter(t *testing.T) {
-	k, _, _ := keeperFixture(t, 30*time.Second, func(context.Context) (time.Duration, error) { return 30 * time.Second, nil })
+	k, _, _ := keeperFixture(t, 30*time.Second, func(context.Context) (confirmation, error) { return confirmation{ttl: 30 * time.Second}, nil })
 	lo, hi := 9*time.Second, 11*time.Second
 	for i := 0; i < 1000; i++ {
 		if d := k.interval(); d < lo || d > hi {
@@ -65,7 +65,7 @@ func TestKeeperIntervalJitter(t *testing.T) {
 
 func TestKeeperTransientFailuresHoldUntilDeadline(t *testing.T) {
 	unavailable := connect.NewError(connect.CodeUnavailable, errors.New("gateway gone"))
-	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (time.Duration, error) { return 0, unavailable })
+	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (confirmation, error) { return confirmation{}, unavailable })
 	deadline := k.Deadline()
 	clk.Advance(deadline.Sub(clk.Now()) - time.Nanosecond)
 	if r := waitFor(t, seen); !errors.Is(r.err, unavailable) {
@@ -90,7 +90,7 @@ func TestKeeperRefusalLosesAtOnce(t *testing.T) {
 	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen, Domain: errorDomain}); err == nil {
 		refused.AddDetail(d)
 	}
-	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (time.Duration, error) { return 0, refused })
+	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (confirmation, error) { return confirmation{}, refused })
 	clk.Advance(1100 * time.Millisecond)
 	waitFor(t, seen)
 	<-k.ctx.Done()
@@ -106,10 +106,10 @@ func TestKeeperRefusalLosesAtOnce(t *testing.T) {
 func TestKeeperAnswerAfterDeadlineDoesNotRevive(t *testing.T) {
 	unblock := make(chan struct{})
 	started := make(chan struct{}, 1)
-	k, clk, _ := keeperFixture(t, 3*time.Second, func(ctx context.Context) (time.Duration, error) {
+	k, clk, _ := keeperFixture(t, 3*time.Second, func(ctx context.Context) (confirmation, error) {
 		started <- struct{}{}
 		<-unblock
-		return 3 * time.Second, nil
+		return confirmation{ttl: 3 * time.Second}, nil
 	})
 	deadline := k.Deadline()
 	clk.Advance(1100 * time.Millisecond)
@@ -127,7 +127,7 @@ func TestKeeperAnswerAfterDeadlineDoesNotRevive(t *testing.T) {
 
 func TestKeeperSuccessMovesDeadline(t *testing.T) {
 	const ttl = 3 * time.Second
-	k, clk, seen := keeperFixture(t, ttl, func(context.Context) (time.Duration, error) { return ttl, nil })
+	k, clk, seen := keeperFixture(t, ttl, func(context.Context) (confirmation, error) { return confirmation{ttl: ttl}, nil })
 	margin := k.c.cfg.marginFor(ttl)
 	for i := 0; i < 3; i++ {
 		clk.Advance(1100 * time.Millisecond)
@@ -141,5 +141,32 @@ func TestKeeperSuccessMovesDeadline(t *testing.T) {
 	}
 	if k.ctx.Err() != nil {
 		t.Fatalf("renewed lease lost: %v", context.Cause(k.ctx))
+	}
+}
+
+// Hole 6: a gateway can confirm a renewal with a keepalive sent before the
+// renewal arrived, and then says so: valid_for_ms is shorter than the TTL.
+// The deadline takes the tighter of the two, never the longer.
+func TestKeeperDeadlineTakesTheTighterOfTTLAndValid(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, tc := range []struct {
+		valid, want time.Duration
+	}{
+		{valid: 2500 * time.Millisecond, want: 2500 * time.Millisecond},
+		{valid: 0, want: ttl},               // a gateway that does not say
+		{valid: 5 * time.Second, want: ttl}, // longer than the TTL: the TTL holds
+	} {
+		k, clk, seen := keeperFixture(t, ttl, func(context.Context) (confirmation, error) {
+			return confirmation{ttl: ttl, valid: tc.valid}, nil
+		})
+		clk.Advance(1100 * time.Millisecond)
+		r := waitFor(t, seen)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		want := r.sent.Add(tc.want - k.c.cfg.marginFor(ttl))
+		if got := k.Deadline(); !got.Equal(want) {
+			t.Errorf("valid %s: deadline %s after the renewal sent at %s; want %s", tc.valid, got, r.sent, want)
+		}
 	}
 }

@@ -98,13 +98,15 @@ func (l *Lock) lostError(cause error) error {
 }
 
 // renewRPC renews the lock's own lease once on rpc.
-func (l *Lock) renewRPC(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (time.Duration, error) {
+func (l *Lock) renewRPC(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (confirmation, error) {
 	resp, err := rpc.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: l.id, FencingToken: l.token}))
 	if err != nil {
-		return 0, err
+		return confirmation{}, err
 	}
-	return time.Duration(resp.Msg.TtlMs) * time.Millisecond, nil
+	return confirmation{ttl: ms(resp.Msg.TtlMs), valid: ms(resp.Msg.ValidForMs)}, nil
 }
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // attach ties a session lock's lifetime to its session's.
 func (l *Lock) attach(s *Session) {

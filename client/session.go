@@ -67,18 +67,18 @@ func (c *Client) OpenSession(ctx context.Context, opts ...SessionOption) (*Sessi
 	if s.ttl <= 0 {
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("the gateway opened a session without a TTL")}
 	}
-	s.keeper = c.startKeeper(s.ttl, sent, s.keepAliveRPC, func(cause error) error {
+	s.keeper = c.startKeeper(s.ttl, sent, c.deadline(sent, confirmation{ttl: s.ttl, valid: ms(resp.ValidForMs)}), s.keepAliveRPC, func(cause error) error {
 		return &opError{op: "session", kind: ErrSessionLost, cause: cause}
 	})
 	return s, nil
 }
 
-func (s *Session) keepAliveRPC(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (time.Duration, error) {
+func (s *Session) keepAliveRPC(ctx context.Context, rpc leasegatev1connect.LockServiceClient) (confirmation, error) {
 	resp, err := rpc.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s.id}))
 	if err != nil {
-		return 0, err
+		return confirmation{}, err
 	}
-	return time.Duration(resp.Msg.TtlMs) * time.Millisecond, nil
+	return confirmation{ttl: ms(resp.Msg.TtlMs), valid: ms(resp.Msg.ValidForMs)}, nil
 }
 
 // TTL is the session lease's effective TTL.
