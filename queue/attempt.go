@@ -37,12 +37,11 @@ import (
 type attemptLease struct {
 	e *Engine
 
-	mu       sync.Mutex
-	id       clientv3.LeaseID
-	refs     int
-	granting chan struct{} // closed when an in-flight grant ends
-	gen      uint64        // bumps whenever id changes
-	stop     context.CancelFunc
+	mu   sync.Mutex
+	id   clientv3.LeaseID
+	refs int
+	gen  uint64 // bumps whenever id changes
+	stop context.CancelFunc
 }
 
 // attemptRef is a reference to one attempt lease; the zero value holds none.
@@ -53,48 +52,38 @@ type attemptRef struct {
 
 // acquire returns the attempt lease, granting it if needed, with a
 // reference the caller gives back with release when its attempt no longer
-// needs the lease.
+// needs the lease. Callers that find no lease grant one each rather than
+// wait on one another; all but the first to finish revoke theirs.
 func (a *attemptLease) acquire(ctx context.Context) (attemptRef, error) {
-	for {
-		a.mu.Lock()
-		if a.id != 0 {
-			a.refs++
-			ref := attemptRef{a.id, a.gen}
-			a.mu.Unlock()
-			return ref, nil
-		}
-		if ch := a.granting; ch != nil {
-			a.mu.Unlock()
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return attemptRef{}, ctx.Err()
-			}
-		}
-		ch := make(chan struct{})
-		a.granting = ch
+	a.mu.Lock()
+	if a.id != 0 {
+		a.refs++
+		ref := attemptRef{a.id, a.gen}
 		a.mu.Unlock()
-
-		a.e.at(ctx, pointLeaseGet)
-		resp, err := a.e.cli.Grant(ctx, int64(a.e.cfg.AttemptTTL/time.Second))
-		a.mu.Lock()
-		a.granting = nil
-		close(ch)
-		if err != nil {
-			a.mu.Unlock()
-			return attemptRef{}, fmt.Errorf("queue: grant attempt lease: %w", err)
-		}
-		a.id, a.refs = resp.ID, 1
-		a.gen++
-		kctx, cancel := context.WithCancel(a.e.ctx)
-		a.stop = cancel
-		gen := a.gen
-		a.e.wg.Add(1)
-		go a.keep(kctx, resp.ID, gen)
-		a.mu.Unlock()
-		return attemptRef{resp.ID, gen}, nil
+		return ref, nil
 	}
+	a.mu.Unlock()
+
+	a.e.at(ctx, pointLeaseGet)
+	resp, err := a.e.cli.Grant(ctx, int64(a.e.cfg.AttemptTTL/time.Second))
+	if err != nil {
+		return attemptRef{}, fmt.Errorf("queue: grant attempt lease: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.id != 0 {
+		// Another attempt's grant won meanwhile.
+		a.e.revokeLater(ctx, resp.ID)
+		a.refs++
+		return attemptRef{a.id, a.gen}, nil
+	}
+	a.id, a.refs = resp.ID, 1
+	a.gen++
+	kctx, cancel := context.WithCancel(a.e.ctx)
+	a.stop = cancel
+	a.e.wg.Add(1)
+	go a.keep(kctx, resp.ID, a.gen)
+	return attemptRef{resp.ID, a.gen}, nil
 }
 
 // release gives back a reference taken by acquire. A reference to a lease

@@ -17,6 +17,7 @@ const (
 	pointEnqueue  = "enqueue.txn"      // before the acquire transaction
 	pointTakeover = "resume.takeover"  // before an attempt takes over its waiter key
 	pointRead     = "wait.read"        // before a waiter re-reads its queue
+	pointWatch    = "wait.watch"       // read, before the watches are created
 	pointCheck    = "wait.check"       // watches created, before the identity check
 	pointGrant    = "grant"            // first in the queue, before the grant is made
 	pointCleanup  = "cleanup.txn"      // before a waiter's key is removed
@@ -36,8 +37,10 @@ type hooks interface {
 	// at is called at a named point.
 	at(ctx context.Context, point string)
 	// spawn is called before a background task of ctx's actor starts; the
-	// returned context carries the task's own identity.
+	// returned context carries the task's own identity. end is called when
+	// the task has finished.
 	spawn(ctx context.Context, task string) context.Context
+	end(ctx context.Context)
 	// park is called when a waiter blocks on its watches, with what it
 	// waits behind; unpark when it returns.
 	park(ctx context.Context, p parked)
@@ -45,13 +48,14 @@ type hooks interface {
 }
 
 // parked describes a waiter blocked on its watches: it wakes when the key
-// it waits behind (pred, created at predRev) goes or its own key (own,
-// last written at ownMod) changes.
+// it waits behind (pred, created at predRev) goes, its own key (own, last
+// written at ownMod) changes, or its session record (session, if any) goes.
 type parked struct {
 	pred    string
 	predRev int64
 	own     string
 	ownMod  int64
+	session string
 }
 
 func (e *Engine) at(ctx context.Context, point string) {
@@ -80,6 +84,9 @@ func (e *Engine) background(parent context.Context, task string, d time.Duration
 		}
 		e.at(ctx, pointSpawned)
 		fn(ctx)
+		if e.hooks != nil {
+			e.hooks.end(ctx)
+		}
 	}()
 }
 

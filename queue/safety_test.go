@@ -38,6 +38,7 @@ func (h *pointHooks) at(ctx context.Context, point string) {
 	}
 }
 func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context { return ctx }
+func (h *pointHooks) end(context.Context)                                 {}
 func (h *pointHooks) park(context.Context, parked)                        {}
 func (h *pointHooks) unpark(context.Context)                              {}
 

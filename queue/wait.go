@@ -236,6 +236,7 @@ func (e *Engine) awaitChange(ctx context.Context, w waitState) {
 	// behind this one, and waiting on it would deadlock the two. The own
 	// key must still carry this attempt's last write: anything else means
 	// it is gone or another attempt took it over.
+	e.at(ctx, pointWatch)
 	pw := e.cli.Watch(wctx, w.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	ow := e.cli.Watch(wctx, w.own, clientv3.WithCreatedNotify())
 	watches := 2
@@ -261,7 +262,7 @@ func (e *Engine) awaitChange(ctx context.Context, w waitState) {
 		}
 		if e.hooks != nil {
 			parkedNow = true
-			e.hooks.park(ctx, parked{pred: w.pred, predRev: w.predRev, own: w.own, ownMod: w.ownMod})
+			e.hooks.park(ctx, parked{pred: w.pred, predRev: w.predRev, own: w.own, ownMod: w.ownMod, session: w.session})
 		}
 		return false
 	}

@@ -1,0 +1,571 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// world is one schedule's actors, the lock name they contend for and what
+// the checkers know of their beliefs.
+type world struct {
+	sch     *scheduler
+	engines []*Engine
+	prefix  string
+	name    string
+	rng     *rand.Rand
+
+	specs []actorSpec
+	wg    sync.WaitGroup
+
+	mu         sync.Mutex
+	holding    map[string]Grant // by client: the grant it believes it holds
+	expiredRev map[int64]bool   // create revisions of keys whose lease a nemesis revoked
+	lastToken  int64
+	lastRev    int64
+	grants     int
+	violations []string
+	cancels    map[string]context.CancelCauseFunc
+	killed     map[string]bool
+	ctxs       []context.CancelFunc
+}
+
+// actorSpec is one actor of a schedule.
+type actorSpec struct {
+	name   string
+	client string // the holder identity beliefs are tracked by
+	run    func(ctx context.Context)
+}
+
+func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *world {
+	return &world{
+		sch: sch, engines: engines, prefix: prefix, name: "n",
+		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
+		holding: map[string]Grant{}, expiredRev: map[int64]bool{},
+		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
+	}
+}
+
+func (w *world) violate(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.violations = append(w.violations, fmt.Sprintf(format, args...))
+}
+
+// step is a script-level interleaving point.
+func (w *world) step(ctx context.Context, label string) { w.sch.at(ctx, "actor."+label) }
+
+func (w *world) engine() *Engine { return w.engines[w.rng.IntN(len(w.engines))] }
+
+// cast picks two to four actors, always including at least one that takes
+// the lock, from the menu below.
+func (w *world) cast() {
+	menu := []func(i int){
+		func(i int) { w.add(w.holder(fmt.Sprintf("h%d", i), false)) },
+		func(i int) { w.add(w.holder(fmt.Sprintf("s%d", i), true)) },
+		func(i int) { w.add(w.reacquirer(fmt.Sprintf("r%d", i))) },
+		func(i int) { w.addRetrier(fmt.Sprintf("a%d", i)) },
+		func(i int) { w.add(w.undelivered(fmt.Sprintf("u%d", i))) },
+		func(i int) { w.addImpatient(fmt.Sprintf("i%d", i)) },
+		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
+		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
+	}
+	n := 2 + w.rng.IntN(3)
+	menu[w.rng.IntN(4)](0) // a lock taker first
+	for i := 1; i < n; i++ {
+		menu[w.rng.IntN(len(menu))](i)
+	}
+}
+
+func (w *world) add(s actorSpec) { w.specs = append(w.specs, s) }
+
+func (w *world) castNames() []string {
+	var out []string
+	for _, s := range w.specs {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+func (w *world) request(client, rid string) AcquireRequest {
+	return AcquireRequest{Name: w.name, TTL: 10 * time.Minute, Owner: "owner-" + client, ClientID: client, RequestID: rid}
+}
+
+// believe records that client was told it holds g. A grant whose lease an
+// expirer revoked before it arrived is not believed: a revocation stands
+// for an expiry, which comes only after the grant's conservative deadline
+// (measured from before the request was sent), so a client would find the
+// grant already past its deadline and let it go, as the SDK does.
+func (w *world) believe(client string, g Grant) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.expiredRev[g.Revision] {
+		return false
+	}
+	w.grants++
+	tok := g.Token()
+	switch {
+	case tok < w.lastToken:
+		w.violations = append(w.violations, fmt.Sprintf("%s granted token %d after token %d", client, tok, w.lastToken))
+	case tok == w.lastToken && g.Revision != w.lastRev:
+		w.violations = append(w.violations, fmt.Sprintf("%s granted token %d again for another key", client, tok))
+	}
+	w.lastToken, w.lastRev = tok, g.Revision
+	w.holding[client] = g
+	return true
+}
+
+// letGo records that client no longer believes it holds.
+func (w *world) letGo(client string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.holding, client)
+}
+
+// release lets client's grant go.
+func (w *world) release(ctx context.Context, client string, e *Engine, g Grant) {
+	w.step(ctx, "release")
+	w.letGo(client)
+	if _, err := e.Release(ctx, g.Handle, g.Token()); err != nil && !errors.Is(err, ErrNotOwner) {
+		w.violate("%s: release: %v", client, err)
+	}
+}
+
+// acquire runs one Acquire of r on e and reports the grant, or nil.
+func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireRequest) (*Grant, error) {
+	wt, err := e.Enqueue(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	g, err := wt.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// expected errors of a wait that ends without a grant, by the actors'
+// own doing or a nemesis's.
+func expectedEnd(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost) ||
+		errors.Is(err, ErrSuperseded)
+}
+
+// holder takes the lock (with a lease of its own or in a session) and
+// lets it go.
+func (w *world) holder(name string, session bool) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-req")
+		if session {
+			w.step(ctx, "open-session")
+			s, err := e.OpenSession(ctx, name, 10*time.Minute)
+			if err != nil {
+				w.violate("%s: open session: %v", name, err)
+				return
+			}
+			r.Session, r.SessionSecret = s.Lease, s.Secret
+			defer func() {
+				w.step(ctx, "close-session")
+				_ = e.CloseSession(ctx, s.Lease, s.Secret)
+			}()
+		}
+		w.step(ctx, "acquire")
+		g, err := w.acquire(ctx, name, e, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		w.release(ctx, name, e, *g)
+	}}
+}
+
+// reacquirer takes and lets go of the lock twice with one stable request
+// id and no hold time: the predecessor-ABA client.
+func (w *world) reacquirer(name string) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-stable")
+		for i := 0; i < 2; i++ {
+			w.step(ctx, "acquire")
+			g, err := w.acquire(ctx, name, e, r)
+			if err != nil {
+				if !expectedEnd(err) {
+					w.violate("%s: acquire %d: %v", name, i, err)
+				}
+				return
+			}
+			w.believe(name, *g)
+			w.release(ctx, name, e, *g)
+		}
+	}}
+}
+
+// addRetrier adds a client whose stream dies at a moment the scheduler
+// picks (the killer actor), and that retries with the same request id on
+// the other gateway. A grant made after the stream died never reaches it:
+// the first gateway gives it up.
+func (w *world) addRetrier(name string) {
+	first, second := w.engines[0], w.engines[1]
+	if w.rng.IntN(2) == 0 {
+		first, second = second, first
+	}
+	session := w.rng.IntN(2) == 0
+	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-req")
+		if session {
+			w.step(ctx, "open-session")
+			s, err := first.OpenSession(ctx, name, 10*time.Minute)
+			if err != nil {
+				w.violate("%s: open session: %v", name, err)
+				return
+			}
+			r.Session, r.SessionSecret = s.Lease, s.Secret
+			defer func() {
+				w.step(ctx, "close-session")
+				_ = first.CloseSession(ctx, s.Lease, s.Secret)
+			}()
+		}
+		actx, cancel := context.WithCancelCause(ctx)
+		w.mu.Lock()
+		w.cancels[name] = cancel
+		w.mu.Unlock()
+		w.step(ctx, "acquire")
+		g, err := w.acquire(actx, name, first, r)
+		w.mu.Lock()
+		killed := w.killed[name]
+		w.mu.Unlock()
+		switch {
+		case err == nil && !killed:
+			w.believe(name, *g)
+			w.release(ctx, name, first, *g)
+			return
+		case err == nil:
+			first.Abandon(ctx, *g) // the stream broke before the grant went out
+		case !expectedEnd(err):
+			w.violate("%s: first attempt: %v", name, err)
+			return
+		}
+		w.step(ctx, "retry")
+		g, err = w.acquire(ctx, name, second, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: retry: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		w.release(ctx, name, second, *g)
+	}})
+	w.add(actorSpec{name: name + "-kill", run: func(ctx context.Context) {
+		w.step(ctx, "kill "+name)
+		w.mu.Lock()
+		w.killed[name] = true
+		cancel := w.cancels[name]
+		w.mu.Unlock()
+		if cancel != nil {
+			cancel(context.Canceled)
+			w.sch.markWake(name)
+		}
+	}})
+}
+
+// undelivered is granted, but its stream breaks as the grant is sent: the
+// gateway gives the grant up.
+func (w *world) undelivered(name string) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		w.step(ctx, "acquire")
+		g, err := w.acquire(ctx, name, e, w.request(name, name+"-req"))
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		e.Abandon(ctx, *g)
+	}}
+}
+
+// addImpatient adds a client that gives up on its first attempt (its
+// stream dies at a moment the scheduler picks) and at once retries with the
+// same request id on the other gateway, while the first attempt may still
+// run there: the first attempt's grant, if any, reaches nobody.
+func (w *world) addImpatient(name string) {
+	first, second := w.engines[0], w.engines[1]
+	if w.rng.IntN(2) == 0 {
+		first, second = second, first
+	}
+	r := w.request(name, name+"-req")
+	var delivered, killed bool
+	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
+	retry := actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
+		w.step(ctx, "retry")
+		g, err := w.acquire(ctx, name, second, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: retry: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		w.release(ctx, name, second, *g)
+	}}
+	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		defer cancel(nil)
+		w.step(ctx, "acquire")
+		g, err := w.acquire(actx, name, first, r)
+		w.mu.Lock()
+		gone := killed
+		if err == nil && !gone {
+			delivered = true
+		}
+		w.mu.Unlock()
+		switch {
+		case err == nil && !gone:
+			w.believe(name, *g)
+			w.release(ctx, name, first, *g)
+		case err == nil:
+			first.Abandon(ctx, *g) // the stream is gone: nobody receives it
+		case !expectedEnd(err):
+			w.violate("%s: first attempt: %v", name, err)
+		}
+	}})
+	w.add(actorSpec{name: name + "-kill", run: func(ctx context.Context) {
+		w.step(ctx, "kill "+name)
+		w.mu.Lock()
+		if delivered {
+			w.mu.Unlock()
+			return
+		}
+		killed = true
+		w.mu.Unlock()
+		cancel(context.Canceled)
+		w.sch.markWake(name)
+		w.start(retry)
+	}})
+}
+
+// adversary holds a lock of its own on another name and, at moments the
+// scheduler picks, tries to free the contended name's holder with its own
+// lock id edited to carry the holder's lease, and to take over waiters by
+// their request ids.
+func (w *world) adversary(name string) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		own := AcquireRequest{Name: w.name + "-adv", TTL: 10 * time.Minute, Owner: "mallory", ClientID: name, RequestID: name + "-own"}
+		w.step(ctx, "own")
+		mine, err := e.Acquire(ctx, own)
+		if err != nil {
+			w.violate("%s: own lock: %v", name, err)
+			return
+		}
+		for i := 0; i < 2; i++ {
+			w.step(ctx, "attack")
+			w.mu.Lock()
+			var victims []Grant
+			var clients []string
+			for c, g := range w.holding {
+				victims, clients = append(victims, g), append(clients, c)
+			}
+			w.mu.Unlock()
+			for j, v := range victims {
+				forged := mine.Handle
+				forged.Lease = v.Lease
+				if ok, err := e.Release(ctx, forged, mine.Token()); ok || !errors.Is(err, ErrNotOwner) {
+					w.violate("%s: release of its own lock id with %s's lease = %v, %v; want ErrNotOwner", name, clients[j], ok, err)
+				}
+			}
+			// Another caller's request ids, as guessed, while its waiter
+			// exists: the waiter must not be handed over.
+			for _, s := range w.specs {
+				if s.client == "" || s.client == name {
+					continue
+				}
+				for _, rid := range []string{s.client + "-req", s.client + "-stable"} {
+					key := e.keys.waiter(w.name, WaiterID(rid))
+					if resp, err := w.sch.cli.Get(ctx, key, clientv3.WithCountOnly()); err != nil || resp.Count == 0 {
+						continue
+					}
+					r := w.request(s.client, rid)
+					r.Owner = "mallory"
+					// Resume never creates a key: it takes over an
+					// existing one or finds none (the waiter may have
+					// gone since the read above).
+					if wt, err := e.Resume(ctx, r); wt != nil || err != nil && !errors.Is(err, ErrNotOwner) {
+						w.violate("%s: resume with %s's request id = %v, %v; want ErrNotOwner or nothing", name, s.client, wt != nil, err)
+					}
+				}
+			}
+		}
+		w.step(ctx, "release-own")
+		if _, err := e.Release(ctx, mine.Handle, mine.Token()); err != nil {
+			w.violate("%s: release own: %v", name, err)
+		}
+	}}
+}
+
+// expirer revokes the lease of whatever key is first, as if etcd expired
+// it: its holder or waiter must learn it lost, and nobody else may suffer.
+// A revocation stands for an expiry, so whoever relied on that lease is
+// past its deadline.
+func (w *world) expirer(name string) actorSpec {
+	return actorSpec{name: name, run: func(ctx context.Context) {
+		w.step(ctx, "expire")
+		resp, err := w.sch.cli.Get(ctx, w.engines[0].keys.namePrefix(w.name), clientv3.WithFirstCreate()...)
+		if err != nil || len(resp.Kvs) == 0 {
+			return
+		}
+		lease := clientv3.LeaseID(resp.Kvs[0].Lease)
+		// Leases are not in keys-only answers: read the values too.
+		all, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		for _, kv := range all.Kvs {
+			if clientv3.LeaseID(kv.Lease) == lease {
+				w.expiredRev[kv.CreateRevision] = true
+			}
+		}
+		w.mu.Unlock()
+		_, _ = w.sch.cli.Revoke(ctx, lease)
+	}}
+}
+
+// start lets an actor go; it runs until its first point.
+func (w *world) start(s actorSpec) {
+	ctx, cancel := context.WithCancel(withActor(context.Background(), s.name))
+	w.mu.Lock()
+	w.ctxs = append(w.ctxs, cancel)
+	w.mu.Unlock()
+	w.sch.register(s.name)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer w.sch.done(s.name)
+		s.run(ctx)
+	}()
+}
+
+// run lets every actor go and schedules them to the end.
+func (w *world) run() error {
+	for _, s := range w.specs {
+		w.start(s)
+	}
+	for {
+		if err := w.sch.settle(); err != nil {
+			return err
+		}
+		if err := w.check(); err != nil {
+			return err
+		}
+		if _, ok := w.sch.next(); ok {
+			continue
+		}
+		if left := w.sch.unfinished(); len(left) > 0 {
+			return fmt.Errorf("stuck: nobody can move, and %s still wait; keys: %s%s", strings.Join(left, ", "), w.keys(), w.sch.describe())
+		}
+		break
+	}
+	w.wg.Wait()
+	if keys := w.keys(); keys != "none" {
+		return fmt.Errorf("a finished run left keys behind: %s", keys)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.violations) > 0 {
+		return errors.New(strings.Join(w.violations, "\n"))
+	}
+	return nil
+}
+
+// cancelAll ends every actor's context and lets every actor run free.
+func (w *world) cancelAll() {
+	w.sch.free.Store(true)
+	w.mu.Lock()
+	for _, c := range w.ctxs {
+		c()
+	}
+	w.mu.Unlock()
+	w.sch.mu.Lock()
+	for _, a := range w.sch.actors {
+		select {
+		case a.release <- struct{}{}:
+		default:
+		}
+	}
+	w.sch.mu.Unlock()
+}
+
+// keys lists the lock keys left under the contended name.
+func (w *world) keys() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := w.sch.cli.Get(ctx, w.engines[0].keys.namePrefix(w.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return err.Error()
+	}
+	if len(resp.Kvs) == 0 {
+		return "none"
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, fmt.Sprintf("%s@%d(lease %x)", kv.Key[strings.LastIndexByte(string(kv.Key), '/')+1:], kv.CreateRevision, kv.Lease))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// check verifies, between two steps, what etcd shows against what the
+// actors believe.
+func (w *world) check() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := w.sch.cli.Get(ctx, w.engines[0].keys.namePrefix(w.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	live := map[int64]bool{}
+	var first int64
+	for _, kv := range resp.Kvs {
+		live[kv.CreateRevision] = true
+		if first == 0 || kv.CreateRevision < first {
+			first = kv.CreateRevision
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.violations) > 0 {
+		return errors.New(strings.Join(w.violations, "\n"))
+	}
+	var believers []string
+	for client, g := range w.holding {
+		if !live[g.Revision] {
+			if w.expiredRev[g.Revision] {
+				delete(w.holding, client) // it lost the lock to an expiry
+				continue
+			}
+			return fmt.Errorf("%s believes it holds (token %d) but its key was deleted by someone else", client, g.Token())
+		}
+		if g.Revision != first {
+			return fmt.Errorf("%s believes it holds (token %d) but its key is not first (first created at %d)", client, g.Token(), first)
+		}
+		believers = append(believers, client)
+	}
+	if len(believers) > 1 {
+		sort.Strings(believers)
+		return fmt.Errorf("two holders at once: %s", strings.Join(believers, ", "))
+	}
+	return nil
+}
