@@ -43,4 +43,9 @@ var (
 	// ErrInvalidEpoch: an epoch outside [MinEpoch, MaxEpoch], or a stored
 	// epoch value that is not in the fixed-width format.
 	ErrInvalidEpoch = errors.New("invalid epoch")
+
+	// ErrEpochLimit: a map change would take the epoch past the limit in
+	// force (Resharder.EpochLimit, MaxJSONSafeEpoch unless raised). Nothing
+	// was written.
+	ErrEpochLimit = errors.New("epoch limit reached")
 )

@@ -32,11 +32,20 @@ import (
 //
 // Tokens from B carry epoch e+1 in their top bits, so they exceed every
 // token A ever issued for the name.
+//
+// Every change spends one epoch, and no change passes EpochLimit.
 type Resharder struct {
 	// Store holds the map in the home cluster.
 	Store *Store
 	// Prefix is the etcd key prefix. Default DefaultPrefix.
 	Prefix string
+	// EpochLimit is the highest epoch a change may move the map to; a change
+	// past it is refused with ErrEpochLimit before anything is written. Zero
+	// means MaxJSONSafeEpoch, so that tokens stay below 2^53 and exact for
+	// clients that read them as JSON numbers (JavaScript, k6, the REST API's
+	// fencingToken read as a number). Raise it, up to MaxEpoch, only once
+	// every such client reads tokens as strings or 64-bit integers.
+	EpochLimit uint16
 	// Dial connects to a cluster. Default DialCluster.
 	Dial func(name string, endpoints []string) (*clientv3.Client, error)
 	// Endpoints override the map's endpoints by cluster name.
@@ -72,7 +81,8 @@ func (rs *Resharder) dial(c Cluster) (*clientv3.Client, error) {
 
 // Apply runs steps 1 to 3, moving the map to clusters. It resumes a change
 // left half done (a pending map for the same clusters). It returns the map
-// now in force, which may still list draining clusters: run Sweep.
+// now in force, which may still list draining clusters: run Sweep. It
+// refuses, writing nothing, when the new epoch would pass EpochLimit.
 func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error) {
 	snap, err := rs.Store.Load(ctx)
 	if err != nil {
@@ -85,6 +95,9 @@ func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error)
 	next := Map{Epoch: cur.Epoch + 1, Clusters: clusters}
 	if cur.Pending != nil && !slices.Equal(sortedNames(cur.Pending.Clusters), sortedNames(clusters)) {
 		return cur, fmt.Errorf("shard: epoch %d already has a different pending map %q", cur.Epoch, cur.Pending.ClusterNames())
+	}
+	if err := rs.allow(cur, next.Epoch); err != nil {
+		return cur, err
 	}
 	if err := next.Validate(); err != nil {
 		return cur, err
@@ -115,6 +128,39 @@ func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error)
 	}
 	rs.say("epoch %d in force; draining %q", active.Epoch, active.Draining)
 	return active, nil
+}
+
+// allow refuses a change of cur to epoch next past the epoch limit, before
+// step 1 writes anything. A pending change that is resumed is held to the
+// limit of the run that resumes it.
+func (rs *Resharder) allow(cur Map, next uint16) error {
+	limit := rs.EpochLimit
+	switch {
+	case limit == 0:
+		limit = MaxJSONSafeEpoch
+	case limit > MaxEpoch:
+		return fmt.Errorf("%w: epoch limit %d out of range [%d, %d]", ErrInvalidEpoch, limit, MinEpoch, MaxEpoch)
+	}
+	if next <= limit {
+		return nil
+	}
+	var why string
+	switch {
+	case limit == MaxEpoch:
+		why = fmt.Sprintf("epoch %d is the last a fencing token (an int64) can carry", MaxEpoch)
+	case limit == MaxJSONSafeEpoch:
+		why = fmt.Sprintf("tokens of epoch %d and above pass 2^53, where clients that read them as JSON numbers "+
+			"(JavaScript, k6, the REST API's fencingToken) round them and compare wrong tokens; "+
+			"raise the limit only once every such client reads tokens as strings or 64-bit integers", MaxJSONSafeEpoch+1)
+	default:
+		why = fmt.Sprintf("raise the limit to allow it (at most %d)", MaxEpoch)
+	}
+	var half string
+	if cur.Pending != nil {
+		half = fmt.Sprintf(" (a change to epoch %d is pending, left half done: clusters may already refuse enqueues at epoch %d until it finishes)", cur.Pending.Epoch, cur.Epoch)
+	}
+	return fmt.Errorf("%w: the map is at epoch %d and the epoch limit is %d, so the change to epoch %d is refused%s: %s",
+		ErrEpochLimit, cur.Epoch, limit, next, half, why)
 }
 
 func (rs *Resharder) bump(ctx context.Context, c Cluster, to uint16) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,45 @@ func TestShardsBadInput(t *testing.T) {
 		if err == nil || !errors.As(err, &ue) {
 			t.Errorf("%v = %v; want a usage error", args, err)
 		}
+	}
+}
+
+func TestShardsEpochLimit(t *testing.T) {
+	a, b := etcdtest.Start(t), etcdtest.Start(t)
+	const prefix = "/lg-limit"
+	home := "a=" + a.Endpoint()
+	ctx := context.Background()
+	// A deployment 30 changes old: map and cluster at epoch 31.
+	if err := shard.BumpEpoch(ctx, a.Client(), prefix, shard.MinEpoch, shard.MaxJSONSafeEpoch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shard.NewStore(a.Client(), prefix).CompareAndSwap(ctx, shard.Snapshot{}, shard.Map{
+		Epoch: shard.MaxJSONSafeEpoch, Clusters: []shard.Cluster{{Name: "a", Endpoints: []string{a.Endpoint()}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"shards", "add", "b=" + b.Endpoint(), "--etcd", home, "--prefix", prefix},
+	} {
+		_, _, err := runRoot(t, args...)
+		var ue usageError
+		if !errors.Is(err, shard.ErrEpochLimit) || errors.As(err, &ue) || !strings.Contains(err.Error(), "epoch 32 is refused") || !strings.Contains(err.Error(), "--max-epoch") {
+			t.Errorf("%v at epoch 31 = %v; want a refusal (not a usage error) of epoch 32 that names --max-epoch", args[:2], err)
+		}
+	}
+	for _, v := range []string{"0", fmt.Sprint(shard.MaxEpoch + 1), "-1", "x"} {
+		_, _, err := runRoot(t, "shards", "add", "b="+b.Endpoint(), "--max-epoch", v, "--etcd", home, "--prefix", prefix)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("add --max-epoch %s = %v; want a usage error", v, err)
+		}
+	}
+	if e, err := shard.ReadEpoch(ctx, a.Client(), prefix); err != nil || e != shard.MaxJSONSafeEpoch {
+		t.Fatalf("cluster epoch after the refusals = %d, %v; want 31, untouched", e, err)
+	}
+	out, _, err := runRoot(t, "shards", "add", "b="+b.Endpoint(), "--max-epoch", "32", "--etcd", home, "--prefix", prefix, "-o", "json")
+	var m shard.Map
+	if err != nil || json.Unmarshal([]byte(out), &m) != nil || m.Epoch != 32 {
+		t.Fatalf("add --max-epoch 32 = %q, %v; want the map at epoch 32", out, err)
 	}
 }
