@@ -36,8 +36,9 @@ var (
 	// one the caller read.
 	ErrMapConflict = errors.New("shard map changed concurrently")
 
-	// ErrEpochConflict: BumpEpoch found the cluster's epoch at neither the
-	// expected old value nor the target.
+	// ErrEpochConflict: a cluster's epoch is not where it should be:
+	// BumpEpoch found it at neither the expected old value nor the target,
+	// or a change found a cluster past the stored map's epoch.
 	ErrEpochConflict = errors.New("cluster epoch changed concurrently")
 
 	// ErrInvalidEpoch: an epoch outside [MinEpoch, MaxEpoch], or a stored

@@ -82,27 +82,49 @@ func (rs *Resharder) dial(c Cluster) (*clientv3.Client, error) {
 // Apply runs steps 1 to 3, moving the map to clusters. It resumes a change
 // left half done (a pending map for the same clusters). It returns the map
 // now in force, which may still list draining clusters: run Sweep. It
-// refuses, writing nothing, when the new epoch would pass EpochLimit.
+// refuses, writing nothing, while a change drains, while a change to other
+// clusters is pending, while a cluster is already past the stored map, and
+// when the new epoch would pass EpochLimit.
 func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error) {
 	snap, err := rs.Store.Load(ctx)
 	if err != nil {
 		return Map{}, err
 	}
 	cur := snap.Map
+	if cur.Pending != nil && !slices.Equal(sortedNames(cur.Pending.Clusters), sortedNames(clusters)) {
+		return cur, fmt.Errorf("shard: epoch %d already has a different pending map %q", cur.Epoch, cur.Pending.ClusterNames())
+	}
+	return rs.advance(ctx, snap, clusters)
+}
+
+// advance runs steps 1 to 3 from the stored map snap to clusters at the
+// next epoch, resuming snap's pending map if it has one (the caller checked
+// that it is for the same clusters).
+func (rs *Resharder) advance(ctx context.Context, snap Snapshot, clusters []Cluster) (Map, error) {
+	cur := snap.Map
 	if len(cur.Draining) > 0 {
 		return cur, fmt.Errorf("shard: epoch %d is still draining %q; run the sweep first", cur.Epoch, cur.Draining)
 	}
 	next := Map{Epoch: cur.Epoch + 1, Clusters: clusters}
-	if cur.Pending != nil && !slices.Equal(sortedNames(cur.Pending.Clusters), sortedNames(clusters)) {
-		return cur, fmt.Errorf("shard: epoch %d already has a different pending map %q", cur.Epoch, cur.Pending.ClusterNames())
-	}
 	if err := rs.allow(cur, next.Epoch); err != nil {
 		return cur, err
 	}
 	if err := next.Validate(); err != nil {
 		return cur, err
 	}
+	var involved []Cluster
+	seen := map[string]bool{}
+	for _, c := range append(append([]Cluster(nil), cur.Clusters...), clusters...) {
+		if !seen[c.Name] {
+			seen[c.Name] = true
+			involved = append(involved, c)
+		}
+	}
+	var err error
 	if cur.Pending == nil {
+		if err := rs.checkMapCurrent(ctx, cur, involved); err != nil {
+			return cur, err
+		}
 		announced := cur
 		announced.Pending = &next
 		if snap, err = rs.Store.CompareAndSwap(ctx, snap, announced); err != nil {
@@ -110,23 +132,27 @@ func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error)
 		}
 		rs.say("epoch %d announced as pending (clusters %q)", next.Epoch, next.ClusterNames())
 	}
-	seen := map[string]bool{}
-	for _, c := range append(append([]Cluster(nil), cur.Clusters...), clusters...) {
-		if seen[c.Name] {
-			continue
-		}
-		seen[c.Name] = true
-		if err := rs.bump(ctx, c, next.Epoch); err != nil {
+	for _, c := range involved {
+		if err := rs.bumpCluster(ctx, c, next.Epoch); err != nil {
 			return snap.Map, err
 		}
 	}
 	active := next
-	active.Previous = cur.Clusters
-	active.Draining = cur.ClusterNames()
+	// The ring depends on the cluster names alone: with the same names no
+	// name moves, and nothing drains.
+	moves := !slices.Equal(sortedNames(cur.Clusters), sortedNames(clusters))
+	if moves {
+		active.Previous = cur.Clusters
+		active.Draining = cur.ClusterNames()
+	}
 	if snap, err = rs.Store.CompareAndSwap(ctx, snap, active); err != nil {
 		return snap.Map, err
 	}
-	rs.say("epoch %d in force; draining %q", active.Epoch, active.Draining)
+	if moves {
+		rs.say("epoch %d in force; draining %q", active.Epoch, active.Draining)
+	} else {
+		rs.say("epoch %d in force; no name moved", active.Epoch)
+	}
 	return active, nil
 }
 
@@ -163,7 +189,40 @@ func (rs *Resharder) allow(cur Map, next uint16) error {
 		ErrEpochLimit, cur.Epoch, limit, next, half, why)
 }
 
-func (rs *Resharder) bump(ctx context.Context, c Cluster, to uint16) error {
+// checkMapCurrent refuses to start a change while a cluster is past the
+// stored map cur: that cluster obeys a newer map than the one stored (the
+// home cluster was restored from before the last change), and a change
+// built on the stale map could route names away from the clusters where
+// their holders are. Clusters behind cur are fine: a new one is at epoch 1.
+func (rs *Resharder) checkMapCurrent(ctx context.Context, cur Map, clusters []Cluster) error {
+	for _, c := range clusters {
+		e, err := rs.clusterEpoch(ctx, c)
+		if err != nil {
+			return err
+		}
+		if e > cur.Epoch {
+			return fmt.Errorf("%w: cluster %q is at epoch %d, past the stored map's epoch %d: the map is older than the clusters (the home cluster restored from before the last change?); write back the map of epoch %d first",
+				ErrEpochConflict, c.Name, e, cur.Epoch, e)
+		}
+	}
+	return nil
+}
+
+// clusterEpoch reads the epoch cluster c obeys.
+func (rs *Resharder) clusterEpoch(ctx context.Context, c Cluster) (uint16, error) {
+	cli, err := rs.dial(c)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	e, err := ReadEpoch(ctx, cli, rs.prefix())
+	if err != nil {
+		return 0, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	return e, nil
+}
+
+func (rs *Resharder) bumpCluster(ctx context.Context, c Cluster, to uint16) error {
 	cli, err := rs.dial(c)
 	if err != nil {
 		return err

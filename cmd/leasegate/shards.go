@@ -16,7 +16,7 @@ import (
 )
 
 // shardsFlags are the flags every shards subcommand shares, and maxEpoch,
-// which the subcommands that spend an epoch (add, remove) take.
+// which the subcommands that spend an epoch (add, remove, bump-epoch) take.
 type shardsFlags struct {
 	etcd     []string
 	prefix   string
@@ -48,6 +48,25 @@ it never grants a name twice: see docs/operations.md.`,
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound on the whole operation, draining included")
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	cmd.AddCommand(
+		f.maxEpochFlag(&cobra.Command{
+			Use:   "bump-epoch",
+			Short: "Raise the epoch by one without moving names (after restoring an etcd cluster from a snapshot)",
+			Long: `Raises the shard map's epoch by one and writes it to every cluster's meta/epoch,
+in the order of a resharding (pending map, every cluster bumped, new map in force),
+without moving any name. Every waiter enqueued afterwards gets a fencing token above
+every token issued before, on any cluster. Run it after restoring a cluster from a
+snapshot, before gateways serve it again: see docs/operations.md, "Backup and restore".`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+					m, err := rs.BumpEpoch(ctx)
+					if err != nil {
+						return f.explain(err)
+					}
+					return printMap(cmd.OutOrStdout(), f.output, m)
+				})
+			},
+		}),
 		&cobra.Command{
 			Use:   "show",
 			Short: "Print the shard map in force",
