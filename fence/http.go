@@ -31,15 +31,25 @@ const (
 	CodeUnavailable = "fence_unavailable"
 )
 
-// StaleBody is the JSON body of a 409 response, e.g.
-// {"error":"stale_token","token":10,"highest":11,"lockName":"order:42"}.
+// StaleBody is the JSON body of a 409 response. Tokens are decimal strings,
+// the same text as the Fencing-Token header, e.g.
+//
+//	{"error":"stale_token","token":"10","highest":"11","lockName":"order:42"}
+//
+// Strings, not JSON numbers: a token is epoch<<48 | revision, which passes
+// 2^53 from epoch 32 on, and JSON parsers that read numbers as IEEE doubles
+// (JavaScript's among them) round such a token — a refused token can then
+// even read as equal to the highest. Go code can decode the body into a
+// StaleBody (the ",string" tags convert); other clients read the strings and
+// parse them as 64-bit integers, or compare them as text after comparing
+// lengths.
 type StaleBody struct {
 	// Error is always CodeStaleToken.
 	Error string `json:"error"`
 	// Token is the request's refused token.
-	Token int64 `json:"token"`
+	Token int64 `json:"token,string"`
 	// Highest is the highest token accepted for LockName.
-	Highest int64 `json:"highest"`
+	Highest int64 `json:"highest,string"`
 	// LockName is the request's Lock-Name.
 	LockName string `json:"lockName"`
 }
@@ -67,7 +77,8 @@ const (
 // Responses it writes itself, all with a JSON body:
 //   - 400 ErrorBody when a header is missing, repeated or malformed (the
 //     token must be plain decimal digits, 0 to 9223372036854775807);
-//   - 409 StaleBody when the token is lower than the highest accepted;
+//   - 409 StaleBody when the token is lower than the highest accepted
+//     (its tokens are decimal strings);
 //   - 503 ErrorBody when store fails (the cause is not exposed).
 //
 // Accepting means recording before the handler runs. The check therefore

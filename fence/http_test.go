@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -83,7 +84,7 @@ func TestMiddlewareDance(t *testing.T) {
 	if code != http.StatusConflict {
 		t.Fatalf("stale token 10: status %d %q; want 409", code, body)
 	}
-	if want := `{"error":"stale_token","token":10,"highest":11,"lockName":"order:42"}` + "\n"; body != want {
+	if want := `{"error":"stale_token","token":"10","highest":"11","lockName":"order:42"}` + "\n"; body != want {
 		t.Errorf("stale body %q; want %q", body, want)
 	}
 	if srv.calls.Load() != calls {
@@ -98,6 +99,61 @@ func TestMiddlewareDance(t *testing.T) {
 	}
 	if h, _, _ := mem.Highest(ctx, "order:42"); h != 11 {
 		t.Errorf("highest after the dance = %d; want 11", h)
+	}
+}
+
+// TestStaleBodyTokensPast2To53 sends a token of epoch 40, well above 2^53,
+// and reads the 409 body the way a client in any language can: the tokens
+// come back exactly, as strings. It also shows why: the same tokens as JSON
+// numbers, read as doubles (what JavaScript does), lose their low bits; here
+// the refused token even reads as equal to the highest.
+func TestStaleBodyTokensPast2To53(t *testing.T) {
+	const epoch40 = int64(40) << 48 // token = epoch<<48 | revision
+	token, highest := epoch40|3, epoch40|4
+	if token <= 1<<53 {
+		t.Fatalf("token %d is not above 2^53; the test would prove nothing", token)
+	}
+	mem := NewMemory()
+	if err := mem.Accept(testCtx(t), "order:42", highest); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFencedServer(t, mem)
+	code, body := srv.do(t, "order:42", strconv.FormatInt(token, 10))
+	if code != http.StatusConflict {
+		t.Fatalf("stale token %d: status %d %q; want 409", token, code, body)
+	}
+
+	// Any client: string fields, parsed as 64-bit integers.
+	var text struct {
+		Error, Token, Highest, LockName string
+	}
+	if err := json.Unmarshal([]byte(body), &text); err != nil {
+		t.Fatalf("decode %q into string fields: %v", body, err)
+	}
+	if text.Token != strconv.FormatInt(token, 10) || text.Highest != strconv.FormatInt(highest, 10) ||
+		text.Error != CodeStaleToken || text.LockName != "order:42" {
+		t.Errorf("409 body %q read as %+v; want token %d and highest %d as decimal strings", body, text, token, highest)
+	}
+	// Go clients: StaleBody itself decodes the strings.
+	var sb StaleBody
+	if err := json.Unmarshal([]byte(body), &sb); err != nil || sb.Token != token || sb.Highest != highest {
+		t.Errorf("decode %q into StaleBody = %+v, %v; want Token %d, Highest %d", body, sb, err, token, highest)
+	}
+
+	// The former body carried JSON numbers; read as doubles they round.
+	old, err := json.Marshal(struct {
+		Token   int64 `json:"token"`
+		Highest int64 `json:"highest"`
+	}{token, highest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asDoubles struct{ Token, Highest float64 }
+	if err := json.Unmarshal(old, &asDoubles); err != nil {
+		t.Fatal(err)
+	}
+	if int64(asDoubles.Token) == token || asDoubles.Token != asDoubles.Highest {
+		t.Errorf("number body %s read as doubles: token %.0f, highest %.0f; want the refused token rounded onto the highest", old, asDoubles.Token, asDoubles.Highest)
 	}
 }
 

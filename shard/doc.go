@@ -36,11 +36,17 @@ var (
 	// one the caller read.
 	ErrMapConflict = errors.New("shard map changed concurrently")
 
-	// ErrEpochConflict: BumpEpoch found the cluster's epoch at neither the
-	// expected old value nor the target.
+	// ErrEpochConflict: a cluster's epoch is not where it should be:
+	// BumpEpoch found it at neither the expected old value nor the target,
+	// or a change found a cluster past the stored map's epoch.
 	ErrEpochConflict = errors.New("cluster epoch changed concurrently")
 
 	// ErrInvalidEpoch: an epoch outside [MinEpoch, MaxEpoch], or a stored
 	// epoch value that is not in the fixed-width format.
 	ErrInvalidEpoch = errors.New("invalid epoch")
+
+	// ErrEpochLimit: a map change would take the epoch past the limit in
+	// force (Resharder.EpochLimit, MaxJSONSafeEpoch unless raised). Nothing
+	// was written.
+	ErrEpochLimit = errors.New("epoch limit reached")
 )

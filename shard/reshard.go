@@ -32,11 +32,20 @@ import (
 //
 // Tokens from B carry epoch e+1 in their top bits, so they exceed every
 // token A ever issued for the name.
+//
+// Every change spends one epoch, and no change passes EpochLimit.
 type Resharder struct {
 	// Store holds the map in the home cluster.
 	Store *Store
 	// Prefix is the etcd key prefix. Default DefaultPrefix.
 	Prefix string
+	// EpochLimit is the highest epoch a change may move the map to; a change
+	// past it is refused with ErrEpochLimit before anything is written. Zero
+	// means MaxJSONSafeEpoch, so that tokens stay below 2^53 and exact for
+	// clients that read them as JSON numbers (JavaScript, k6, the REST API's
+	// fencingToken read as a number). Raise it, up to MaxEpoch, only once
+	// every such client reads tokens as strings or 64-bit integers.
+	EpochLimit uint16
 	// Dial connects to a cluster. Default DialCluster.
 	Dial func(name string, endpoints []string) (*clientv3.Client, error)
 	// Endpoints override the map's endpoints by cluster name.
@@ -72,24 +81,50 @@ func (rs *Resharder) dial(c Cluster) (*clientv3.Client, error) {
 
 // Apply runs steps 1 to 3, moving the map to clusters. It resumes a change
 // left half done (a pending map for the same clusters). It returns the map
-// now in force, which may still list draining clusters: run Sweep.
+// now in force, which may still list draining clusters: run Sweep. It
+// refuses, writing nothing, while a change drains, while a change to other
+// clusters is pending, while a cluster is already past the stored map, and
+// when the new epoch would pass EpochLimit.
 func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error) {
 	snap, err := rs.Store.Load(ctx)
 	if err != nil {
 		return Map{}, err
 	}
 	cur := snap.Map
+	if cur.Pending != nil && !slices.Equal(sortedNames(cur.Pending.Clusters), sortedNames(clusters)) {
+		return cur, fmt.Errorf("shard: epoch %d already has a different pending map %q", cur.Epoch, cur.Pending.ClusterNames())
+	}
+	return rs.advance(ctx, snap, clusters)
+}
+
+// advance runs steps 1 to 3 from the stored map snap to clusters at the
+// next epoch, resuming snap's pending map if it has one (the caller checked
+// that it is for the same clusters).
+func (rs *Resharder) advance(ctx context.Context, snap Snapshot, clusters []Cluster) (Map, error) {
+	cur := snap.Map
 	if len(cur.Draining) > 0 {
 		return cur, fmt.Errorf("shard: epoch %d is still draining %q; run the sweep first", cur.Epoch, cur.Draining)
 	}
 	next := Map{Epoch: cur.Epoch + 1, Clusters: clusters}
-	if cur.Pending != nil && !slices.Equal(sortedNames(cur.Pending.Clusters), sortedNames(clusters)) {
-		return cur, fmt.Errorf("shard: epoch %d already has a different pending map %q", cur.Epoch, cur.Pending.ClusterNames())
+	if err := rs.allow(cur, next.Epoch); err != nil {
+		return cur, err
 	}
 	if err := next.Validate(); err != nil {
 		return cur, err
 	}
+	var involved []Cluster
+	seen := map[string]bool{}
+	for _, c := range append(append([]Cluster(nil), cur.Clusters...), clusters...) {
+		if !seen[c.Name] {
+			seen[c.Name] = true
+			involved = append(involved, c)
+		}
+	}
+	var err error
 	if cur.Pending == nil {
+		if err := rs.checkMapCurrent(ctx, cur, involved); err != nil {
+			return cur, err
+		}
 		announced := cur
 		announced.Pending = &next
 		if snap, err = rs.Store.CompareAndSwap(ctx, snap, announced); err != nil {
@@ -97,27 +132,97 @@ func (rs *Resharder) Apply(ctx context.Context, clusters []Cluster) (Map, error)
 		}
 		rs.say("epoch %d announced as pending (clusters %q)", next.Epoch, next.ClusterNames())
 	}
-	seen := map[string]bool{}
-	for _, c := range append(append([]Cluster(nil), cur.Clusters...), clusters...) {
-		if seen[c.Name] {
-			continue
-		}
-		seen[c.Name] = true
-		if err := rs.bump(ctx, c, next.Epoch); err != nil {
+	for _, c := range involved {
+		if err := rs.bumpCluster(ctx, c, next.Epoch); err != nil {
 			return snap.Map, err
 		}
 	}
 	active := next
-	active.Previous = cur.Clusters
-	active.Draining = cur.ClusterNames()
+	// The ring depends on the cluster names alone: with the same names no
+	// name moves, and nothing drains.
+	moves := !slices.Equal(sortedNames(cur.Clusters), sortedNames(clusters))
+	if moves {
+		active.Previous = cur.Clusters
+		active.Draining = cur.ClusterNames()
+	}
 	if snap, err = rs.Store.CompareAndSwap(ctx, snap, active); err != nil {
 		return snap.Map, err
 	}
-	rs.say("epoch %d in force; draining %q", active.Epoch, active.Draining)
+	if moves {
+		rs.say("epoch %d in force; draining %q", active.Epoch, active.Draining)
+	} else {
+		rs.say("epoch %d in force; no name moved", active.Epoch)
+	}
 	return active, nil
 }
 
-func (rs *Resharder) bump(ctx context.Context, c Cluster, to uint16) error {
+// allow refuses a change of cur to epoch next past the epoch limit, before
+// step 1 writes anything. A pending change that is resumed is held to the
+// limit of the run that resumes it.
+func (rs *Resharder) allow(cur Map, next uint16) error {
+	limit := rs.EpochLimit
+	switch {
+	case limit == 0:
+		limit = MaxJSONSafeEpoch
+	case limit > MaxEpoch:
+		return fmt.Errorf("%w: epoch limit %d out of range [%d, %d]", ErrInvalidEpoch, limit, MinEpoch, MaxEpoch)
+	}
+	if next <= limit {
+		return nil
+	}
+	var why string
+	switch {
+	case limit == MaxEpoch:
+		why = fmt.Sprintf("epoch %d is the last a fencing token (an int64) can carry", MaxEpoch)
+	case limit == MaxJSONSafeEpoch:
+		why = fmt.Sprintf("tokens of epoch %d and above pass 2^53, where clients that read them as JSON numbers "+
+			"(JavaScript, k6, the REST API's fencingToken) round them and compare wrong tokens; "+
+			"raise the limit only once every such client reads tokens as strings or 64-bit integers", MaxJSONSafeEpoch+1)
+	default:
+		why = fmt.Sprintf("raise the limit to allow it (at most %d)", MaxEpoch)
+	}
+	var half string
+	if cur.Pending != nil {
+		half = fmt.Sprintf(" (a change to epoch %d is pending, left half done: clusters may already refuse enqueues at epoch %d until it finishes)", cur.Pending.Epoch, cur.Epoch)
+	}
+	return fmt.Errorf("%w: the map is at epoch %d and the epoch limit is %d, so the change to epoch %d is refused%s: %s",
+		ErrEpochLimit, cur.Epoch, limit, next, half, why)
+}
+
+// checkMapCurrent refuses to start a change while a cluster is past the
+// stored map cur: that cluster obeys a newer map than the one stored (the
+// home cluster was restored from before the last change), and a change
+// built on the stale map could route names away from the clusters where
+// their holders are. Clusters behind cur are fine: a new one is at epoch 1.
+func (rs *Resharder) checkMapCurrent(ctx context.Context, cur Map, clusters []Cluster) error {
+	for _, c := range clusters {
+		e, err := rs.clusterEpoch(ctx, c)
+		if err != nil {
+			return err
+		}
+		if e > cur.Epoch {
+			return fmt.Errorf("%w: cluster %q is at epoch %d, past the stored map's epoch %d: the map is older than the clusters (the home cluster restored from before the last change?); write back the map of epoch %d first",
+				ErrEpochConflict, c.Name, e, cur.Epoch, e)
+		}
+	}
+	return nil
+}
+
+// clusterEpoch reads the epoch cluster c obeys.
+func (rs *Resharder) clusterEpoch(ctx context.Context, c Cluster) (uint16, error) {
+	cli, err := rs.dial(c)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	e, err := ReadEpoch(ctx, cli, rs.prefix())
+	if err != nil {
+		return 0, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
+	return e, nil
+}
+
+func (rs *Resharder) bumpCluster(ctx context.Context, c Cluster, to uint16) error {
 	cli, err := rs.dial(c)
 	if err != nil {
 		return err

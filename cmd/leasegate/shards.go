@@ -15,12 +15,22 @@ import (
 	"github.com/leasegate/leasegate/shard"
 )
 
-// shardsFlags are the flags every shards subcommand shares.
+// shardsFlags are the flags every shards subcommand shares, and maxEpoch,
+// which the subcommands that spend an epoch (add, remove, bump-epoch) take.
 type shardsFlags struct {
-	etcd    []string
-	prefix  string
-	timeout time.Duration
-	output  string
+	etcd     []string
+	prefix   string
+	timeout  time.Duration
+	output   string
+	maxEpoch uint16
+}
+
+// maxEpochFlag registers --max-epoch on a subcommand that spends an epoch.
+func (f *shardsFlags) maxEpochFlag(cmd *cobra.Command) *cobra.Command {
+	cmd.Flags().Uint16Var(&f.maxEpoch, "max-epoch", shard.MaxJSONSafeEpoch, fmt.Sprintf(
+		"highest epoch the change may reach, up to %d; above %d fencing tokens pass 2^53, so clients that read them as JSON numbers (JavaScript, k6, the REST API's fencingToken) must first read them as strings or 64-bit integers",
+		shard.MaxEpoch, shard.MaxJSONSafeEpoch))
+	return cmd
 }
 
 func newShardsCmd() *cobra.Command {
@@ -38,6 +48,25 @@ it never grants a name twice: see docs/operations.md.`,
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound on the whole operation, draining included")
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	cmd.AddCommand(
+		f.maxEpochFlag(&cobra.Command{
+			Use:   "bump-epoch",
+			Short: "Raise the epoch by one without moving names (after restoring an etcd cluster from a snapshot)",
+			Long: `Raises the shard map's epoch by one and writes it to every cluster's meta/epoch,
+in the order of a resharding (pending map, every cluster bumped, new map in force),
+without moving any name. Every waiter enqueued afterwards gets a fencing token above
+every token issued before, on any cluster. Run it after restoring a cluster from a
+snapshot, before gateways serve it again: see docs/operations.md, "Backup and restore".`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+					m, err := rs.BumpEpoch(ctx)
+					if err != nil {
+						return f.explain(err)
+					}
+					return printMap(cmd.OutOrStdout(), f.output, m)
+				})
+			},
+		}),
 		&cobra.Command{
 			Use:   "show",
 			Short: "Print the shard map in force",
@@ -52,7 +81,7 @@ it never grants a name twice: see docs/operations.md.`,
 				})
 			},
 		},
-		&cobra.Command{
+		f.maxEpochFlag(&cobra.Command{
 			Use:   "add NAME=URL[,URL…]",
 			Short: "Add an etcd cluster and move its share of names to it",
 			Args:  cobra.ExactArgs(1),
@@ -70,8 +99,8 @@ it never grants a name twice: see docs/operations.md.`,
 					return append(cur, c), nil
 				}, map[string][]string{c.Name: c.Endpoints})
 			},
-		},
-		&cobra.Command{
+		}),
+		f.maxEpochFlag(&cobra.Command{
 			Use:   "remove NAME",
 			Short: "Remove an etcd cluster once its names have moved to the others",
 			Args:  cobra.ExactArgs(1),
@@ -92,7 +121,7 @@ it never grants a name twice: see docs/operations.md.`,
 					return out, nil
 				}, nil)
 			},
-		},
+		}),
 		&cobra.Command{
 			Use:   "sweep",
 			Short: "Finish a change: wait until draining clusters have let go of moved names",
@@ -123,6 +152,9 @@ func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Re
 	if len(clusters) == 0 {
 		return usageError{errors.New("--etcd is required: the home cluster as name=url1,url2")}
 	}
+	if f.maxEpoch < shard.MinEpoch || f.maxEpoch > shard.MaxEpoch {
+		return usageError{fmt.Errorf("--max-epoch %d: want %d to %d", f.maxEpoch, shard.MinEpoch, shard.MaxEpoch)}
+	}
 	home := clusters[0]
 	cli, err := shard.DialCluster(home.Name, home.Endpoints)
 	if err != nil {
@@ -136,7 +168,7 @@ func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Re
 		overrides[c.Name] = c.Endpoints
 	}
 	rs := &shard.Resharder{
-		Store: shard.NewStore(cli, f.prefix), Prefix: f.prefix, Endpoints: overrides,
+		Store: shard.NewStore(cli, f.prefix), Prefix: f.prefix, Endpoints: overrides, EpochLimit: f.maxEpoch,
 		Progress: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
 	}
 	return fn(ctx, rs)
@@ -157,7 +189,7 @@ func (f *shardsFlags) change(cmd *cobra.Command, next func([]shard.Cluster) ([]s
 			rs.Endpoints[k] = v
 		}
 		if _, err := rs.Apply(ctx, clusters); err != nil {
-			return err
+			return f.explain(err)
 		}
 		m, err := rs.Sweep(ctx, 500*time.Millisecond)
 		if err != nil {
@@ -165,6 +197,14 @@ func (f *shardsFlags) change(cmd *cobra.Command, next func([]shard.Cluster) ([]s
 		}
 		return printMap(cmd.OutOrStdout(), f.output, m)
 	})
+}
+
+// explain adds to a refusal at the epoch limit how to lift it.
+func (f *shardsFlags) explain(err error) error {
+	if !errors.Is(err, shard.ErrEpochLimit) || f.maxEpoch >= shard.MaxEpoch {
+		return err
+	}
+	return fmt.Errorf("%w (--max-epoch raises the limit of this run; see docs/operations.md first)", err)
 }
 
 func parseShardCluster(v string) (shard.Cluster, error) {
