@@ -35,6 +35,7 @@ type world struct {
 	cancels    map[string]context.CancelCauseFunc
 	killed     map[string]bool
 	ctxs       []context.CancelFunc
+	after      []func() // run once the schedule has ended
 }
 
 // actorSpec is one actor of a schedule.
@@ -151,12 +152,16 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	return &g, nil
 }
 
-// expected errors of a wait that ends without a grant, by the actors'
-// own doing or a nemesis's.
+// expectedEnd reports the errors of a wait that ends without a grant by
+// an actor's own doing or a nemesis's. Only an attempt its client gave up
+// may be superseded: a live attempt superseded by an older one is a lost
+// acquire.
 func expectedEnd(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost) ||
-		errors.Is(err, ErrSuperseded)
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost)
 }
+
+// zombieEnd is expectedEnd for an attempt whose client has given up.
+func zombieEnd(err error) bool { return expectedEnd(err) || errors.Is(err, ErrSuperseded) }
 
 // holder takes the lock (with a lease of its own or in a session) and
 // lets it go.
@@ -252,7 +257,7 @@ func (w *world) addRetrier(name string) {
 			return
 		case err == nil:
 			first.Abandon(ctx, *g) // the stream broke before the grant went out
-		case !expectedEnd(err):
+		case !zombieEnd(err):
 			w.violate("%s: first attempt: %v", name, err)
 			return
 		}
@@ -307,6 +312,17 @@ func (w *world) addImpatient(name string) {
 		first, second = second, first
 	}
 	r := w.request(name, name+"-req")
+	if w.rng.IntN(2) == 0 {
+		// A session lock: the session is opened before the schedule
+		// starts and closed after it ends.
+		s, err := first.OpenSession(context.Background(), name, 10*time.Minute)
+		if err != nil {
+			w.violate("%s: open session: %v", name, err)
+			return
+		}
+		w.after = append(w.after, func() { _ = first.CloseSession(context.Background(), s.Lease, s.Secret) })
+		r.Session, r.SessionSecret = s.Lease, s.Secret
+	}
 	var delivered, killed bool
 	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
 	retry := actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
@@ -337,7 +353,7 @@ func (w *world) addImpatient(name string) {
 			w.release(ctx, name, first, *g)
 		case err == nil:
 			first.Abandon(ctx, *g) // the stream is gone: nobody receives it
-		case !expectedEnd(err):
+		case gone && !zombieEnd(err), !gone && !expectedEnd(err):
 			w.violate("%s: first attempt: %v", name, err)
 		}
 	}})

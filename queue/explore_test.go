@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/internal/etcdtest"
 )
 
 // The interleaving explorer.
@@ -413,7 +414,7 @@ func exploreMode() exploreConfig {
 	if *exploreLong || os.Getenv("LEASEGATE_EXPLORE") == "long" {
 		return exploreConfig{schedules: 10000, workers: 2}
 	}
-	return exploreConfig{schedules: 120, workers: 2}
+	return exploreConfig{schedules: 1000, workers: 2}
 }
 
 // TestExplore runs the explorer: the quick mode by default, the long mode
@@ -462,12 +463,33 @@ func TestExplore(t *testing.T) {
 
 // runSchedule runs one seeded schedule and returns its step count.
 func runSchedule(t *testing.T, seed uint64) (int, error) {
-	cli := shared.ClientFor(t)
+	// Clients live as long as the schedule: thousands of schedules must not
+	// pile up connections.
+	var clients []*clientv3.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	dial := func() (*clientv3.Client, error) {
+		c, err := etcdtest.NewClient(shared.Endpoint())
+		if err == nil {
+			clients = append(clients, c)
+		}
+		return c, err
+	}
+	cli, err := dial()
+	if err != nil {
+		return 0, err
+	}
 	sch := newScheduler(t, cli, seed)
 	prefix := fmt.Sprintf("/explore/%d", seed)
 	var engines []*Engine
 	for i := 0; i < 2; i++ {
-		c := shared.ClientFor(t)
+		c, err := dial()
+		if err != nil {
+			return 0, err
+		}
 		cfg := DefaultConfig()
 		cfg.Prefix = prefix
 		cfg.Clock = clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -482,12 +504,15 @@ func runSchedule(t *testing.T, seed uint64) (int, error) {
 	w := newWorld(sch, engines, prefix, seed)
 	defer func() {
 		w.cancelAll()
+		for _, f := range w.after {
+			f()
+		}
 		for _, e := range engines {
 			e.Close()
 		}
 	}()
 	w.cast()
-	err := w.run()
+	err = w.run()
 	if err != nil {
 		return len(sch.steps), fmt.Errorf("%v\nactors: %s\nsteps: %s", err, strings.Join(w.castNames(), ", "), sch.trace())
 	}

@@ -494,3 +494,43 @@ func keptSession(t *testing.T, e *Engine) (Session, func()) {
 	}()
 	return s, func() { close(done); <-stopped }
 }
+
+// A session waiter's grant moves its key onto the session lease only while
+// its attempt owns the key: an attempt taken over by a retry (on another
+// gateway) must not move it, or its give-up would delete what the retry
+// delivers.
+func TestSupersededSessionWaiterCannotGrant(t *testing.T) {
+	g := newGate("Z", pointGrant)
+	e, cli := newEngine(t)
+	e.hooks = &pointHooks{fn: g.hook}
+	e2 := peer(t, e, cli)
+	ctx := testCtx(t)
+	sess, stop := keptSession(t, e)
+	defer stop()
+	holder := mustAcquire(t, e2, req("x"))
+	r := req("x")
+	r.Session, r.SessionSecret = sess.Lease, sess.Secret
+	z, err := e.Enqueue(withActor(ctx, "Z"), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zDone := make(chan error, 1)
+	go func() { _, err := z.Wait(withActor(ctx, "Z")); zDone <- err }()
+	mustRelease(t, e2, holder)
+	within(t, g.arrived, 10*time.Second, "Z at its grant")
+	retry, err := e2.Enqueue(ctx, r) // the client retried elsewhere
+	if err != nil || !retry.q.resumed {
+		t.Fatalf("retry = %v (resumed %v)", err, retry != nil && retry.q.resumed)
+	}
+	close(g.open)
+	if err := within(t, zDone, 10*time.Second, "Z's end"); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the superseded attempt's grant = %v; want ErrSuperseded", err)
+	}
+	rg, err := retry.Wait(ctx)
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if _, err := e2.Renew(ctx, rg.Handle, rg.Token()); err != nil {
+		t.Fatalf("the retry's grant: %v", err)
+	}
+}
