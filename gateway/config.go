@@ -37,6 +37,7 @@ func DefaultConfig() Config {
 		MaxWaitTimeout: time.Hour,
 		MaxBodyBytes:   64 << 10,
 		RequestTimeout: 10 * time.Second,
+		Limits:         DefaultLimits(),
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 )
 
 // Limits bounds what one tenant or client can take. Zero values disable a
-// limit.
+// limit; DefaultLimits caps what a single client could otherwise grow
+// without bound (queues, waits, keys) and leaves rates to the operator.
 type Limits struct {
 	// TenantAcquireRate is acquires (and try-acquires) per second per tenant;
 	// TenantAcquireBurst its burst.
@@ -41,6 +42,15 @@ type Limits struct {
 	// MaxKeysPerTenant caps the keys (held or waiting locks) a tenant has on
 	// each shard, checked against a count refreshed at most once a second.
 	MaxKeysPerTenant int
+}
+
+// DefaultLimits returns the caps a gateway ships with: 10,000 holders and
+// waiters per name, 10,000 open waits per tenant on each gateway process
+// (each costs a stream and a goroutine, tens of KiB), and 1,000,000 held
+// or waiting locks per tenant on each shard. Rates are unlimited: they
+// depend on the deployment.
+func DefaultLimits() Limits {
+	return Limits{MaxWaitersPerName: 10_000, MaxWaitersPerTenant: 10_000, MaxKeysPerTenant: 1_000_000}
 }
 
 // ErrLimited reports a refused call; the gateway answers resource_exhausted

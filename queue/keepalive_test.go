@@ -1,11 +1,17 @@
 package queue
 
 import (
+	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/netfault"
@@ -26,7 +32,7 @@ func proxiedEngine(t *testing.T) (*Engine, *netfault.Link) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	cfg := DefaultConfig()
-	cfg.Prefix = "/test/proxied"
+	cfg.Prefix = fmt.Sprintf("/test/proxied-%d", prefixSeq.Add(1))
 	e, err := New(cli, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -185,5 +191,124 @@ func TestExpiredLeaseRenewalDoesNotHoldUpOthers(t *testing.T) {
 	}
 	if x.err != errLeaseNotFound {
 		t.Fatalf("renewal of the expired lease = %v; want errLeaseNotFound", x.err)
+	}
+}
+
+// Suspected: a keepalive failing at grant time (a leader change cuts the
+// stream) threw the head waiter out of the queue, losing its FIFO place. The
+// grant now retries within the wait.
+func TestGrantSurvivesAKeepaliveFailure(t *testing.T) {
+	e, link := proxiedEngine(t)
+	direct := peer(t, e, shared.ClientFor(t))
+	ctx := testCtx(t)
+	holder := mustAcquire(t, direct, req("x"))
+	var once sync.Once
+	healed := make(chan struct{})
+	e.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p != pointGrant {
+			return
+		}
+		once.Do(func() {
+			// The stream to etcd breaks as the grant renews the lease,
+			// and comes back a moment later.
+			link.Set(netfault.Fault{DropRate: 1})
+			go func() {
+				defer close(healed)
+				time.Sleep(300 * time.Millisecond)
+				link.Set(netfault.Fault{})
+			}()
+		})
+	}}
+	r := req("x")
+	r.WaitTimeout = 20 * time.Second
+	w, err := e.Enqueue(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		g, err := w.Wait(ctx)
+		if err == nil {
+			_, err = e.Renew(ctx, g.Handle, g.Token())
+		}
+		got <- err
+	}()
+	mustRelease(t, direct, holder)
+	if err := within(t, got, 30*time.Second, "the head waiter's grant"); err != nil {
+		t.Fatalf("the head waiter after a keepalive failure at its grant: %v; want granted, its place kept", err)
+	}
+	<-healed
+}
+
+// countingEngine returns an engine whose etcd client counts every key that
+// transactions return.
+func countingEngine(t *testing.T) (*Engine, *atomic.Int64) {
+	t.Helper()
+	var keys atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if tr, ok := reply.(*pb.TxnResponse); ok && err == nil {
+			for _, r := range tr.Responses {
+				keys.Add(int64(len(r.GetResponseRange().GetKvs())))
+			}
+		}
+		return err
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{shared.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	cfg := DefaultConfig()
+	cfg.Prefix = fmt.Sprintf("/test/counting-%d", prefixSeq.Add(1))
+	e, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e, &keys
+}
+
+// Suspected: every wake-up re-read every key ahead, N² keys to drain a
+// queue of N. A grant needs only the key right ahead.
+func TestDrainingAQueueReadsKeysInProportionToItsLength(t *testing.T) {
+	e, keys := countingEngine(t)
+	ctx := testCtx(t)
+	holder := mustAcquire(t, e, req("q"))
+	const n = 200
+	var ws []*Waiter
+	for i := 0; i < n; i++ {
+		w, err := e.Enqueue(ctx, req("q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	before := keys.Load()
+	errs := make(chan error, n)
+	for _, w := range ws {
+		go func() {
+			g, err := w.Wait(ctx)
+			if err == nil {
+				_, err = e.Release(ctx, g.Handle, g.Token())
+			}
+			errs <- err
+		}()
+	}
+	mustRelease(t, e, holder)
+	for range ws {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := keys.Load() - before
+	t.Logf("draining %d waiters read %d keys (%.1f per waiter)", n, read, float64(read)/n)
+	// Each waiter reads its own key and at most the one ahead per wake-up,
+	// and wakes a handful of times; N² would be 20,000 here.
+	if read > 8*n {
+		t.Fatalf("draining %d waiters read %d keys; want at most %d (a few per waiter)", n, read, 8*n)
 	}
 }
