@@ -348,3 +348,36 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	}
 	release(t, fresh, grants[1])
 }
+
+// Suspected: a TryAcquire granted on a cluster a name then moved away
+// from lost its idempotency — a retry with the same request id found the
+// name busy (its own grant, draining) and answered "not acquired".
+func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
+	f := startFleet(t, 3)
+	g0 := f.gateway(t, nil, 0, 1)   // stores the map: c0, c1
+	g := f.gateway(t, nil, 0, 1, 2) // knows c2's endpoints for when it joins
+	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
+	var moved string
+	for i := 0; moved == ""; i++ {
+		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
+			moved = n
+		}
+	}
+	// Before c2 joins: granted on the name's old cluster; the answer is lost.
+	req := &v1.TryAcquireRequest{Name: moved, TtlMs: 10000, ClientId: "w", RequestId: "try-once"}
+	first, err := g0.client.TryAcquire(ctxT(t), connect.NewRequest(req))
+	if err != nil || !first.Msg.Acquired {
+		t.Fatalf("TryAcquire = %v, %v", first, err)
+	}
+	if _, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if first.Msg.Granted.Shard == "c2" {
+		t.Fatalf("granted on %s before it joined", first.Msg.Granted.Shard)
+	}
+	again, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(req))
+	if err != nil || !again.Msg.Acquired || again.Msg.Granted.FencingToken != first.Msg.Granted.FencingToken {
+		t.Fatalf("the retried TryAcquire after the name moved = %v, %v; want the same grant (token %d)", again, err, first.Msg.Granted.FencingToken)
+	}
+	release(t, g, again.Msg.Granted)
+}
