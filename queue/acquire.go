@@ -145,11 +145,20 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 			e.revokeLater(ctx, lease) // the fresh lease is not needed
 		}
 	}()
+	unknown := func(err error) bool {
+		// An enqueue whose answer was lost hands its lease to
+		// forgetUnknown, which revokes it only once it owns nothing.
+		return err != nil && !errors.Is(err, errRaced) && !errors.Is(err, ErrGuardFailed) &&
+			!errors.Is(err, ErrSessionLost) && !errors.Is(err, ErrQueueFull) && !errors.Is(err, ErrNotOwner)
+	}
 	for try := 0; ; try++ {
 		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree)
 		if err != nil {
 			if errors.Is(err, errRaced) && try < 3 {
 				continue
+			}
+			if unknown(err) {
+				used = true
 			}
 			return nil, err
 		}
@@ -187,6 +196,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Sealed:   sealSecret(secret, r.RequestID),
 		Owner:    r.binding(),
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
+		Attempt:  newAttempt(),
 	})
 
 	// A session waiter that may have to wait rides on the attempt lease
@@ -238,11 +248,14 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	e.at(ctx, pointEnqueue)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
 	if err != nil {
-		e.att.release(att)
 		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			e.att.release(att)
 			e.att.invalidate(att.id) // it lapsed behind our back: take a new one
 			return nil, nil, errRaced
 		}
+		// The transaction may have been applied and its answer lost: take
+		// back what this attempt may have written, by its exact value.
+		e.forgetUnknown(ctx, key, value, lease, att)
 		return nil, nil, fmt.Errorf("queue: enqueue: %w", err)
 	}
 	if !resp.Succeeded {

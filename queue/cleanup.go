@@ -98,3 +98,36 @@ func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	}
 	return d.PrevKvs[0]
 }
+
+// forgetUnknown takes back what an enqueue transaction whose answer was
+// lost may have written. The key is deleted only if it still holds the
+// exact value this attempt wrote (its nonce makes it unique): a retry that
+// took the key over since wrote a value of its own and keeps it. The
+// attempt's fresh per-lock lease is revoked only when no key of this
+// attempt can be on it: the key was deleted here, is absent, or rides on
+// another lease. The attempt lease reference is given back at the end.
+func (e *Engine) forgetUnknown(ctx context.Context, key, value string, lease clientv3.LeaseID, att attemptRef) {
+	e.background(ctx, "forget", 0, func(ctx context.Context) {
+		defer e.att.release(att)
+		b := newBackoff(e.cfg.Clock)
+		for {
+			e.at(ctx, pointCleanup)
+			rctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
+			resp, err := e.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).
+				Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+			cancel()
+			if err == nil {
+				kv := firstKV(resp.Responses[0])
+				if lease != 0 && (resp.Succeeded || kv == nil || clientv3.LeaseID(kv.Lease) != lease) {
+					_, _ = e.cli.Revoke(ctx, lease)
+				}
+				e.at(ctx, pointCleaned)
+				return
+			}
+			if b.wait(ctx) != nil {
+				e.at(ctx, pointCleaned)
+				return
+			}
+		}
+	})
+}

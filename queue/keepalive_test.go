@@ -312,3 +312,42 @@ func TestDrainingAQueueReadsKeysInProportionToItsLength(t *testing.T) {
 		t.Fatalf("draining %d waiters read %d keys; want at most %d (a few per waiter)", n, read, 8*n)
 	}
 }
+
+// An enqueue whose answer is lost (the transaction applied, the reply never
+// came) takes back what it wrote: a session lock granted into the void
+// would otherwise hold the name for as long as the session lives.
+func TestEnqueueWithLostAnswerLeavesNothing(t *testing.T) {
+	e, link := proxiedEngine(t)
+	direct := peer(t, e, shared.ClientFor(t))
+	sess, stop := keptSession(t, direct)
+	defer stop()
+	var once sync.Once
+	e.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p == pointEnqueue {
+			once.Do(func() { link.Set(netfault.Fault{LoseReplies: true}) })
+		}
+		if p == pointCleanup {
+			link.Set(netfault.Fault{}) // the link heals before the take-back
+		}
+	}}
+	for _, session := range []bool{true, false} {
+		once = sync.Once{}
+		r := req(fmt.Sprintf("lost-%v", session))
+		if session {
+			r.Session, r.SessionSecret = sess.Lease, sess.Secret
+		}
+		ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+		_, err := e.TryAcquire(ctx, r)
+		cancel()
+		if err == nil {
+			t.Fatalf("TryAcquire with its answer lost = nil error")
+		}
+		other := req(r.Name)
+		other.WaitTimeout = 10 * time.Second
+		g, err := direct.Acquire(testCtx(t), other)
+		if err != nil {
+			t.Fatalf("the name after an acquire whose answer was lost (session %v): %v; want it free", session, err)
+		}
+		mustRelease(t, direct, g)
+	}
+}

@@ -38,6 +38,9 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	}
 	prefix := e.keys.namePrefix(r.Name)
 	key := string(mine.Key)
+	// The takeover writes the value again with a nonce of its own.
+	meta.Attempt = newAttempt()
+	value := encodeValue(secret, meta)
 	h := Handle{
 		Name: r.Name, WaiterID: WaiterID(r.RequestID), Lease: clientv3.LeaseID(mine.Lease),
 		Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session,
@@ -60,7 +63,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
 	}
-	then[0] = clientv3.OpPut(key, string(mine.Value), clientv3.WithLease(keyLease))
+	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
 	e.at(ctx, pointTakeover)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
@@ -81,7 +84,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		}
 		return nil, errRaced
 	}
-	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: string(mine.Value),
+	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: value,
 		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1}
 	if meta.Session {
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second

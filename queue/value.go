@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -29,6 +30,17 @@ type waiterMeta struct {
 	Owner string `json:"o,omitempty"`
 	// Enqueued is when the waiter enqueued, in Unix milliseconds.
 	Enqueued int64 `json:"q"`
+	// Attempt is a nonce each attempt writes anew (enqueue and takeover),
+	// so the exact value an attempt wrote identifies it even when the
+	// answer to its write was lost.
+	Attempt string `json:"a,omitempty"`
+}
+
+// newAttempt draws an attempt nonce.
+func newAttempt() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func encodeValue(s Secret, m waiterMeta) string {
