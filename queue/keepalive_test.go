@@ -324,6 +324,8 @@ func TestEnqueueWithLostAnswerLeavesNothing(t *testing.T) {
 	var once sync.Once
 	e.hooks = &pointHooks{fn: func(_ context.Context, p string) {
 		if p == pointEnqueue {
+			// From here on requests arrive and take effect, answers do
+			// not.
 			once.Do(func() { link.Set(netfault.Fault{LoseReplies: true}) })
 		}
 		if p == pointCleanup {
@@ -336,9 +338,13 @@ func TestEnqueueWithLostAnswerLeavesNothing(t *testing.T) {
 		if session {
 			r.Session, r.SessionSecret = sess.Lease, sess.Secret
 		}
+		if _, err := e.cli.Get(testCtx(t), "/warm"); err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
 		_, err := e.TryAcquire(ctx, r)
 		cancel()
+
 		if err == nil {
 			t.Fatalf("TryAcquire with its answer lost = nil error")
 		}
