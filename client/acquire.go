@@ -19,7 +19,16 @@ import (
 // queue, until it is granted, the wait timeout passes (ErrWaitTimeout) or
 // ctx ends (an error wrapping ctx.Err()). A wait abandoned that way leaves
 // the queue at once, unless it ends between two attempts after a gateway
-// failure: the waiter's key then lapses with its lease, within one TTL.
+// failure: the waiter's key then lapses on its own — within one TTL for a
+// lock with a lease of its own, within the gateway's attempt TTL (10 s by
+// default) for a lock in a session, whose waiting key rides on a lease of
+// the gateway's until it is granted.
+//
+// Each call draws a random 128-bit request id unless WithRequestID sets
+// one. A request id is a retry key: the gateway lets only the same caller
+// (authenticated identity, client id and session) resume its waiter, and
+// refuses anyone else with permission denied. Use a request id for one
+// call at a time: a retry means the previous call failed.
 //
 // It waits on the streaming Acquire RPC. When a gateway fails, stops
 // (SHUTTING_DOWN), loses etcd or the stream breaks before the grant, it

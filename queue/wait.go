@@ -129,6 +129,8 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, l
 		// One key ahead is all a grant needs: the predecessor, or none.
 		// The whole queue ahead is read only when positions are wanted and
 		// not known (a resumed waiter, or after the position feed failed).
+		// Keys-only answers carry revisions but not leases (etcd reads them
+		// from its index): nothing here needs a lease.
 		full := r.OnQueued != nil && !pos.known
 		ops := []clientv3.Op{
 			clientv3.OpGet(key, clientv3.WithKeysOnly()),
