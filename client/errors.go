@@ -66,6 +66,10 @@ const (
 	ReasonShardUnavailable = "SHARD_UNAVAILABLE"
 	// ReasonResharding: the shard map is changing.
 	ReasonResharding = "RESHARDING"
+	// ReasonSuperseded: another call with the same request id took the
+	// waiter over (a request id serves one call at a time); the SDK
+	// retries, which takes it back.
+	ReasonSuperseded = "SUPERSEDED"
 )
 
 const errorDomain = "leasegate.dev"
@@ -210,8 +214,10 @@ func retryable(err error) bool {
 		return Reason(err) != ReasonWaitTimeout
 	case connect.CodeAborted:
 		// The waiter's lease died (the gateway serving it was gone for a
-		// whole TTL): a retry enqueues again, at the back.
-		return Reason(err) == ReasonLeaseLost
+		// whole TTL): a retry enqueues again, at the back. Or an earlier
+		// attempt of this call, late on a slow gateway, took the waiter
+		// over: a retry takes it back, keeping the place.
+		return Reason(err) == ReasonLeaseLost || Reason(err) == ReasonSuperseded
 	}
 	return false
 }
