@@ -175,3 +175,28 @@ func TestRequestIDBelongsToItsCaller(t *testing.T) {
 		t.Fatalf("the owner's own retry = %v, %v; want the same grant", again, err)
 	}
 }
+
+// Two calls with one request id act as one waiter: the later takes it
+// over, and the earlier ends with aborted/SUPERSEDED instead of waiting
+// on, or cleaning up, a waiter that is no longer its own.
+func TestSecondCallWithTheSameRequestIDSupersedesTheFirst(t *testing.T) {
+	g1 := startGateway(t, "")
+	g2 := startGateway(t, g1.prefix())
+	holder := tryAcquire(t, g1, "x")
+	req := &v1.AcquireRequest{Name: "x", TtlMs: 10000, ClientId: "w", RequestId: "one-call"}
+	first := startWaiter(t, g1, req)
+	if p := <-first.positions; p != 1 {
+		t.Fatalf("first call's position = %d; want 1", p)
+	}
+	second := startWaiter(t, g2, req)
+	<-second.positions
+	if err := <-first.err; codeOf(err) != connect.CodeAborted || reasonOf(err) != "SUPERSEDED" {
+		t.Fatalf("the first call after the second took over = %v (%s); want aborted SUPERSEDED", err, reasonOf(err))
+	}
+	release(t, g1, holder)
+	gr := <-second.granted
+	if gr == nil {
+		t.Fatalf("the second call ended without a grant: %v", <-second.err)
+	}
+	release(t, g2, gr)
+}
