@@ -50,13 +50,9 @@ func WithIdentity(ctx context.Context, id Identity) context.Context {
 	return context.WithValue(ctx, identityKey{}, id)
 }
 
-type authErrKey struct{}
-
-// IdentityFrom returns the caller's identity, or the authentication error.
+// IdentityFrom returns the caller's identity, or an authentication error
+// when the call carries none.
 func IdentityFrom(ctx context.Context) (Identity, error) {
-	if err, ok := ctx.Value(authErrKey{}).(error); ok {
-		return Identity{}, err
-	}
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	if !ok {
 		return Identity{}, fmt.Errorf("%w: no credentials", ErrUnauthenticated)
@@ -161,25 +157,13 @@ func ValidateTenant(t string) error {
 	return nil
 }
 
-// Middleware authenticates every request and stores the identity (or the
-// failure) in its context; the handlers refuse failures with the right
-// code for their protocol. Health and reflection need no credentials.
-func (a *Authenticator) Middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := a.authenticate(r)
-		ctx := r.Context()
-		if err != nil {
-			ctx = context.WithValue(ctx, authErrKey{}, err)
-		} else {
-			ctx = WithIdentity(ctx, id)
-		}
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
 func (a *Authenticator) authenticate(r *http.Request) (Identity, error) {
 	if !a.required {
 		return Identity{Method: "none"}, nil
+	}
+	if len(r.Header.Values("Authorization")) > 1 {
+		// A proxy in front may read another one than this gateway would.
+		return Identity{}, fmt.Errorf("%w: the request has several Authorization headers; send one", ErrUnauthenticated)
 	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, cred, ok := strings.Cut(h, " ")

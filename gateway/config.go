@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/url"
 	"time"
 )
 
@@ -24,6 +25,20 @@ type Config struct {
 	// Telemetry configures traces and metrics; the zero value (the
 	// default) records none.
 	Telemetry Telemetry
+	// CORSOrigins lists the origins (scheme://host[:port], or "*") whose
+	// browser pages may call the gateway. A request carrying any other
+	// Origin than the gateway's own is refused. Default none.
+	CORSOrigins []string
+	// CheckLoopbackHost refuses requests whose Host is not a loopback name
+	// or address; set it when the listener accepts only local peers, so a
+	// web page whose DNS name rebinds to 127.0.0.1 cannot reach it.
+	CheckLoopbackHost bool
+	// BodyReadTimeout bounds receiving a request body. Default 10 s.
+	BodyReadTimeout time.Duration
+	// SendTimeout bounds writing one answer, or one message of a streaming
+	// Acquire, to a client: a client that stops reading is given up on.
+	// Default 10 s.
+	SendTimeout time.Duration
 	// IDKeys signs and verifies lock and session ids. Every gateway of a
 	// fleet must share it. Nil draws a key for this process alone: its ids
 	// are refused by any other process, and by this one after a restart.
@@ -33,11 +48,13 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		DefaultTTL:     30 * time.Second,
-		MaxWaitTimeout: time.Hour,
-		MaxBodyBytes:   64 << 10,
-		RequestTimeout: 10 * time.Second,
-		Limits:         DefaultLimits(),
+		DefaultTTL:      30 * time.Second,
+		MaxWaitTimeout:  time.Hour,
+		MaxBodyBytes:    64 << 10,
+		RequestTimeout:  10 * time.Second,
+		BodyReadTimeout: 10 * time.Second,
+		SendTimeout:     10 * time.Second,
+		Limits:          DefaultLimits(),
 	}
 }
 
@@ -52,6 +69,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: MaxBodyBytes %d is outside 1 KiB to 16 MiB", c.MaxBodyBytes)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("gateway: RequestTimeout %s must be positive", c.RequestTimeout)
+	case c.BodyReadTimeout <= 0 || c.BodyReadTimeout > 10*time.Minute:
+		return fmt.Errorf("gateway: BodyReadTimeout %s is outside (0, 10m]", c.BodyReadTimeout)
+	case c.SendTimeout <= 0 || c.SendTimeout > 10*time.Minute:
+		return fmt.Errorf("gateway: SendTimeout %s is outside (0, 10m]", c.SendTimeout)
+	}
+	for _, o := range c.CORSOrigins {
+		if o == "*" {
+			continue
+		}
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+			return fmt.Errorf("gateway: CORS origin %q: want scheme://host[:port] or *", o)
+		}
 	}
 	return nil
 }

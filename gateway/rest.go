@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -111,6 +112,13 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeRESTError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "use POST")
+			return
+		}
+		// Only JSON: browsers send text/plain and form bodies across
+		// origins without a preflight, application/json never.
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			writeRESTError(w, http.StatusUnsupportedMediaType, "invalid_argument", "",
+				fmt.Sprintf("Content-Type %q is not accepted; send application/json", r.Header.Get("Content-Type")))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))

@@ -128,6 +128,7 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	for _, path := range []string{"/api/v1/locks/renew", "/api/v1/locks/release"} {
 		body := fmt.Sprintf(`{"lockId":%q,"fencingToken":%d}`, lock.LockId, lock.FencingToken)
 		req, _ := http.NewRequest(http.MethodPost, g.url+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+tokenB)
 		resp, err := g.http.Do(req)
 		if err != nil {
@@ -247,6 +248,7 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 		t.Errorf("refusal %v carries no RetryInfo", last)
 	}
 	req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/locks/acquire", strings.NewReader(`{"name":"r9","ttlMs":5000}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tokenA)
 	resp, err := g.http.Do(req)
 	if err != nil {

@@ -52,7 +52,7 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": status, "shards": shards})
 	})
-	return s.auth.Middleware(mux)
+	return s.edge(mux)
 }
 
 // NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and

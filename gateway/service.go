@@ -172,7 +172,9 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return toConnect(err)
 	}
-	if m.WaitTimeoutMs < 0 || time.Duration(m.WaitTimeoutMs)*time.Millisecond > s.cfg.MaxWaitTimeout {
+	// Compare in milliseconds before converting: a huge value would
+	// overflow the conversion and pass the check.
+	if m.WaitTimeoutMs < 0 || m.WaitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
 		return toConnect(badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", m.WaitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds()))
 	}
 	r.WaitTimeout = time.Duration(m.WaitTimeoutMs) * time.Millisecond
@@ -211,7 +213,9 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		if sendErr != nil {
 			return
 		}
-		sendErr = stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: &v1.Queued{Position: pos, RequestId: r.RequestID}}})
+		sendErr = s.send(ctx, func() error {
+			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: &v1.Queued{Position: pos, RequestId: r.RequestID}}})
+		})
 		if sendErr != nil {
 			cancel(sendErr) // the client is gone: leave the queue
 		}
@@ -227,7 +231,9 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		}
 		return toConnect(err)
 	}
-	if err := stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}}); err != nil {
+	if err := s.send(ctx, func() error {
+		return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}})
+	}); err != nil {
 		// The grant never reached the client: the stream is broken, so the
 		// client saw an error, not this grant. Give the lock up rather than
 		// leave a holder nobody serves. The give-up removes the key only

@@ -9,7 +9,7 @@ import (
 // caller returns the authenticated identity of the call.
 func (s *Service) caller(ctx context.Context) (Identity, error) {
 	id, err := IdentityFrom(ctx)
-	if err != nil && !s.auth.required && errors.Is(err, ErrUnauthenticated) && ctx.Value(authErrKey{}) == nil {
+	if err != nil && !s.auth.required && errors.Is(err, ErrUnauthenticated) {
 		// The service used without the authentication middleware, with no
 		// authentication configured: the single unnamed tenant.
 		return Identity{Method: "none"}, nil

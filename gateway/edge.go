@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	connectcors "connectrpc.com/cors"
+	"github.com/rs/cors"
+)
+
+// The edge: what every request meets before a handler reads its body.
+//
+//  1. On a loopback listener, a Host that is not a loopback name or
+//     address is refused: a page served from elsewhere that rebinds its
+//     DNS name to 127.0.0.1 cannot talk to a developer's gateway.
+//  2. A browser request from another origin is refused unless that origin
+//     is allowed (Config.CORSOrigins); allowed ones get CORS headers and
+//     preflights are answered.
+//  3. A compression the gateway does not speak is refused as bad input.
+//  4. The caller is authenticated from its headers. A call that is not is
+//     refused at once — its body is never read, let alone inflated.
+//  5. The body must arrive within Config.BodyReadTimeout, and a unary
+//     answer must be written within RequestTimeout + SendTimeout; a
+//     streaming Acquire bounds each message it sends (see send).
+
+// publicPaths need no credentials: health checks and reflection.
+var publicPaths = []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/", "/healthz"}
+
+func isPublic(path string) bool {
+	for _, p := range publicPaths {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// streamingPaths answer with a stream whose messages are bounded one by
+// one rather than as a whole.
+const acquirePath = "/leasegate.v1.LockService/Acquire"
+
+type senderKey struct{}
+
+// edge wraps the gateway's handlers.
+func (s *Service) edge(next http.Handler) http.Handler {
+	ew := connect.NewErrorWriter()
+	refuse := func(w http.ResponseWriter, r *http.Request, status int, code connect.Code, msg string) {
+		if strings.HasPrefix(r.URL.Path, "/api/") || !ew.IsSupported(r) {
+			writeRESTError(w, status, code.String(), "", msg)
+			return
+		}
+		_ = ew.Write(w, r, connect.NewError(code, errors.New(msg)))
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.CheckLoopbackHost && !loopbackHost(r.Host) {
+			refuse(w, r, http.StatusForbidden, connect.CodePermissionDenied,
+				fmt.Sprintf("Host %q is not a loopback name or address; this gateway serves local clients only", r.Host))
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
+			refuse(w, r, http.StatusForbidden, connect.CodePermissionDenied,
+				fmt.Sprintf("requests from origin %q are not allowed; see --cors-origin", o))
+			return
+		}
+		if err := checkEncodings(r); err != nil {
+			refuse(w, r, http.StatusBadRequest, connect.CodeInvalidArgument, err.Error())
+			return
+		}
+		ctx := r.Context()
+		if !isPublic(r.URL.Path) {
+			id, err := s.auth.authenticate(r)
+			if err != nil {
+				refuse(w, r, http.StatusUnauthorized, connect.CodeUnauthenticated, err.Error())
+				return
+			}
+			ctx = WithIdentity(ctx, id)
+		}
+		rc := http.NewResponseController(w)
+		now := time.Now()
+		_ = rc.SetReadDeadline(now.Add(s.cfg.BodyReadTimeout))
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+		if r.URL.Path == acquirePath {
+			ctx = context.WithValue(ctx, senderKey{}, rc)
+		} else {
+			_ = rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout + s.cfg.SendTimeout))
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+	if len(s.cfg.CORSOrigins) == 0 {
+		return h
+	}
+	return cors.New(cors.Options{
+		AllowedOrigins: s.cfg.CORSOrigins,
+		AllowedMethods: connectcors.AllowedMethods(),
+		AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
+		ExposedHeaders: connectcors.ExposedHeaders(),
+		MaxAge:         7200,
+	}).Handler(h)
+}
+
+// deadlineBody lifts the read deadline once the body has been read: a
+// streaming Acquire reads its one request message and then only writes.
+type deadlineBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// originAllowed reports whether a browser request from origin may proceed:
+// the gateway's own origin always may, others only when configured.
+func (s *Service) originAllowed(origin, host string) bool {
+	if u, err := url.Parse(origin); err == nil && u.Host == host {
+		return true
+	}
+	for _, o := range s.cfg.CORSOrigins {
+		if o == "*" || strings.EqualFold(o, origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// loopbackHost reports whether a Host header names this machine only.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkEncodings refuses a request compressed in a way the gateway does not
+// speak: bad input, not a missing feature (Connect would answer 501).
+func checkEncodings(r *http.Request) error {
+	rest := strings.HasPrefix(r.URL.Path, "/api/")
+	for _, h := range []string{"Content-Encoding", "Connect-Content-Encoding", "Grpc-Encoding"} {
+		for _, v := range r.Header.Values(h) {
+			v = strings.ToLower(strings.TrimSpace(v))
+			switch {
+			case v == "" || v == "identity":
+			case v == "gzip" && !rest:
+			case rest:
+				return fmt.Errorf("%s %q is not accepted on the REST API; send the body uncompressed", h, v)
+			default:
+				return fmt.Errorf("%s %q is not supported; send gzip or no compression", h, v)
+			}
+		}
+	}
+	return nil
+}
+
+// send writes one message of a streaming Acquire within SendTimeout: a
+// client that stops reading is detected, not waited for.
+func (s *Service) send(ctx context.Context, fn func() error) error {
+	rc, _ := ctx.Value(senderKey{}).(*http.ResponseController)
+	if rc != nil {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.SendTimeout))
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	}
+	return fn()
+}
