@@ -89,12 +89,11 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 	}
 	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
 	if s != nil {
-		req.SessionId = s.id
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
 		// A wait for a session lock ends with the session.
-		defer context.AfterFunc(s.keeper.ctx, func() { cancel(context.Cause(s.keeper.ctx)) })()
+		defer context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })()
 	}
 	clk := c.cfg.clock
 	// Every lease event of this grant happens after this instant, so it
@@ -106,11 +105,15 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 	}
 	bo := c.newBackoff()
 	var last error
+	var view *sessionView
+	recoveries := 0
 	for tries := 1; ; tries++ {
 		if s != nil {
 			if err := s.check(op); err != nil {
 				return nil, err
 			}
+			view = s.current()
+			req.SessionId = view.id
 		}
 		if cfg.wait > 0 {
 			left := waitUntil.Sub(clk.Now())
@@ -129,8 +132,22 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 		sent := clk.Now()
 		g, queued, err := acquireOnce(actx, ep.rpc, req, cfg.onQueued)
 		cancelAttempt()
+		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
+			c.letGo(ctx, g)
+			err = sessionLeaseLost(g.Shard)
+		}
 		if err == nil {
-			return c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, waitUntil)
+			return c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil)
+		}
+		if s != nil && recoveries < maxSessionRecoveries {
+			if handled, rerr := s.recover(ctx, op, err, view); handled {
+				recoveries++
+				req.RequestId = s.requestIDAfter(err, req.RequestId)
+				if rerr == nil {
+					continue // the session covers the shard now: retry at once
+				}
+				err = rerr
+			}
 		}
 		if cfg.wait > 0 && ctx.Err() == nil && !clk.Now().Before(waitUntil) {
 			return nil, &opError{op: op, kind: ErrWaitTimeout, cause: err}
@@ -205,34 +222,59 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		return nil, err
 	}
 	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
-	if s != nil {
-		if err := s.check(op); err != nil {
+	anchor := c.cfg.clock.Now()
+	for recoveries := 0; ; recoveries++ {
+		var view *sessionView
+		if s != nil {
+			if err := s.check(op); err != nil {
+				return nil, err
+			}
+			view = s.current()
+			req.SessionId = view.id
+		}
+		var resp *v1.TryAcquireResponse
+		var sent time.Time
+		err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+			sent = c.cfg.clock.Now()
+			r, err := rpc.TryAcquire(ctx, connect.NewRequest(req))
+			if err == nil {
+				resp = r.Msg
+			}
+			return err
+		})
+		if err == nil && s != nil && resp.Acquired && resp.Granted != nil && view.leaseFor(resp.Granted.Shard) == nil {
+			c.letGo(ctx, resp.Granted)
+			err = sessionLeaseLost(resp.Granted.Shard)
+		}
+		if err != nil {
+			if s != nil && recoveries < maxSessionRecoveries {
+				if handled, rerr := s.recover(ctx, op, err, view); handled {
+					req.RequestId = s.requestIDAfter(err, req.RequestId)
+					if rerr != nil {
+						return nil, rerr
+					}
+					continue
+				}
+			}
 			return nil, err
 		}
-		req.SessionId = s.id
-	}
-	anchor := c.cfg.clock.Now()
-	var resp *v1.TryAcquireResponse
-	var sent time.Time
-	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		sent = c.cfg.clock.Now()
-		r, err := rpc.TryAcquire(ctx, connect.NewRequest(req))
-		if err == nil {
-			resp = r.Msg
+		if !resp.Acquired || resp.Granted == nil {
+			held := &HeldError{Name: name}
+			if resp.HolderExpiresAt != nil {
+				held.HolderExpires = resp.HolderExpiresAt.AsTime()
+			}
+			return nil, held
 		}
-		return err
-	})
-	if err != nil {
-		return nil, err
+		return c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{})
 	}
-	if !resp.Acquired || resp.Granted == nil {
-		held := &HeldError{Name: name}
-		if resp.HolderExpiresAt != nil {
-			held.HolderExpires = resp.HolderExpiresAt.AsTime()
-		}
-		return nil, held
-	}
-	return c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, time.Time{})
+}
+
+// letGo releases a grant that will not be handed out, best effort: if no
+// gateway answers, the lock lapses with its lease.
+func (c *Client) letGo(ctx context.Context, g *v1.Granted) {
+	rctx, cancel := withTimeout(context.WithoutCancel(ctx), c.cfg.clock, c.cfg.requestTimeout)
+	defer cancel()
+	_, _ = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
 }
 
 // grantTimes are the clock readings a grant's first deadline is measured
@@ -248,10 +290,16 @@ type grantTimes struct {
 // return: the time to confirm a grant that arrived at the deadline.
 const waitGrace = 500 * time.Millisecond
 
-func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, waitUntil time.Time) (*Lock, error) {
+func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time) (*Lock, error) {
 	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
 	if s != nil {
-		l.attach(s)
+		// The attempt checked that the lease was live; if it was lost
+		// since, the lock is lost with it, as it should be.
+		lease := view.leases[g.Shard]
+		if l.ttl <= 0 {
+			l.ttl = lease.ttl
+		}
+		l.attach(s, lease)
 		return l, nil
 	}
 	if l.ttl <= 0 {
@@ -297,9 +345,7 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 	}
 	if !clk.Now().Before(deadline) {
 		// Granted, but it cannot be confirmed in time: let it go.
-		rctx, cancel := withTimeout(context.WithoutCancel(ctx), clk, c.cfg.requestTimeout)
-		defer cancel()
-		_, _ = c.ReleaseByID(rctx, l.id, l.token)
+		c.letGo(ctx, g)
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("granted, but no gateway confirmed the lease before its deadline; released it")}
 	}
 	l.keeper = c.startKeeper(l.ttl, anchor, deadline, l.renewRPC, l.lostError)

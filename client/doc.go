@@ -4,8 +4,11 @@
 // A Client talks to one or more gateways; any gateway serves any call.
 // Acquire waits in the name's queue and returns a *Lock; TryAcquire never
 // waits. The SDK renews the lock's lease in the background until Release.
-// A Session shares one lease among many locks, so that renewal costs one
-// keepalive per client rather than one per lock.
+// A Session shares leases among many locks — one per shard, renewed
+// together by one keepalive call — so that renewal costs one keepalive per
+// client rather than one per lock. Each shard's lease, and so each session
+// lock, is lost on its own: a shard that fails costs a session only the
+// locks on that shard.
 //
 // The package imports only the generated API, connect and public libraries.
 //
@@ -19,21 +22,34 @@
 // S is the clock reading taken just before the SDK sent the latest request
 // that a gateway answered with a confirmation of the lease: the Acquire or
 // TryAcquire that granted it (its first attempt, when it was retried), a
-// renewal, or — for a lock in a Session — the session's latest keepalive.
-// TTL is the effective TTL in that answer. margin is WithSafetyMargin:
-// TTL/100 + 100 ms by default, at most TTL/3.
+// renewal, or — for a lock in a Session — the latest session call (open,
+// extension or keepalive) that confirmed the session's lease on the lock's
+// shard; a keepalive that could not reach that shard confirms nothing for
+// it, whatever it confirmed for the other shards. TTL is the effective TTL
+// in that answer, and the deadline is tighter still when the gateway says
+// the lease is certain to live less long from the request's arrival
+// (valid_for_ms). margin is WithSafetyMargin: TTL/100 + 100 ms by default,
+// at most TTL/3.
 //
 // Lock.Context is cancelled, and Lock.Done closed, at the first of:
 //
 //   - a gateway answering a renewal with proof that the lock is gone or not
 //     the caller's (LOCK_EXPIRED, LOCK_STOLEN, SESSION_LOST, permission
-//     denied): at once, with Err wrapping ErrLockLost and that answer;
+//     denied; for a session lock, a keepalive reporting the session's lease
+//     on the lock's shard gone): at once, with Err wrapping ErrLockLost and
+//     that answer;
 //   - the deadline, when no renewal confirmed the lease before it, because
 //     gateways are unreachable, shutting down or cut off from etcd: at the
 //     deadline, never later, with Err wrapping ErrLockLost and
 //     ErrUnavailable. The SDK does not wait for a renewal still in flight,
 //     and an answer that arrives after the deadline does not revive the lock;
-//   - Release (Err is ErrReleased).
+//   - Release (Err is ErrReleased), or Close of the lock's session.
+//
+// A session lock is never lost because another shard of its session
+// failed. Once the SDK has given a session's lease up (by proof or by
+// deadline), it stops renewing it, so the locks on it lapse in etcd too,
+// and a later lock on that shard gets a new lease: a lost lock is never
+// revived.
 //
 // Why the deadline is safe: etcd counts a lease's TTL from when its leader
 // handled the grant or keepalive, which is after S, and a leader change

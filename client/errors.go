@@ -30,8 +30,9 @@ var (
 	// lease expiry.
 	ErrNotAcquired = errors.New("lock is held by another owner")
 	// ErrSessionLost reports that a session's lease expired, was revoked,
-	// or could not be confirmed before its deadline. Session.Err wraps it,
-	// and every lock of the session is lost with it.
+	// or could not be confirmed before its deadline. A session holds one
+	// lease per shard: the locks on a shard whose lease is lost report it
+	// (with ErrLockLost), and Session.Err wraps it once every lease is.
 	ErrSessionLost = errors.New("session lost")
 	// ErrUnavailable reports that no gateway answered, or every gateway
 	// answered with a retryable failure, within the attempts allowed.
@@ -55,8 +56,13 @@ const (
 	ReasonStolen = "LOCK_STOLEN"
 	// ReasonLeaseLost: a waiter's lease died while it waited.
 	ReasonLeaseLost = "LEASE_LOST"
-	// ReasonSessionLost: the session expired, was closed or is not yours.
+	// ReasonSessionLost: the session expired, was closed or is not yours;
+	// on an acquire or a keepalive, the session's lease on one shard is.
 	ReasonSessionLost = "SESSION_LOST"
+	// ReasonSessionShardMissing: the session has no lease on the shard a
+	// name lives on. Session.Acquire and Session.TryAcquire extend the
+	// session to that shard and retry, so callers do not see it.
+	ReasonSessionShardMissing = "SESSION_SHARD_MISSING"
 	// ReasonWaitTimeout: the wait timeout passed before a grant.
 	ReasonWaitTimeout = "WAIT_TIMEOUT"
 	// ReasonShuttingDown: the gateway is stopping; the SDK retries the
@@ -74,6 +80,10 @@ const (
 
 const errorDomain = "leasegate.dev"
 
+// metadataShard is the ErrorInfo metadata key naming the shard an error
+// concerns.
+const metadataShard = "shard"
+
 // Reason returns the leasegate reason (one of the Reason constants) carried
 // by a gateway error anywhere in err's chain, or "" if there is none.
 func Reason(err error) string {
@@ -88,6 +98,23 @@ func Reason(err error) string {
 		}
 		if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
 			return info.Reason
+		}
+	}
+	return ""
+}
+
+// shardOf returns the shard a gateway error concerns (its ErrorInfo
+// metadata), or "" when it names none.
+func shardOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
+				return info.Metadata[metadataShard]
+			}
 		}
 	}
 	return ""

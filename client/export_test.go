@@ -10,13 +10,14 @@ func WithRenewHook(fn func(sent time.Time, err error)) Option {
 
 // LostAt is the clock time at which l was lost, zero while it was not.
 func LostAt(l *Lock) time.Time {
-	k := l.keeper
-	if k == nil {
-		k = l.sess.keeper
+	if k := l.keeper; k != nil {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.lostAt
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.lostAt
+	l.lease.mu.Lock()
+	defer l.lease.mu.Unlock()
+	return l.lease.lostAt
 }
 
 // Margin is the safety margin a client applies to a lease of ttl.

@@ -10,7 +10,8 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// keeper keeps one lease alive — a lock's own lease or a session's — and
+// keeper keeps one lock's own lease alive (a session's leases have their
+// own renewer, session_keeper.go, built on the same rules) and
 // owns the conservative deadline derived from it. Its context is cancelled,
 // with the cause, the moment the lease is known lost (a gateway refuses
 // the proof of ownership) or reaches its deadline unconfirmed.

@@ -29,8 +29,9 @@ type Lock struct {
 	token int64
 	ttl   time.Duration
 
-	keeper *keeper  // the lock's own lease; nil in a session
-	sess   *Session // nil for a lock with its own lease
+	keeper *keeper     // the lock's own lease; nil in a session
+	sess   *Session    // nil for a lock with its own lease
+	lease  *shardLease // the session's lease on the lock's shard; nil without a session
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc // session locks only
@@ -62,13 +63,14 @@ func (l *Lock) Session() *Session { return l.sess }
 
 // Expires is the lock's current conservative deadline on the client's
 // clock: Context is cancelled at this moment unless a renewal (or, in a
-// session, a keepalive) confirms the lease before it. It moves forward with
-// each confirmation. It does not block.
+// session, a keepalive of the session's lease on the lock's shard)
+// confirms the lease before it. It moves forward with each confirmation.
+// It does not block.
 func (l *Lock) Expires() time.Time {
 	if l.keeper != nil {
 		return l.keeper.Deadline()
 	}
-	return l.sess.Expires()
+	return l.lease.Deadline()
 }
 
 // Context returns a context that is cancelled the moment the lock is lost
@@ -108,11 +110,13 @@ func (l *Lock) renewRPC(ctx context.Context, rpc leasegatev1connect.LockServiceC
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
-// attach ties a session lock's lifetime to its session's.
-func (l *Lock) attach(s *Session) {
-	l.sess = s
+// attach ties a session lock's lifetime to the session's lease on its
+// shard: the lock is lost with that lease, whatever the session's other
+// leases do.
+func (l *Lock) attach(s *Session, lease *shardLease) {
+	l.sess, l.lease = s, lease
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	sctx := s.keeper.ctx
+	sctx := lease.ctx
 	l.stopAfter = context.AfterFunc(sctx, func() {
 		cause := context.Cause(sctx)
 		if errors.Is(cause, ErrClosed) {

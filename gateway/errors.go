@@ -25,7 +25,15 @@ const (
 	// ReasonLeaseLost: a waiter's lease died while it waited.
 	ReasonLeaseLost = "LEASE_LOST"
 	// ReasonSessionLost: the session expired, was closed or is not yours.
+	// On an acquire it concerns the session's lease on one shard, named in
+	// the ErrorInfo metadata under MetadataShard: that lease, and every lock
+	// on it, is gone; the session's leases on other shards may live on.
 	ReasonSessionLost = "SESSION_LOST"
+	// ReasonSessionShardMissing: the session has no lease on the shard the
+	// name lives on (the shard was down when the session opened, or joined
+	// the map since). The shard is in the ErrorInfo metadata under
+	// MetadataShard; ExtendSession to it and retry.
+	ReasonSessionShardMissing = "SESSION_SHARD_MISSING"
 	// ReasonWaitTimeout: the wait timeout passed before a grant.
 	ReasonWaitTimeout = "WAIT_TIMEOUT"
 	// ReasonShuttingDown: the gateway is stopping; retry the same request
@@ -40,6 +48,36 @@ const (
 	// over; this attempt ended and the retry serves the caller.
 	ReasonSuperseded = "SUPERSEDED"
 )
+
+// MetadataShard is the ErrorInfo metadata key that names the shard an
+// error concerns (SESSION_SHARD_MISSING, and SESSION_LOST on an acquire).
+const MetadataShard = "shard"
+
+// errSessionShardMissing is an acquire in a session without a lease on the
+// name's shard.
+var errSessionShardMissing = errors.New("the session has no lease on the name's shard")
+
+// shardError ties an error to the shard it concerns, which toConnect
+// reports in the ErrorInfo metadata.
+type shardError struct {
+	shard string
+	err   error
+}
+
+func (e *shardError) Error() string { return fmt.Sprintf("shard %q: %v", e.shard, e.err) }
+func (e *shardError) Unwrap() error { return e.err }
+
+func onShard(shard string, err error) error { return &shardError{shard: shard, err: err} }
+
+// sessionShard names t's shard on a session acquire's loss: the client
+// learns which of its session's leases is gone.
+func sessionShard(t Target, err error) error {
+	var se *shardError
+	if errors.Is(err, queue.ErrSessionLost) && !errors.As(err, &se) && t.Shard != "" {
+		return onShard(t.Shard, err)
+	}
+	return err
+}
 
 // errShuttingDown is the cancel cause of waits ended by a gateway shutdown.
 var errShuttingDown = errors.New("gateway is shutting down; retry with the same request_id to keep the queue place")
@@ -82,7 +120,12 @@ func toConnect(err error) *connect.Error {
 	code, reason, msg := classify(err)
 	out := connect.NewError(code, errors.New(msg))
 	if reason != "" {
-		if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); derr == nil {
+		info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+		var se *shardError
+		if errors.As(err, &se) {
+			info.Metadata = map[string]string{MetadataShard: se.shard}
+		}
+		if d, derr := connect.NewErrorDetail(info); derr == nil {
 			out.AddDetail(d)
 		}
 	}
@@ -119,8 +162,18 @@ func classify(err error) (connect.Code, string, string) {
 		return connect.CodeFailedPrecondition, ReasonExpired, "the lock expired: its lease lapsed and the name is free"
 	case errors.Is(err, queue.ErrStolen):
 		return connect.CodeFailedPrecondition, ReasonStolen, "the lock is lost: its lease lapsed and another holder has the name"
+	case errors.Is(err, errSessionShardMissing):
+		msg := "the session has no lease on the name's shard; extend the session to it (ExtendSession) and retry"
+		if se := (*shardError)(nil); errors.As(err, &se) {
+			msg = fmt.Sprintf("the session has no lease on shard %q, which the name lives on; extend the session to it (ExtendSession) and retry", se.shard)
+		}
+		return connect.CodeFailedPrecondition, ReasonSessionShardMissing, msg
 	case errors.Is(err, queue.ErrSessionLost):
-		return connect.CodeFailedPrecondition, ReasonSessionLost, "the session is unknown or expired; open a new one"
+		msg := "the session is unknown or expired; open a new one"
+		if se := (*shardError)(nil); errors.As(err, &se) {
+			msg = fmt.Sprintf("the session's lease on shard %q expired or was closed, and its locks there with it; ExtendSession with replace opens a new one", se.shard)
+		}
+		return connect.CodeFailedPrecondition, ReasonSessionLost, msg
 	case errors.Is(err, queue.ErrNotOwner):
 		return connect.CodePermissionDenied, "", err.Error()
 	case errors.Is(err, queue.ErrSuperseded):

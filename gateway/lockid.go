@@ -196,7 +196,7 @@ func DecodeSessionID(keys IDKeyring, s string) (SessionID, error) {
 	id.Tenant = r.string()
 	copy(id.Secret[:], r.bytes(queue.SecretLen))
 	n := r.uvarint()
-	if n == 0 || n > 64 {
+	if n == 0 || n > maxSessionShards {
 		return SessionID{}, fmt.Errorf("%w: session id has %d shards", ErrMalformedID, n)
 	}
 	seen := map[string]bool{}

@@ -123,6 +123,8 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	denied("KeepAliveSession", err)
 	_, err = b.CloseSession(ctx, connect.NewRequest(&v1.CloseSessionRequest{SessionId: sess.Msg.SessionId}))
 	denied("CloseSession", err)
+	_, err = b.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: sess.Msg.SessionId, Shards: []string{"main"}, Replace: true}))
+	denied("ExtendSession", err)
 	_, err = b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", SessionId: sess.Msg.SessionId}))
 	denied("TryAcquire on a's session", err)
 	for _, path := range []string{"/api/v1/locks/renew", "/api/v1/locks/release"} {

@@ -139,7 +139,10 @@ func (s *Service) target(id Identity, r *queue.AcquireRequest, sess *SessionID) 
 	if sess != nil {
 		lease, ok := sess.Lease(t.Shard)
 		if !ok {
-			return t, fmt.Errorf("%w: the session has no lease on shard %q; open a new session", queue.ErrSessionLost, t.Shard)
+			// Not a lost session: the shard was down when the session
+			// opened, or joined the map since. The client can extend the
+			// session to it and retry.
+			return t, onShard(t.Shard, errSessionShardMissing)
 		}
 		r.Session = lease
 	}
@@ -222,7 +225,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	}
 	t, g, err := s.acquire(wctx, id, t, r, sess)
 	if err != nil {
-		err = tagTTL(err)
+		err = tagTTL(sessionShard(t, err))
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
 			return toConnect(errShuttingDown)
 		}
@@ -268,7 +271,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	defer cancel()
 	t, res, err := s.tryAcquire(ctx, id, t, r, sess)
 	if err != nil {
-		return nil, toConnect(tagTTL(err))
+		return nil, toConnect(tagTTL(sessionShard(t, err)))
 	}
 	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
 	if res.Acquired {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,9 +14,168 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
-// OpenSession grants a session lease on every shard, all proven by one
-// secret, so a client's locks share one lease per shard whatever names they
-// take.
+// A gateway session is one lease per shard, all proven by one secret. Each
+// lease lives and dies on its own: a shard that is down costs the locks on
+// that shard, never those on the others. So every session call works shard
+// by shard and reports each shard's outcome (shardOutcome), and fails as a
+// whole only when no shard could be served.
+
+// shardOutcome is what one session call did on one shard.
+type shardOutcome struct {
+	shard string
+	// rn is the grant or renewal when err is nil.
+	rn  queue.Renewal
+	err error
+	// granted marks a lease this call opened (as opposed to renewed).
+	granted bool
+	lease   queue.Session
+}
+
+func (o shardOutcome) state() v1.ShardLeaseState {
+	switch {
+	case o.err == nil:
+		return v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE
+	case errors.Is(o.err, queue.ErrSessionLost), errors.Is(o.err, queue.ErrNotOwner):
+		return v1.ShardLeaseState_SHARD_LEASE_STATE_LOST
+	default:
+		return v1.ShardLeaseState_SHARD_LEASE_STATE_UNAVAILABLE
+	}
+}
+
+func (o shardOutcome) proto() *v1.SessionShard {
+	out := &v1.SessionShard{Shard: o.shard, State: o.state()}
+	if o.err == nil {
+		out.ExpiresAt = timestamppb.New(o.rn.Deadline)
+		out.TtlMs = o.rn.TTL.Milliseconds()
+		out.ValidForMs = max(o.rn.Valid.Milliseconds(), 0)
+	}
+	return out
+}
+
+// transient reports a failure that says nothing about the request: the
+// shard was down, slow or resharding. Only such a failure leaves a shard
+// out of a session; any other fails the call.
+func transient(err error) bool {
+	code, _, _ := classify(err)
+	return code == connect.CodeUnavailable
+}
+
+// earliest summarises the live outcomes for the top-level fields that
+// predate per-shard outcomes: the earliest deadline with its TTL, and the
+// shortest validity.
+func earliest(outs []shardOutcome) (deadline time.Time, ttl, valid time.Duration) {
+	valid = -1
+	for _, o := range outs {
+		if o.err != nil {
+			continue
+		}
+		if deadline.IsZero() || o.rn.Deadline.Before(deadline) {
+			deadline, ttl = o.rn.Deadline, o.rn.TTL
+		}
+		if valid < 0 || o.rn.Valid < valid {
+			valid = o.rn.Valid
+		}
+	}
+	return deadline, ttl, max(valid, 0)
+}
+
+// verdict is the call's error when no shard's lease is live: SESSION_LOST
+// when every one is proven gone, otherwise unavailable (retryable), so a
+// client tries another gateway as it would for any call that confirmed
+// nothing.
+func verdict(outs []shardOutcome) error {
+	if len(outs) == 0 {
+		return ShardUnavailable(errors.New("the shard map lists no shard"))
+	}
+	var lost, unavailable error
+	nl, nu := 0, 0
+	for _, o := range outs {
+		switch o.state() {
+		case v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE:
+			return nil
+		case v1.ShardLeaseState_SHARD_LEASE_STATE_LOST:
+			nl++
+			lost = o.err
+		default:
+			nu++
+			unavailable = o.err
+		}
+	}
+	if nu == 0 {
+		return fmt.Errorf("%w: every lease of the session is gone", lost)
+	}
+	if nl == 0 && nu == 1 {
+		return unavailable
+	}
+	return ShardUnavailable(fmt.Errorf("no lease of the session could be confirmed: %d shard(s) did not answer, %d lease(s) are gone; retry", nu, nl))
+}
+
+func shardProtos(outs []shardOutcome) []*v1.SessionShard {
+	out := make([]*v1.SessionShard, len(outs))
+	for i, o := range outs {
+		out[i] = o.proto()
+	}
+	return out
+}
+
+// eachShard runs fn for every target at once and collects the outcomes
+// in order: a session costs one round trip, not one per shard, and a
+// shard that hangs delays the call by the request timeout, not by one
+// timeout per shard.
+func eachShard(n int, fn func(i int) shardOutcome) []shardOutcome {
+	outs := make([]shardOutcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return outs
+}
+
+// grant opens the session's lease on t.
+func (s *Service) grant(ctx context.Context, t Target, clientID string, ttl time.Duration, secret queue.Secret) shardOutcome {
+	o := shardOutcome{shard: t.Shard, granted: true}
+	o.err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		o.lease, err = t.Engine.OpenSessionWithSecret(ctx, clientID, ttl, secret)
+		return err
+	})
+	if o.err == nil {
+		o.rn = queue.Renewal{TTL: o.lease.TTL, Deadline: o.lease.Deadline, Valid: o.lease.Valid}
+	}
+	return o
+}
+
+// keepAlive renews the session's lease l.
+func (s *Service) keepAlive(ctx context.Context, who Identity, id SessionID, l ShardLease) shardOutcome {
+	o := shardOutcome{shard: l.Shard}
+	t, err := s.lookup(who, l.Shard)
+	if err != nil {
+		// A shard this gateway does not know (a stale map, or a shard
+		// removed since) cannot confirm the lease: unavailable here, and
+		// lost to the client once its deadline passes unconfirmed.
+		if errors.Is(err, ErrUnknownShard) {
+			err = ShardUnavailable(err)
+		}
+		o.err = err
+		return o
+	}
+	o.err = t.call(ctx, func(ctx context.Context) error {
+		var err error
+		o.rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
+		return err
+	})
+	return o
+}
+
+// OpenSession opens the session's lease on every shard that answers, all
+// proven by one secret, so a client's locks share one lease per shard
+// whatever names they take. A shard that fails transiently is left out
+// and reported; ExtendSession adds it later.
 func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
 	who, err := s.caller(ctx)
 	if err != nil {
@@ -36,48 +197,67 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	id := SessionID{Tenant: who.Tenant, Secret: secret}
-	var earliest time.Time
-	var effTTL, valid time.Duration
+	var targets []Target
 	for _, t := range s.router.All() {
 		t, err := t.forTenant(who.Tenant)
 		if err != nil {
 			return nil, toConnect(err)
 		}
-		var sess queue.Session
-		err = t.call(ctx, func(ctx context.Context) error {
-			var err error
-			sess, err = t.Engine.OpenSessionWithSecret(ctx, req.Msg.ClientId, ttl, secret)
-			return err
-		})
-		if err != nil {
-			s.closeSession(id) // do not leave half a session behind
-			return nil, toConnect(tagTTL(err))
-		}
-		id.Leases = append(id.Leases, ShardLease{Shard: t.Shard, Lease: sess.Lease})
-		if earliest.IsZero() || sess.Deadline.Before(earliest) {
-			earliest, effTTL, valid = sess.Deadline, sess.TTL, sess.Valid
+		targets = append(targets, t)
+	}
+	outs := eachShard(len(targets), func(i int) shardOutcome {
+		return s.grant(ctx, targets[i], req.Msg.ClientId, ttl, secret)
+	})
+	id := SessionID{Tenant: who.Tenant, Secret: secret}
+	for _, o := range outs {
+		if o.err == nil {
+			id.Leases = append(id.Leases, ShardLease{Shard: o.shard, Lease: o.lease.Lease})
 		}
 	}
+	if err := s.refuseOpen(outs); err != nil {
+		s.closeLeases(id, id.Leases) // do not leave half a session behind
+		return nil, toConnect(tagTTL(err))
+	}
+	deadline, effTTL, valid := earliest(outs)
 	return connect.NewResponse(&v1.OpenSessionResponse{
-		SessionId: EncodeSessionID(s.keys, id), ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds(),
-		ValidForMs: max(valid.Milliseconds(), 0),
+		SessionId: EncodeSessionID(s.keys, id), ExpiresAt: timestamppb.New(deadline), TtlMs: effTTL.Milliseconds(),
+		ValidForMs: valid.Milliseconds(), Shards: shardProtos(outs),
 	}), nil
 }
 
-func (s *Service) closeSession(id SessionID) {
+// refuseOpen is the error of an open or extension that must not go ahead:
+// a failure that is not transient (the request itself is at fault), or no
+// lease live at all.
+func (s *Service) refuseOpen(outs []shardOutcome) error {
+	for _, o := range outs {
+		if o.err != nil && o.granted && !transient(o.err) {
+			return o.err
+		}
+	}
+	return verdict(outs)
+}
+
+// closeLeases revokes leases of session id, best effort, in the background
+// of a failed call.
+func (s *Service) closeLeases(id SessionID, leases []ShardLease) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 	defer cancel()
-	for _, l := range id.Leases {
+	for _, l := range leases {
 		if t, err := s.lookup(Identity{Tenant: id.Tenant}, l.Shard); err == nil {
 			_ = t.Engine.CloseSession(ctx, l.Lease, id.Secret)
 		}
 	}
 }
 
-// KeepAliveSession renews the session's lease on every shard.
+// KeepAliveSession renews the session's leases, each on its own: a shard
+// that is down or whose lease is gone is reported, and the others are
+// renewed all the same.
 func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	leases, err := pickLeases(id, req.Msg.Shards)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -86,48 +266,64 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
-	// Each shard's lease is renewed in parallel: a session costs one
-	// round trip, not one per shard.
-	type result struct {
-		rn  queue.Renewal
-		err error
-	}
-	results := make([]result, len(id.Leases))
-	var wg sync.WaitGroup
-	for i, l := range id.Leases {
-		t, err := s.lookup(who, l.Shard)
-		if err != nil {
-			return nil, toConnect(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i].err = t.call(ctx, func(ctx context.Context) error {
-				var err error
-				results[i].rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
-				return err
-			})
-		}()
-	}
-	wg.Wait()
-	var earliest time.Time
-	var effTTL time.Duration
-	valid := time.Duration(-1)
-	for _, r := range results {
-		if r.err != nil {
-			return nil, toConnect(r.err)
-		}
-		if earliest.IsZero() || r.rn.Deadline.Before(earliest) {
-			earliest, effTTL = r.rn.Deadline, r.rn.TTL
-		}
-		if valid < 0 || r.rn.Valid < valid {
-			valid = r.rn.Valid
+	outs := eachShard(len(leases), func(i int) shardOutcome {
+		return s.keepAlive(ctx, who, id, leases[i])
+	})
+	for _, o := range outs {
+		if o.err != nil && !transient(o.err) && o.state() != v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
+			return nil, toConnect(o.err) // e.g. the tenant lost access to the shard
 		}
 	}
-	return connect.NewResponse(&v1.KeepAliveSessionResponse{ExpiresAt: timestamppb.New(earliest), TtlMs: effTTL.Milliseconds(), ValidForMs: max(valid.Milliseconds(), 0)}), nil
+	if err := verdict(outs); err != nil {
+		return nil, toConnect(err)
+	}
+	out := &v1.KeepAliveSessionResponse{Shards: shardProtos(outs)}
+	if every(outs, v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE) {
+		// The top-level fields confirm the whole session. A client that
+		// reads only them (one that predates per-shard outcomes) would
+		// take them for every lease's, so they stay unset while any lease
+		// went unconfirmed: such a client confirms nothing, and loses the
+		// session at its deadline as it always did.
+		deadline, effTTL, valid := earliest(outs)
+		out.ExpiresAt, out.TtlMs, out.ValidForMs = timestamppb.New(deadline), effTTL.Milliseconds(), valid.Milliseconds()
+	}
+	return connect.NewResponse(out), nil
+}
+
+func every(outs []shardOutcome, st v1.ShardLeaseState) bool {
+	for _, o := range outs {
+		if o.state() != st {
+			return false
+		}
+	}
+	return true
+}
+
+// pickLeases returns the leases of id on shards, or all of them when
+// shards is empty.
+func pickLeases(id SessionID, shards []string) ([]ShardLease, error) {
+	if len(shards) == 0 {
+		return id.Leases, nil
+	}
+	seen := map[string]bool{}
+	var out []ShardLease
+	for _, sh := range shards {
+		lease, ok := id.Lease(sh)
+		if !ok {
+			return nil, badField("shards", "%q is not a shard the session id lists", sh)
+		}
+		if seen[sh] {
+			return nil, badField("shards", "%q is named twice", sh)
+		}
+		seen[sh] = true
+		out = append(out, ShardLease{Shard: sh, Lease: lease})
+	}
+	return out, nil
 }
 
 // CloseSession revokes the session's leases, releasing every lock on them.
+// Every shard is tried; a shard that fails makes the call fail (retry it:
+// leases already revoked count as closed).
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
@@ -135,14 +331,31 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
-	for _, l := range id.Leases {
-		t, err := s.lookup(who, l.Shard)
-		if err != nil {
-			return nil, toConnect(err)
-		}
-		if err := t.Engine.CloseSession(ctx, l.Lease, id.Secret); err != nil {
-			return nil, toConnect(err)
+	outs := eachShard(len(id.Leases), func(i int) shardOutcome {
+		return s.revoke(ctx, who, id, id.Leases[i])
+	})
+	for _, o := range outs {
+		if o.err != nil {
+			return nil, toConnect(o.err)
 		}
 	}
 	return connect.NewResponse(&v1.CloseSessionResponse{}), nil
+}
+
+// revoke revokes the session's lease l; a lease already gone counts as
+// revoked.
+func (s *Service) revoke(ctx context.Context, who Identity, id SessionID, l ShardLease) shardOutcome {
+	o := shardOutcome{shard: l.Shard}
+	t, err := s.lookup(who, l.Shard)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	// A revoke is attempted even when the shard's breaker is open: it can
+	// only free locks, as a release can.
+	o.err = t.Engine.CloseSession(ctx, l.Lease, id.Secret)
+	if o.err != nil && errors.Is(context.Cause(ctx), errStoreTimeout) {
+		o.err = ShardUnavailable(fmt.Errorf("shard %q did not answer in time", t.Shard))
+	}
+	return o
 }

@@ -351,7 +351,16 @@ func (t *telemetry) unaryDone(ctx context.Context, req connect.AnyRequest, resp 
 			t.m.release.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
 		}
 	case *v1.KeepAliveSessionRequest:
-		t.lost(ctx, "all", lossReason(err))
+		if err != nil {
+			t.lost(ctx, "all", lossReason(err))
+			break
+		}
+		// Each lease of a session lives and dies on its own shard.
+		for _, sh := range resp.Any().(*v1.KeepAliveSessionResponse).Shards {
+			if sh.State == v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
+				t.lost(ctx, sh.Shard, "session_lost")
+			}
+		}
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
 	t.logCall(ctx, req.Spec().Procedure, shard, err, d)

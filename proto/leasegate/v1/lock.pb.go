@@ -22,6 +22,67 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ShardLeaseState is what one call learned about a session's lease on one
+// shard.
+type ShardLeaseState int32
+
+const (
+	ShardLeaseState_SHARD_LEASE_STATE_UNSPECIFIED ShardLeaseState = 0
+	// The lease was granted or renewed by this call: expires_at, ttl_ms and
+	// valid_for_ms say for how long.
+	ShardLeaseState_SHARD_LEASE_STATE_LIVE ShardLeaseState = 1
+	// The lease is gone (expired, revoked, or not the caller's): every lock
+	// on it is lost. A lost lease is never revived.
+	ShardLeaseState_SHARD_LEASE_STATE_LOST ShardLeaseState = 2
+	// The shard did not answer in time: the lease could not be confirmed (or,
+	// when opening, granted) this time. The lease, if any, may still live
+	// until its last confirmed deadline; retry.
+	ShardLeaseState_SHARD_LEASE_STATE_UNAVAILABLE ShardLeaseState = 3
+)
+
+// Enum value maps for ShardLeaseState.
+var (
+	ShardLeaseState_name = map[int32]string{
+		0: "SHARD_LEASE_STATE_UNSPECIFIED",
+		1: "SHARD_LEASE_STATE_LIVE",
+		2: "SHARD_LEASE_STATE_LOST",
+		3: "SHARD_LEASE_STATE_UNAVAILABLE",
+	}
+	ShardLeaseState_value = map[string]int32{
+		"SHARD_LEASE_STATE_UNSPECIFIED": 0,
+		"SHARD_LEASE_STATE_LIVE":        1,
+		"SHARD_LEASE_STATE_LOST":        2,
+		"SHARD_LEASE_STATE_UNAVAILABLE": 3,
+	}
+)
+
+func (x ShardLeaseState) Enum() *ShardLeaseState {
+	p := new(ShardLeaseState)
+	*p = x
+	return p
+}
+
+func (x ShardLeaseState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ShardLeaseState) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasegate_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (ShardLeaseState) Type() protoreflect.EnumType {
+	return &file_leasegate_v1_lock_proto_enumTypes[0]
+}
+
+func (x ShardLeaseState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ShardLeaseState.Descriptor instead.
+func (ShardLeaseState) EnumDescriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lock name: 1 to 256 bytes of printable UTF-8, no control characters.
@@ -270,7 +331,8 @@ type Granted struct {
 	// received the request that was granted. A client that adds it to the
 	// time it sent that request gets a deadline that is never late, whatever
 	// its clock and the gateway's read. 0 for a lock in a session, whose
-	// deadline is the session's (expires_at is then unset).
+	// deadline is that of the session's lease on the lock's shard, which
+	// KeepAliveSession reports (expires_at is then unset).
 	ValidForMs    int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1012,13 +1074,19 @@ func (x *OpenSessionRequest) GetTtlMs() int64 {
 }
 
 type OpenSessionResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lists the leases of the shards reported LIVE in shards.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The earliest of the opened leases' expires_at, ttl_ms and valid_for_ms.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	TtlMs     int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	// How long the session's leases are certain to live, counted from when
 	// the gateway received this request (see RenewResponse.valid_for_ms).
-	ValidForMs    int64 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	ValidForMs int64 `protobuf:"varint,4,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// Every shard of the map: LIVE where a lease was opened (the session
+	// covers it), UNAVAILABLE where the shard did not answer (it is left
+	// out; ExtendSession can add it later).
+	Shards        []*SessionShard `protobuf:"bytes,5,rep,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1081,16 +1149,110 @@ func (x *OpenSessionResponse) GetValidForMs() int64 {
 	return 0
 }
 
+func (x *OpenSessionResponse) GetShards() []*SessionShard {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// SessionShard is one shard's outcome in a session call.
+type SessionShard struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Shard (etcd cluster) name, as Granted.shard reports it.
+	Shard string          `protobuf:"bytes,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	State ShardLeaseState `protobuf:"varint,2,opt,name=state,proto3,enum=leasegate.v1.ShardLeaseState" json:"state,omitempty"`
+	// Set when LIVE: the lease's conservative expiry on the gateway's clock.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Set when LIVE: the lease's effective TTL.
+	TtlMs int64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Set when LIVE: how long the lease is certain to live, counted from when
+	// the gateway received this request (see RenewResponse.valid_for_ms).
+	ValidForMs    int64 `protobuf:"varint,5,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionShard) Reset() {
+	*x = SessionShard{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionShard) ProtoMessage() {}
+
+func (x *SessionShard) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionShard.ProtoReflect.Descriptor instead.
+func (*SessionShard) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SessionShard) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *SessionShard) GetState() ShardLeaseState {
+	if x != nil {
+		return x.State
+	}
+	return ShardLeaseState_SHARD_LEASE_STATE_UNSPECIFIED
+}
+
+func (x *SessionShard) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SessionShard) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *SessionShard) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
+	}
+	return 0
+}
+
 type KeepAliveSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Renew only these shards' leases; each must be one the session id
+	// lists. Empty: every lease the session id lists. A client leaves out
+	// the shards whose leases it has given up as lost, so that their locks
+	// lapse rather than live on unseen.
+	Shards        []string `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveSessionRequest) Reset() {
 	*x = KeepAliveSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1264,7 @@ func (x *KeepAliveSessionRequest) String() string {
 func (*KeepAliveSessionRequest) ProtoMessage() {}
 
 func (x *KeepAliveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1277,7 @@ func (x *KeepAliveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveSessionRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *KeepAliveSessionRequest) GetSessionId() string {
@@ -1125,20 +1287,35 @@ func (x *KeepAliveSessionRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *KeepAliveSessionRequest) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
 type KeepAliveSessionResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// expires_at, ttl_ms and valid_for_ms confirm the session as a whole:
+	// they are the earliest among its leases, and are set only when every
+	// lease asked for was renewed. When some shard is LOST or UNAVAILABLE
+	// they are unset (0), so a client that reads only them confirms nothing
+	// rather than take one shard's renewal for another's; read shards.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	TtlMs     int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	// How long the session's leases are certain to live, counted from when
-	// the gateway received this request (see RenewResponse.valid_for_ms).
-	ValidForMs    int64 `protobuf:"varint,3,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// How long the leases are certain to live, counted from when the gateway
+	// received this request (see RenewResponse.valid_for_ms): the shortest
+	// among them.
+	ValidForMs int64 `protobuf:"varint,3,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// Every shard asked for, with its outcome.
+	Shards        []*SessionShard `protobuf:"bytes,4,rep,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveSessionResponse) Reset() {
 	*x = KeepAliveSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1327,7 @@ func (x *KeepAliveSessionResponse) String() string {
 func (*KeepAliveSessionResponse) ProtoMessage() {}
 
 func (x *KeepAliveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1340,7 @@ func (x *KeepAliveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveSessionResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KeepAliveSessionResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -1187,6 +1364,157 @@ func (x *KeepAliveSessionResponse) GetValidForMs() int64 {
 	return 0
 }
 
+func (x *KeepAliveSessionResponse) GetShards() []*SessionShard {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+type ExtendSessionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Shards to open the session's lease on: 1 to 64 shard names of the
+	// gateway's map, as SESSION_SHARD_MISSING names them.
+	Shards []string `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	// Lease TTL in milliseconds, rounded up to whole seconds; 0: the
+	// gateway's default. Give the session's TTL.
+	TtlMs int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Caller identity recorded with the new leases, as in OpenSession.
+	ClientId string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// What to do with a named shard that the session id already lists.
+	// False: keep its lease and renew it (reported like KeepAliveSession).
+	// True: revoke that lease first, releasing its locks, and open a new
+	// one: for a lease the client has given up as lost. The new lease never
+	// carries the old one's locks.
+	Replace       bool `protobuf:"varint,5,opt,name=replace,proto3" json:"replace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendSessionRequest) Reset() {
+	*x = ExtendSessionRequest{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendSessionRequest) ProtoMessage() {}
+
+func (x *ExtendSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendSessionRequest.ProtoReflect.Descriptor instead.
+func (*ExtendSessionRequest) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExtendSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ExtendSessionRequest) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *ExtendSessionRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *ExtendSessionRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ExtendSessionRequest) GetReplace() bool {
+	if x != nil {
+		return x.Replace
+	}
+	return false
+}
+
+type ExtendSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lists every lease the old session id listed (replaced ones swapped for
+	// their new leases) and the newly opened ones. The old id stays valid for
+	// the leases it lists.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Every shard named in the request, with its outcome: LIVE (opened,
+	// replaced or renewed; listed in session_id), UNAVAILABLE (not opened;
+	// retry) or LOST (a kept lease that is gone).
+	Shards        []*SessionShard `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendSessionResponse) Reset() {
+	*x = ExtendSessionResponse{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendSessionResponse) ProtoMessage() {}
+
+func (x *ExtendSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendSessionResponse.ProtoReflect.Descriptor instead.
+func (*ExtendSessionResponse) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ExtendSessionResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ExtendSessionResponse) GetShards() []*SessionShard {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1196,7 +1524,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1536,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1549,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1239,7 +1567,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1579,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1592,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
@@ -1344,7 +1672,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\rcurrent_token\x18\x02 \x01(\x03R\fcurrentToken\"H\n" +
 	"\x12OpenSessionRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x15\n" +
-	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\xa8\x01\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"\xdc\x01\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x129\n" +
@@ -1352,20 +1680,47 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x04 \x01(\x03R\n" +
-	"validForMs\"8\n" +
+	"validForMs\x122\n" +
+	"\x06shards\x18\x05 \x03(\v2\x1a.leasegate.v1.SessionShardR\x06shards\"\xcd\x01\n" +
+	"\fSessionShard\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\tR\x05shard\x123\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1d.leasegate.v1.ShardLeaseStateR\x05state\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12 \n" +
+	"\fvalid_for_ms\x18\x05 \x01(\x03R\n" +
+	"validForMs\"P\n" +
 	"\x17KeepAliveSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x8e\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06shards\x18\x02 \x03(\tR\x06shards\"\xc2\x01\n" +
 	"\x18KeepAliveSessionResponse\x129\n" +
 	"\n" +
 	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12 \n" +
 	"\fvalid_for_ms\x18\x03 \x01(\x03R\n" +
-	"validForMs\"4\n" +
+	"validForMs\x122\n" +
+	"\x06shards\x18\x04 \x03(\v2\x1a.leasegate.v1.SessionShardR\x06shards\"\x9b\x01\n" +
+	"\x14ExtendSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06shards\x18\x02 \x03(\tR\x06shards\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12\x18\n" +
+	"\areplace\x18\x05 \x01(\bR\areplace\"j\n" +
+	"\x15ExtendSessionResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
+	"\x06shards\x18\x02 \x03(\v2\x1a.leasegate.v1.SessionShardR\x06shards\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse2\xdc\x05\n" +
+	"\x14CloseSessionResponse*\x8f\x01\n" +
+	"\x0fShardLeaseState\x12!\n" +
+	"\x1dSHARD_LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SHARD_LEASE_STATE_LIVE\x10\x01\x12\x1a\n" +
+	"\x16SHARD_LEASE_STATE_LOST\x10\x02\x12!\n" +
+	"\x1dSHARD_LEASE_STATE_UNAVAILABLE\x10\x032\xb6\x06\n" +
 	"\vLockService\x12H\n" +
 	"\aAcquire\x12\x1c.leasegate.v1.AcquireRequest\x1a\x1d.leasegate.v1.AcquireResponse0\x01\x12O\n" +
 	"\n" +
@@ -1376,7 +1731,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"CheckFence\x12\x1f.leasegate.v1.CheckFenceRequest\x1a .leasegate.v1.CheckFenceResponse\x12R\n" +
 	"\vOpenSession\x12 .leasegate.v1.OpenSessionRequest\x1a!.leasegate.v1.OpenSessionResponse\x12a\n" +
-	"\x10KeepAliveSession\x12%.leasegate.v1.KeepAliveSessionRequest\x1a&.leasegate.v1.KeepAliveSessionResponse\x12U\n" +
+	"\x10KeepAliveSession\x12%.leasegate.v1.KeepAliveSessionRequest\x1a&.leasegate.v1.KeepAliveSessionResponse\x12X\n" +
+	"\rExtendSession\x12\".leasegate.v1.ExtendSessionRequest\x1a#.leasegate.v1.ExtendSessionResponse\x12U\n" +
 	"\fCloseSession\x12!.leasegate.v1.CloseSessionRequest\x1a\".leasegate.v1.CloseSessionResponseB?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
@@ -1391,63 +1747,75 @@ func file_leasegate_v1_lock_proto_rawDescGZIP() []byte {
 	return file_leasegate_v1_lock_proto_rawDescData
 }
 
-var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_leasegate_v1_lock_proto_goTypes = []any{
-	(*AcquireRequest)(nil),           // 0: leasegate.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 1: leasegate.v1.AcquireResponse
-	(*Queued)(nil),                   // 2: leasegate.v1.Queued
-	(*Granted)(nil),                  // 3: leasegate.v1.Granted
-	(*TryAcquireRequest)(nil),        // 4: leasegate.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),       // 5: leasegate.v1.TryAcquireResponse
-	(*RenewRequest)(nil),             // 6: leasegate.v1.RenewRequest
-	(*RenewResponse)(nil),            // 7: leasegate.v1.RenewResponse
-	(*ReleaseRequest)(nil),           // 8: leasegate.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 9: leasegate.v1.ReleaseResponse
-	(*DescribeRequest)(nil),          // 10: leasegate.v1.DescribeRequest
-	(*DescribeResponse)(nil),         // 11: leasegate.v1.DescribeResponse
-	(*CheckFenceRequest)(nil),        // 12: leasegate.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),       // 13: leasegate.v1.CheckFenceResponse
-	(*OpenSessionRequest)(nil),       // 14: leasegate.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),      // 15: leasegate.v1.OpenSessionResponse
-	(*KeepAliveSessionRequest)(nil),  // 16: leasegate.v1.KeepAliveSessionRequest
-	(*KeepAliveSessionResponse)(nil), // 17: leasegate.v1.KeepAliveSessionResponse
-	(*CloseSessionRequest)(nil),      // 18: leasegate.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),     // 19: leasegate.v1.CloseSessionResponse
-	(*timestamppb.Timestamp)(nil),    // 20: google.protobuf.Timestamp
+	(ShardLeaseState)(0),             // 0: leasegate.v1.ShardLeaseState
+	(*AcquireRequest)(nil),           // 1: leasegate.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 2: leasegate.v1.AcquireResponse
+	(*Queued)(nil),                   // 3: leasegate.v1.Queued
+	(*Granted)(nil),                  // 4: leasegate.v1.Granted
+	(*TryAcquireRequest)(nil),        // 5: leasegate.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),       // 6: leasegate.v1.TryAcquireResponse
+	(*RenewRequest)(nil),             // 7: leasegate.v1.RenewRequest
+	(*RenewResponse)(nil),            // 8: leasegate.v1.RenewResponse
+	(*ReleaseRequest)(nil),           // 9: leasegate.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 10: leasegate.v1.ReleaseResponse
+	(*DescribeRequest)(nil),          // 11: leasegate.v1.DescribeRequest
+	(*DescribeResponse)(nil),         // 12: leasegate.v1.DescribeResponse
+	(*CheckFenceRequest)(nil),        // 13: leasegate.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),       // 14: leasegate.v1.CheckFenceResponse
+	(*OpenSessionRequest)(nil),       // 15: leasegate.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),      // 16: leasegate.v1.OpenSessionResponse
+	(*SessionShard)(nil),             // 17: leasegate.v1.SessionShard
+	(*KeepAliveSessionRequest)(nil),  // 18: leasegate.v1.KeepAliveSessionRequest
+	(*KeepAliveSessionResponse)(nil), // 19: leasegate.v1.KeepAliveSessionResponse
+	(*ExtendSessionRequest)(nil),     // 20: leasegate.v1.ExtendSessionRequest
+	(*ExtendSessionResponse)(nil),    // 21: leasegate.v1.ExtendSessionResponse
+	(*CloseSessionRequest)(nil),      // 22: leasegate.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 23: leasegate.v1.CloseSessionResponse
+	(*timestamppb.Timestamp)(nil),    // 24: google.protobuf.Timestamp
 }
 var file_leasegate_v1_lock_proto_depIdxs = []int32{
-	2,  // 0: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
-	3,  // 1: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
-	20, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
-	3,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
-	20, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	20, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	20, // 7: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 8: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 9: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	4,  // 10: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	6,  // 11: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	8,  // 12: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	10, // 13: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	12, // 14: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	14, // 15: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	16, // 16: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	18, // 17: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	1,  // 18: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	5,  // 19: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	7,  // 20: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	9,  // 21: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	11, // 22: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	13, // 23: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	15, // 24: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	17, // 25: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	19, // 26: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	3,  // 0: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
+	4,  // 1: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
+	24, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
+	24, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 7: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	17, // 8: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	0,  // 9: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
+	24, // 10: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 11: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	17, // 12: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	17, // 13: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	1,  // 14: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	5,  // 15: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	7,  // 16: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	9,  // 17: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	11, // 18: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	13, // 19: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	15, // 20: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	18, // 21: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	20, // 22: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	22, // 23: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	2,  // 24: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	6,  // 25: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	8,  // 26: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	10, // 27: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	12, // 28: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	14, // 29: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	16, // 30: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	19, // 31: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	21, // 32: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	23, // 33: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
@@ -1464,13 +1832,14 @@ func file_leasegate_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasegate_v1_lock_proto_rawDesc), len(file_leasegate_v1_lock_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   20,
+			NumEnums:      1,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_leasegate_v1_lock_proto_goTypes,
 		DependencyIndexes: file_leasegate_v1_lock_proto_depIdxs,
+		EnumInfos:         file_leasegate_v1_lock_proto_enumTypes,
 		MessageInfos:      file_leasegate_v1_lock_proto_msgTypes,
 	}.Build()
 	File_leasegate_v1_lock_proto = out.File

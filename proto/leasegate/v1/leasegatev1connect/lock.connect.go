@@ -50,6 +50,9 @@ const (
 	// LockServiceKeepAliveSessionProcedure is the fully-qualified name of the LockService's
 	// KeepAliveSession RPC.
 	LockServiceKeepAliveSessionProcedure = "/leasegate.v1.LockService/KeepAliveSession"
+	// LockServiceExtendSessionProcedure is the fully-qualified name of the LockService's ExtendSession
+	// RPC.
+	LockServiceExtendSessionProcedure = "/leasegate.v1.LockService/ExtendSession"
 	// LockServiceCloseSessionProcedure is the fully-qualified name of the LockService's CloseSession
 	// RPC.
 	LockServiceCloseSessionProcedure = "/leasegate.v1.LockService/CloseSession"
@@ -77,12 +80,27 @@ type LockServiceClient interface {
 	// relies on it lands; resources that can store tokens should use the
 	// stored check of the fence package instead.
 	CheckFence(context.Context, *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error)
-	// OpenSession grants a session lease that many locks of one client share,
-	// so renewal cost grows with clients rather than locks.
+	// OpenSession grants session leases that many locks of one client share,
+	// so renewal cost grows with clients rather than locks: one lease per
+	// shard, all proven by one secret that the session id carries. A shard
+	// that fails to answer is left out and reported UNAVAILABLE; the call
+	// fails only when no shard answers, or for reasons that are not
+	// transient (bad input, authentication, limits).
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
-	// KeepAliveSession renews a session lease and with it every lock attached.
+	// KeepAliveSession renews each of the session's leases independently, and
+	// with them the locks attached, and reports every shard's outcome. It
+	// succeeds while at least one lease is renewed; it fails with
+	// SESSION_LOST when every lease it was asked to renew is gone, and with
+	// SHARD_UNAVAILABLE (retryable) when none was renewed but some could not
+	// be confirmed.
 	KeepAliveSession(context.Context, *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error)
-	// CloseSession revokes a session lease, releasing every lock attached.
+	// ExtendSession opens the session's lease on more shards, proven by the
+	// same secret, and returns a session id that lists them beside the
+	// shards the old id listed. Use it when an acquire answers
+	// SESSION_SHARD_MISSING: the shard was down when the session opened, or
+	// joined the shard map later. A lease that was lost is never revived.
+	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
+	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
 }
 
@@ -145,6 +163,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("KeepAliveSession")),
 			connect.WithClientOptions(opts...),
 		),
+		extendSession: connect.NewClient[v1.ExtendSessionRequest, v1.ExtendSessionResponse](
+			httpClient,
+			baseURL+LockServiceExtendSessionProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("ExtendSession")),
+			connect.WithClientOptions(opts...),
+		),
 		closeSession: connect.NewClient[v1.CloseSessionRequest, v1.CloseSessionResponse](
 			httpClient,
 			baseURL+LockServiceCloseSessionProcedure,
@@ -164,6 +188,7 @@ type lockServiceClient struct {
 	checkFence       *connect.Client[v1.CheckFenceRequest, v1.CheckFenceResponse]
 	openSession      *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
 	keepAliveSession *connect.Client[v1.KeepAliveSessionRequest, v1.KeepAliveSessionResponse]
+	extendSession    *connect.Client[v1.ExtendSessionRequest, v1.ExtendSessionResponse]
 	closeSession     *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
 }
 
@@ -207,6 +232,11 @@ func (c *lockServiceClient) KeepAliveSession(ctx context.Context, req *connect.R
 	return c.keepAliveSession.CallUnary(ctx, req)
 }
 
+// ExtendSession calls leasegate.v1.LockService.ExtendSession.
+func (c *lockServiceClient) ExtendSession(ctx context.Context, req *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error) {
+	return c.extendSession.CallUnary(ctx, req)
+}
+
 // CloseSession calls leasegate.v1.LockService.CloseSession.
 func (c *lockServiceClient) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
 	return c.closeSession.CallUnary(ctx, req)
@@ -234,12 +264,27 @@ type LockServiceHandler interface {
 	// relies on it lands; resources that can store tokens should use the
 	// stored check of the fence package instead.
 	CheckFence(context.Context, *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error)
-	// OpenSession grants a session lease that many locks of one client share,
-	// so renewal cost grows with clients rather than locks.
+	// OpenSession grants session leases that many locks of one client share,
+	// so renewal cost grows with clients rather than locks: one lease per
+	// shard, all proven by one secret that the session id carries. A shard
+	// that fails to answer is left out and reported UNAVAILABLE; the call
+	// fails only when no shard answers, or for reasons that are not
+	// transient (bad input, authentication, limits).
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
-	// KeepAliveSession renews a session lease and with it every lock attached.
+	// KeepAliveSession renews each of the session's leases independently, and
+	// with them the locks attached, and reports every shard's outcome. It
+	// succeeds while at least one lease is renewed; it fails with
+	// SESSION_LOST when every lease it was asked to renew is gone, and with
+	// SHARD_UNAVAILABLE (retryable) when none was renewed but some could not
+	// be confirmed.
 	KeepAliveSession(context.Context, *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error)
-	// CloseSession revokes a session lease, releasing every lock attached.
+	// ExtendSession opens the session's lease on more shards, proven by the
+	// same secret, and returns a session id that lists them beside the
+	// shards the old id listed. Use it when an acquire answers
+	// SESSION_SHARD_MISSING: the shard was down when the session opened, or
+	// joined the shard map later. A lease that was lost is never revived.
+	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
+	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
 }
 
@@ -298,6 +343,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("KeepAliveSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceExtendSessionHandler := connect.NewUnaryHandler(
+		LockServiceExtendSessionProcedure,
+		svc.ExtendSession,
+		connect.WithSchema(lockServiceMethods.ByName("ExtendSession")),
+		connect.WithHandlerOptions(opts...),
+	)
 	lockServiceCloseSessionHandler := connect.NewUnaryHandler(
 		LockServiceCloseSessionProcedure,
 		svc.CloseSession,
@@ -322,6 +373,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceOpenSessionHandler.ServeHTTP(w, r)
 		case LockServiceKeepAliveSessionProcedure:
 			lockServiceKeepAliveSessionHandler.ServeHTTP(w, r)
+		case LockServiceExtendSessionProcedure:
+			lockServiceExtendSessionHandler.ServeHTTP(w, r)
 		case LockServiceCloseSessionProcedure:
 			lockServiceCloseSessionHandler.ServeHTTP(w, r)
 		default:
@@ -363,6 +416,10 @@ func (UnimplementedLockServiceHandler) OpenSession(context.Context, *connect.Req
 
 func (UnimplementedLockServiceHandler) KeepAliveSession(context.Context, *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.KeepAliveSession is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.ExtendSession is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {

@@ -1,0 +1,109 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// maxSessionRecoveries bounds how often one acquire extends its session
+// and retries at once, so gateways that disagree about the shard map
+// cannot keep it looping.
+const maxSessionRecoveries = 4
+
+// cover makes sure the session holds a live lease on shard: it opens one
+// there (ExtendSession), replacing a lease the session has lost, unless
+// another call did so in the meantime. A lost lease is replaced, never
+// revived: the gateway revokes it first, so locks the holders were told
+// they lost are freed, and they stay lost.
+func (s *Session) cover(ctx context.Context, op, shard string) error {
+	s.extendMu.Lock()
+	defer s.extendMu.Unlock()
+	if err := s.check(op); err != nil {
+		return err
+	}
+	v := s.current()
+	old := v.leases[shard]
+	if old != nil && old.lost() == nil {
+		return nil
+	}
+	clk := s.c.cfg.clock
+	var resp *v1.ExtendSessionResponse
+	var sent time.Time
+	req := &v1.ExtendSessionRequest{
+		SessionId: v.id, Shards: []string{shard}, TtlMs: s.ttl.Milliseconds(),
+		ClientId: s.c.cfg.clientID, Replace: old != nil,
+	}
+	err := s.c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		sent = clk.Now()
+		r, err := rpc.ExtendSession(ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	l := s.c.shardLeases(sent, resp.Shards)[shard]
+	if l == nil {
+		return &opError{op: op, kind: ErrUnavailable, cause: fmt.Errorf("%w on shard %q", errNoShard, shard)}
+	}
+	return s.install(resp.SessionId, l)
+}
+
+// recover handles an acquire's failure that concerns one of the session's
+// leases: the session has none on the name's shard, or the gateway proved
+// it gone (the lease is then lost, with its locks). It reports whether it
+// handled err, and the error of covering the shard.
+func (s *Session) recover(ctx context.Context, op string, err error, v *sessionView) (bool, error) {
+	shard := shardOf(err)
+	if shard == "" {
+		return false, nil
+	}
+	switch Reason(err) {
+	case ReasonSessionShardMissing:
+	case ReasonSessionLost:
+		if l := v.leases[shard]; l != nil {
+			s.loseLease(l, leaseLost(shard, err))
+		}
+	default:
+		return false, nil
+	}
+	return true, s.cover(ctx, op, shard)
+}
+
+// requestIDAfter is the request id to retry with after recover handled
+// err. A waiter key left behind by an attempt on a lost lease is bound to
+// that lease, so a retry under the same id on the new lease would be
+// refused as another caller's: it gets a fresh id (the old key dies with
+// its attempt). A shard the session lacked had no key written.
+func (s *Session) requestIDAfter(err error, id string) string {
+	if Reason(err) == ReasonSessionLost {
+		return newRequestID()
+	}
+	return id
+}
+
+// leaseFor returns the lease a grant on shard rides on, or nil when the
+// session has given that lease up: a lease lost by its deadline can still
+// live in etcd for a while, and a grant on it must not be handed out.
+func (v *sessionView) leaseFor(shard string) *shardLease {
+	l := v.leases[shard]
+	if l == nil || l.lost() != nil || l.ctx.Err() != nil {
+		return nil
+	}
+	return l
+}
+
+// sessionLeaseLost is the failure of an attempt granted on a lease the
+// session had given up: the grant is let go, and recover replaces the
+// lease so the name is taken again on a fresh one.
+func sessionLeaseLost(shard string) error {
+	return goneOnShard(shard, "was given up as lost before the grant; the grant was released")
+}

@@ -1,0 +1,229 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// The session's renewer is the keeper (keeper.go) for many leases at once:
+// one KeepAliveSession call renews every live lease of the session, and
+// each lease's deadline moves, or passes, on its own. The rules are the
+// keeper's: a deadline is measured from the send time of the confirming
+// request and is the tighter of TTL and valid_for_ms; an answer that
+// arrives after a lease's deadline does not revive it; only a gateway's
+// proof that a lease is gone loses it before its deadline.
+
+// sessionRenewal is one keepalive attempt and its answer.
+type sessionRenewal struct {
+	sent   time.Time
+	ep     int
+	leases []*shardLease // the leases asked for
+	resp   *v1.KeepAliveSessionResponse
+	err    error
+}
+
+// interval is the jittered pause between a confirmation and the next
+// keepalive: TTL × renew fraction, ±10%.
+func (s *Session) interval() time.Duration {
+	base := float64(s.ttl) * s.c.cfg.renewFraction
+	return time.Duration(base * (0.9 + 0.2*rand.Float64()))
+}
+
+func (s *Session) run(anchor time.Time) {
+	defer close(s.done)
+	clk := s.c.cfg.clock
+	actx, acancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		acancel()
+		wg.Wait()
+	}()
+	results := make(chan sessionRenewal, 1)
+	inflight := false
+	bo := s.c.newBackoff()
+	// unconfirmed holds, per shard, why its lease was last not confirmed:
+	// the cause a loss at its deadline reports.
+	unconfirmed := map[string]error{}
+
+	renewT := clk.NewTimer(anchor.Add(s.interval()).Sub(clk.Now()))
+	var deadlineT Timer
+	var armed time.Time
+	defer func() {
+		renewT.Stop()
+		if deadlineT != nil {
+			deadlineT.Stop()
+		}
+	}()
+	for {
+		// One timer, at the earliest deadline of a live lease.
+		if next := s.earliest(); !next.Equal(armed) {
+			if deadlineT != nil {
+				deadlineT.Stop()
+			}
+			deadlineT, armed = nil, next
+			if !next.IsZero() {
+				deadlineT = clk.NewTimer(next.Sub(clk.Now()))
+			}
+		}
+		var deadlineC <-chan time.Time
+		if deadlineT != nil {
+			deadlineC = deadlineT.C()
+		}
+		select {
+		case <-s.stopc:
+			return
+		case <-s.ctx.Done():
+			return // every lease is lost
+		case <-s.kick:
+		case <-deadlineC:
+			deadlineT, armed = nil, time.Time{}
+			s.expire(clk.Now(), unconfirmed)
+		case <-renewT.C():
+			v := s.current()
+			leases := v.live()
+			if inflight || len(leases) == 0 {
+				continue
+			}
+			inflight = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results <- s.attempt(actx, v, leases)
+			}()
+		case r := <-results:
+			inflight = false
+			// Never later than a deadline, even if an answer raced it.
+			s.expire(clk.Now(), unconfirmed)
+			partial := s.apply(r, unconfirmed)
+			switch {
+			case r.err == nil && !partial:
+				bo.reset()
+				renewT = clk.NewTimer(r.sent.Add(s.interval()).Sub(clk.Now()))
+			default:
+				// A shard or the gateway did not answer: try again soon,
+				// on the next gateway, until the deadlines pass.
+				s.c.failed(r.ep)
+				renewT = clk.NewTimer(bo.next())
+			}
+			s.observe(r, partial)
+		}
+	}
+}
+
+// earliest is the earliest deadline among the live leases, zero if none.
+func (s *Session) earliest() time.Time {
+	var first time.Time
+	for _, l := range s.current().live() {
+		if d := l.Deadline(); first.IsZero() || d.Before(first) {
+			first = d
+		}
+	}
+	return first
+}
+
+// expire loses every live lease whose deadline has come.
+func (s *Session) expire(now time.Time, unconfirmed map[string]error) {
+	for _, l := range s.current().live() {
+		d := l.Deadline()
+		if now.Before(d) {
+			continue
+		}
+		cause := &opError{
+			op:    fmt.Sprintf("no gateway confirmed the lease before its deadline %s", d.Format(time.RFC3339Nano)),
+			kind:  ErrUnavailable,
+			cause: unconfirmed[l.shard],
+		}
+		s.loseLease(l, leaseLost(l.shard, cause))
+	}
+}
+
+// attempt sends one keepalive of leases to the current endpoint. Only the
+// live leases are asked for: a lease given up as lost must lapse, with the
+// locks on it, rather than be kept alive unseen.
+func (s *Session) attempt(ctx context.Context, v *sessionView, leases []*shardLease) sessionRenewal {
+	clk := s.c.cfg.clock
+	i, ep := s.c.pick()
+	req := &v1.KeepAliveSessionRequest{SessionId: v.id}
+	if len(leases) < len(v.leases) {
+		for _, l := range leases {
+			req.Shards = append(req.Shards, l.shard)
+		}
+	}
+	r := sessionRenewal{sent: clk.Now(), ep: i, leases: leases}
+	actx, cancel := withTimeout(ctx, clk, min(s.c.cfg.requestTimeout, s.ttl/4))
+	defer cancel()
+	resp, err := ep.rpc.KeepAliveSession(actx, connect.NewRequest(req))
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.resp = resp.Msg
+	return r
+}
+
+// apply moves each lease's deadline or loses it by the answer r, and
+// reports whether some lease asked for was not confirmed.
+func (s *Session) apply(r sessionRenewal, unconfirmed map[string]error) (partial bool) {
+	switch {
+	case r.err != nil && proofRefused(r.err):
+		// Every lease asked for is gone, or the session is not ours.
+		for _, l := range r.leases {
+			s.loseLease(l, leaseLost(l.shard, r.err))
+		}
+		return false
+	case r.err != nil:
+		for _, l := range r.leases {
+			unconfirmed[l.shard] = r.err
+		}
+		return false
+	}
+	answers := map[string]*v1.SessionShard{}
+	for _, sh := range r.resp.Shards {
+		answers[sh.GetShard()] = sh
+	}
+	for _, l := range r.leases {
+		sh, ok := answers[l.shard]
+		switch {
+		case ok && sh.State == v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE && sh.TtlMs > 0:
+			l.extend(s.c.deadline(r.sent, confirmation{ttl: ms(sh.TtlMs), valid: ms(sh.ValidForMs)}))
+			delete(unconfirmed, l.shard)
+		case ok && sh.State == v1.ShardLeaseState_SHARD_LEASE_STATE_LOST:
+			s.loseLease(l, leaseLost(l.shard, goneOnShard(l.shard, "is gone, the gateway reports")))
+		default:
+			unconfirmed[l.shard] = fmt.Errorf("the gateway could not confirm the lease on shard %q", l.shard)
+			partial = true
+		}
+	}
+	return partial
+}
+
+// observe reports a processed keepalive to the test hook. A keepalive that
+// left some leases unconfirmed reports an error naming their shards.
+func (s *Session) observe(r sessionRenewal, partial bool) {
+	hook := s.c.cfg.hooks.renewed
+	if hook == nil {
+		return
+	}
+	err := r.err
+	if err == nil && partial {
+		var missing []string
+		for _, sh := range r.resp.Shards {
+			if sh.State != v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE && sh.State != v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
+				missing = append(missing, sh.Shard)
+			}
+		}
+		sort.Strings(missing)
+		err = &opError{op: "keepalive", kind: ErrUnavailable, cause: errors.New("unconfirmed shards: " + strings.Join(missing, ", "))}
+	}
+	hook(r.sent, err)
+}

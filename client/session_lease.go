@@ -1,0 +1,141 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// shardLease is a session's lease on one shard, and the conservative
+// deadline of every lock on it. It is lost once and for all: when the
+// session needs a lease on that shard again it opens a new one, a new
+// shardLease, and the locks of the old one stay lost.
+type shardLease struct {
+	shard string
+	ttl   time.Duration
+
+	ctx    context.Context // cancelled when lost or when the session closes
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time
+	lostAt   time.Time
+	lostBy   error // nil while live
+}
+
+func newShardLease(shard string, ttl time.Duration, deadline time.Time) *shardLease {
+	l := &shardLease{shard: shard, ttl: ttl, deadline: deadline}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	return l
+}
+
+// Deadline is the lease's conservative deadline on the client's clock.
+func (l *shardLease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// lost returns the cause of the loss, or nil while the lease is live.
+func (l *shardLease) lost() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lostBy
+}
+
+// extend moves the deadline to d if d is later and the lease is live.
+func (l *shardLease) extend(d time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostBy == nil && d.After(l.deadline) {
+		l.deadline = d
+	}
+}
+
+// lose marks the lease lost at now with cause, unless it was already lost
+// or closed; it reports whether this call lost it.
+func (l *shardLease) lose(now time.Time, cause error) bool {
+	l.mu.Lock()
+	if l.lostBy != nil || l.ctx.Err() != nil {
+		l.mu.Unlock()
+		return false
+	}
+	l.lostAt, l.lostBy = now, cause
+	l.mu.Unlock()
+	l.cancel(cause)
+	return true
+}
+
+// sessionView is one gateway session id and the shard leases it lists.
+// A view never changes: extending the session makes a new one.
+type sessionView struct {
+	id     string
+	leases map[string]*shardLease
+}
+
+// with returns a view of id with l added or swapped in for its shard.
+func (v *sessionView) with(id string, l *shardLease) *sessionView {
+	n := &sessionView{id: id, leases: make(map[string]*shardLease, len(v.leases)+1)}
+	for k, x := range v.leases {
+		n.leases[k] = x
+	}
+	n.leases[l.shard] = l
+	return n
+}
+
+// live lists the view's live leases, by shard name.
+func (v *sessionView) live() []*shardLease {
+	var out []*shardLease
+	for _, l := range v.leases {
+		if l.lost() == nil && l.ctx.Err() == nil {
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].shard < out[j].shard })
+	return out
+}
+
+// leaseLost is the cause a shard lease is lost with: it wraps
+// ErrSessionLost, so the locks on it report both ErrLockLost and
+// ErrSessionLost, and the gateway's answer when there was one.
+func leaseLost(shard string, cause error) error {
+	return &opError{op: fmt.Sprintf("session lease on shard %q", shard), kind: ErrSessionLost, cause: cause}
+}
+
+// goneOnShard is the loss of a lease on shard, as a gateway error would
+// carry it (SESSION_LOST with the shard), so Reason and errors.As treat
+// it like any other; why says how it was learnt.
+func goneOnShard(shard, why string) error {
+	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the session's lease on shard %q %s", shard, why))
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonSessionLost, Domain: errorDomain, Metadata: map[string]string{metadataShard: shard}}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
+
+// shardLeases turns a gateway's per-shard answer to a request sent at sent
+// into live leases, keyed by shard.
+func (c *Client) shardLeases(sent time.Time, shards []*v1.SessionShard) map[string]*shardLease {
+	out := map[string]*shardLease{}
+	for _, sh := range shards {
+		if sh.GetState() != v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE || sh.GetShard() == "" || sh.GetTtlMs() <= 0 {
+			continue
+		}
+		conf := confirmation{ttl: ms(sh.TtlMs), valid: ms(sh.ValidForMs)}
+		out[sh.Shard] = newShardLease(sh.Shard, conf.ttl, c.deadline(sent, conf))
+	}
+	return out
+}
+
+// errNoShard is an open or extension that the gateway answered without a
+// live lease to use; a gateway that predates per-shard session outcomes
+// answers so.
+var errNoShard = errors.New("the gateway reported no live session lease (a gateway older than the SDK does not report them: upgrade gateways first)")

@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// maxSessionShards bounds the shards one session spans; session ids with
+// more do not decode.
+const maxSessionShards = 64
+
+// ExtendSession opens the session's lease on the named shards and returns
+// a session id that lists them besides the leases the old id listed.
+//
+// A session id is signed, so only a gateway can add to it; the new lease is
+// proven by the session's secret like the others. A shard the id already
+// lists keeps its lease, renewed, unless the caller asks to replace it:
+// then the old lease is revoked before a new one is opened, so the locks of
+// a lease the client has given up as lost are released, never carried
+// over to the new lease (their lock ids name the old one).
+func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error) {
+	m := req.Msg
+	who, id, err := s.sessionFor(ctx, m.SessionId)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	ttl, err := s.ttl("ttl_ms", m.TtlMs)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if len(m.ClientId) > 128 {
+		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(m.ClientId)))
+	}
+	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
+		return nil, toConnect(badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards))
+	}
+	targets := make([]Target, len(m.Shards))
+	seen := map[string]bool{}
+	for i, sh := range m.Shards {
+		if seen[sh] {
+			return nil, toConnect(badField("shards", "%q is named twice", sh))
+		}
+		seen[sh] = true
+		if targets[i], err = s.lookup(who, sh); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if n := len(id.Leases) + len(m.Shards); n > maxSessionShards {
+		// Counted generously (listed shards named again count twice),
+		// which can only refuse a session that is near the bound anyway.
+		return nil, toConnect(badField("shards", "would make the session span up to %d shards; the limit is %d", n, maxSessionShards))
+	}
+	if err := s.lim.acquire(who, m.ClientId); err != nil {
+		return nil, toConnect(err)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	defer cancel()
+	outs := eachShard(len(targets), func(i int) shardOutcome {
+		t := targets[i]
+		lease, listed := id.Lease(t.Shard)
+		switch {
+		case !listed:
+			return s.grant(ctx, t, m.ClientId, ttl, id.Secret)
+		case !m.Replace:
+			return s.keepAlive(ctx, who, id, ShardLease{Shard: t.Shard, Lease: lease})
+		}
+		if o := s.revoke(ctx, who, id, ShardLease{Shard: t.Shard, Lease: lease}); o.err != nil {
+			return o
+		}
+		return s.grant(ctx, t, m.ClientId, ttl, id.Secret)
+	})
+	var opened []ShardLease
+	for _, o := range outs {
+		if o.err == nil && o.granted {
+			opened = append(opened, ShardLease{Shard: o.shard, Lease: o.lease.Lease})
+		}
+	}
+	if err := s.refuseOpen(outs); err != nil {
+		s.closeLeases(id, opened)
+		return nil, toConnect(tagTTL(err))
+	}
+	next := SessionID{Tenant: id.Tenant, Secret: id.Secret, Leases: append([]ShardLease(nil), id.Leases...)}
+	for _, l := range opened {
+		replaced := false
+		for i := range next.Leases {
+			if next.Leases[i].Shard == l.Shard {
+				next.Leases[i], replaced = l, true
+			}
+		}
+		if !replaced {
+			next.Leases = append(next.Leases, l)
+		}
+	}
+	return connect.NewResponse(&v1.ExtendSessionResponse{SessionId: EncodeSessionID(s.keys, next), Shards: shardProtos(outs)}), nil
+}
