@@ -22,13 +22,16 @@ func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.Ac
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
 			var w *queue.Waiter
-			rctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
-			err := p.call(rctx, func(ctx context.Context) error {
-				var err error
-				w, err = p.Engine.Resume(ctx, r)
-				return err
-			})
-			cancel()
+			var err error
+			if pr, ok := asOnShard(r, p, sess); ok {
+				rctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+				err = p.call(rctx, func(ctx context.Context) error {
+					var err error
+					w, err = p.Engine.Resume(ctx, pr)
+					return err
+				})
+				cancel()
+			}
 			if err != nil {
 				return t, queue.Grant{}, err
 			}
@@ -70,6 +73,17 @@ func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.Ac
 	}
 }
 
+// asOnShard is r as it was enqueued on shard p: a session acquire rides on
+// the session's lease there (a session without one has no waiter there).
+func asOnShard(r queue.AcquireRequest, p *Target, sess *SessionID) (queue.AcquireRequest, bool) {
+	if sess == nil {
+		return r, true
+	}
+	lease, ok := sess.Lease(p.Shard)
+	r.Session = lease
+	return r, ok
+}
+
 // reroute waits for a newer map and routes the request again.
 func (s *Service) reroute(ctx context.Context, id Identity, t Target, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
 	actx, cancel := context.WithTimeout(ctx, reshardWait)
@@ -90,8 +104,12 @@ func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue
 			// its grant there, as an Acquire would.
 			var res queue.TryResult
 			var found bool
+			pr, ok := asOnShard(r, p, sess)
 			if err := p.call(ctx, func(ctx context.Context) error {
-				w, err := p.Engine.Resume(ctx, r)
+				if !ok {
+					return nil
+				}
+				w, err := p.Engine.Resume(ctx, pr)
 				if err != nil || w == nil {
 					return err
 				}

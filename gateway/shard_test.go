@@ -381,3 +381,57 @@ func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 	}
 	release(t, g, again.Msg.Granted)
 }
+
+// A session waiter on a name that moved resumes its place on the draining
+// cluster, under the session's lease there — not the new cluster's, which
+// its owner binding does not carry.
+func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
+	f := startFleet(t, 3)
+	g0 := f.gateway(t, nil, 0, 1)
+	g := f.gateway(t, nil, 0, 1, 2)
+	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
+	var moved string
+	for i := 0; moved == ""; i++ {
+		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
+			moved = n
+		}
+	}
+	holder := tryAcquire(t, g0, moved)
+	sess, err := g0.client.OpenSession(ctxT(t), connect.NewRequest(&v1.OpenSessionRequest{ClientId: "w", TtlMs: 10000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &v1.AcquireRequest{Name: moved, ClientId: "w", RequestId: "session-wait", SessionId: sess.Msg.SessionId}
+	first := startWaiter(t, g0, req)
+	if p := <-first.positions; p != 1 {
+		t.Fatalf("position = %d; want 1", p)
+	}
+	g0.stop() // its gateway stops: the waiter's key stays for a retry elsewhere
+	if err := <-first.err; reasonOf(err) != "SHUTTING_DOWN" {
+		t.Fatalf("the wait on a stopping gateway = %v; want SHUTTING_DOWN", err)
+	}
+	if _, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+		t.Fatal(err)
+	}
+	ext, err := g.client.ExtendSession(ctxT(t), connect.NewRequest(&v1.ExtendSessionRequest{SessionId: sess.Msg.SessionId, Shards: []string{"c2"}, TtlMs: 10000, ClientId: "w"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SessionId = ext.Msg.SessionId
+	again := startWaiter(t, g, req)
+	select {
+	case p := <-again.positions:
+		t.Logf("resumed at position %d", p)
+	case err := <-again.err:
+		t.Fatalf("the session waiter's retry after the name moved = %v; want it queued (resumed or anew)", err)
+	}
+	release(t, g, holder)
+	gr := <-again.granted
+	if gr == nil {
+		t.Fatalf("no grant: %v", <-again.err)
+	}
+	if gr.Shard == "c2" {
+		t.Fatalf("granted on %s; want the resumed waiter's own cluster", gr.Shard)
+	}
+	release(t, g, gr)
+}
