@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -22,8 +23,10 @@ type Limits struct {
 	// TenantAcquireBurst its burst.
 	TenantAcquireRate  float64
 	TenantAcquireBurst int
-	// ClientAcquireRate is acquires per second per client (tenant, subject
-	// and client id); ClientAcquireBurst its burst.
+	// ClientAcquireRate is acquires per second per client: per tenant and
+	// authenticated subject (a self-reported client id would let a caller
+	// rotate past it; without authentication every caller is one client);
+	// ClientAcquireBurst its burst.
 	ClientAcquireRate  float64
 	ClientAcquireBurst int
 	// TenantRenewRate is renewals (locks and sessions) per second per
@@ -68,18 +71,20 @@ func (e *limitedError) Error() string {
 }
 func (e *limitedError) Unwrap() error { return ErrLimited }
 
-// maxLimiterKeys bounds the per-client limiter table; past it the table
-// starts afresh, so hostile client ids cannot grow memory without bound.
+// maxLimiterKeys bounds each limiter table. Buckets are keyed by what the
+// caller proved (tenant, subject), never by what it claims (client id), and
+// past the bound the least recently used bucket is dropped: that is one
+// idle caller's bucket, almost always full anyway, not everyone's budget.
 const maxLimiterKeys = 100_000
 
 type limiter struct {
 	cfg Limits
 
 	mu       sync.Mutex
-	tenants  map[string]*rate.Limiter
-	clients  map[string]*rate.Limiter
-	renewals map[string]*rate.Limiter
-	crenews  map[string]*rate.Limiter
+	tenants  *lru.Cache[string, *rate.Limiter]
+	clients  *lru.Cache[string, *rate.Limiter]
+	renewals *lru.Cache[string, *rate.Limiter]
+	crenews  *lru.Cache[string, *rate.Limiter]
 	waiting  map[string]int
 
 	counts    sync.Map // tenant → *keyCount
@@ -94,20 +99,20 @@ type keyCount struct {
 }
 
 func newLimiter(cfg Limits) *limiter {
+	table := func() *lru.Cache[string, *rate.Limiter] {
+		c, _ := lru.New[string, *rate.Limiter](maxLimiterKeys) // only a non-positive size fails
+		return c
+	}
 	return &limiter{
-		cfg: cfg, tenants: map[string]*rate.Limiter{}, clients: map[string]*rate.Limiter{},
-		renewals: map[string]*rate.Limiter{}, crenews: map[string]*rate.Limiter{}, waiting: map[string]int{},
+		cfg: cfg, tenants: table(), clients: table(), renewals: table(), crenews: table(), waiting: map[string]int{},
 	}
 }
 
-func take(m map[string]*rate.Limiter, key string, r float64, burst int) time.Duration {
-	l, ok := m[key]
+func take(m *lru.Cache[string, *rate.Limiter], key string, r float64, burst int) time.Duration {
+	l, ok := m.Get(key)
 	if !ok {
-		if len(m) >= maxLimiterKeys {
-			clear(m)
-		}
 		l = rate.NewLimiter(rate.Limit(r), max(burst, 1))
-		m[key] = l
+		m.Add(key, l)
 	}
 	res := l.Reserve()
 	if d := res.Delay(); d > 0 {
@@ -124,8 +129,8 @@ func (l *limiter) refuse(kind, what string, retry time.Duration) error {
 	return &limitedError{what: what, retry: retry}
 }
 
-// acquire charges one acquire to the tenant and client.
-func (l *limiter) acquire(id Identity, clientID string) error {
+// acquire charges one acquire (or lookup) to the tenant and client.
+func (l *limiter) acquire(id Identity) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.cfg.TenantAcquireRate; r > 0 {
@@ -134,7 +139,7 @@ func (l *limiter) acquire(id Identity, clientID string) error {
 		}
 	}
 	if r := l.cfg.ClientAcquireRate; r > 0 {
-		key := id.Tenant + "\x00" + id.Subject + "\x00" + clientID
+		key := id.Tenant + "\x00" + id.Method + "\x00" + id.Subject
 		if d := take(l.clients, key, r, l.cfg.ClientAcquireBurst); d > 0 {
 			return l.refuse("client_acquire_rate", fmt.Sprintf("this client is over its acquire rate of %g/s", r), d)
 		}
@@ -152,7 +157,7 @@ func (l *limiter) renew(id Identity) error {
 		}
 	}
 	if r := l.cfg.ClientRenewRate; r > 0 {
-		if d := take(l.crenews, id.Tenant+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
+		if d := take(l.crenews, id.Tenant+"\x00"+id.Method+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
 			return l.refuse("client_renew_rate", fmt.Sprintf("this client is over its renew rate of %g/s", r), d)
 		}
 	}

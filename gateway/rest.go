@@ -214,7 +214,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.lim.acquire(id, r.ClientID); err != nil {
+	if err := s.lim.acquire(id); err != nil {
 		return 0, nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)

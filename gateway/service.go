@@ -185,7 +185,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return toConnect(err)
 	}
-	if err := s.lim.acquire(id, r.ClientID); err != nil {
+	if err := s.lim.acquire(id); err != nil {
 		return toConnect(err)
 	}
 	endWait, err := s.lim.startWait(id)
@@ -264,7 +264,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := s.lim.acquire(id, r.ClientID); err != nil {
+	if err := s.lim.acquire(id); err != nil {
 		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
@@ -346,6 +346,10 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 	if err != nil {
 		return false, err
 	}
+	who, _ := s.caller(ctx) // lockTarget has authenticated the call
+	if err := s.lim.renew(who); err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var ok bool
@@ -364,6 +368,9 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	}
 	id, err := s.caller(ctx)
 	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.lim.acquire(id); err != nil {
 		return nil, toConnect(err)
 	}
 	t, err := s.route(id, name)
@@ -418,6 +425,9 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	}
 	id, err := s.caller(ctx)
 	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.lim.acquire(id); err != nil {
 		return nil, toConnect(err)
 	}
 	t, err := s.route(id, name)

@@ -56,6 +56,9 @@ func (o shardOutcome) proto() *v1.SessionShard {
 // shard was down, slow or resharding. Only such a failure leaves a shard
 // out of a session; any other fails the call.
 func transient(err error) bool {
+	if errors.Is(err, ErrLimited) {
+		return false
+	}
 	code, _, _ := classify(err)
 	return code == connect.CodeUnavailable
 }
@@ -137,8 +140,13 @@ func eachShard(n int, fn func(i int) shardOutcome) []shardOutcome {
 }
 
 // grant opens the session's lease on t.
-func (s *Service) grant(ctx context.Context, t Target, clientID string, ttl time.Duration, secret queue.Secret) shardOutcome {
+func (s *Service) grant(ctx context.Context, who Identity, t Target, clientID string, ttl time.Duration, secret queue.Secret) shardOutcome {
 	o := shardOutcome{shard: t.Shard, granted: true}
+	// A session is a stored thing the tenant creates: it counts against the
+	// tenant's key cap on the shard like a lock does.
+	if o.err = s.checkKeys(ctx, who, t); o.err != nil {
+		return o
+	}
 	o.err = t.call(ctx, func(ctx context.Context) error {
 		var err error
 		o.lease, err = t.Engine.OpenSessionWithSecret(ctx, clientID, ttl, secret)
@@ -185,7 +193,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := s.lim.acquire(who, req.Msg.ClientId); err != nil {
+	if err := s.lim.acquire(who); err != nil {
 		return nil, toConnect(err)
 	}
 	if len(req.Msg.ClientId) > 128 {
@@ -206,7 +214,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 		targets = append(targets, t)
 	}
 	outs := eachShard(len(targets), func(i int) shardOutcome {
-		return s.grant(ctx, targets[i], req.Msg.ClientId, ttl, secret)
+		return s.grant(ctx, who, targets[i], req.Msg.ClientId, ttl, secret)
 	})
 	id := SessionID{Tenant: who.Tenant, Secret: secret}
 	for _, o := range outs {
@@ -327,6 +335,9 @@ func pickLeases(id SessionID, shards []string) ([]ShardLease, error) {
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.lim.renew(who); err != nil {
 		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)

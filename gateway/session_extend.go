@@ -53,7 +53,7 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 		// which can only refuse a session that is near the bound anyway.
 		return nil, toConnect(badField("shards", "would make the session span up to %d shards; the limit is %d", n, maxSessionShards))
 	}
-	if err := s.lim.acquire(who, m.ClientId); err != nil {
+	if err := s.lim.acquire(who); err != nil {
 		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
@@ -63,14 +63,14 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 		lease, listed := id.Lease(t.Shard)
 		switch {
 		case !listed:
-			return s.grant(ctx, t, m.ClientId, ttl, id.Secret)
+			return s.grant(ctx, who, t, m.ClientId, ttl, id.Secret)
 		case !m.Replace:
 			return s.keepAlive(ctx, who, id, ShardLease{Shard: t.Shard, Lease: lease})
 		}
 		if o := s.revoke(ctx, who, id, ShardLease{Shard: t.Shard, Lease: lease}); o.err != nil {
 			return o
 		}
-		return s.grant(ctx, t, m.ClientId, ttl, id.Secret)
+		return s.grant(ctx, who, t, m.ClientId, ttl, id.Secret)
 	})
 	var opened []ShardLease
 	for _, o := range outs {

@@ -83,13 +83,26 @@ func (e *Engine) Names(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// CountKeys counts every waiter and holder key of this engine's prefix.
-func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
+// CountLocks counts every waiter and holder key of this engine's prefix.
+func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 	resp, err := e.cli.Get(ctx, e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("queue: count keys: %w", err)
 	}
 	return resp.Count, nil
+}
+
+// CountKeys counts every waiter, holder and session record of this
+// engine's prefix: everything a caller can make it store.
+func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.cfg.Prefix+"/sessions/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("queue: count keys: %w", err)
+	}
+	return resp.Responses[0].GetResponseRange().Count + resp.Responses[1].GetResponseRange().Count, nil
 }
 
 // ListNames lists every lock name with a key anywhere under prefix: the

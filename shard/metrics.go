@@ -119,7 +119,7 @@ func (b *Backend) countKeys(ctx context.Context) (int64, error) {
 	b.mu.Unlock()
 	var total int64
 	for _, e := range engines {
-		n, err := e.CountKeys(ctx)
+		n, err := e.CountLocks(ctx)
 		if err != nil {
 			return 0, err
 		}
