@@ -88,7 +88,9 @@ func (s *Service) edge(next http.Handler) http.Handler {
 		_ = rc.SetReadDeadline(now.Add(s.cfg.BodyReadTimeout))
 		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
 		if r.URL.Path == acquirePath {
-			ctx = context.WithValue(ctx, senderKey{}, rc)
+			fw := &flushWriter{ResponseWriter: w, rc: rc}
+			ctx = context.WithValue(ctx, senderKey{}, fw)
+			w = fw
 		} else {
 			_ = rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout + s.cfg.SendTimeout))
 		}
@@ -169,13 +171,42 @@ func checkEncodings(r *http.Request) error {
 	return nil
 }
 
-// send writes one message of a streaming Acquire within SendTimeout: a
-// client that stops reading is detected, not waited for.
-func (s *Service) send(ctx context.Context, fn func() error) error {
-	rc, _ := ctx.Value(senderKey{}).(*http.ResponseController)
-	if rc != nil {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.SendTimeout))
-		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+// flushWriter records whether the flushes of a streaming Acquire reached
+// the connection: Connect flushes each message it sends and cannot report
+// a flush that failed — a stream reset because the client stopped reading
+// — so a message that never left would look sent.
+type flushWriter struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	err error // the last failed flush since send began
+}
+
+func (f *flushWriter) Flush() {
+	if err := f.rc.Flush(); err != nil {
+		f.err = err
 	}
-	return fn()
+}
+
+func (f *flushWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// send writes one message of a streaming Acquire within SendTimeout: a
+// client that stops reading is detected, not waited for. It reports a
+// message whose flush failed as not sent, and only such a message: a
+// message that reached the connection is sent, whatever the client does
+// next.
+func (s *Service) send(ctx context.Context, fn func() error) error {
+	fw, _ := ctx.Value(senderKey{}).(*flushWriter)
+	if fw == nil {
+		return fn()
+	}
+	fw.err = nil
+	_ = fw.rc.SetWriteDeadline(time.Now().Add(s.cfg.SendTimeout))
+	defer func() { _ = fw.rc.SetWriteDeadline(time.Time{}) }()
+	if err := fn(); err != nil {
+		return err
+	}
+	if fw.err != nil {
+		return fmt.Errorf("the message was not delivered: %w", fw.err)
+	}
+	return nil
 }

@@ -176,6 +176,8 @@ func classify(err error) (connect.Code, string, string) {
 		return connect.CodeFailedPrecondition, ReasonSessionLost, msg
 	case errors.Is(err, queue.ErrNotOwner):
 		return connect.CodePermissionDenied, "", err.Error()
+	case errors.Is(err, queue.ErrCallerGone):
+		return connect.CodeCanceled, "", "the client stopped reading its stream"
 	case errors.Is(err, queue.ErrSuperseded):
 		return connect.CodeAborted, ReasonSuperseded, "a retry with the same request id took this wait over"
 	case errors.Is(err, queue.ErrGuardFailed):

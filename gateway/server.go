@@ -71,8 +71,16 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams:      1000,
-			MaxReceiveBufferPerStream: 1 << 20,
+			MaxConcurrentStreams: 1000,
+			// A request is one message of at most MaxBodyBytes (64 KiB by
+			// default): what a client may push ahead of the gateway's
+			// reading is bounded per stream and per connection.
+			MaxReceiveBufferPerStream:     256 << 10,
+			MaxReceiveBufferPerConnection: 4 << 20,
+			// A connection that stops answering pings is dropped, and with
+			// it every stream it carries.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
 		},
 	}
 }

@@ -211,17 +211,41 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		case <-wctx.Done():
 		}
 	}()
-	var sendErr error
-	r.OnQueued = func(pos int64) {
+	// Positions and heartbeats are sent from two goroutines; a stream
+	// takes one message at a time. Every message must be written within
+	// SendTimeout, or the client is taken to be gone.
+	var (
+		sendMu  sync.Mutex
+		sendErr error
+		last    int64
+	)
+	queued := func(pos int64) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
 		if sendErr != nil {
-			return
+			return sendErr
 		}
+		last = pos
 		sendErr = s.send(ctx, func() error {
 			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: &v1.Queued{Position: pos, RequestId: r.RequestID}}})
 		})
-		if sendErr != nil {
-			cancel(sendErr) // the client is gone: leave the queue
+		return sendErr
+	}
+	r.OnQueued = func(pos int64) {
+		if err := queued(pos); err != nil {
+			cancel(err) // the client is gone: leave the queue
 		}
+	}
+	// Before the waiter's lease is renewed, the position is sent again: a
+	// lease is renewed only for a client that is reading.
+	r.Heartbeat = func(context.Context) error {
+		sendMu.Lock()
+		pos := last
+		sendMu.Unlock()
+		if pos == 0 {
+			return nil // no position yet: its first report is bounded already
+		}
+		return queued(pos)
 	}
 	t, g, err := s.acquire(wctx, id, t, r, sess)
 	if err != nil {
@@ -234,9 +258,12 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		}
 		return toConnect(err)
 	}
-	if err := s.send(ctx, func() error {
+	sendMu.Lock()
+	err = s.send(ctx, func() error {
 		return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}})
-	}); err != nil {
+	})
+	sendMu.Unlock()
+	if err != nil {
 		// The grant never reached the client: the stream is broken, so the
 		// client saw an error, not this grant. Give the lock up rather than
 		// leave a holder nobody serves. The give-up removes the key only

@@ -52,6 +52,12 @@ type AcquireRequest struct {
 	// name: a new waiter beyond it is removed at once and refused with
 	// ErrQueueFull.
 	MaxKeys int
+	// Heartbeat, when set, is called while the waiter waits, before each
+	// renewal of its own lease (every TTL/3) and every AttemptTTL/3 for a
+	// session waiter: it proves the caller is still there to receive an
+	// answer. An error ends the wait and the waiter leaves the queue, so no
+	// lease is renewed on behalf of a caller that is gone.
+	Heartbeat func(ctx context.Context) error
 	// BeforeGrant, when set, runs once the waiter is first in its queue and
 	// before it is granted; the wait goes on while it runs (the lease is
 	// kept alive, the wait timeout and cancellation apply). The shard router

@@ -42,6 +42,9 @@ var (
 	// retry with the same request id (on this or another gateway): the
 	// retry now serves the caller, and this attempt leaves the key alone.
 	ErrSuperseded = errors.New("superseded by a retry")
+	// ErrCallerGone reports a wait ended because its caller no longer
+	// proved it was there to receive an answer (AcquireRequest.Heartbeat).
+	ErrCallerGone = errors.New("caller gone")
 	// ErrQueueFull reports a name whose queue is at its configured cap.
 	ErrQueueFull = errors.New("queue full")
 	// ErrClosed reports use of an engine after Close.

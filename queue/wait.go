@@ -33,11 +33,12 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began
 		}()
 	}
 	lost := make(chan struct{}, 1)
-	if !q.h.Session {
+	if !q.h.Session || r.Heartbeat != nil {
 		// The waiter's own lease must outlive the wait, and only the live
-		// attempt renews it: without one it lapses within its TTL. A
-		// session waiter rides on the attempt lease (attempt.go).
-		go e.keepWaiterAlive(wctx, q.h.Lease, q.ttl, lost)
+		// attempt renews it — after its caller proved it is still there:
+		// without one it lapses within its TTL. A session waiter rides on
+		// the attempt lease (attempt.go), but its caller is proved alike.
+		go e.keepWaiterAlive(wctx, r, q, lost, cancel)
 	}
 
 	g, err := e.waitLoop(wctx, r, q, lost, began)
@@ -68,10 +69,15 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began
 	return Grant{}, err
 }
 
-// keepWaiterAlive renews a waiting per-lock lease every TTL/3. It signals
-// lost when etcd says the lease is gone.
-func (e *Engine) keepWaiterAlive(ctx context.Context, lease clientv3.LeaseID, ttl time.Duration, lost chan<- struct{}) {
-	every := max(ttl/3, 300*time.Millisecond)
+// keepWaiterAlive proves the caller is there (Heartbeat) and then renews a
+// waiting per-lock lease, every TTL/3 (AttemptTTL/3 for a session waiter,
+// which renews nothing of its own). It ends the wait when the heartbeat
+// fails, and signals lost when etcd says the lease is gone.
+func (e *Engine) keepWaiterAlive(ctx context.Context, r *AcquireRequest, q *enqueued, lost chan<- struct{}, end context.CancelCauseFunc) {
+	every := max(q.ttl/3, 300*time.Millisecond)
+	if q.h.Session {
+		every = e.cfg.AttemptTTL / 3
+	}
 	for {
 		t := e.cfg.Clock.NewTimer(every)
 		select {
@@ -80,8 +86,17 @@ func (e *Engine) keepWaiterAlive(ctx context.Context, lease clientv3.LeaseID, tt
 			return
 		case <-t.C():
 		}
+		if r.Heartbeat != nil {
+			if err := r.Heartbeat(ctx); err != nil {
+				end(fmt.Errorf("%w: %w", ErrCallerGone, err))
+				return
+			}
+		}
+		if q.h.Session {
+			continue
+		}
 		rctx, cancel := context.WithTimeout(ctx, every)
-		_, _, err := e.renewLease(rctx, lease)
+		_, _, err := e.renewLease(rctx, q.h.Lease)
 		cancel()
 		if errors.Is(err, errLeaseNotFound) {
 			select {

@@ -64,6 +64,12 @@ type Config struct {
 	// MaxStreamsPerConn caps concurrent HTTP/2 streams per connection.
 	// Default 1000.
 	MaxStreamsPerConn uint32
+	// MaxConns caps the connections the listener holds open. Default
+	// 10,000; 0 is unlimited.
+	MaxConns int
+	// MaxConnsPerIP caps the connections from one remote address. Default
+	// 1,000; 0 is unlimited.
+	MaxConnsPerIP int
 	// EtcdTLS configures the connections to etcd.
 	EtcdTLS EtcdSecurity
 	// NoMapWatch stops the process from following the stored shard map; it
@@ -96,6 +102,8 @@ func DefaultConfig() Config {
 		Gateway:           gateway.DefaultConfig(),
 		ShutdownTimeout:   15 * time.Second,
 		MaxStreamsPerConn: 1000,
+		MaxConns:          10_000,
+		MaxConnsPerIP:     1_000,
 	}
 }
 
@@ -140,6 +148,9 @@ func (c Config) Validate() error {
 	if c.MaxStreamsPerConn < 1 || c.MaxStreamsPerConn > 100000 {
 		return fmt.Errorf("max streams per connection %d is outside 1 to 100000", c.MaxStreamsPerConn)
 	}
+	if c.MaxConns < 0 || c.MaxConnsPerIP < 0 {
+		return fmt.Errorf("max connections %d and per IP %d: want 0 (unlimited) or positive", c.MaxConns, c.MaxConnsPerIP)
+	}
 	if !c.authEnabled() && !c.AllowInsecureRemote && !isLoopback(c.Listen) {
 		return fmt.Errorf("refusing to serve %s without authentication: anyone who can connect could take or steal any lock. "+
 			"Configure --auth-tokens, --jwt-keys or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
@@ -156,17 +167,30 @@ func (c Config) authEnabled() bool {
 	return a.Enabled()
 }
 
-// isLoopback reports whether a listen address only accepts local peers.
+// isLoopback reports whether a listen address only accepts local peers. A
+// name is resolved, and counts only if every address it resolves to is a
+// loopback one: "localhost" is whatever the resolver says it is.
 func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
-	if host == "localhost" {
-		return true
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	if host == "" {
+		return false // every interface
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return false
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }
 
 // Server is a running gateway process.
@@ -221,6 +245,9 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, err
 	}
 	cfg.Gateway.Telemetry = gatewayTelemetry(cfg.Telemetry)
+	// A loopback listener serves local clients only: a Host naming
+	// anything else is a web page's DNS rebinding, refused.
+	cfg.Gateway.CheckLoopbackHost = isLoopback(cfg.Listen)
 	if cfg.IDKeysFile != "" {
 		if cfg.Gateway.IDKeys, err = LoadIDKeysFile(cfg.IDKeysFile); err != nil {
 			return nil, err
@@ -241,6 +268,13 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	if !cfg.authEnabled() && !cfg.AllowInsecureRemote && !isLoopback(s.ln.Addr().String()) {
+		// The name resolved to a loopback address when checked, and to
+		// another one when bound: refuse as for any remote listener.
+		s.ln.Close()
+		return nil, fmt.Errorf("refusing to serve %s (bound to %s) without authentication", cfg.Listen, s.ln.Addr())
+	}
+	s.ln = gateway.LimitListener(s.ln, cfg.MaxConns, cfg.MaxConnsPerIP)
 	s.http = gateway.NewHTTPServer(cfg.Listen, withMetrics(s.service.Handler(), cfg.Telemetry))
 	s.http.HTTP2.MaxConcurrentStreams = int(cfg.MaxStreamsPerConn)
 	if tlsCfg != nil {

@@ -61,8 +61,11 @@ const (
 // LockServiceClient is a client for the leasegate.v1.LockService service.
 type LockServiceClient interface {
 	// Acquire enqueues the caller and streams Queued updates (the number of
-	// keys ahead, sent first and whenever it changes) until a Granted message
-	// ends the stream. A wait that times out ends with deadline_exceeded.
+	// keys ahead, sent first, whenever it changes, and again about every
+	// TTL/3 while the caller waits) until a Granted message ends the stream.
+	// A client that does not read its stream — a message not taken within
+	// the gateway's send timeout — leaves the queue, and a grant it does not
+	// take is given up. A wait that times out ends with deadline_exceeded.
 	// Closing the stream while waiting leaves the queue at once. Retrying with
 	// the same request_id, on any gateway, resumes the same queue place.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.ServerStreamForClient[v1.AcquireResponse], error)
@@ -245,8 +248,11 @@ func (c *lockServiceClient) CloseSession(ctx context.Context, req *connect.Reque
 // LockServiceHandler is an implementation of the leasegate.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire enqueues the caller and streams Queued updates (the number of
-	// keys ahead, sent first and whenever it changes) until a Granted message
-	// ends the stream. A wait that times out ends with deadline_exceeded.
+	// keys ahead, sent first, whenever it changes, and again about every
+	// TTL/3 while the caller waits) until a Granted message ends the stream.
+	// A client that does not read its stream — a message not taken within
+	// the gateway's send timeout — leaves the queue, and a grant it does not
+	// take is given up. A wait that times out ends with deadline_exceeded.
 	// Closing the stream while waiting leaves the queue at once. Retrying with
 	// the same request_id, on any gateway, resumes the same queue place.
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest], *connect.ServerStream[v1.AcquireResponse]) error

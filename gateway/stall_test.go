@@ -1,0 +1,151 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasegate/leasegate/internal/server"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// stalledAcquire opens a Connect streaming Acquire over a raw HTTP/2
+// connection that advertises a zero flow-control window: the gateway can
+// send headers but not one byte of any message. The connection stays up
+// (settings and pings are answered) until the test ends.
+func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
+		{":path", "/leasegate.v1.LockService/Acquire"},
+		{"content-type", "application/connect+proto"}, {"connect-protocol-version", "1"},
+	} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	if err := fr.WriteData(1, true, append(env, msg...)); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					_ = fr.WritePing(true, f.Data)
+				}
+			}
+		}
+	}()
+}
+
+// keysOf counts the lock keys of name under a gateway's prefix.
+func keysOf(t *testing.T, cli *clientv3.Client, prefix, name string) int64 {
+	t.Helper()
+	resp, err := cli.Get(ctxT(t), prefix+"/locks/"+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// awaitKeys waits, by polling etcd, until name has want keys.
+func awaitKeys(t *testing.T, cli *clientv3.Client, prefix, name string, want int64, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		n := keysOf(t, cli, prefix, name)
+		if n == want {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s has %d keys %s on; want %d", name, n, within, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A client that stops reading its stream holds nothing: a queued waiter
+// whose position cannot be delivered leaves the queue, and a grant that
+// cannot be delivered is given up, each within the send timeout — not
+// when the TCP connection dies.
+func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
+	const sendTimeout = time.Second
+	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.SendTimeout = sendTimeout })
+	cli := etcdClient(t)
+	for _, holder := range []bool{true, false} {
+		name := fmt.Sprintf("stalled-%v", holder)
+		if holder {
+			tryAcquire(t, g, name)
+		}
+		stalledAcquire(t, g.srv.Addr(), &v1.AcquireRequest{Name: name, TtlMs: 30000, ClientId: "stalled"})
+		want := int64(0)
+		if holder {
+			want = 1 // the holder's key alone
+		}
+		// The stalled client's key appears, then goes within the bound.
+		awaitKeys(t, cli, g.prefix(), name, want+1, 10*time.Second)
+		took := awaitKeys(t, cli, g.prefix(), name, want, 5*sendTimeout)
+		t.Logf("holder %v: the stalled client's key went %s after it appeared (send timeout %s)", holder, took.Round(10*time.Millisecond), sendTimeout)
+		if !holder {
+			// The name is free for anyone else now.
+			tryAcquire(t, g, name)
+		}
+	}
+}
+
+// startGatewayWith starts a gateway over the shared etcd with adjust applied.
+func startGatewayWith(t *testing.T, adjust func(*server.Config)) *gw {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Prefix = fmt.Sprintf("/gwtest/%d", prefixSeq.Add(1))
+	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
+	adjust(&cfg)
+	srv, err := server.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
+	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
+	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
+	return g
+}
