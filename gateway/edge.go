@@ -24,9 +24,9 @@ import (
 //  2. A browser request from another origin is refused unless that origin
 //     is allowed (Config.CORSOrigins); allowed ones get CORS headers and
 //     preflights are answered.
-//  3. A compression the gateway does not speak is refused as bad input.
-//  4. The caller is authenticated from its headers. A call that is not is
+//  3. The caller is authenticated from its headers. A call that is not is
 //     refused at once — its body is never read, let alone inflated.
+//  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
 //     answer must be written within RequestTimeout + SendTimeout; a
 //     streaming Acquire bounds each message it sends (see send).
@@ -70,10 +70,6 @@ func (s *Service) edge(next http.Handler) http.Handler {
 				fmt.Sprintf("requests from origin %q are not allowed; see --cors-origin", o))
 			return
 		}
-		if err := checkEncodings(r); err != nil {
-			refuse(w, r, http.StatusBadRequest, connect.CodeInvalidArgument, err.Error())
-			return
-		}
 		ctx := r.Context()
 		if !isPublic(r.URL.Path) {
 			id, err := s.auth.authenticate(r)
@@ -82,6 +78,10 @@ func (s *Service) edge(next http.Handler) http.Handler {
 				return
 			}
 			ctx = WithIdentity(ctx, id)
+		}
+		if err := checkEncodings(r); err != nil {
+			refuse(w, r, http.StatusBadRequest, connect.CodeInvalidArgument, err.Error())
+			return
 		}
 		rc := http.NewResponseController(w)
 		now := time.Now()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -148,4 +149,74 @@ func startGatewayWith(t *testing.T, adjust func(*server.Config)) *gw {
 	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
 	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
 	return g
+}
+
+// A client without credentials that opens streams and never finishes their
+// bodies pins nothing: each is refused from its headers, and no handler
+// goroutine stays behind to read the body.
+func TestUnfinishedUnauthenticatedStreamsPinNothing(t *testing.T) {
+	g := startSecureGateway(t, nil)
+	addr := g.srv.Addr()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	const streams = 500
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	chunk := bytes.Repeat([]byte("x"), 1<<10)
+	for i := 0; i < streams; i++ {
+		hb.Reset()
+		for _, f := range [][2]string{
+			{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
+			{":path", "/leasegate.v1.LockService/TryAcquire"}, {"content-type", "application/proto"},
+		} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fr.WriteData(id, false, chunk); err != nil { // never ended
+			t.Fatal(err)
+		}
+	}
+	dec := hpack.NewDecoder(4096, nil)
+	refused := map[uint32]bool{}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for len(refused) < streams {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d of %d answers: %v", len(refused), streams, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.HeadersFrame:
+			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, hf := range fields {
+				if hf.Name == ":status" && hf.Value == "401" {
+					refused[f.StreamID] = true
+				}
+			}
+		}
+	}
+	// The refusals are written; no handler is left reading a body.
+	if after := runtime.NumGoroutine(); after > before+streams/10 {
+		t.Fatalf("goroutines %d → %d with %d unfinished streams refused; want no goroutine per stream", before, after, streams)
+	}
 }

@@ -167,6 +167,9 @@ func (c Config) authEnabled() bool {
 	return a.Enabled()
 }
 
+// lookupIP resolves listen addresses' names; tests replace it.
+var lookupIP = net.LookupIP
+
 // isLoopback reports whether a listen address only accepts local peers. A
 // name is resolved, and counts only if every address it resolves to is a
 // loopback one: "localhost" is whatever the resolver says it is.
@@ -181,7 +184,7 @@ func isLoopback(addr string) bool {
 	if host == "" {
 		return false // every interface
 	}
-	ips, err := net.LookupIP(host)
+	ips, err := lookupIP(host)
 	if err != nil || len(ips) == 0 {
 		return false
 	}
