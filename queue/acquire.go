@@ -331,12 +331,14 @@ func (e *Engine) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
 	return w.Wait(ctx)
 }
 
-// Waiter is an enqueued acquire that has not been granted yet.
+// Waiter is an enqueued acquire that has not been granted yet. Call Wait
+// (or Try) once: until then the engine counts it as in use.
 type Waiter struct {
 	e     *Engine
 	r     AcquireRequest
 	q     *enqueued
 	began time.Time // when the attempt began, on the engine's clock
+	exit  func()    // ends the engine's count of this wait
 }
 
 // Enqueue runs the acquire transaction (one round trip on top of the lease)
@@ -344,22 +346,26 @@ type Waiter struct {
 // callers that treat the bounded enqueue and the unbounded wait differently
 // (a circuit breaker must not count a long wait against its cluster).
 func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
+	exit := e.enter()
 	began := e.cfg.Clock.Now()
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
+		exit()
 		return nil, err
 	}
 	sctx, sp := e.traceEnqueue(ctx, &r, false)
 	q, err := e.enqueue(sctx, &r, ttlSec, false)
 	sp.endEnqueue(q, err)
 	if err != nil {
+		exit()
 		return nil, err
 	}
-	return &Waiter{e: e, r: r, q: q, began: began}, nil
+	return &Waiter{e: e, r: r, q: q, began: began, exit: exit}, nil
 }
 
 // Wait blocks until the waiter holds the lock; see Acquire.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
+	defer w.exit()
 	if w.q.first != nil && w.q.first.CreateRevision == w.q.h.Revision && w.r.BeforeGrant == nil {
 		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
 		if err != nil {
@@ -375,6 +381,7 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 // It is TryAcquire for a waiter found by Resume: a TryAcquire retried after
 // its name moved to another cluster finds its grant where it was made.
 func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
+	defer w.exit()
 	q := w.q
 	if q.first != nil && q.first.CreateRevision == q.h.Revision && w.r.BeforeGrant == nil {
 		g, err := w.e.granted(ctx, &w.r, q, w.began)
@@ -406,6 +413,7 @@ type TryResult struct {
 // waits. A retry with the request id of an earlier successful TryAcquire,
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
+	defer e.enter()()
 	began := e.cfg.Clock.Now()
 	r.WaitTimeout, r.OnQueued = 0, nil
 	ttlSec, err := r.validate(e.cfg)

@@ -23,6 +23,7 @@ type Description struct {
 
 // Describe reads a name's holder and queue length.
 func (e *Engine) Describe(ctx context.Context, name string) (Description, error) {
+	defer e.enter()()
 	if err := ValidateName(name); err != nil {
 		return Description{}, err
 	}
@@ -73,6 +74,7 @@ func (e *Engine) holderInfo(ctx context.Context, kv *mvccpb.KeyValue) (*Holder, 
 // be stale by the time a write that relies on it lands; a resource that can
 // store the highest token it accepted should check that instead.
 func (e *Engine) CheckFence(ctx context.Context, name string, token int64) (live bool, current int64, err error) {
+	defer e.enter()()
 	if err := ValidateName(name); err != nil {
 		return false, 0, err
 	}

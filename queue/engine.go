@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,6 +25,11 @@ type Engine struct {
 	// hooks order the engine's interleaving points in the explorer's
 	// tests; nil in production.
 	hooks hooks
+
+	// busy counts calls, waits and background tasks in progress; lastUsed
+	// is when the engine was last entered or touched (Unix nanoseconds).
+	busy     atomic.Int64
+	lastUsed atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,7 +58,34 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	}
 	e.pos = newPositionHub(e)
 	e.att.e = e
+	e.Touch()
 	return e, nil
+}
+
+// enter counts a call, wait or background task in progress until the
+// returned func runs.
+func (e *Engine) enter() func() {
+	e.busy.Add(1)
+	e.Touch()
+	var once sync.Once
+	return func() { once.Do(func() { e.busy.Add(-1) }) }
+}
+
+// Touch marks the engine as used now, so Idle does not report it for a
+// while: a cache that hands the engine out touches it first.
+func (e *Engine) Touch() { e.lastUsed.Store(time.Now().UnixNano()) }
+
+// Idle reports whether nothing runs in the engine — no call, wait or
+// background task, no attempt lease in use — and nothing has for at least
+// d. A cache of engines may close an idle one.
+func (e *Engine) Idle(d time.Duration) bool {
+	if e.busy.Load() > 0 {
+		return false
+	}
+	e.att.mu.Lock()
+	refs := e.att.refs
+	e.att.mu.Unlock()
+	return refs == 0 && time.Since(time.Unix(0, e.lastUsed.Load())) >= d
 }
 
 // Client is the etcd client the engine uses.

@@ -74,8 +74,10 @@ func (e *Engine) background(parent context.Context, task string, d time.Duration
 		vals = e.hooks.spawn(parent, task)
 	}
 	e.wg.Add(1)
+	exit := e.enter()
 	go func() {
 		defer e.wg.Done()
+		defer exit()
 		var ctx context.Context = valuesOf{Context: e.ctx, vals: vals}
 		if d > 0 {
 			var cancel context.CancelFunc

@@ -12,6 +12,7 @@ import (
 
 // Occupied reports whether any waiter or holder key exists for name.
 func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
+	defer e.enter()()
 	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return false, fmt.Errorf("queue: count keys: %w", err)
@@ -25,6 +26,7 @@ func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
 // where no new keys can appear (a cluster draining a name that moved away).
 // onCount, when set, receives the number of keys left whenever it changes.
 func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)) error {
+	defer e.enter()()
 	last := int64(-1)
 	prefix := e.keys.namePrefix(name)
 	b := newBackoff(e.cfg.Clock)
@@ -61,6 +63,7 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 
 // Names lists every name that has at least one key on this cluster.
 func (e *Engine) Names(ctx context.Context) ([]string, error) {
+	defer e.enter()()
 	root := e.cfg.Prefix + "/locks/"
 	resp, err := e.cli.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -85,6 +88,7 @@ func (e *Engine) Names(ctx context.Context) ([]string, error) {
 
 // CountLocks counts every waiter and holder key of this engine's prefix.
 func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
+	defer e.enter()()
 	resp, err := e.cli.Get(ctx, e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("queue: count keys: %w", err)
@@ -95,6 +99,7 @@ func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 // CountKeys counts every waiter, holder and session record of this
 // engine's prefix: everything a caller can make it store.
 func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
+	defer e.enter()()
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(e.cfg.Prefix+"/sessions/", clientv3.WithPrefix(), clientv3.WithCountOnly()),

@@ -45,6 +45,7 @@ func checkToken(h Handle, token int64) error {
 // ErrStolen when another waiter holds it now, and ErrNotOwner when the
 // secret, lease or fencing token does not match.
 func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, err error) {
+	defer e.enter()()
 	began := e.cfg.Clock.Now()
 	ctx, sp := e.traceHandle(ctx, spanRenew, h)
 	defer func() { sp.end("renewed", err) }()
@@ -125,6 +126,7 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 // its own lock id revoke any lease of the cluster — another client's lock,
 // another tenant's session.
 func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released bool, err error) {
+	defer e.enter()()
 	ctx, sp := e.traceHandle(ctx, spanRelease, h)
 	defer func() { sp.endRelease(released, err) }()
 	if err := checkToken(h, token); err != nil {

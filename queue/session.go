@@ -40,6 +40,7 @@ func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Dura
 // OpenSessionWithSecret is OpenSession with a caller-chosen secret, so one
 // secret can prove a session that spans several clusters.
 func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
+	defer e.enter()()
 	if len(clientID) > 128 {
 		return Session{}, fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
 	}
@@ -65,6 +66,7 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 // KeepAliveSession proves ownership of a session and renews its lease, and
 // with it every lock attached.
 func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) (Renewal, error) {
+	defer e.enter()()
 	began := e.cfg.Clock.Now()
 	if err := e.proveSession(ctx, lease, secret); err != nil {
 		return Renewal{}, err
@@ -82,6 +84,7 @@ func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, s
 // CloseSession revokes a session lease, releasing every lock attached. Closing
 // a session that is already gone is not an error.
 func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
+	defer e.enter()()
 	err := e.proveSession(ctx, lease, secret)
 	if errors.Is(err, ErrSessionLost) {
 		return nil

@@ -26,13 +26,25 @@ type Backend struct {
 	// Breaker guards bounded calls to the cluster.
 	Breaker *Breaker
 
-	qcfg    queue.Config
-	mu      sync.Mutex
-	tenants map[string]*queue.Engine
+	qcfg       queue.Config
+	maxTenants int
+	mu         sync.Mutex
+	tenants    map[string]*queue.Engine
 }
+
+// idleTenant is how long a tenant's engine must have been unused before it
+// may be closed to make room for another.
+var idleTenant = time.Minute
 
 // TenantEngine returns the engine for tenant's locks on this cluster; each
 // tenant's keys live under <prefix>/t/<tenant>. The empty tenant is Engine.
+//
+// Engines are cached, at most RouterConfig.MaxTenantEngines of them: past
+// the bound, engines idle for a minute are closed to make room (an engine
+// that has a call, a wait or a background task never is), so the tenant
+// names an issuer signs cannot grow a gateway's memory without end. When
+// every cached engine is busy the bound is exceeded rather than a call
+// refused.
 func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
 	if tenant == "" {
 		return b.Engine, nil
@@ -40,7 +52,19 @@ func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if e, ok := b.tenants[tenant]; ok {
+		e.Touch()
 		return e, nil
+	}
+	if b.maxTenants > 0 && len(b.tenants) >= b.maxTenants {
+		for t, e := range b.tenants {
+			if e.Idle(idleTenant) {
+				delete(b.tenants, t)
+				e.Close()
+				if len(b.tenants) < b.maxTenants {
+					break
+				}
+			}
+		}
 	}
 	qc := b.qcfg
 	qc.Prefix = qc.Prefix + "/t/" + tenant
@@ -53,6 +77,13 @@ func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
 	}
 	b.tenants[tenant] = e
 	return e, nil
+}
+
+// tenantEngines counts the cached tenant engines.
+func (b *Backend) tenantEngines() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.tenants)
 }
 
 func (b *Backend) close() {
@@ -98,15 +129,19 @@ type RouterConfig struct {
 	Watch bool
 	// Log receives routing events; nil discards them.
 	Log *slog.Logger
+	// MaxTenantEngines bounds the tenant engines each cluster's backend
+	// caches (see Backend.TenantEngine). Default 10,000; 0 is unbounded.
+	MaxTenantEngines int
 }
 
 // DefaultRouterConfig returns the documented defaults.
 func DefaultRouterConfig() RouterConfig {
 	return RouterConfig{
-		Prefix:  DefaultPrefix,
-		Queue:   queue.DefaultConfig(),
-		Breaker: DefaultBreakerConfig(),
-		Watch:   true,
+		Prefix:           DefaultPrefix,
+		Queue:            queue.DefaultConfig(),
+		Breaker:          DefaultBreakerConfig(),
+		Watch:            true,
+		MaxTenantEngines: 10_000,
 	}
 }
 
@@ -256,7 +291,7 @@ func (r *Router) dial(c Cluster) (*Backend, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: qc}, nil
+	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: qc, maxTenants: r.cfg.MaxTenantEngines}, nil
 }
 
 // Route returns where name's calls go under the map in force.
