@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
@@ -195,4 +198,121 @@ func TestUnauthenticatedCallsAreRefusedBeforeTheirBody(t *testing.T) {
 		http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + tokenA, "Bearer " + tokenB}}, `{"name":"x"}`); got != http.StatusUnauthorized {
 		t.Errorf("a call with two Authorization headers = %d; want 401", got)
 	}
+}
+
+// A forged session id naming another caller's session lease never keeps
+// that lease alive: the call is refused (here even with an id re-signed
+// with the fleet's own key, as with a stolen key) and nothing renews the
+// lease before its ownership is proven — so the victim's session lapses
+// on schedule.
+func TestForgedSessionIDKeepsNoLeaseAlive(t *testing.T) {
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	victim, err := g.client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "victim", TtlMs: 3000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := etcdClient(t).Get(ctx, server.IDKeysKey(g.prefix()))
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("read the id keys: %v", err)
+	}
+	keys, err := gateway.ParseIDKeys(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, err := gateway.DecodeSessionID(keys, victim.Msg.SessionId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := sid
+	forged.Secret[0] ^= 0xff // the attacker knows the lease number, not the secret
+	forgedID := gateway.EncodeSessionID(keys, forged)
+	lease := clientv3.LeaseID(sid.Leases[0].Lease)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		_, err := g.client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "forged", SessionId: forgedID}))
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			t.Fatalf("TryAcquire on a forged session = %v; want failed_precondition (session lost)", err)
+		}
+		ttl, err := etcdClient(t).TimeToLive(ctx, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL <= 0 {
+			return // the victim's lease lapsed on schedule: nothing kept it alive
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the victim's session lease, renewed by no one but the forger's calls, is still alive after 10s (TTL 3s)")
+}
+
+// Every stored thing a tenant can create is capped, and every call that
+// touches etcd is charged: sessions count against the key cap, lookups
+// against the acquire budget, releases and closes against the renew
+// budget; a per-client budget cannot be dodged by rotating client ids.
+func TestCapsLeaveNoHoles(t *testing.T) {
+	t.Run("sessions count against the key cap", func(t *testing.T) {
+		g := startSecureGateway(t, func(c *server.Config) { c.Gateway.Limits.MaxKeysPerTenant = 3 })
+		a := g.as(tokenA)
+		var err error
+		opened := 0
+		for i := 0; i < 10 && err == nil; i++ {
+			_, err = a.OpenSession(ctxT(t), connect.NewRequest(&v1.OpenSessionRequest{ClientId: "s", TtlMs: 60000}))
+			if err == nil {
+				opened++
+			}
+		}
+		if connect.CodeOf(err) != connect.CodeResourceExhausted || opened > 3 {
+			t.Fatalf("opened %d sessions under a key cap of 3, then %v; want at most 3, then resource_exhausted", opened, err)
+		}
+	})
+	t.Run("lookups, releases and closes are charged", func(t *testing.T) {
+		g := startSecureGateway(t, func(c *server.Config) {
+			c.Gateway.Limits.TenantAcquireRate, c.Gateway.Limits.TenantAcquireBurst = 0.001, 1
+			c.Gateway.Limits.TenantRenewRate, c.Gateway.Limits.TenantRenewBurst = 0.001, 1
+		})
+		a := g.as(tokenA)
+		ctx := ctxT(t)
+		held, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", TtlMs: 60000}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, call := range map[string]func() error{
+			"Describe": func() error {
+				_, err := a.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: "x"}))
+				return err
+			},
+			"CheckFence": func() error {
+				_, err := a.CheckFence(ctx, connect.NewRequest(&v1.CheckFenceRequest{Name: "x", FencingToken: 1}))
+				return err
+			},
+		} {
+			if err := call(); connect.CodeOf(err) != connect.CodeResourceExhausted {
+				t.Errorf("%s with the acquire budget spent = %v; want resource_exhausted", what, err)
+			}
+		}
+		rel := &v1.ReleaseRequest{LockId: held.Msg.Granted.LockId, FencingToken: held.Msg.Granted.FencingToken}
+		if _, err := a.Release(ctx, connect.NewRequest(rel)); err != nil {
+			t.Fatalf("first release within the renew burst: %v", err)
+		}
+		if _, err := a.Release(ctx, connect.NewRequest(rel)); connect.CodeOf(err) != connect.CodeResourceExhausted {
+			t.Errorf("Release with the renew budget spent = %v; want resource_exhausted", err)
+		}
+	})
+	t.Run("client ids do not multiply a client's budget", func(t *testing.T) {
+		g := startSecureGateway(t, func(c *server.Config) {
+			c.Gateway.Limits.ClientAcquireRate, c.Gateway.Limits.ClientAcquireBurst = 1, 2
+		})
+		a := g.as(tokenA)
+		granted := 0
+		for i := 0; i < 20; i++ {
+			_, err := a.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: fmt.Sprintf("rot-%d", i), TtlMs: 60000, ClientId: fmt.Sprintf("id-%d", i)}))
+			if err == nil {
+				granted++
+			}
+		}
+		if granted > 3 {
+			t.Fatalf("%d of 20 acquires granted with rotating client ids under a client budget of 1/s, burst 2", granted)
+		}
+	})
 }

@@ -75,7 +75,7 @@ func (e *limitedError) Unwrap() error { return ErrLimited }
 // caller proved (tenant, subject), never by what it claims (client id), and
 // past the bound the least recently used bucket is dropped: that is one
 // idle caller's bucket, almost always full anyway, not everyone's budget.
-const maxLimiterKeys = 100_000
+var maxLimiterKeys = 100_000
 
 type limiter struct {
 	cfg Limits

@@ -1,0 +1,29 @@
+package gateway
+
+import (
+	"fmt"
+	"testing"
+)
+
+// A full limiter table drops its least recently used bucket, not every
+// bucket: a client that spent its budget is not given a new one because
+// others came along.
+func TestFullLimiterTableKeepsActiveBudgets(t *testing.T) {
+	defer func(n int) { maxLimiterKeys = n }(maxLimiterKeys)
+	maxLimiterKeys = 10
+	l := newLimiter(Limits{ClientAcquireRate: 0.001, ClientAcquireBurst: 1})
+	for i := 0; i < 9; i++ {
+		_ = l.acquire(Identity{Tenant: "t", Subject: fmt.Sprintf("other-%d", i), Method: "token"})
+	}
+	spender := Identity{Tenant: "t", Subject: "spender", Method: "token"}
+	if err := l.acquire(spender); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.acquire(spender); err == nil {
+		t.Fatal("second acquire within a burst of 1 was allowed")
+	}
+	_ = l.acquire(Identity{Tenant: "t", Subject: "newcomer", Method: "token"}) // the table is full
+	if err := l.acquire(spender); err == nil {
+		t.Fatal("a newcomer filling the table gave the spender a fresh budget")
+	}
+}
