@@ -316,3 +316,34 @@ func TestCapsLeaveNoHoles(t *testing.T) {
 		}
 	})
 }
+
+// An authenticated caller's body must arrive within the body read timeout:
+// a body that stops half-way is not waited for.
+func TestStalledBodyIsNotWaitedFor(t *testing.T) {
+	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.BodyReadTimeout = time.Second })
+	for _, path := range []string{"/leasegate.v1.LockService/TryAcquire", "/api/v1/locks/acquire"} {
+		body := &slowBody{first: []byte(`{"name":"stalled-body`), release: make(chan struct{})}
+		req, _ := http.NewRequestWithContext(ctxT(t), http.MethodPost, g.url+path, body)
+		req.Header.Set("Content-Type", "application/json")
+		req.ContentLength = -1
+		got := make(chan int, 1)
+		go func() {
+			resp, err := g.http.Do(req)
+			if err != nil {
+				got <- 0 // the stream was reset: also an answer
+				return
+			}
+			got <- resp.StatusCode
+			resp.Body.Close()
+		}()
+		select {
+		case code := <-got:
+			if code == http.StatusOK {
+				t.Errorf("%s with a stalled body = 200", path)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s with a body stalled half-way got no answer in 10s (read timeout 1s)", path)
+		}
+		close(body.release)
+	}
+}
