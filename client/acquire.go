@@ -193,12 +193,16 @@ func acquireOnce(ctx context.Context, rpc leasegatev1connect.LockServiceClient, 
 		return nil, false, err
 	}
 	defer stream.Close()
+	last := int64(-1)
 	for stream.Receive() {
 		switch ev := stream.Msg().Event.(type) {
 		case *v1.AcquireResponse_Queued:
 			queued = true
-			if onQueued != nil {
-				onQueued(ev.Queued.GetPosition())
+			// The gateway repeats the position as a heartbeat; report
+			// only changes (and the first, on every attempt).
+			if p := ev.Queued.GetPosition(); onQueued != nil && p != last {
+				last = p
+				onQueued(p)
 			}
 		case *v1.AcquireResponse_Granted:
 			if ev.Granted != nil {
