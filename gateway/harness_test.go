@@ -43,13 +43,22 @@ type gw struct {
 // one when empty) and stops it at cleanup.
 func startGateway(t *testing.T, prefix string) *gw {
 	t.Helper()
-	if prefix == "" {
-		prefix = fmt.Sprintf("/gwtest/%d", prefixSeq.Add(1))
-	}
+	return startGatewayWith(t, func(c *server.Config) {
+		if prefix != "" {
+			c.Prefix = prefix
+		}
+	})
+}
+
+// startGatewayWith starts a gateway over the shared etcd under a fresh
+// prefix, with adjust applied, and stops it at cleanup.
+func startGatewayWith(t *testing.T, adjust func(*server.Config)) *gw {
+	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = prefix
+	cfg.Prefix = fmt.Sprintf("/gwtest/%d", prefixSeq.Add(1))
 	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
+	adjust(&cfg)
 	srv, err := server.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

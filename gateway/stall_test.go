@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
-	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 // stalledAcquire opens a Connect streaming Acquire over a raw HTTP/2
@@ -131,24 +129,6 @@ func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
 			tryAcquire(t, g, name)
 		}
 	}
-}
-
-// startGatewayWith starts a gateway over the shared etcd with adjust applied.
-func startGatewayWith(t *testing.T, adjust func(*server.Config)) *gw {
-	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = fmt.Sprintf("/gwtest/%d", prefixSeq.Add(1))
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
-	adjust(&cfg)
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
-	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
-	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
-	return g
 }
 
 // A client without credentials that opens streams and never finishes their

@@ -163,6 +163,22 @@ func expectedEnd(err error) bool {
 // zombieEnd is expectedEnd for an attempt whose client has given up.
 func zombieEnd(err error) bool { return expectedEnd(err) || errors.Is(err, ErrSuperseded) }
 
+// openSession opens a session on e for an actor's request r, at a step of
+// its own, and returns the func that closes it (at another step).
+func (w *world) openSession(ctx context.Context, e *Engine, name string, r *AcquireRequest) (func(), bool) {
+	w.step(ctx, "open-session")
+	s, err := e.OpenSession(ctx, name, 10*time.Minute)
+	if err != nil {
+		w.violate("%s: open session: %v", name, err)
+		return nil, false
+	}
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	return func() {
+		w.step(ctx, "close-session")
+		_ = e.CloseSession(ctx, s.Lease, s.Secret)
+	}, true
+}
+
 // holder takes the lock (with a lease of its own or in a session) and
 // lets it go.
 func (w *world) holder(name string, session bool) actorSpec {
@@ -170,17 +186,11 @@ func (w *world) holder(name string, session bool) actorSpec {
 	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		r := w.request(name, name+"-req")
 		if session {
-			w.step(ctx, "open-session")
-			s, err := e.OpenSession(ctx, name, 10*time.Minute)
-			if err != nil {
-				w.violate("%s: open session: %v", name, err)
+			closeSession, ok := w.openSession(ctx, e, name, &r)
+			if !ok {
 				return
 			}
-			r.Session, r.SessionSecret = s.Lease, s.Secret
-			defer func() {
-				w.step(ctx, "close-session")
-				_ = e.CloseSession(ctx, s.Lease, s.Secret)
-			}()
+			defer closeSession()
 		}
 		w.step(ctx, "acquire")
 		g, err := w.acquire(ctx, name, e, r)
@@ -229,17 +239,11 @@ func (w *world) addRetrier(name string) {
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		r := w.request(name, name+"-req")
 		if session {
-			w.step(ctx, "open-session")
-			s, err := first.OpenSession(ctx, name, 10*time.Minute)
-			if err != nil {
-				w.violate("%s: open session: %v", name, err)
+			closeSession, ok := w.openSession(ctx, first, name, &r)
+			if !ok {
 				return
 			}
-			r.Session, r.SessionSecret = s.Lease, s.Secret
-			defer func() {
-				w.step(ctx, "close-session")
-				_ = first.CloseSession(ctx, s.Lease, s.Secret)
-			}()
+			defer closeSession()
 		}
 		actx, cancel := context.WithCancelCause(ctx)
 		w.mu.Lock()

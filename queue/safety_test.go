@@ -284,15 +284,14 @@ func TestZombieCleanupCannotDeleteResumedHolder(t *testing.T) {
 	mustRelease(t, e2, g2)
 }
 
-// Hole 4: a session waiter detached at gateway shutdown rode on the
-// session lease, which its client kept alive: nobody resumed it, it became
-// the holder and blocked the name for as long as the session lived.
-func TestDetachedSessionWaiterLapsesWithItsGateway(t *testing.T) {
-	e, cli := newEngine(t, func(c *Config) { c.AttemptTTL = 2 * time.Second })
-	e2 := peer(t, e, cli)
+// detachedSessionWaiter enqueues a session waiter on e behind a holder on
+// e2 and detaches it, as a gateway shutdown does; its client never comes
+// back. It returns the holder.
+func detachedSessionWaiter(t *testing.T, e, e2 *Engine) Grant {
+	t.Helper()
 	ctx := testCtx(t)
 	sess, stop := keptSession(t, e2)
-	defer stop()
+	t.Cleanup(stop)
 	holder := mustAcquire(t, e2, req("x"))
 	r := req("x")
 	r.Session, r.SessionSecret = sess.Lease, sess.Secret
@@ -305,13 +304,22 @@ func TestDetachedSessionWaiterLapsesWithItsGateway(t *testing.T) {
 	go func() { _, err := w.Wait(wctx); waited <- err }()
 	detach(ErrDetached)
 	<-waited
-	e.Close() // the gateway is gone; its client never comes back
-	mustRelease(t, e2, holder)
+	return holder
+}
 
+// Hole 4: a session waiter detached at gateway shutdown rode on the
+// session lease, which its client kept alive: nobody resumed it, it became
+// the holder and blocked the name for as long as the session lived.
+func TestDetachedSessionWaiterLapsesWithItsGateway(t *testing.T) {
+	e, cli := newEngine(t, func(c *Config) { c.AttemptTTL = 2 * time.Second })
+	e2 := peer(t, e, cli)
+	holder := detachedSessionWaiter(t, e, e2)
+	e.Close() // the gateway is gone
+	mustRelease(t, e2, holder)
 	other := req("x")
 	other.WaitTimeout = 3*e.cfg.AttemptTTL + 2*time.Second
 	start := time.Now()
-	g, err := e2.Acquire(ctx, other)
+	g, err := e2.Acquire(testCtx(t), other)
 	if err != nil {
 		t.Fatalf("the name after the detached session waiter's gateway stopped: %v; want granted within about AttemptTTL", err)
 	}
@@ -324,25 +332,11 @@ func TestDetachedSessionWaiterLapsesWithItsGateway(t *testing.T) {
 func TestAbandonedSessionWaiterLapsesWhileGatewayLives(t *testing.T) {
 	e, cli := newEngine(t, func(c *Config) { c.AttemptTTL = 2 * time.Second })
 	e2 := peer(t, e, cli)
-	ctx := testCtx(t)
-	sess, stop := keptSession(t, e2)
-	defer stop()
-	holder := mustAcquire(t, e2, req("x"))
-	r := req("x")
-	r.Session, r.SessionSecret = sess.Lease, sess.Secret
-	w, err := e.Enqueue(ctx, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, detach := context.WithCancelCause(ctx)
-	waited := make(chan error, 1)
-	go func() { _, err := w.Wait(wctx); waited <- err }()
-	detach(ErrDetached)
-	<-waited
+	holder := detachedSessionWaiter(t, e, e2)
 	mustRelease(t, e2, holder)
 	other := req("x")
 	other.WaitTimeout = 4*e.cfg.AttemptTTL + 2*time.Second
-	g, err := e2.Acquire(ctx, other)
+	g, err := e2.Acquire(testCtx(t), other)
 	if err != nil {
 		t.Fatalf("the name behind an abandoned session waiter: %v; want granted once the attempt lease went idle", err)
 	}
