@@ -52,8 +52,12 @@
 // revived.
 //
 // Why the deadline is safe: etcd counts a lease's TTL from when its leader
-// handled the grant or keepalive, which is after S, and a leader change
-// only ever extends leases. So while this process's clock runs no slower
+// handled the grant or keepalive that confirmed it. A gateway may answer a
+// renewal with a keepalive that was already in flight, sent before the
+// renewal arrived; it then says how long the lease is certain to live from
+// the renewal's arrival (valid_for_ms), and the SDK takes the tighter of
+// that and the TTL, both counted from S, which is before the arrival. A
+// leader change only ever extends leases. So while this process's clock runs no slower
 // than the etcd leader's, the lease outlives the deadline by at least the
 // margin. The margin absorbs clock-rate drift and the delay between the
 // cancel and your code noticing it. No client-side signal can stop a
