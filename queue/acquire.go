@@ -130,6 +130,10 @@ func (e *Engine) grantLease(ctx context.Context, ttlSec int64) (clientv3.LeaseID
 // read and the transaction that relied on it; the caller starts over.
 var errRaced = errors.New("queue: the waiter key changed under the attempt")
 
+// errUnknownOutcome marks an enqueue whose transaction may or may not have
+// been applied (its answer was lost).
+var errUnknownOutcome = errors.New("outcome unknown")
+
 // enqueue runs the acquire transaction, or takes over the key of an
 // earlier attempt with the same request id. When onlyIfFree is set the key
 // is created only if no other waiter exists (TryAcquire).
@@ -151,19 +155,16 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 			e.revokeLater(ctx, lease) // the fresh lease is not needed
 		}
 	}()
-	unknown := func(err error) bool {
-		// An enqueue whose answer was lost hands its lease to
-		// forgetUnknown, which revokes it only once it owns nothing.
-		return err != nil && !errors.Is(err, errRaced) && !errors.Is(err, ErrGuardFailed) &&
-			!errors.Is(err, ErrSessionLost) && !errors.Is(err, ErrQueueFull) && !errors.Is(err, ErrNotOwner)
-	}
+
 	for try := 0; ; try++ {
 		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree)
 		if err != nil {
 			if errors.Is(err, errRaced) && try < 3 {
 				continue
 			}
-			if unknown(err) {
+			if errors.Is(err, errUnknownOutcome) {
+				// The lease belongs to forgetUnknown now, which revokes it
+				// only once no key of this attempt can be on it.
 				used = true
 			}
 			return nil, err
@@ -262,7 +263,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		// The transaction may have been applied and its answer lost: take
 		// back what this attempt may have written, by its exact value.
 		e.forgetUnknown(ctx, key, value, lease, att)
-		return nil, nil, fmt.Errorf("queue: enqueue: %w", err)
+		return nil, nil, fmt.Errorf("queue: enqueue: %w: %w", errUnknownOutcome, err)
 	}
 	if !resp.Succeeded {
 		e.att.release(att)
