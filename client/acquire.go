@@ -133,7 +133,7 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 		g, queued, err := acquireOnce(actx, ep.rpc, req, cfg.onQueued)
 		cancelAttempt()
 		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
-			c.letGo(ctx, g)
+			c.letGo(ctx, g, waitUntil)
 			err = sessionLeaseLost(g.Shard)
 		}
 		if err == nil {
@@ -247,7 +247,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			return err
 		})
 		if err == nil && s != nil && resp.Acquired && resp.Granted != nil && view.leaseFor(resp.Granted.Shard) == nil {
-			c.letGo(ctx, resp.Granted)
+			c.letGo(ctx, resp.Granted, time.Time{})
 			err = sessionLeaseLost(resp.Granted.Shard)
 		}
 		if err != nil {
@@ -274,9 +274,15 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 }
 
 // letGo releases a grant that will not be handed out, best effort: if no
-// gateway answers, the lock lapses with its lease.
-func (c *Client) letGo(ctx context.Context, g *v1.Granted) {
-	rctx, cancel := withTimeout(context.WithoutCancel(ctx), c.cfg.clock, c.cfg.requestTimeout)
+// gateway answers, the lock lapses with its lease. With a wait deadline
+// (waitUntil not zero) it gives up by that deadline plus waitGrace: an
+// Acquire returns by then, whatever the release does.
+func (c *Client) letGo(ctx context.Context, g *v1.Granted, waitUntil time.Time) {
+	bound := c.cfg.requestTimeout
+	if !waitUntil.IsZero() {
+		bound = min(bound, max(waitUntil.Sub(c.cfg.clock.Now()), 0)+waitGrace)
+	}
+	rctx, cancel := withTimeout(context.WithoutCancel(ctx), c.cfg.clock, bound)
 	defer cancel()
 	_, _ = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
 }
@@ -349,7 +355,7 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 	}
 	if !clk.Now().Before(deadline) {
 		// Granted, but it cannot be confirmed in time: let it go.
-		c.letGo(ctx, g)
+		c.letGo(ctx, g, waitUntil)
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("granted, but no gateway confirmed the lease before its deadline; released it")}
 	}
 	l.keeper = c.startKeeper(l.ttl, anchor, deadline, l.renewRPC, l.lostError)
