@@ -55,6 +55,9 @@ const (
 	checkTokens    = "tokens-increasing"
 	checkExclusion = "no-overlapping-grants"
 	checkBelief    = "no-overlapping-holders"
+	checkEarlyLoss = "no-loss-before-deadline"
+	checkThief     = "no-stolen-waiters"
+	checkAdversary = "adversary-refused"
 	checkFIFO      = "fifo"
 	checkStuck     = "no-stuck-waiters"
 	checkOrphans   = "no-orphans"
@@ -75,6 +78,34 @@ type keyIndex struct {
 	byName   map[string]map[string][]*keyLife
 	byWaiter map[string]int // waiter id → incarnations, all clusters
 	clocks   map[string]revClock
+}
+
+// shardOf finds the cluster that has op's key: its waiter id, created at
+// its token's revision. "" when none has.
+func (ix *keyIndex) shardOf(op AcquireOp) string {
+	_, rev, err := queue.SplitToken(op.Token)
+	if err != nil {
+		return ""
+	}
+	for c, byRev := range ix.byRev {
+		if k := byRev[rev]; k != nil && k.name == op.Name && k.waiter == queue.WaiterID(op.RequestID) {
+			return c
+		}
+	}
+	return ""
+}
+
+// key returns op's key, or nil.
+func (ix *keyIndex) key(op AcquireOp) *keyLife {
+	_, rev, err := queue.SplitToken(op.Token)
+	if err != nil {
+		return nil
+	}
+	shard := op.Shard
+	if shard == "" {
+		shard = ix.shardOf(op)
+	}
+	return ix.byRev[shard][rev]
 }
 
 func buildKeyIndex(events []KeyEvent, samples []ClockSample, clusters []string) *keyIndex {
@@ -116,6 +147,9 @@ func checkGrants(ops []AcquireOp, ix *keyIndex) []Violation {
 	for _, op := range ops {
 		if op.Outcome != outGranted {
 			continue
+		}
+		if op.Shard == "" {
+			op.Shard = ix.shardOf(op) // a leasectl holder knows its token, not its shard
 		}
 		grants[op.Name] = append(grants[op.Name], op)
 		epoch, rev, err := queue.SplitToken(op.Token)
@@ -223,33 +257,6 @@ func exclusion(g AcquireOp, k *keyLife, ix *keyIndex) []Violation {
 					"op %d (%s) had token %d on %s at %s, but a key of epoch %d on %s was deleted at revision %d, committed after %s",
 					g.ID, g.Client, g.Token, k.cluster, ts(g.Complete), o.epoch, c, o.delRev, ts(t))})
 			}
-		}
-	}
-	return vs
-}
-
-// belief: two SDK holders in this process never both believed they held
-// the name: a grant never completed while another holder's lock was
-// neither released nor past its deadline.
-func belief(name string, gs []AcquireOp) []Violation {
-	var hs []AcquireOp
-	for _, g := range gs {
-		if !g.End.IsZero() {
-			hs = append(hs, g)
-		}
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].Complete.Before(hs[j].Complete) })
-	var vs []Violation
-	var open *AcquireOp // the held interval reaching furthest so far
-	for i := range hs {
-		g := &hs[i]
-		if open != nil && g.Complete.Before(open.End) && g.Token != open.Token {
-			vs = append(vs, Violation{Check: checkBelief, Name: name, Detail: fmt.Sprintf(
-				"op %d (%s) got token %d at %s while op %d (%s) still held token %d until %s (lost: %v)",
-				g.ID, g.Client, g.Token, ts(g.Complete), open.ID, open.Client, open.Token, ts(open.End), open.Lost)})
-		}
-		if open == nil || g.End.After(open.End) {
-			open = g
 		}
 	}
 	return vs

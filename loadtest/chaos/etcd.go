@@ -15,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/netfault"
 )
 
@@ -82,10 +81,10 @@ func newEtcdCluster(h *Harness, name string, size int) (*EtcdCluster, error) {
 	for i := range size {
 		m := &Member{Cluster: name, Name: fmt.Sprintf("%s-m%d", name, i), h: h}
 		var err error
-		if m.ClientAddr, err = embedetcd.FreeAddr(); err != nil {
+		if m.ClientAddr, err = h.ports.addr(); err != nil {
 			return nil, err
 		}
-		if m.PeerAddr, err = embedetcd.FreeAddr(); err != nil {
+		if m.PeerAddr, err = h.ports.addr(); err != nil {
 			return nil, err
 		}
 		if m.Peer, err = netfault.New(m.Name+"-peer", m.PeerAddr); err != nil {
