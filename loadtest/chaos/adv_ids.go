@@ -9,6 +9,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -169,8 +170,8 @@ func (h *Harness) replayOnce(ctx context.Context, s *sdk, rng *mrand.Rand) {
 			op.Got, op.Outcome = classify(err, connect.CodeNotFound)
 		}
 	default:
-		op.Action, op.Expect = "renew a released lock (REST)", "HTTP 409"
-		op.Got, op.Outcome = h.restCall(ctx, rng, "renew", st.id, st.token, http.StatusConflict)
+		op.Action, op.Expect = "renew a released lock (REST)", "HTTP 409|404"
+		op.Got, op.Outcome = h.restCall(ctx, rng, "renew", st.id, st.token, http.StatusConflict, http.StatusNotFound)
 	}
 	op.Complete = time.Now()
 	h.record(op)
@@ -178,7 +179,7 @@ func (h *Harness) replayOnce(ctx context.Context, s *sdk, rng *mrand.Rand) {
 
 // restCall posts a renew or release to a random gateway's REST API and
 // judges the status against want.
-func (h *Harness) restCall(ctx context.Context, rng *mrand.Rand, path, id string, token int64, want int) (got, outcome string) {
+func (h *Harness) restCall(ctx context.Context, rng *mrand.Rand, path, id string, token int64, want ...int) (got, outcome string) {
 	body, _ := json.Marshal(map[string]any{"lockId": id, "fencingToken": token})
 	if path == "renew" {
 		body, _ = json.Marshal(map[string]any{"lockId": id, "fencingToken": token, "ttlMs": h.cfg.TTL.Milliseconds()})
@@ -195,7 +196,7 @@ func (h *Harness) restCall(ctx context.Context, rng *mrand.Rand, path, id string
 	resp.Body.Close()
 	got = fmt.Sprintf("HTTP %d", resp.StatusCode)
 	switch {
-	case resp.StatusCode == want:
+	case slices.Contains(want, resp.StatusCode):
 		return got, advRefused
 	case resp.StatusCode < 300:
 		return got, advAccepted

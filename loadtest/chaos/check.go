@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasegate/leasegate/queue"
@@ -19,9 +20,13 @@ type Violation struct {
 	Name string `json:"name,omitempty"`
 	// Detail says what was seen.
 	Detail string `json:"detail"`
-	// Known names the skipped regression test of a known leasegate bug
-	// that explains this violation; such violations are reported but do
-	// not fail the run. Empty for every other violation.
+	// Ops are the ids of the acquire ops concerned, when the check knows
+	// them (the first is the one the violation is about).
+	Ops []int `json:"ops,omitempty"`
+	// Known names the regression test of a known leasegate bug that
+	// explains this violation. While the bug is open (openBugs) such
+	// violations are reported but do not fail the run; once it is fixed
+	// they are regressions. Empty for every other violation.
 	Known string `json:"known,omitempty"`
 }
 
@@ -47,6 +52,25 @@ const knownTimeoutCleanup = "TestRegressionWaitTimeoutAnswersPromptly"
 // wait deadline. A stuck waiter whose grant arrived in time is put down to
 // it. Set it to "" once the bug is fixed.
 const knownRenewAfterGrant = "TestRegressionAcquireReturnsByWaitDeadline"
+
+// knownUnconfirmedRelease is the regression test of a known SDK bug: when
+// the renewal that confirms a grant after a long wait fails and the
+// grant's own deadline has passed, client.Acquire releases the lock before
+// it returns, bounded by the request timeout and retried, not by the wait
+// deadline. A stuck waiter whose grant arrived in time and whose Acquire
+// failed with that release is put down to it. Remove it from openBugs once
+// the bug is fixed.
+const knownUnconfirmedRelease = "TestRegressionUnconfirmedGrantReturnsByWaitDeadline"
+
+// unconfirmedGrant is how the SDK says it released a grant it could not
+// confirm.
+const unconfirmedGrant = "granted, but no gateway confirmed the lease before its deadline"
+
+// openBugs are the regression tests of leasegate bugs not fixed yet. Each
+// is skipped (LEASEGATE_CHAOS_OPEN_BUGS=1 runs it), and a violation put
+// down to one is reported but does not fail the run; a violation put down
+// to a fixed bug is a regression and fails like any other.
+var openBugs = map[string]bool{knownUnconfirmedRelease: true, knownPausedLeaderRevokes: true}
 
 // Checker names.
 const (
@@ -329,6 +353,10 @@ func stuckWaiters(ops []AcquireOp, stop time.Time) []Violation {
 // an attempt that was never queued), and when the answer arrived.
 func knownCause(op AcquireOp) string {
 	deadline := op.Invoke.Add(op.Wait)
+	if op.Outcome == outError && strings.Contains(op.Err, unconfirmedGrant) &&
+		(len(op.Attempts) == 0 || !op.Attempts[len(op.Attempts)-1].End.After(deadline)) {
+		return knownUnconfirmedRelease // granted in time, released late
+	}
 	if len(op.Attempts) == 0 { // attempts unknown: the first report only
 		switch {
 		case op.Queued.IsZero() || op.Queued.After(deadline):

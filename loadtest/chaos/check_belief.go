@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -22,6 +23,55 @@ import (
 // the same clock, in the command itself (mono.go). So the intervals are
 // compared without slack.
 
+// knownPausedLeaderRevokes is the regression test of a known etcd bug: an
+// etcd leader paused past the election timeout revokes, when it resumes,
+// the leases it believes expired, though the new leader renewed them. A
+// lock lost that way dies before its holder's deadline, and the next
+// holder is granted while the first still believes it holds the lock. An
+// early loss on a cluster within 2 s after a paused leader of that cluster
+// resumed, and the overlaps with the holder that lost it, are put down to
+// it. Remove it from openBugs once etcd (or leasegate) no longer lets it
+// happen.
+const knownPausedLeaderRevokes = "TestRegressionPausedLeaderKeepsRenewedLeases"
+
+// pausedLeaderResumed reports whether a leader of cluster, paused past the
+// election timeout, resumed within the 2 s before at.
+func pausedLeaderResumed(injections []Injection, cluster string, at time.Time) bool {
+	for _, in := range injections {
+		if in.Kind == kindLeaderPause && slices.Contains(in.Clusters, cluster) && !in.Heal.IsZero() &&
+			!at.Before(in.Heal) && at.Before(in.Heal.Add(2*time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
+// attributeEarlyLosses puts down to knownPausedLeaderRevokes the early
+// losses that followed a paused leader's resumption, and the overlaps with
+// the holders that lost their locks that way.
+func attributeEarlyLosses(vs []Violation, ops []AcquireOp, injections []Injection) {
+	byID := map[int]AcquireOp{}
+	for _, op := range ops {
+		byID[op.ID] = op
+	}
+	revoked := func(id int) bool {
+		op, ok := byID[id]
+		if !ok || !op.Lost || !op.LostProof {
+			return false
+		}
+		at := op.DoneAt
+		if at.IsZero() {
+			at = op.End
+		}
+		return pausedLeaderResumed(injections, op.Shard, at)
+	}
+	for i, v := range vs {
+		if (v.Check == checkEarlyLoss || v.Check == checkBelief) && v.Known == "" && len(v.Ops) > 0 && revoked(v.Ops[0]) {
+			vs[i].Known = knownPausedLeaderRevokes
+		}
+	}
+}
+
 // maxBeliefViolations bounds the overlaps reported per name.
 const maxBeliefViolations = 20
 
@@ -33,7 +83,9 @@ func belief(name string, gs []AcquireOp) []Violation {
 	}
 	var ivs []interval
 	for _, g := range gs {
-		if to := g.believedUntil(); !to.IsZero() {
+		// A holder whose deadline passed before its grant arrived never
+		// believed it held the lock.
+		if to := g.believedUntil(); !to.IsZero() && to.After(g.Complete) {
 			ivs = append(ivs, interval{g, g.Complete, to})
 		}
 	}
@@ -53,7 +105,7 @@ func belief(name string, gs []AcquireOp) []Violation {
 				continue // one grant, resumed by a retry of the same acquire
 			}
 			if len(vs) < maxBeliefViolations {
-				vs = append(vs, Violation{Check: checkBelief, Name: name, Detail: fmt.Sprintf(
+				vs = append(vs, Violation{Check: checkBelief, Name: name, Ops: []int{a.op.ID, b.op.ID}, Detail: fmt.Sprintf(
 					"op %d (%s, %s) believed it held token %d from %s until %s (%s), and op %d (%s, %s) believed it held token %d from %s, %s before",
 					a.op.ID, a.op.Client, a.op.Role, a.op.Token, ts(a.from), ts(a.to), howEnded(a.op),
 					b.op.ID, b.op.Client, b.op.Role, b.op.Token, ts(b.from), a.to.Sub(b.from))})
@@ -91,7 +143,7 @@ func earlyLoss(ops []AcquireOp) []Violation {
 			at = op.End
 		}
 		if op.Lost && op.LostProof && !op.Deadline.IsZero() && at.Before(op.Deadline) {
-			vs = append(vs, Violation{Check: checkEarlyLoss, Name: op.Name, Detail: fmt.Sprintf(
+			vs = append(vs, Violation{Check: checkEarlyLoss, Name: op.Name, Ops: []int{op.ID}, Detail: fmt.Sprintf(
 				"op %d (%s, %s) lost token %d on a gateway's proof at %s, %s before its deadline %s",
 				op.ID, op.Client, op.Role, op.Token, ts(at), op.Deadline.Sub(at).Round(time.Millisecond), ts(op.Deadline))})
 		}

@@ -49,6 +49,12 @@ func TestBelief(t *testing.T) {
 	if vs := belief("y", []AcquireOp{r1, r2}); len(vs) != 0 {
 		t.Errorf("belief(one grant, two ops) = %v; want none", vs)
 	}
+	// A raw holder whose grant arrived after its deadline never believed.
+	late := grant(7, "g", "x", 32, 0, 260, 0)
+	late.End, late.DoneAt = at(270), at(230)
+	if vs := belief("x", []AcquireOp{a2, late}); len(vs) != 0 {
+		t.Errorf("belief(grant after its deadline) = %v; want none", vs)
+	}
 	// A holder whose end is unknown (a paused holder process) is not judged.
 	u := grant(6, "f", "x", 30, 0, 100, 0)
 	u.End = time.Time{}
@@ -162,6 +168,35 @@ func TestMonoClock(t *testing.T) {
 		}
 		if got := c.at(n); got.Before(before.Add(-c.err)) || got.After(after.Add(c.err)) {
 			t.Errorf("the child's reading maps to %s, outside [%s, %s]", got.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+func TestAttributeEarlyLosses(t *testing.T) {
+	lost := grant(0, "a", "x", 10, 0, 100, 0)
+	lost.Lost, lost.LostProof, lost.DoneAt, lost.End, lost.Deadline = true, true, at(3000), at(3010), at(3500)
+	next := grant(1, "b", "x", 12, 100, 2990, 3100)
+	ops := []AcquireOp{lost, next}
+	pause := Injection{Kind: kindLeaderPause, Clusters: []string{"c0"}, Start: at(0), Heal: at(2900)}
+	vs := append(earlyLoss(ops), belief("x", ops)...)
+	if len(vs) != 2 {
+		t.Fatalf("early loss and overlap: got %v", vs)
+	}
+	attributeEarlyLosses(vs, ops, []Injection{pause})
+	for _, v := range vs {
+		if v.Known != knownPausedLeaderRevokes {
+			t.Errorf("%s: known = %q; want %q", v.Detail, v.Known, knownPausedLeaderRevokes)
+		}
+	}
+	// Another cluster's pause, or one that resumed long before, explains
+	// nothing.
+	for _, in := range []Injection{{Kind: kindLeaderPause, Clusters: []string{"c1"}, Heal: at(2900)}, {Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(500)}} {
+		vs := append(earlyLoss(ops), belief("x", ops)...)
+		attributeEarlyLosses(vs, ops, []Injection{in})
+		for _, v := range vs {
+			if v.Known != "" {
+				t.Errorf("pause of %v healed at %s: %s put down to %q", in.Clusters, ts(in.Heal), v.Detail, v.Known)
+			}
 		}
 	}
 }

@@ -171,6 +171,10 @@ func (n *nemesis) gatewayShutdown(ctx context.Context, in *Injection) error {
 	c := n.pickCluster()
 	name := h.freshName("stopped", c.Name)
 	in.Target, in.Clusters = fmt.Sprintf("%s (session waiters on %s)", g.Name, name), []string{c.Name}
+	if err := n.awaitServes(ctx, gi, c.Name); err != nil {
+		in.Note = err.Error()
+		return nil
+	}
 	l, op := h.acquireWith(ctx, n.pinned[oi], acquireSpec{who: "sd-holder", role: "nemesis", name: name, wait: 10 * time.Second})
 	if l == nil {
 		in.Note = "holder not granted: " + op.Err
@@ -218,6 +222,11 @@ func (n *nemesis) gatewayShutdown(ctx context.Context, in *Injection) error {
 		go func() {
 			defer close(w.done)
 			w.g, _, w.err = h.rawAttempt(ctx, onG, w.op, req, func() { close(w.queued) })
+			if w.g != nil {
+				h.rawGranted(w.op, w.g)
+			} else {
+				h.rawFailed(ctx, w.op, w.err)
+			}
 		}()
 		waiters = append(waiters, w)
 	}
@@ -250,15 +259,12 @@ func (n *nemesis) gatewayShutdown(ctx context.Context, in *Injection) error {
 			// The grant reached its client before the shutdown: that
 			// client holds the lock and lets go at once.
 			delivered++
-			h.rawGranted(w.op, w.g)
 			now := time.Now()
 			h.Hist.update(func() { w.op.End = now })
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			_, _ = onOther.Release(rctx, connect.NewRequest(&v1.ReleaseRequest{LockId: w.g.LockId, FencingToken: w.g.FencingToken}))
 			cancel()
-			continue
 		}
-		h.rawFailed(ctx, w.op, w.err)
 	}
 	// Nobody comes back for the others: the name must come free within
 	// the attempt TTL of the gateway's exit.

@@ -68,7 +68,7 @@ func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 	counts, known := map[string]int{}, map[string]int{}
 	unknown := 0
 	for _, v := range r.Violations {
-		if v.Known != "" {
+		if openBugs[v.Known] {
 			known[v.Known]++
 			continue
 		}
@@ -86,7 +86,7 @@ func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 	}
 	fmt.Fprintln(w)
 	for k, n := range known {
-		fmt.Fprintf(w, "known-bug violations (not counted above, see %s): %d\n", k, n)
+		fmt.Fprintf(w, "violations put down to an open bug (not counted above, see %s): %d\n", k, n)
 	}
 	lk := unavail[kindLeaderKill]
 	fmt.Fprintf(w, "unavailability after leader kill: p50 %s, p99 %s, max %s over %d kills, %d without a grant (goal p99 ≤ %s, max ≤ %s) %s\n",
@@ -109,11 +109,11 @@ func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 		rd(hup.quantile(0.5)), rd(hup.quantile(1)), len(hup))
 	knownStuck := 0
 	for _, v := range r.Violations {
-		if v.Check == checkStuck && v.Known != "" {
+		if v.Check == checkStuck && openBugs[v.Known] {
 			knownStuck++
 		}
 	}
-	fmt.Fprintf(w, "stuck waiters: %d (goal 0) %s; %d more put down to the known bugs above\n",
+	fmt.Fprintf(w, "stuck waiters: %d (goal 0) %s; %d more put down to the open bugs above\n",
 		counts[checkStuck], verdict(counts[checkStuck] == 0), knownStuck)
 	fmt.Fprintf(w, "orphaned keys: %d, orphaned leases: %d (goal 0) %s\n", r.OrphanKeys, r.OrphanLeases, verdict(r.OrphanKeys+r.OrphanLeases == 0))
 	r.reportClients(w)
@@ -121,7 +121,7 @@ func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 		fmt.Fprintln(w, "\nfirst violations:")
 		shown := 0
 		for _, v := range r.Violations {
-			if v.Known != "" && shown > 0 {
+			if openBugs[v.Known] && shown > 0 {
 				continue
 			}
 			if shown == 20 {
@@ -144,10 +144,13 @@ func verdict(ok bool) string {
 }
 
 func knownTag(v Violation) string {
-	if v.Known == "" {
+	switch {
+	case v.Known == "":
 		return ""
+	case openBugs[v.Known]:
+		return ", open bug: " + v.Known
 	}
-	return ", known: " + v.Known
+	return ", regression of fixed bug: " + v.Known
 }
 
 // reportClients writes what each kind of client did and, for the

@@ -235,8 +235,12 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	var keys []KeyEvent
 	var clock []ClockSample
 	var adv []AdversaryOp
+	var injections []Injection
 	h.Hist.update(func() {
 		adv = append(adv, h.Hist.Adversary...)
+		for _, in := range h.Hist.Injections {
+			injections = append(injections, *in)
+		}
 		regOps = append(regOps, h.Hist.Register...)
 		keys = append(keys, h.Hist.Keys...)
 		clock = append(clock, h.Hist.Clock...)
@@ -255,6 +259,7 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	vs = append(vs, checkRegister(regOps, out)...)
 	vs = append(vs, checkGrants(ops, ix)...)
 	vs = append(vs, earlyLoss(ops)...)
+	attributeEarlyLosses(vs, ops, injections)
 	vs = append(vs, checkThieves(ops, ix)...)
 	vs = append(vs, adversaryViolations(adv)...)
 	vs = append(vs, stuckWaiters(ops, stop)...)
