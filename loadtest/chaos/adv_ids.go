@@ -120,20 +120,27 @@ func (h *Harness) tamperOnce(ctx context.Context, s *sdk, rng *mrand.Rand, l *cl
 // release it with a wrong one. A gateway proving the lock gone while its
 // deadline has not passed means the wrong release freed it.
 func (h *Harness) provenHeld(ctx context.Context, s *sdk, l *client.Lock, after string) {
-	deadline := l.Expires()
 	sent := time.Now()
-	if l.Err() != nil || !sent.Before(deadline) {
+	if l.Err() != nil || !sent.Before(l.Expires()) {
 		return
 	}
-	_, err := s.base.RenewByID(ctx, l.ID(), l.Token())
+	rctx, cancel := context.WithDeadline(ctx, l.Expires())
+	_, err := s.base.RenewByID(rctx, l.ID(), l.Token())
+	cancel()
 	op := AdversaryOp{Adversary: "tamper", Action: "genuine renew after: " + after, Name: l.Name(),
 		Expect: "ok", Invoke: sent, Complete: time.Now()}
+	// The deadline, moved by any renewal meanwhile: a refusal after it
+	// proves nothing, the lease may have lapsed on its own.
+	deadline := l.Expires()
 	switch {
 	case err == nil:
 		op.Got, op.Outcome = "ok", advIntact
-	case connect.IsWireError(err) && proofRefused(err):
+	case connect.IsWireError(err) && proofRefused(err) && op.Complete.Before(deadline):
 		op.Got, op.Outcome = connect.CodeOf(err).String(), advAccepted
 		op.Detail = fmt.Sprintf("the lock (token %d) was proven gone at %s, before its deadline %s: %v", l.Token(), ts(op.Complete), ts(deadline), err)
+	case connect.IsWireError(err) && proofRefused(err):
+		op.Got, op.Outcome = connect.CodeOf(err).String(), advTransient
+		op.Detail = fmt.Sprintf("proven gone at %s, after its deadline %s: it may have lapsed", ts(op.Complete), ts(deadline))
 	default:
 		op.Got, op.Outcome = classify(err)
 	}
@@ -347,7 +354,7 @@ func (h *Harness) keepRawSession(ctx context.Context, s *sdk, sess *rawSession, 
 	case err == nil && now.Before(sess.deadline):
 		sess.deadline = maxTime(sess.deadline, sessionDeadline(sent, time.Duration(resp.Msg.TtlMs)*time.Millisecond, resp.Msg.ValidForMs))
 		sess.next = sent.Add(sess.ttl / 3)
-	case err != nil && connect.IsWireError(err) && proofRefused(err) && after != "":
+	case err != nil && connect.IsWireError(err) && proofRefused(err) && after != "" && now.Before(sess.deadline):
 		h.record(AdversaryOp{Adversary: "session", Action: "genuine keepalive after: " + after, Expect: "ok",
 			Got: connect.CodeOf(err).String(), Outcome: advAccepted, Invoke: sent, Complete: now,
 			Detail: fmt.Sprintf("the session was proven gone before its deadline %s: %v", ts(sess.deadline), err)})

@@ -46,7 +46,10 @@ func (h *Harness) runThief(ctx context.Context, s *sdk, rng *mrand.Rand) {
 		switch {
 		case l != nil:
 			aop.Got, aop.Outcome = fmt.Sprintf("granted token %d", got.Token), advFresh
-		case got.Outcome == outTimeout || got.Outcome == outHeld:
+		case got.Outcome == outTimeout || got.Outcome == outHeld || got.Outcome == outLost:
+			// A waiter of its own, so the victim's was gone: it waited
+			// in vain, found the name taken, or was granted and lost the
+			// lock before the call returned (a slow call's lease lapses).
 			aop.Got, aop.Outcome = got.Outcome, advFresh
 		case got.Code == connect.CodePermissionDenied.String():
 			aop.Got, aop.Outcome = got.Code, advRefused

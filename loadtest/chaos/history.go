@@ -16,6 +16,7 @@ const (
 	outTimeout  = "wait-timeout"
 	outCanceled = "canceled"
 	outHeld     = "held" // a TryAcquire that found the lock taken
+	outLost     = "lost" // granted, but lost before the call returned
 	outError    = "error"
 )
 
@@ -46,7 +47,8 @@ type AcquireOp struct {
 	// process.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// Outcome is granted, wait-timeout, held (a TryAcquire that found the
-	// lock taken), canceled or error.
+	// lock taken), lost (granted, but the SDK could not confirm the lease
+	// and found it gone before returning), canceled or error.
 	Outcome string `json:"outcome"`
 	// Err is the error text when not granted.
 	Err string `json:"err,omitempty"`

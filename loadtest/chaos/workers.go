@@ -98,6 +98,8 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 			op.Outcome, op.Err = outTimeout, err.Error()
 		case errors.Is(err, client.ErrNotAcquired):
 			op.Outcome, op.Err = outHeld, err.Error()
+		case errors.Is(err, client.ErrLockLost):
+			op.Outcome, op.Err = outLost, err.Error()
 		case ctx.Err() != nil:
 			op.Outcome, op.Err = outCanceled, err.Error()
 		default:
