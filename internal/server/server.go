@@ -90,6 +90,12 @@ type Config struct {
 	// etcd cluster, created by the first gateway, and changes made there
 	// (leasegate id-keys rotate) are followed.
 	IDKeysFile string
+	// AttemptTTL is the TTL of each engine's attempt lease, which a session
+	// waiter's key rides on until it is granted: how long a waiter whose
+	// gateway stopped keeps its place for a retry elsewhere, and the bound
+	// on how long it can block its name once nobody serves it. Default
+	// queue.DefaultConfig's (10 s); 2 s to 5 min in whole seconds.
+	AttemptTTL time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -104,6 +110,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerConn: 1000,
 		MaxConns:          10_000,
 		MaxConnsPerIP:     1_000,
+		AttemptTTL:        queue.DefaultConfig().AttemptTTL,
 	}
 }
 
@@ -135,6 +142,11 @@ func (c Config) Validate() error {
 				return fmt.Errorf("cluster %q endpoint %q: want an http:// or https:// URL", cl.Name, ep)
 			}
 		}
+	}
+	q := queue.DefaultConfig()
+	q.AttemptTTL = c.AttemptTTL
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("attempt TTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout %s must be positive", c.ShutdownTimeout)
@@ -396,6 +408,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Log = s.log
 	rc.Watch = !s.cfg.NoMapWatch
 	rc.Dial = dial
+	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}

@@ -23,44 +23,56 @@ var (
 	outFlag  = flag.String("chaos.out", "", "directory for histories and logs; also LEASEGATE_CHAOS_OUT (default: the artifact directory with -artifacts, else a kept-on-failure temp dir)")
 	seedFlag = flag.Uint64("chaos.seed", 0, "nemesis seed (0: from the clock)")
 	injFlag  = flag.Int("chaos.injections", 0, "override the number of injections")
+	binFlag  = flag.String("chaos.bin", "", "run the leasegate and leasectl binaries in this directory instead of building them (another build, an older release)")
 )
 
-// leasegateBin is the leasegate binary TestMain builds once.
-var leasegateBin string
+// bins are the binaries TestMain builds once (or -chaos.bin names).
+var bins Binaries
 
 func TestMain(m *testing.M) {
-	RunRole() // a holder child process never returns from here
+	RunRole() // a child process of the harness never returns from here
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "leasegate-chaos-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	dir, built := *binFlag, *binFlag == ""
+	if built {
+		var err error
+		if dir, err = os.MkdirTemp("", "leasegate-chaos-bin-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		build := exec.Command("go", "build", "-o", dir, "github.com/leasegate/leasegate/cmd/leasegate", "github.com/leasegate/leasegate/cmd/leasectl")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: build leasegate and leasectl:", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
-	leasegateBin = filepath.Join(dir, "leasegate")
-	build := exec.Command("go", "build", "-o", leasegateBin, "github.com/leasegate/leasegate/cmd/leasegate")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "chaos: build leasegate:", err)
+	bins = Binaries{Leasegate: filepath.Join(dir, "leasegate"), Leasectl: filepath.Join(dir, "leasectl")}
+	code := runLocked(m)
+	if built {
 		os.RemoveAll(dir)
-		os.Exit(1)
 	}
-	// The harness saturates the machine with processes: timing-sensitive
-	// tests of other packages wait for it, and it for them.
+	os.Exit(code)
+}
+
+// runLocked runs the tests and the leak check. The harness saturates the
+// machine with processes: timing-sensitive tests of other packages wait
+// for it, and it for them.
+func runLocked(m *testing.M) int {
 	release, err := etcdtest.LockExclusive()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	code := m.Run()
 	release()
-	os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: goroutine leak:", err)
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // outDir picks the run's output directory and says whether to remove it
@@ -112,22 +124,26 @@ func TestChaos(t *testing.T) {
 	out := outDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
 	defer cancel()
-	res, err := Run(ctx, cfg, leasegateBin, out, t.Logf)
+	res, err := Run(ctx, cfg, bins, out, t.Logf)
 	if err != nil {
 		t.Fatalf("harness: %v (logs in %s)", err, out)
 	}
 	var rep bytes.Buffer
-	res.Report(&rep, cfg.TTL)
+	res.Report(&rep, cfg.TTL, cfg.AttemptTTL)
 	_ = os.WriteFile(filepath.Join(out, "report.txt"), rep.Bytes(), 0o644)
 	if cfg.Report {
 		fmt.Print(rep.String())
 	} else {
 		t.Logf("\n%s", rep.String())
 	}
-	// The bugs behind known causes are fixed: a late answer put down to
-	// one of them is a regression and fails like any other violation.
+	// A violation put down to an open bug is reported; one put down to a
+	// fixed bug is a regression and fails like any other.
 	failed := 0
 	for _, v := range res.Violations {
+		if openBugs[v.Known] {
+			t.Logf("[%s, open bug %s] %s: %s", v.Check, v.Known, v.Name, v.Detail)
+			continue
+		}
 		failed++
 		t.Errorf("[%s] %s: %s", v.Check, v.Name, v.Detail)
 	}

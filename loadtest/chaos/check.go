@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasegate/leasegate/queue"
@@ -19,9 +20,13 @@ type Violation struct {
 	Name string `json:"name,omitempty"`
 	// Detail says what was seen.
 	Detail string `json:"detail"`
-	// Known names the skipped regression test of a known leasegate bug
-	// that explains this violation; such violations are reported but do
-	// not fail the run. Empty for every other violation.
+	// Ops are the ids of the acquire ops concerned, when the check knows
+	// them (the first is the one the violation is about).
+	Ops []int `json:"ops,omitempty"`
+	// Known names the regression test of a known leasegate bug that
+	// explains this violation. While the bug is open (openBugs) such
+	// violations are reported but do not fail the run; once it is fixed
+	// they are regressions. Empty for every other violation.
 	Known string `json:"known,omitempty"`
 }
 
@@ -48,6 +53,25 @@ const knownTimeoutCleanup = "TestRegressionWaitTimeoutAnswersPromptly"
 // it. Set it to "" once the bug is fixed.
 const knownRenewAfterGrant = "TestRegressionAcquireReturnsByWaitDeadline"
 
+// knownUnconfirmedRelease is the regression test of a known SDK bug: when
+// the renewal that confirms a grant after a long wait fails and the
+// grant's own deadline has passed, client.Acquire releases the lock before
+// it returns, bounded by the request timeout and retried, not by the wait
+// deadline. A stuck waiter whose grant arrived in time and whose Acquire
+// failed with that release is put down to it. Remove it from openBugs once
+// the bug is fixed.
+const knownUnconfirmedRelease = "TestRegressionUnconfirmedGrantReturnsByWaitDeadline"
+
+// unconfirmedGrant is how the SDK says it released a grant it could not
+// confirm.
+const unconfirmedGrant = "granted, but no gateway confirmed the lease before its deadline"
+
+// openBugs are the regression tests of leasegate bugs not fixed yet. Each
+// is skipped (LEASEGATE_CHAOS_OPEN_BUGS=1 runs it), and a violation put
+// down to one is reported but does not fail the run; a violation put down
+// to a fixed bug is a regression and fails like any other.
+var openBugs = map[string]bool{knownUnconfirmedRelease: true, knownPausedLeaderRevokes: true}
+
 // Checker names.
 const (
 	checkLinear    = "register-linearizable"
@@ -55,6 +79,9 @@ const (
 	checkTokens    = "tokens-increasing"
 	checkExclusion = "no-overlapping-grants"
 	checkBelief    = "no-overlapping-holders"
+	checkEarlyLoss = "no-loss-before-deadline"
+	checkThief     = "no-stolen-waiters"
+	checkAdversary = "adversary-refused"
 	checkFIFO      = "fifo"
 	checkStuck     = "no-stuck-waiters"
 	checkOrphans   = "no-orphans"
@@ -75,6 +102,34 @@ type keyIndex struct {
 	byName   map[string]map[string][]*keyLife
 	byWaiter map[string]int // waiter id → incarnations, all clusters
 	clocks   map[string]revClock
+}
+
+// shardOf finds the cluster that has op's key: its waiter id, created at
+// its token's revision. "" when none has.
+func (ix *keyIndex) shardOf(op AcquireOp) string {
+	_, rev, err := queue.SplitToken(op.Token)
+	if err != nil {
+		return ""
+	}
+	for c, byRev := range ix.byRev {
+		if k := byRev[rev]; k != nil && k.name == op.Name && k.waiter == queue.WaiterID(op.RequestID) {
+			return c
+		}
+	}
+	return ""
+}
+
+// key returns op's key, or nil.
+func (ix *keyIndex) key(op AcquireOp) *keyLife {
+	_, rev, err := queue.SplitToken(op.Token)
+	if err != nil {
+		return nil
+	}
+	shard := op.Shard
+	if shard == "" {
+		shard = ix.shardOf(op)
+	}
+	return ix.byRev[shard][rev]
 }
 
 func buildKeyIndex(events []KeyEvent, samples []ClockSample, clusters []string) *keyIndex {
@@ -116,6 +171,9 @@ func checkGrants(ops []AcquireOp, ix *keyIndex) []Violation {
 	for _, op := range ops {
 		if op.Outcome != outGranted {
 			continue
+		}
+		if op.Shard == "" {
+			op.Shard = ix.shardOf(op) // a leasectl holder knows its token, not its shard
 		}
 		grants[op.Name] = append(grants[op.Name], op)
 		epoch, rev, err := queue.SplitToken(op.Token)
@@ -228,33 +286,6 @@ func exclusion(g AcquireOp, k *keyLife, ix *keyIndex) []Violation {
 	return vs
 }
 
-// belief: two SDK holders in this process never both believed they held
-// the name: a grant never completed while another holder's lock was
-// neither released nor past its deadline.
-func belief(name string, gs []AcquireOp) []Violation {
-	var hs []AcquireOp
-	for _, g := range gs {
-		if !g.End.IsZero() {
-			hs = append(hs, g)
-		}
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].Complete.Before(hs[j].Complete) })
-	var vs []Violation
-	var open *AcquireOp // the held interval reaching furthest so far
-	for i := range hs {
-		g := &hs[i]
-		if open != nil && g.Complete.Before(open.End) && g.Token != open.Token {
-			vs = append(vs, Violation{Check: checkBelief, Name: name, Detail: fmt.Sprintf(
-				"op %d (%s) got token %d at %s while op %d (%s) still held token %d until %s (lost: %v)",
-				g.ID, g.Client, g.Token, ts(g.Complete), open.ID, open.Client, open.Token, ts(open.End), open.Lost)})
-		}
-		if open == nil || g.End.After(open.End) {
-			open = g
-		}
-	}
-	return vs
-}
-
 // fifo: among waiters that stayed (one incarnation of their key), one
 // enqueued before another was invoked is granted first (lower token).
 func fifo(name string, gs []AcquireOp, ix *keyIndex) []Violation {
@@ -322,6 +353,10 @@ func stuckWaiters(ops []AcquireOp, stop time.Time) []Violation {
 // an attempt that was never queued), and when the answer arrived.
 func knownCause(op AcquireOp) string {
 	deadline := op.Invoke.Add(op.Wait)
+	if op.Outcome == outError && strings.Contains(op.Err, unconfirmedGrant) &&
+		(len(op.Attempts) == 0 || !op.Attempts[len(op.Attempts)-1].End.After(deadline)) {
+		return knownUnconfirmedRelease // granted in time, released late
+	}
 	if len(op.Attempts) == 0 { // attempts unknown: the first report only
 		switch {
 		case op.Queued.IsZero() || op.Queued.After(deadline):

@@ -15,6 +15,13 @@ type Config struct {
 	Injections int
 	// Workers is how many in-process SDK clients take locks. Default 8.
 	Workers int
+	// StableWorkers is how many more workers use one request id for every
+	// acquire and acquire again the moment they release (every other one
+	// in a session). Default 2.
+	StableWorkers int
+	// AdversaryPause is the mean pause between two calls of an adversary
+	// (adversary.go). Default 300 ms in quick mode, 100 ms in long mode.
+	AdversaryPause time.Duration
 	// NamesPerCluster is how many contended lock names each cluster owns
 	// under the initial map. Default 3.
 	NamesPerCluster int
@@ -26,6 +33,10 @@ type Config struct {
 	TickMs, ElectionMs uint
 	// Gap is the quiet time between two injections. Default 500 ms.
 	Gap time.Duration
+	// AttemptTTL is the gateways' --attempt-ttl: how long a session
+	// waiter's key outlives its attempt. Default 2 s, so that a waiter
+	// whose gateway stopped frees its name within the quiescence checks.
+	AttemptTTL time.Duration
 	// Seed seeds the nemesis's choices; 0 picks one from the clock.
 	Seed uint64
 	// Report prints the long-mode report.
@@ -34,14 +45,15 @@ type Config struct {
 
 // QuickConfig is the CI run: a few dozen injections in about two minutes.
 func QuickConfig() Config {
-	return Config{Injections: 20, Workers: 8, NamesPerCluster: 3, TTL: 2 * time.Second,
-		TickMs: 100, ElectionMs: 1000, Gap: 500 * time.Millisecond}
+	return Config{Injections: 20, Workers: 8, StableWorkers: 2, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
+		TickMs: 100, ElectionMs: 1000, Gap: 500 * time.Millisecond, AttemptTTL: 2 * time.Second}
 }
 
 // LongConfig is the long run behind the report: at least 200 injections.
 func LongConfig() Config {
 	c := QuickConfig()
 	c.Injections = 220
+	c.AdversaryPause = 100 * time.Millisecond
 	c.Report = true
 	return c
 }
@@ -53,6 +65,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: Injections %d is outside 1 to 10000", c.Injections)
 	case c.Workers < 1 || c.Workers > 64:
 		return fmt.Errorf("chaos: Workers %d is outside 1 to 64", c.Workers)
+	case c.StableWorkers < 0 || c.StableWorkers > 16:
+		return fmt.Errorf("chaos: StableWorkers %d is outside 0 to 16", c.StableWorkers)
+	case c.AdversaryPause < 10*time.Millisecond || c.AdversaryPause > 10*time.Second:
+		return fmt.Errorf("chaos: AdversaryPause %s is outside 10ms to 10s", c.AdversaryPause)
 	case c.NamesPerCluster < 1 || c.NamesPerCluster > 32:
 		return fmt.Errorf("chaos: NamesPerCluster %d is outside 1 to 32", c.NamesPerCluster)
 	case c.TTL < time.Second || c.TTL%time.Second != 0:
@@ -63,6 +79,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: TTL %s is below etcd's minimum, 1.5 × ElectionMs (%d ms)", c.TTL, c.ElectionMs)
 	case c.Gap < 0:
 		return fmt.Errorf("chaos: Gap %s is negative", c.Gap)
+	case c.AttemptTTL < 2*time.Second || c.AttemptTTL > time.Minute || c.AttemptTTL%time.Second != 0:
+		return fmt.Errorf("chaos: AttemptTTL %s is outside 2s to 1m in whole seconds", c.AttemptTTL)
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/netfault"
 )
 
@@ -82,10 +81,10 @@ func newEtcdCluster(h *Harness, name string, size int) (*EtcdCluster, error) {
 	for i := range size {
 		m := &Member{Cluster: name, Name: fmt.Sprintf("%s-m%d", name, i), h: h}
 		var err error
-		if m.ClientAddr, err = embedetcd.FreeAddr(); err != nil {
+		if m.ClientAddr, err = h.ports.addr(); err != nil {
 			return nil, err
 		}
-		if m.PeerAddr, err = embedetcd.FreeAddr(); err != nil {
+		if m.PeerAddr, err = h.ports.addr(); err != nil {
 			return nil, err
 		}
 		if m.Peer, err = netfault.New(m.Name+"-peer", m.PeerAddr); err != nil {
@@ -134,7 +133,7 @@ func (m *Member) start() error {
 		"--listen-client", m.ClientAddr, "--listen-peer", m.PeerAddr, "--advertise-peer", m.Peer.Addr(),
 		"--initial-cluster", c, "--initial-cluster-state", "new", "--initial-cluster-token", m.Cluster,
 		"--tick-ms", fmt.Sprint(m.h.cfg.TickMs), "--election-ms", fmt.Sprint(m.h.cfg.ElectionMs),
-		"--unsafe-no-fsync",
+		"--unsafe-no-fsync", "--log-level", "warn",
 	}
 	p, err := startProc(m.Name, m.h.bin, args, childEnv(), filepath.Join(m.h.out, "logs", m.Name+".log"), nil)
 	if err != nil {

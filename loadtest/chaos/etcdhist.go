@@ -59,12 +59,13 @@ type recorder struct {
 	progress  map[string]int64 // revision delivered, per cluster
 	compacted map[string]int64
 	gaps      []error
+	dels      map[string]map[int64]bool // create revisions of deleted keys, per cluster
 
 	wg sync.WaitGroup
 }
 
 func newRecorder(hist *History) *recorder {
-	return &recorder{hist: hist, progress: map[string]int64{}, compacted: map[string]int64{}}
+	return &recorder{hist: hist, progress: map[string]int64{}, compacted: map[string]int64{}, dels: map[string]map[int64]bool{}}
 }
 
 // start follows c until ctx ends.
@@ -95,6 +96,9 @@ func (r *recorder) watch(ctx context.Context, c *EtcdCluster) {
 			for _, ev := range resp.Events {
 				if ke, ok := keyEvent(c.Name, ev); ok {
 					r.hist.update(func() { r.hist.Keys = append(r.hist.Keys, ke) })
+					if !ke.Create {
+						r.noteDeleted(ke)
+					}
 				}
 				next = ev.Kv.ModRevision + 1
 			}
@@ -113,6 +117,23 @@ func (r *recorder) watch(ctx context.Context, c *EtcdCluster) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func (r *recorder) noteDeleted(ke KeyEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dels[ke.Cluster] == nil {
+		r.dels[ke.Cluster] = map[int64]bool{}
+	}
+	r.dels[ke.Cluster][ke.CreateRev] = true
+}
+
+// deleted reports whether the key created at rev on cluster has been
+// deleted; such a key never comes back.
+func (r *recorder) deleted(cluster string, rev int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dels[cluster][rev]
 }
 
 func (r *recorder) gap(err error) {
@@ -254,4 +275,17 @@ func (c revClock) committedAfter(rev int64) time.Time {
 		return time.Time{}
 	}
 	return c.samples[i-1].Invoke
+}
+
+// committedBy is a time by which revision rev was surely committed: the
+// earliest completion of a read that returned rev or more. Zero when no
+// read did.
+func (c revClock) committedBy(rev int64) time.Time {
+	var t time.Time
+	for _, s := range c.samples {
+		if s.Rev >= rev && (t.IsZero() || s.Complete.Before(t)) {
+			t = s.Complete
+		}
+	}
+	return t
 }

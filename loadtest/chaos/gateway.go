@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
-	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/netfault"
 )
 
@@ -36,7 +36,7 @@ type Gateway struct {
 func newGateway(h *Harness, name string) (*Gateway, error) {
 	g := &Gateway{Name: name, h: h, Etcd: map[string]*netfault.Link{}}
 	var err error
-	if g.Addr, err = embedetcd.FreeAddr(); err != nil {
+	if g.Addr, err = h.ports.addr(); err != nil {
 		return nil, err
 	}
 	if g.Front, err = netfault.New(name+"-front", g.Addr); err != nil {
@@ -58,7 +58,8 @@ func newGateway(h *Harness, name string) (*Gateway, error) {
 
 // Start launches the process and waits until it answers /healthz.
 func (g *Gateway) Start() error {
-	args := []string{"--listen", g.Addr, "--log-level", "warn", "--shutdown-timeout", "2s"}
+	args := []string{"--listen", g.Addr, "--log-level", "warn", "--shutdown-timeout", "2s",
+		"--attempt-ttl", g.h.cfg.AttemptTTL.String()}
 	for _, c := range g.h.Clusters {
 		var urls []string
 		for _, m := range c.Members {
@@ -94,6 +95,25 @@ func (g *Gateway) Start() error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Stop stops the gateway gracefully (SIGTERM: open waits end with
+// SHUTTING_DOWN, in-flight calls get --shutdown-timeout) and waits for it
+// to exit, killing it after 10 s. It returns when the process was reaped.
+func (g *Gateway) Stop() time.Time {
+	g.mu.Lock()
+	p := g.proc
+	g.mu.Unlock()
+	if p == nil {
+		return time.Now()
+	}
+	_ = p.signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.kill()
+	}
+	return time.Now()
 }
 
 // Kill SIGKILLs the gateway.

@@ -17,11 +17,12 @@ import (
 // register, the recorder and the links between them. Close ends every
 // process it started.
 type Harness struct {
-	cfg     Config
-	bin     string
-	out     string
-	dataDir string
-	logf    func(format string, args ...any)
+	cfg      Config
+	bin      string // the leasegate binary
+	leasectl string // the leasectl binary
+	out      string
+	dataDir  string
+	logf     func(format string, args ...any)
 
 	// Clusters are the etcd clusters, c0 first (the home of the shard map).
 	Clusters []*EtcdCluster
@@ -32,28 +33,41 @@ type Harness struct {
 	// Hist is the recorded history.
 	Hist *History
 
-	rec *recorder
+	rec   *recorder
+	stale *stalePool
+	mono  monoClock
+	ports *ports
 
-	mu       sync.Mutex
-	initial  map[string]string
-	closers  []func()
-	inMap    []string // clusters names are hashed over now
-	epoch    uint16
-	names    []string // the workers' contended names
-	holderNo int
-	probeNo  int
+	mu         sync.Mutex
+	initial    map[string]string
+	closers    []func()
+	inMap      []string // clusters names are hashed over now
+	epoch      uint16
+	names      []string // the workers' contended names
+	holderNo   int
+	leasectlNo int
+	probeNo    int
+	errs       []error // the harness's own failures, reported as history violations
 
 	probes *sdk // the availability probes' and the nemesis's clients
 }
 
-// Start brings up 2 clusters × 3 members and 2 gateways, with exe being the
-// leasegate binary and out the output directory. ctx bounds the recorder.
-func Start(ctx context.Context, cfg Config, exe, out string, logf func(string, ...any)) (h *Harness, err error) {
+// Binaries are the programs a run starts, built from this module.
+type Binaries struct {
+	// Leasegate runs the etcd members and the gateways.
+	Leasegate string
+	// Leasectl runs the leasectl holders.
+	Leasectl string
+}
+
+// Start brings up 2 clusters × 3 members and 2 gateways, with out the
+// output directory. ctx bounds the recorder.
+func Start(ctx context.Context, cfg Config, bins Binaries, out string, logf func(string, ...any)) (_ *Harness, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h = &Harness{cfg: cfg, bin: exe, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
-		Hist: &History{}, initial: map[string]string{}, epoch: shard.MinEpoch}
+	h := &Harness{cfg: cfg, bin: bins.Leasegate, leasectl: bins.Leasectl, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
+		Hist: &History{}, initial: map[string]string{}, epoch: shard.MinEpoch, stale: &stalePool{}, mono: newMonoClock(), ports: newPorts()}
 	defer func() {
 		if err != nil {
 			h.Close()
@@ -97,6 +111,21 @@ func Start(ctx context.Context, cfg Config, exe, out string, logf func(string, .
 		return nil, err
 	}
 	return h, nil
+}
+
+// harnessErr records a failure of the harness itself (a child that spoke
+// nonsense, clocks that disagree); the run reports it as a violation of
+// history-complete, since the history cannot be trusted.
+func (h *Harness) harnessErr(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.errs = append(h.errs, err)
+}
+
+func (h *Harness) harnessErrors() []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.errs)
 }
 
 func (h *Harness) setInitial(cluster, initial string) {

@@ -15,6 +15,8 @@ const (
 	outGranted  = "granted"
 	outTimeout  = "wait-timeout"
 	outCanceled = "canceled"
+	outHeld     = "held" // a TryAcquire that found the lock taken
+	outLost     = "lost" // granted, but lost before the call returned
 	outError    = "error"
 )
 
@@ -44,19 +46,51 @@ type AcquireOp struct {
 	// Attempts are the op's Acquire RPCs; empty for holders in another
 	// process.
 	Attempts []Attempt `json:"attempts,omitempty"`
-	// Outcome is granted, wait-timeout, canceled or error.
+	// Outcome is granted, wait-timeout, held (a TryAcquire that found the
+	// lock taken), lost (granted, but the SDK could not confirm the lease
+	// and found it gone before returning), canceled or error.
 	Outcome string `json:"outcome"`
 	// Err is the error text when not granted.
 	Err string `json:"err,omitempty"`
 	// Token and Shard describe the grant.
 	Token int64  `json:"token,omitempty"`
 	Shard string `json:"shard,omitempty"`
-	// End is when the holder stopped believing it held the lock: the
-	// release's invoke, or the SDK's deadline when the lock was lost. Zero
-	// while held or when unknown (a holder in another process).
+	// Code and Reason are the Connect code and the gateway's reason
+	// (client.Reason) of a failed acquire, when a gateway answered.
+	Code   string `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// End is when the holder let go: the release's invoke, or when it
+	// noticed the loss. Zero while held or when unknown (a holder process
+	// paused past its TTL).
 	End time.Time `json:"end,omitzero"`
-	// Lost reports that the SDK signalled the loss of the lock.
-	Lost bool `json:"lost,omitempty"`
+	// DoneAt is when the holder stopped believing it held the lock as it
+	// happened, not as the holder noticed: when the SDK lock's Context was
+	// done, when a raw client's deadline passed or a gateway refused its
+	// renewal, when the last process of a leasectl holder's command
+	// exited.
+	DoneAt time.Time `json:"doneAt,omitzero"`
+	// Lost reports that the lock was lost rather than released; LostProof
+	// that a gateway proved it gone (expired, stolen, not the owner)
+	// rather than the holder's deadline passing unconfirmed.
+	Lost      bool `json:"lost,omitempty"`
+	LostProof bool `json:"lostProof,omitempty"`
+	// Deadline is the holder's own conservative deadline when it lost the
+	// lock.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Victim is, for a thief, the op whose request id it reused.
+	Victim *int `json:"victim,omitempty"`
+}
+
+// believedUntil is when the holder stopped believing it held the lock:
+// the earlier of End and DoneAt; zero when neither is known.
+func (op *AcquireOp) believedUntil() time.Time {
+	switch {
+	case op.End.IsZero():
+		return op.DoneAt
+	case op.DoneAt.IsZero() || op.End.Before(op.DoneAt):
+		return op.End
+	}
+	return op.DoneAt
 }
 
 // RegisterOp is one operation on the fenced register.
@@ -111,6 +145,7 @@ type History struct {
 	Acquires   []*AcquireOp  `json:"acquires"`
 	Register   []RegisterOp  `json:"register"`
 	Injections []*Injection  `json:"injections"`
+	Adversary  []AdversaryOp `json:"adversary"`
 	Keys       []KeyEvent    `json:"keys"`
 	Clock      []ClockSample `json:"clock"`
 }
@@ -135,6 +170,12 @@ func (h *History) addRegister(op RegisterOp) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.Register = append(h.Register, op)
+}
+
+func (h *History) addAdversary(op AdversaryOp) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Adversary = append(h.Adversary, op)
 }
 
 func (h *History) addInjection(in *Injection) {

@@ -23,7 +23,7 @@ import (
 // when it is dead: once granted it writes its token to the register every
 // 50 ms and never looks at its lock, as a process paused between its
 // check and its write would. The test binary runs it when its environment
-// sets roleEnv=holder (see RunRole).
+// sets roleEnv=holder (see RunRole; leasectl.go has the other roles).
 const (
 	roleEnv     = "LEASEGATE_CHAOS_ROLE"
 	gatewaysEnv = "LEASEGATE_CHAOS_GATEWAYS"
@@ -49,11 +49,13 @@ type holderEvent struct {
 // RunRole runs a child role and exits when the environment asks for one;
 // otherwise it returns at once. Call it first in TestMain.
 func RunRole() {
-	if os.Getenv(roleEnv) != "holder" {
+	role := os.Getenv(roleEnv)
+	run := map[string]func() error{"holder": runHolder, "cmd": runCmd, "cmd-child": runCmdChild, "mono": runMono}[role]
+	if run == nil {
 		return
 	}
-	if err := runHolder(); err != nil {
-		fmt.Fprintln(os.Stderr, "holder:", err)
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
 		os.Exit(1)
 	}
 	os.Exit(0)

@@ -29,22 +29,34 @@ const (
 	kindQuorumLoss       = "quorum-loss"
 	kindReshard          = "reshard"
 	kindReleaseReplyLost = "release-reply-lost"
+	kindKeepaliveDelay   = "keepalive-delay"
+	kindGatewayShutdown  = "gateway-shutdown"
+	kindStreamResume     = "stream-resume"
+	kindLeasectlHup      = "leasectl-hup"
+	kindLeasectlKill     = "leasectl-kill"
 )
 
 // Kinds lists every fault kind.
 var Kinds = []string{
 	kindLeaderKill, kindFollowerKill, kindLeaderPause, kindMemberBlackhole, kindLinkDelay, kindLinkDrop,
 	kindHolderPause, kindHolderKill, kindGatewayKill, kindCompaction, kindQuorumLoss, kindReshard,
-	kindReleaseReplyLost,
+	kindReleaseReplyLost, kindKeepaliveDelay, kindGatewayShutdown, kindStreamResume, kindLeasectlHup,
+	kindLeasectlKill,
 }
 
 // nemesis injects faults one at a time and heals each before the next.
 type nemesis struct {
-	h   *Harness
-	rng *mrand.Rand
+	h     *Harness
+	rng   *mrand.Rand
+	rngMu sync.Mutex // for draws from goroutines of one injection
 
 	lossy    *netfault.Link // a second front link to g0, for lost release replies
 	releaser *sdk
+	// pinned[i] reaches gateway i only; first[i] reaches gateway i first
+	// and the others after it; patient[i] reaches gateway i only and waits
+	// longer for each answer.
+	pinned, first, patient []*sdk
+	resumer                *sdk
 }
 
 func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
@@ -59,6 +71,30 @@ func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, g := range h.Gateways {
+		p, err := h.newSDK("nemesis-"+g.Name, []string{g.Front.URL()})
+		if err != nil {
+			return nil, err
+		}
+		eps := []string{g.Front.URL()}
+		for j, o := range h.Gateways {
+			if j != i {
+				eps = append(eps, o.Front.URL())
+			}
+		}
+		f, err := h.newSDK("nemesis-"+g.Name+"-first", eps)
+		if err != nil {
+			return nil, err
+		}
+		pt, err := h.newSDK("nemesis-"+g.Name+"-patient", []string{g.Front.URL()}, client.WithRequestTimeout(4*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		n.pinned, n.first, n.patient = append(n.pinned, p), append(n.first, f), append(n.patient, pt)
+	}
+	if n.resumer, err = h.newSDK("nemesis-resume", nil); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -70,7 +106,7 @@ func (n *nemesis) sleep(ctx context.Context, d time.Duration) {
 }
 
 func (n *nemesis) between(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(n.rng.Int64N(int64(hi-lo)+1))
+	return lo + time.Duration(n.rngInt64N(int64(hi-lo)+1))
 }
 
 // pickCluster picks a cluster that owns names now.
@@ -103,6 +139,14 @@ func (n *nemesis) run(ctx context.Context, kind string) (*Injection, error) {
 		err = n.reshard(ctx, in)
 	case kindReleaseReplyLost:
 		err = n.releaseReplyLost(ctx, in)
+	case kindKeepaliveDelay:
+		err = n.keepaliveDelay(ctx, in)
+	case kindGatewayShutdown:
+		err = n.gatewayShutdown(ctx, in)
+	case kindStreamResume:
+		err = n.streamResume(ctx, in)
+	case kindLeasectlHup, kindLeasectlKill:
+		err = n.leasectlSignal(ctx, in)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
 	}

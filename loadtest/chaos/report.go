@@ -33,11 +33,12 @@ func (d durations) quantile(q float64) time.Duration {
 
 // Report writes the run's report: injections by kind, violations, and the
 // availability figures against their goals.
-func (r *Result) Report(w io.Writer, ttl time.Duration) {
+func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 	byKind := map[string]int{}
 	unavail := map[string]durations{}
 	missing := map[string]int{}
 	var freed durations
+	freedBy := map[string]durations{}
 	for _, in := range r.Injections {
 		byKind[in.Kind]++
 		if in.Unavailable >= 0 {
@@ -46,7 +47,11 @@ func (r *Result) Report(w io.Writer, ttl time.Duration) {
 			missing[in.Kind]++
 		}
 		if in.Freed > 0 {
-			freed = append(freed, in.Freed)
+			freedBy[in.Kind] = append(freedBy[in.Kind], in.Freed)
+			switch in.Kind {
+			case kindHolderPause, kindHolderKill, kindLeasectlKill:
+				freed = append(freed, in.Freed)
+			}
 		}
 	}
 	fmt.Fprintf(w, "leasegate chaos report — %d injections in %s (seed %d)\n", len(r.Injections), r.Duration.Round(time.Second), r.Seed)
@@ -63,7 +68,7 @@ func (r *Result) Report(w io.Writer, ttl time.Duration) {
 	counts, known := map[string]int{}, map[string]int{}
 	unknown := 0
 	for _, v := range r.Violations {
-		if v.Known != "" {
+		if openBugs[v.Known] {
 			known[v.Known]++
 			continue
 		}
@@ -81,29 +86,42 @@ func (r *Result) Report(w io.Writer, ttl time.Duration) {
 	}
 	fmt.Fprintln(w)
 	for k, n := range known {
-		fmt.Fprintf(w, "known-bug violations (not counted above, see %s): %d\n", k, n)
+		fmt.Fprintf(w, "violations put down to an open bug (not counted above, see %s): %d\n", k, n)
 	}
 	lk := unavail[kindLeaderKill]
 	fmt.Fprintf(w, "unavailability after leader kill: p50 %s, p99 %s, max %s over %d kills, %d without a grant (goal p99 ≤ %s, max ≤ %s) %s\n",
 		rd(lk.quantile(0.5)), rd(lk.quantile(0.99)), rd(lk.quantile(1)), len(lk), missing[kindLeaderKill], goalLeaderP99, goalLeaderMax,
 		verdict(missing[kindLeaderKill] == 0 && lk.quantile(0.99) <= goalLeaderP99 && lk.quantile(1) <= goalLeaderMax))
-	fmt.Fprintf(w, "time to free a crashed holder's lock: p50 %s, max %s over %d crashes (goal ≤ TTL + %s = %s) %s\n",
+	fmt.Fprintf(w, "time to free a crashed holder's lock (holder processes, leasectl SIGKILLed): p50 %s, max %s over %d crashes (goal ≤ TTL + %s = %s) %s\n",
 		rd(freed.quantile(0.5)), rd(freed.quantile(1)), len(freed), goalFreeSlack, ttl+goalFreeSlack,
 		verdict(freed.quantile(1) <= ttl+goalFreeSlack))
+	sd, blocked := freedBy[kindGatewayShutdown], 0
+	for _, in := range r.Injections {
+		if in.Kind == kindGatewayShutdown && in.Violation != "" {
+			blocked++
+		}
+	}
+	fmt.Fprintf(w, "time to free a name whose session waiters' gateway stopped: p50 %s, max %s over %d stops, %d blocked longer (goal ≤ attempt TTL %s + %s) %s\n",
+		rd(sd.quantile(0.5)), rd(sd.quantile(1)), len(sd), blocked, attemptTTL, goalFreeSlack,
+		verdict(blocked == 0 && sd.quantile(1) <= attemptTTL+goalFreeSlack))
+	hup := freedBy[kindLeasectlHup]
+	fmt.Fprintf(w, "time from SIGHUP to leasectl to the next holder's command: p50 %s, max %s over %d\n",
+		rd(hup.quantile(0.5)), rd(hup.quantile(1)), len(hup))
 	knownStuck := 0
 	for _, v := range r.Violations {
-		if v.Check == checkStuck && v.Known != "" {
+		if v.Check == checkStuck && openBugs[v.Known] {
 			knownStuck++
 		}
 	}
-	fmt.Fprintf(w, "stuck waiters: %d (goal 0) %s; %d more put down to the known bugs above\n",
+	fmt.Fprintf(w, "stuck waiters: %d (goal 0) %s; %d more put down to the open bugs above\n",
 		counts[checkStuck], verdict(counts[checkStuck] == 0), knownStuck)
 	fmt.Fprintf(w, "orphaned keys: %d, orphaned leases: %d (goal 0) %s\n", r.OrphanKeys, r.OrphanLeases, verdict(r.OrphanKeys+r.OrphanLeases == 0))
+	r.reportClients(w)
 	if len(r.Violations) > 0 {
 		fmt.Fprintln(w, "\nfirst violations:")
 		shown := 0
 		for _, v := range r.Violations {
-			if v.Known != "" && shown > 0 {
+			if openBugs[v.Known] && shown > 0 {
 				continue
 			}
 			if shown == 20 {
@@ -126,8 +144,59 @@ func verdict(ok bool) string {
 }
 
 func knownTag(v Violation) string {
-	if v.Known == "" {
+	switch {
+	case v.Known == "":
 		return ""
+	case openBugs[v.Known]:
+		return ", open bug: " + v.Known
 	}
-	return ", known: " + v.Known
+	return ", regression of fixed bug: " + v.Known
+}
+
+// reportClients writes what each kind of client did and, for the
+// adversaries, how each kind of call was answered.
+func (r *Result) reportClients(w io.Writer) {
+	fmt.Fprintln(w, "\nclients by role:")
+	var roles []string
+	for k := range r.Roles {
+		roles = append(roles, k)
+	}
+	sort.Strings(roles)
+	for _, k := range roles {
+		rc := r.Roles[k]
+		fmt.Fprintf(w, "  %-15s %6d acquires, %6d granted, %4d lost", k, rc.Acquires, rc.Granted, rc.Lost)
+		if rc.Resumed > 0 {
+			fmt.Fprintf(w, "; %d retried on another gateway, %d of them granted", rc.Resumed, rc.ResumedGranted)
+		}
+		fmt.Fprintln(w)
+	}
+	outcomes := []string{advRefused, advNoop, advFresh, advIntact, advTransient, advAccepted, advWrongCode}
+	fmt.Fprintf(w, "\nadversary calls (accepted and wrong-code are violations):\n  %-62s %6s", "adversary: action", "calls")
+	for _, o := range outcomes {
+		fmt.Fprintf(w, " %9s", o)
+	}
+	fmt.Fprintln(w)
+	var keys []string
+	for k := range r.Adversary {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	total := map[string]int{}
+	for _, k := range keys {
+		n := 0
+		for _, c := range r.Adversary[k] {
+			n += c
+		}
+		fmt.Fprintf(w, "  %-62s %6d", k, n)
+		for _, o := range outcomes {
+			fmt.Fprintf(w, " %9d", r.Adversary[k][o])
+			total[o] += r.Adversary[k][o]
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  %-62s %6s", "total", "")
+	for _, o := range outcomes {
+		fmt.Fprintf(w, " %9d", total[o])
+	}
+	fmt.Fprintln(w)
 }

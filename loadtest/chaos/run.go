@@ -28,19 +28,34 @@ type Result struct {
 	// Duration is the run's wall time; Seed its nemesis seed.
 	Duration time.Duration
 	Seed     uint64
+	// Adversary counts the adversaries' calls: by "adversary: action",
+	// then by outcome.
+	Adversary map[string]map[string]int `json:"adversary"`
+	// Roles counts the acquires by client role.
+	Roles map[string]*RoleCount `json:"roles"`
+}
+
+// RoleCount is what the clients of one role did.
+type RoleCount struct {
+	// Acquires, Granted and Lost count their acquires, those granted, and
+	// the grants lost before release.
+	Acquires, Granted, Lost int
+	// Resumed counts acquires retried on another gateway after an aborted
+	// or failed attempt; ResumedGranted those of them granted.
+	Resumed, ResumedGranted int
 }
 
 // Run starts the system, runs the workload under cfg.Injections faults,
-// quiesces, checks, and saves the histories to out. exe is the leasegate
-// binary. The error is for the harness failing, not for violations.
-func Run(ctx context.Context, cfg Config, exe, out string, logf func(string, ...any)) (*Result, error) {
+// quiesces, checks, and saves the histories to out. The error is for the
+// harness failing, not for violations.
+func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(string, ...any)) (*Result, error) {
 	began := time.Now()
 	if cfg.Seed == 0 {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
-	h, err := Start(recCtx, cfg, exe, out, logf)
+	h, err := Start(recCtx, cfg, bins, out, logf)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +79,9 @@ func Run(ctx context.Context, cfg Config, exe, out string, logf func(string, ...
 	defer stopWork()
 	wg, err := h.runWorkers(wctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.runAdversaries(wctx, wg, cfg.Seed); err != nil {
 		return nil, err
 	}
 	compactCtx, stopCompact := context.WithCancel(ctx)
@@ -105,10 +123,35 @@ func Run(ctx context.Context, cfg Config, exe, out string, logf func(string, ...
 	h.Hist.update(func() {
 		res.Injections = h.Hist.Injections
 		res.Acquires, res.RegisterOps = len(h.Hist.Acquires), len(h.Hist.Register)
+		res.Roles = map[string]*RoleCount{}
 		for _, op := range h.Hist.Acquires {
+			rc := res.Roles[op.Role]
+			if rc == nil {
+				rc = &RoleCount{}
+				res.Roles[op.Role] = rc
+			}
+			rc.Acquires++
 			if op.Outcome == outGranted {
 				res.Granted++
+				rc.Granted++
 			}
+			if op.Lost {
+				rc.Lost++
+			}
+			if len(op.Attempts) > 1 {
+				rc.Resumed++
+				if op.Outcome == outGranted {
+					rc.ResumedGranted++
+				}
+			}
+		}
+		res.Adversary = map[string]map[string]int{}
+		for _, a := range h.Hist.Adversary {
+			k := a.Adversary + ": " + a.Action
+			if res.Adversary[k] == nil {
+				res.Adversary[k] = map[string]int{}
+			}
+			res.Adversary[k][a.Outcome]++
 		}
 	})
 	res.Duration = time.Since(began)
@@ -185,10 +228,19 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	if err := h.rec.gapErrors(); err != nil {
 		vs = append(vs, Violation{Check: checkHistory, Detail: err.Error()})
 	}
+	for _, err := range h.harnessErrors() {
+		vs = append(vs, Violation{Check: checkHistory, Detail: err.Error()})
+	}
 	var regOps []RegisterOp
 	var keys []KeyEvent
 	var clock []ClockSample
+	var adv []AdversaryOp
+	var injections []Injection
 	h.Hist.update(func() {
+		adv = append(adv, h.Hist.Adversary...)
+		for _, in := range h.Hist.Injections {
+			injections = append(injections, *in)
+		}
 		regOps = append(regOps, h.Hist.Register...)
 		keys = append(keys, h.Hist.Keys...)
 		clock = append(clock, h.Hist.Clock...)
@@ -203,8 +255,13 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	for _, c := range h.Clusters {
 		clusters = append(clusters, c.Name)
 	}
+	ix := buildKeyIndex(keys, clock, clusters)
 	vs = append(vs, checkRegister(regOps, out)...)
-	vs = append(vs, checkGrants(ops, buildKeyIndex(keys, clock, clusters))...)
+	vs = append(vs, checkGrants(ops, ix)...)
+	vs = append(vs, earlyLoss(ops)...)
+	attributeEarlyLosses(vs, ops, injections)
+	vs = append(vs, checkThieves(ops, ix)...)
+	vs = append(vs, adversaryViolations(adv)...)
 	vs = append(vs, stuckWaiters(ops, stop)...)
 	return vs
 }

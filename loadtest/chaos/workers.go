@@ -21,9 +21,39 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// acquireSpec describes one recorded acquire.
+type acquireSpec struct {
+	who, role, name string
+	// wait is the wait timeout; ignored by a TryAcquire.
+	wait time.Duration
+	// requestID is the idempotency key; empty draws a fresh one.
+	requestID string
+	// session, when set, attaches the lock to it.
+	session *client.Session
+	// try makes it a TryAcquire.
+	try bool
+	// ttl is the lease TTL; zero means the run's.
+	ttl time.Duration
+}
+
 // acquire runs one recorded Acquire. It returns the lock when granted.
 func (h *Harness) acquire(ctx context.Context, s *sdk, who, role, name string, wait time.Duration) (*client.Lock, *AcquireOp) {
-	op := h.Hist.begin(&AcquireOp{Client: who, Role: role, Name: name, RequestID: newRequestID(), Wait: wait, Invoke: time.Now()})
+	return h.acquireWith(ctx, s, acquireSpec{who: who, role: role, name: name, wait: wait})
+}
+
+// acquireWith runs one recorded Acquire or TryAcquire as sp describes. It
+// returns the lock when granted, and follows the lock's Context from then
+// on (AcquireOp.DoneAt).
+func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*client.Lock, *AcquireOp) {
+	rid := sp.requestID
+	if rid == "" {
+		rid = newRequestID()
+	}
+	wait := sp.wait
+	if sp.try {
+		wait = 0
+	}
+	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, RequestID: rid, Wait: wait, Invoke: time.Now()})
 	onQueued := func(int64) {
 		now := time.Now()
 		h.Hist.update(func() {
@@ -33,13 +63,31 @@ func (h *Harness) acquire(ctx context.Context, s *sdk, who, role, name string, w
 			op.LastQueued = now
 		})
 	}
-	c, err := s.forOp(h.Hist, op)
-	if err != nil {
-		h.Hist.update(func() { op.Complete, op.Outcome, op.Err = time.Now(), outError, err.Error() })
-		return nil, op
+	ttl := sp.ttl
+	if ttl == 0 {
+		ttl = h.cfg.TTL
 	}
-	l, err := c.Acquire(ctx, name, client.WithTTL(h.cfg.TTL), client.WithWaitTimeout(wait),
-		client.WithRequestID(op.RequestID), client.WithOnQueued(onQueued))
+	opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(rid)}
+	if !sp.try {
+		opts = append(opts, client.WithWaitTimeout(wait), client.WithOnQueued(onQueued))
+	}
+	var l *client.Lock
+	var err error
+	switch {
+	case sp.session != nil && sp.try:
+		l, err = sp.session.TryAcquire(ctx, sp.name, opts...)
+	case sp.session != nil:
+		l, err = sp.session.Acquire(ctx, sp.name, opts...)
+	default:
+		var c *client.Client
+		if c, err = s.forOp(h.Hist, op); err == nil {
+			if sp.try {
+				l, err = c.TryAcquire(ctx, sp.name, opts...)
+			} else {
+				l, err = c.Acquire(ctx, sp.name, opts...)
+			}
+		}
+	}
 	done := time.Now()
 	h.Hist.update(func() {
 		op.Complete = done
@@ -48,13 +96,32 @@ func (h *Harness) acquire(ctx context.Context, s *sdk, who, role, name string, w
 			op.Outcome, op.Token, op.Shard = outGranted, l.Token(), l.Shard()
 		case errors.Is(err, client.ErrWaitTimeout):
 			op.Outcome, op.Err = outTimeout, err.Error()
+		case errors.Is(err, client.ErrNotAcquired):
+			op.Outcome, op.Err = outHeld, err.Error()
+		case errors.Is(err, client.ErrLockLost):
+			op.Outcome, op.Err = outLost, err.Error()
 		case ctx.Err() != nil:
 			op.Outcome, op.Err = outCanceled, err.Error()
 		default:
 			op.Outcome, op.Err = outError, err.Error()
 		}
+		if err != nil {
+			op.Code, op.Reason = answerCode(err), client.Reason(err)
+		}
 	})
+	if l != nil {
+		h.followBelief(l, op)
+	}
 	return l, op
+}
+
+// followBelief records when l's Context is done: the moment its holder
+// stops believing it holds the lock, whether it notices at once or not.
+func (h *Harness) followBelief(l *client.Lock, op *AcquireOp) {
+	context.AfterFunc(l.Context(), func() {
+		now := time.Now()
+		h.Hist.update(func() { op.DoneAt = now })
+	})
 }
 
 // hold writes the lock's token to the register a few times, as a holder
@@ -84,14 +151,21 @@ func (h *Harness) hold(ctx context.Context, l *client.Lock, op *AcquireOp, who s
 	h.release(l, op)
 }
 
+// lost records the loss of l, and how it was lost: a gateway's proof, or
+// the deadline passing unconfirmed.
 func (h *Harness) lost(l *client.Lock, op *AcquireOp) {
-	end := l.Expires()
-	h.Hist.update(func() { op.End, op.Lost = end, true })
+	now := time.Now()
+	err := l.Err()
+	proof := err != nil && !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrReleased)
+	deadline := l.Expires()
+	h.Hist.update(func() { op.End, op.Lost, op.LostProof, op.Deadline = now, true, proof, deadline })
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = l.Release(rctx)
 }
 
+// release lets go of l and, once the gateway confirmed, offers its id to
+// the replaying adversary.
 func (h *Harness) release(l *client.Lock, op *AcquireOp) {
 	now := time.Now()
 	if l.Err() != nil {
@@ -101,7 +175,9 @@ func (h *Harness) release(l *client.Lock, op *AcquireOp) {
 	h.Hist.update(func() { op.End = now })
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = l.Release(rctx)
+	if l.Release(rctx) == nil {
+		h.stale.addLock(staleLock{id: l.ID(), token: l.Token(), name: l.Name(), shard: l.Shard(), client: op.Client})
+	}
 }
 
 // runWorkers runs the contended workload until ctx ends.

@@ -1,0 +1,212 @@
+//go:build linux
+
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/leasegate/leasegate/gateway"
+)
+
+// The checkers of what holders believed and what adversaries got.
+//
+// A holder believes it holds a lock from its grant (AcquireOp.Complete)
+// until AcquireOp.believedUntil: for an SDK holder the moment its lock's
+// Context was done or it released, whichever came first; for a raw
+// client's grant its deadline passing unconfirmed, a gateway refusing its
+// renewal, or its release; for a leasectl holder the moment the last
+// process of its command exited. Every time is read from this process's
+// monotonic clock, or — a leasectl command's start — from CLOCK_MONOTONIC,
+// the same clock, in the command itself (mono.go). So the intervals are
+// compared without slack.
+
+// knownPausedLeaderRevokes is the regression test of a known etcd bug: an
+// etcd leader paused past the election timeout revokes, when it resumes,
+// the leases it believes expired, though the new leader renewed them. A
+// lock lost that way dies before its holder's deadline, and the next
+// holder is granted while the first still believes it holds the lock. An
+// early loss on a cluster within 2 s after a paused leader of that cluster
+// resumed, and the overlaps with the holder that lost it, are put down to
+// it. Remove it from openBugs once etcd (or leasegate) no longer lets it
+// happen.
+const knownPausedLeaderRevokes = "TestRegressionPausedLeaderKeepsRenewedLeases"
+
+// pausedLeaderResumed reports whether a leader of cluster, paused past the
+// election timeout, resumed within the 2 s before at.
+func pausedLeaderResumed(injections []Injection, cluster string, at time.Time) bool {
+	for _, in := range injections {
+		if in.Kind == kindLeaderPause && slices.Contains(in.Clusters, cluster) && !in.Heal.IsZero() &&
+			!at.Before(in.Heal) && at.Before(in.Heal.Add(2*time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
+// attributeEarlyLosses puts down to knownPausedLeaderRevokes the early
+// losses that followed a paused leader's resumption, and the overlaps with
+// the holders that lost their locks that way.
+func attributeEarlyLosses(vs []Violation, ops []AcquireOp, injections []Injection) {
+	byID := map[int]AcquireOp{}
+	for _, op := range ops {
+		byID[op.ID] = op
+	}
+	revoked := func(id int) bool {
+		op, ok := byID[id]
+		if !ok || !op.Lost || !op.LostProof {
+			return false
+		}
+		at := op.DoneAt
+		if at.IsZero() {
+			at = op.End
+		}
+		return pausedLeaderResumed(injections, op.Shard, at)
+	}
+	for i, v := range vs {
+		if (v.Check == checkEarlyLoss || v.Check == checkBelief) && v.Known == "" && len(v.Ops) > 0 && revoked(v.Ops[0]) {
+			vs[i].Known = knownPausedLeaderRevokes
+		}
+	}
+}
+
+// maxBeliefViolations bounds the overlaps reported per name.
+const maxBeliefViolations = 20
+
+// belief: no two holders of name believed they held it at once.
+func belief(name string, gs []AcquireOp) []Violation {
+	type interval struct {
+		op       AcquireOp
+		from, to time.Time
+	}
+	var ivs []interval
+	for _, g := range gs {
+		// A holder whose deadline passed before its grant arrived never
+		// believed it held the lock.
+		if to := g.believedUntil(); !to.IsZero() && to.After(g.Complete) {
+			ivs = append(ivs, interval{g, g.Complete, to})
+		}
+	}
+	sort.Slice(ivs, func(i, j int) bool { return ivs[i].from.Before(ivs[j].from) })
+	var vs []Violation
+	var active []interval
+	for _, b := range ivs {
+		kept := active[:0]
+		for _, a := range active {
+			if a.to.After(b.from) {
+				kept = append(kept, a)
+			}
+		}
+		active = kept
+		for _, a := range active {
+			if a.op.Token == b.op.Token && a.op.RequestID == b.op.RequestID {
+				continue // one grant, resumed by a retry of the same acquire
+			}
+			if len(vs) < maxBeliefViolations {
+				vs = append(vs, Violation{Check: checkBelief, Name: name, Ops: []int{a.op.ID, b.op.ID}, Detail: fmt.Sprintf(
+					"op %d (%s, %s) believed it held token %d from %s until %s (%s), and op %d (%s, %s) believed it held token %d from %s, %s before",
+					a.op.ID, a.op.Client, a.op.Role, a.op.Token, ts(a.from), ts(a.to), howEnded(a.op),
+					b.op.ID, b.op.Client, b.op.Role, b.op.Token, ts(b.from), a.to.Sub(b.from))})
+			}
+		}
+		active = append(active, b)
+	}
+	return vs
+}
+
+// howEnded says how a holder stopped believing, for reports.
+func howEnded(op AcquireOp) string {
+	switch {
+	case op.Role == "leasectl":
+		return "its command's last process exited"
+	case op.Lost && op.LostProof:
+		return fmt.Sprintf("lost on a gateway's proof; its deadline was %s", ts(op.Deadline))
+	case op.Lost:
+		return fmt.Sprintf("lost at its deadline %s", ts(op.Deadline))
+	case !op.DoneAt.IsZero() && op.DoneAt.Before(op.End):
+		return "its Context was done"
+	}
+	return "released"
+}
+
+// earlyLoss: no holder was told its lock was gone before its own deadline
+// had passed. Until then etcd owes the lease (client/doc.go); a gateway
+// proving it gone earlier means someone deleted the key or revoked the
+// lease — a wrong release, a stale id, a zombie attempt's cleanup.
+func earlyLoss(ops []AcquireOp) []Violation {
+	var vs []Violation
+	for _, op := range ops {
+		at := op.DoneAt
+		if at.IsZero() {
+			at = op.End
+		}
+		if op.Lost && op.LostProof && !op.Deadline.IsZero() && at.Before(op.Deadline) {
+			vs = append(vs, Violation{Check: checkEarlyLoss, Name: op.Name, Ops: []int{op.ID}, Detail: fmt.Sprintf(
+				"op %d (%s, %s) lost token %d on a gateway's proof at %s, %s before its deadline %s",
+				op.ID, op.Client, op.Role, op.Token, ts(at), op.Deadline.Sub(at).Round(time.Millisecond), ts(op.Deadline))})
+		}
+	}
+	return vs
+}
+
+// checkThieves: a thief that reused another client's request id was never
+// granted that client's waiter — not its token, not a key created before
+// the thief asked — and its victim's wait was never taken over.
+func checkThieves(ops []AcquireOp, ix *keyIndex) []Violation {
+	byID := map[int]AcquireOp{}
+	for _, op := range ops {
+		byID[op.ID] = op
+	}
+	var vs []Violation
+	add := func(name, format string, args ...any) {
+		vs = append(vs, Violation{Check: checkThief, Name: name, Detail: fmt.Sprintf(format, args...)})
+	}
+	for _, op := range ops {
+		if op.Victim == nil {
+			continue
+		}
+		v, ok := byID[*op.Victim]
+		if !ok {
+			continue
+		}
+		if v.Reason == gateway.ReasonSuperseded {
+			add(v.Name, "op %d (%s) lost its wait to a takeover (%s) after thief op %d (%s) reused its request id at %s",
+				v.ID, v.Client, v.Reason, op.ID, op.Client, ts(op.Invoke))
+		}
+		if op.Outcome != outGranted {
+			continue
+		}
+		if v.Outcome == outGranted && v.Token == op.Token {
+			add(op.Name, "thief op %d (%s) was granted token %d, the grant of op %d (%s) whose request id it reused",
+				op.ID, op.Client, op.Token, v.ID, v.Client)
+			continue
+		}
+		if k := ix.key(op); k != nil {
+			if t := ix.clocks[k.cluster].committedBy(k.createRev); !t.IsZero() && t.Before(op.Invoke) {
+				add(op.Name, "thief op %d (%s), invoked at %s with the request id of op %d (%s), was granted token %d: a key created at revision %d on %s, committed by %s, before the thief asked",
+					op.ID, op.Client, ts(op.Invoke), v.ID, v.Client, op.Token, k.createRev, k.cluster, ts(t))
+			}
+		}
+	}
+	return vs
+}
+
+// adversaryViolations: every call an adversary made was refused as the API
+// documents, or was the no-op it must be.
+func adversaryViolations(ops []AdversaryOp) []Violation {
+	var vs []Violation
+	for _, op := range ops {
+		if op.Outcome != advAccepted && op.Outcome != advWrongCode {
+			continue
+		}
+		what := "took effect"
+		if op.Outcome == advWrongCode {
+			what = "was refused with the wrong code"
+		}
+		vs = append(vs, Violation{Check: checkAdversary, Name: op.Name, Detail: fmt.Sprintf(
+			"%s: %s at %s %s: expected %s, got %s (%s)", op.Adversary, op.Action, ts(op.Invoke), what, op.Expect, op.Got, op.Detail)})
+	}
+	return vs
+}

@@ -1,0 +1,202 @@
+//go:build linux
+
+package chaos
+
+import (
+	"encoding/base64"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/gateway"
+	"github.com/leasegate/leasegate/queue"
+)
+
+func TestBelief(t *testing.T) {
+	a := grant(0, "a", "x", 10, 0, 100, 200)
+	b := grant(1, "b", "x", 12, 50, 200, 300) // granted as a released: no overlap
+	if vs := belief("x", []AcquireOp{a, b}); len(vs) != 0 {
+		t.Errorf("belief(back to back) = %v; want none", vs)
+	}
+	// a's Context was done at 250, though it meant to release at 260.
+	a2 := a
+	a2.End, a2.DoneAt = at(260), at(250)
+	b2 := b
+	b2.Complete = at(240)
+	vs := belief("x", []AcquireOp{a2, b2})
+	if len(vs) != 1 || vs[0].Check != checkBelief || !strings.Contains(vs[0].Detail, "10ms before") {
+		t.Errorf("belief(b granted 10ms before a's Context was done) = %v; want one overlap of 10ms", vs)
+	}
+	a2.DoneAt = at(240)
+	if vs := belief("x", []AcquireOp{a2, b2}); len(vs) != 0 {
+		t.Errorf("belief(b granted as a's Context was done) = %v; want none", vs)
+	}
+	// A leasectl holder: its command ran until the last process exited.
+	lc := AcquireOp{ID: 2, Client: "leasectl-1", Role: "leasectl", Name: "x", RequestID: "c", Outcome: outGranted,
+		Token: queue.Token(1, 14), Complete: at(310), End: at(500), DoneAt: at(500)}
+	c := grant(3, "d", "x", 16, 320, 450, 600)
+	vs = belief("x", []AcquireOp{a, b, lc, c})
+	if len(vs) != 1 || !strings.Contains(vs[0].Detail, "leasectl-1") {
+		t.Errorf("belief(a grant while a command ran) = %v; want one overlap with leasectl-1", vs)
+	}
+	// One grant resumed by a retry of the same acquire is not two holders.
+	r1 := grant(4, "e", "y", 20, 0, 100, 300)
+	r2 := grant(5, "e", "y", 20, 150, 200, 300)
+	if vs := belief("y", []AcquireOp{r1, r2}); len(vs) != 0 {
+		t.Errorf("belief(one grant, two ops) = %v; want none", vs)
+	}
+	// A raw holder whose grant arrived after its deadline never believed.
+	late := grant(7, "g", "x", 32, 0, 260, 0)
+	late.End, late.DoneAt = at(270), at(230)
+	if vs := belief("x", []AcquireOp{a2, late}); len(vs) != 0 {
+		t.Errorf("belief(grant after its deadline) = %v; want none", vs)
+	}
+	// A holder whose end is unknown (a paused holder process) is not judged.
+	u := grant(6, "f", "x", 30, 0, 100, 0)
+	u.End = time.Time{}
+	if vs := belief("x", []AcquireOp{u, b}); len(vs) != 0 {
+		t.Errorf("belief(unknown end) = %v; want none", vs)
+	}
+}
+
+func TestEarlyLoss(t *testing.T) {
+	ok := grant(0, "a", "x", 10, 0, 100, 0)
+	ok.Lost, ok.LostProof, ok.DoneAt, ok.Deadline = true, false, at(2000), at(2000) // at its deadline
+	proofLate := ok
+	proofLate.LostProof, proofLate.DoneAt = true, at(2100) // proven gone after its deadline
+	early := ok
+	early.ID, early.LostProof, early.DoneAt = 1, true, at(900)
+	vs := earlyLoss([]AcquireOp{ok, proofLate, early})
+	if len(vs) != 1 || !strings.HasPrefix(vs[0].Detail, "op 1 ") {
+		t.Errorf("earlyLoss = %v; want op 1 lost before its deadline", vs)
+	}
+}
+
+func TestCheckThieves(t *testing.T) {
+	keys := append(keyEvents("c0", "x", "v", 1, 10, 20), keyEvents("c0", "x", "v", 1, 30, 40)...)
+	ix := buildKeyIndex(keys, clockEvery("c0", 50), []string{"c0"})
+	victim := grant(0, "v", "x", 10, 0, 100, 150)
+	victimID := 0
+	thief := func(id int, rev int64, invoke int) AcquireOp {
+		op := grant(id, "v", "x", rev, invoke, invoke+50, invoke+100)
+		op.Client, op.Role, op.Victim = "adv-thief", "thief", &victimID
+		return op
+	}
+	// Key 30 was created (≈ 300 ms) after the thief asked at 250: its own.
+	if vs := checkThieves([]AcquireOp{victim, thief(1, 30, 250)}, ix); len(vs) != 0 {
+		t.Errorf("checkThieves(a key of its own) = %v; want none", vs)
+	}
+	// Key 30 existed when the thief asked at 400.
+	if vs := checkThieves([]AcquireOp{victim, thief(1, 30, 400)}, ix); len(vs) != 1 {
+		t.Errorf("checkThieves(an older key) = %v; want one violation", vs)
+	}
+	// The victim's own grant.
+	if vs := checkThieves([]AcquireOp{victim, thief(1, 10, 50)}, ix); len(vs) != 1 || !strings.Contains(vs[0].Detail, "the grant of op 0") {
+		t.Errorf("checkThieves(the victim's token) = %v; want one violation", vs)
+	}
+	// The victim's wait taken over.
+	v2 := AcquireOp{ID: 0, Client: "v", Name: "x", RequestID: "v", Outcome: outError, Reason: gateway.ReasonSuperseded}
+	refused := AcquireOp{ID: 1, Client: "adv-thief", Role: "thief", Name: "x", RequestID: "v", Outcome: outError, Victim: &victimID}
+	if vs := checkThieves([]AcquireOp{v2, refused}, ix); len(vs) != 1 || !strings.Contains(vs[0].Detail, "takeover") {
+		t.Errorf("checkThieves(victim superseded) = %v; want one violation", vs)
+	}
+}
+
+func TestAdversaryViolations(t *testing.T) {
+	ops := []AdversaryOp{
+		{Adversary: "tamper", Action: "renew", Outcome: advRefused},
+		{Adversary: "replay", Action: "release", Outcome: advNoop},
+		{Adversary: "thief", Action: "acquire", Outcome: advFresh},
+		{Adversary: "tamper", Action: "genuine renew", Outcome: advIntact},
+		{Adversary: "tamper", Action: "renew", Outcome: advTransient},
+		{Adversary: "tamper", Action: "release", Outcome: advAccepted, Got: "ok"},
+		{Adversary: "session", Action: "keepalive", Outcome: advWrongCode, Got: "internal"},
+	}
+	vs := adversaryViolations(ops)
+	if len(vs) != 2 || !strings.Contains(vs[0].Detail, "took effect") || !strings.Contains(vs[1].Detail, "wrong code") {
+		t.Errorf("adversaryViolations = %v; want the accepted call and the wrong code", vs)
+	}
+}
+
+// TestTamper: every edited id differs from the original as the gateway
+// reads it — its bytes, or its decoding failing.
+func TestTamper(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	for i := range 2000 {
+		raw := make([]byte, 20+rng.IntN(80))
+		for j := range raw {
+			raw[j] = byte(rng.IntN(256))
+		}
+		id := base64.RawURLEncoding.EncodeToString(raw)
+		got, how := tamper(rng, id)
+		if got == id {
+			t.Fatalf("tamper(%q) = the same id (%s)", id, how)
+		}
+		if d, err := base64.RawURLEncoding.DecodeString(got); err == nil && string(d) == string(raw) {
+			t.Fatalf("case %d: tamper(%q) = %q (%s), which decodes to the same bytes", i, id, got, how)
+		}
+	}
+}
+
+// TestMonoClock: a CLOCK_MONOTONIC reading taken in a child process lands,
+// on this process's timeline, between the child's start and its exit.
+func TestMonoClock(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newMonoClock()
+	if c.err > time.Millisecond {
+		t.Errorf("mapping error %s; want under 1ms", c.err)
+	}
+	for range 3 {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), roleEnv+"=mono")
+		before := time.Now()
+		out, err := cmd.Output()
+		after := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil {
+			t.Fatalf("the mono role printed %q", out)
+		}
+		if got := c.at(n); got.Before(before.Add(-c.err)) || got.After(after.Add(c.err)) {
+			t.Errorf("the child's reading maps to %s, outside [%s, %s]", got.Format(time.RFC3339Nano), before.Format(time.RFC3339Nano), after.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+func TestAttributeEarlyLosses(t *testing.T) {
+	lost := grant(0, "a", "x", 10, 0, 100, 0)
+	lost.Lost, lost.LostProof, lost.DoneAt, lost.End, lost.Deadline = true, true, at(3000), at(3010), at(3500)
+	next := grant(1, "b", "x", 12, 100, 2990, 3100)
+	ops := []AcquireOp{lost, next}
+	pause := Injection{Kind: kindLeaderPause, Clusters: []string{"c0"}, Start: at(0), Heal: at(2900)}
+	vs := append(earlyLoss(ops), belief("x", ops)...)
+	if len(vs) != 2 {
+		t.Fatalf("early loss and overlap: got %v", vs)
+	}
+	attributeEarlyLosses(vs, ops, []Injection{pause})
+	for _, v := range vs {
+		if v.Known != knownPausedLeaderRevokes {
+			t.Errorf("%s: known = %q; want %q", v.Detail, v.Known, knownPausedLeaderRevokes)
+		}
+	}
+	// Another cluster's pause, or one that resumed long before, explains
+	// nothing.
+	for _, in := range []Injection{{Kind: kindLeaderPause, Clusters: []string{"c1"}, Heal: at(2900)}, {Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(500)}} {
+		vs := append(earlyLoss(ops), belief("x", ops)...)
+		attributeEarlyLosses(vs, ops, []Injection{in})
+		for _, v := range vs {
+			if v.Known != "" {
+				t.Errorf("pause of %v healed at %s: %s put down to %q", in.Clusters, ts(in.Heal), v.Detail, v.Known)
+			}
+		}
+	}
+}
