@@ -274,17 +274,32 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 }
 
 // letGo releases a grant that will not be handed out, best effort: if no
-// gateway answers, the lock lapses with its lease. With a wait deadline
-// (waitUntil not zero) it gives up by that deadline plus waitGrace: an
-// Acquire returns by then, whatever the release does.
+// gateway answers, the lock lapses with its lease. The release is bounded
+// by the request timeout. With a wait deadline (waitUntil not zero) the
+// caller waits for it only until that deadline plus waitGrace — an Acquire
+// returns by then whatever the release does — and the release goes on in
+// the background for the rest of its bound.
 func (c *Client) letGo(ctx context.Context, g *v1.Granted, waitUntil time.Time) {
-	bound := c.cfg.requestTimeout
-	if !waitUntil.IsZero() {
-		bound = min(bound, max(waitUntil.Sub(c.cfg.clock.Now()), 0)+waitGrace)
+	release := func() {
+		rctx, cancel := withTimeout(context.WithoutCancel(ctx), c.cfg.clock, c.cfg.requestTimeout)
+		defer cancel()
+		_, _ = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
 	}
-	rctx, cancel := withTimeout(context.WithoutCancel(ctx), c.cfg.clock, bound)
-	defer cancel()
-	_, _ = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
+	if waitUntil.IsZero() {
+		release()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		release()
+	}()
+	t := c.cfg.clock.NewTimer(max(waitUntil.Add(waitGrace).Sub(c.cfg.clock.Now()), 0))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+	}
 }
 
 // grantTimes are the clock readings a grant's first deadline is measured

@@ -268,7 +268,7 @@ func (b blackholeEtcdOnRenew) RoundTrip(req *http.Request) (*http.Response, erro
 // and retried, not by the wait deadline. The chaos run saw it when a
 // leader was killed as a waiter was granted: the Acquire returned 2.5 s
 // after its deadline. The lock lapses at its TTL anyway, so the release
-// can go on in the background.
+// now goes on in the background once the Acquire's bound is reached.
 func TestRegressionUnconfirmedGrantReturnsByWaitDeadline(t *testing.T) {
 	skipKnownBug(t, "client.Acquire releases a grant it could not confirm synchronously (Client.held), bounded by the request timeout rather than the wait deadline")
 	g := startStalledGateway(t)
