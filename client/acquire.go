@@ -137,7 +137,11 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 			err = sessionLeaseLost(g.Shard)
 		}
 		if err == nil {
-			return c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil)
+			l, err := c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil)
+			if l != nil {
+				l.rid = req.RequestId
+			}
+			return l, err
 		}
 		if s != nil && recoveries < maxSessionRecoveries {
 			if handled, rerr := s.recover(ctx, op, err, view); handled {
@@ -269,7 +273,11 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			}
 			return nil, held
 		}
-		return c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{})
+		l, err := c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{})
+		if l != nil {
+			l.rid = req.RequestId
+		}
+		return l, err
 	}
 }
 

@@ -30,6 +30,9 @@ func TestAcquireTryAcquireRelease(t *testing.T) {
 	if lock.Err() != nil {
 		t.Fatalf("Err() of a held lock = %v; want nil", lock.Err())
 	}
+	if rid := lock.RequestID(); len(rid) != 32 || strings.Trim(rid, "0123456789abcdef") != "" {
+		t.Fatalf("RequestID() = %q; want the drawn 128-bit id in hex", rid)
+	}
 	d, err := b.Describe(ctx, "orders/42")
 	if err != nil || !d.Held || d.Token != lock.Token() || d.HolderClientID != "worker-a" || d.Shard != "main" {
 		t.Fatalf("Describe = %+v, %v; want held by worker-a with token %d on main", d, err, lock.Token())

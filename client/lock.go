@@ -28,6 +28,7 @@ type Lock struct {
 	shard string
 	token int64
 	ttl   time.Duration
+	rid   string // the request id the grant was made under
 
 	keeper *keeper     // the lock's own lease; nil in a session
 	sess   *Session    // nil for a lock with its own lease
@@ -54,6 +55,13 @@ func (l *Lock) ID() string { return l.id }
 
 // Shard names the etcd cluster the lock lives on.
 func (l *Lock) Shard() string { return l.shard }
+
+// RequestID is the request id the lock was granted under: WithRequestID's,
+// or the one the SDK drew. A session lock whose session had to replace its
+// lease on the lock's shard while the call waited was granted under a fresh
+// id (the key left under the old one died with the old lease), so it can
+// differ from the one asked for.
+func (l *Lock) RequestID() string { return l.rid }
 
 // TTL is the lease's effective TTL (whole seconds, at least etcd's minimum).
 func (l *Lock) TTL() time.Duration { return l.ttl }

@@ -220,9 +220,13 @@ func TestSessionAcquireExtendsToMissingShard(t *testing.T) {
 	}
 	c1.Restart()
 	awaitShardServed(t, g.url, nameOn("c1", "probe"))
-	a1, err := s.TryAcquire(ctx, nameOn("c1", "there"))
+	a1, err := s.TryAcquire(ctx, nameOn("c1", "there"), client.WithRequestID("there-1"))
 	if err != nil {
 		t.Fatalf("TryAcquire on the shard the session lacked = %v; want the session extended", err)
+	}
+	if a1.RequestID() != "there-1" {
+		// No key was written on the missing shard, so the id is kept.
+		t.Fatalf("RequestID() of the extended lock = %q; want there-1", a1.RequestID())
 	}
 	if got := s.Shards(); !reflect.DeepEqual(got, []string{"c0", "c1"}) {
 		t.Fatalf("Shards() after the extension = %v; want [c0 c1]", got)

@@ -185,7 +185,7 @@ func checkGrants(ops []AcquireOp, ix *keyIndex) []Violation {
 			add(checkBacked, op.Name, "op %d: token %d: %v", op.ID, op.Token, err)
 		case k == nil:
 			add(checkBacked, op.Name, "op %d (%s): token %d names no key created at revision %d on %s", op.ID, op.Client, op.Token, rev, op.Shard)
-		case k.name != op.Name || k.epoch != epoch || k.waiter != queue.WaiterID(op.RequestID):
+		case k.name != op.Name || k.epoch != epoch || k.waiter != op.grantWaiter():
 			add(checkBacked, op.Name, "op %d (%s): token %d is key %s/%s epoch %d, not this request's", op.ID, op.Client, op.Token, k.name, k.waiter, k.epoch)
 		default:
 			keyOf[op.ID] = k
@@ -293,7 +293,7 @@ func exclusion(g AcquireOp, k *keyLife, ix *keyIndex) []Violation {
 func fifo(name string, gs []AcquireOp, ix *keyIndex) []Violation {
 	var st []AcquireOp
 	for _, g := range gs {
-		if ix.byWaiter[queue.WaiterID(g.RequestID)] == 1 {
+		if ix.byWaiter[g.grantWaiter()] == 1 {
 			st = append(st, g)
 		}
 	}

@@ -78,6 +78,17 @@ func TestCheckGrants(t *testing.T) {
 	if vs := checkGrants(good, ix); len(vs) != 0 {
 		t.Errorf("checkGrants(correct history) = %v; want none", vs)
 	}
+	// A session lock granted under a fresh request id is backed by that
+	// id's key; the same grant recorded without it is not.
+	regranted := good[1]
+	regranted.RequestID, regranted.GrantedUnder = "b-first", "b"
+	if vs := checkGrants([]AcquireOp{good[0], regranted}, ix); len(vs) != 0 {
+		t.Errorf("checkGrants(grant under a fresh request id) = %v; want none", vs)
+	}
+	regranted.GrantedUnder = ""
+	if vs := checkGrants([]AcquireOp{good[0], regranted}, ix); len(vs) == 0 || vs[0].Check != checkBacked {
+		t.Errorf("checkGrants(grant under an unrecorded request id) = %v; want a %s violation", vs, checkBacked)
+	}
 	tests := []struct {
 		name  string
 		ops   []AcquireOp

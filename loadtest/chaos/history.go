@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/leasegate/leasegate/queue"
 )
 
 // Acquire outcomes.
@@ -33,6 +35,10 @@ type AcquireOp struct {
 	Name string `json:"name"`
 	// RequestID is the idempotency key; its waiter id names the etcd key.
 	RequestID string `json:"requestId"`
+	// GrantedUnder is the request id of the grant when the SDK made it
+	// under another (a session that replaced its lease on the shard while
+	// the call waited retries under a fresh id); empty otherwise.
+	GrantedUnder string `json:"grantedUnder,omitempty"`
 	// Wait is the wait timeout asked for.
 	Wait time.Duration `json:"wait"`
 	// Invoke and Complete bound the call; Queued is when the gateway first
@@ -79,6 +85,14 @@ type AcquireOp struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Victim is, for a thief, the op whose request id it reused.
 	Victim *int `json:"victim,omitempty"`
+}
+
+// grantWaiter is the waiter id of the key a grant was made from.
+func (op *AcquireOp) grantWaiter() string {
+	if op.GrantedUnder != "" {
+		return queue.WaiterID(op.GrantedUnder)
+	}
+	return queue.WaiterID(op.RequestID)
 }
 
 // believedUntil is when the holder stopped believing it held the lock:

@@ -94,6 +94,9 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 		switch {
 		case err == nil:
 			op.Outcome, op.Token, op.Shard = outGranted, l.Token(), l.Shard()
+			if l.RequestID() != rid {
+				op.GrantedUnder = l.RequestID()
+			}
 		case errors.Is(err, client.ErrWaitTimeout):
 			op.Outcome, op.Err = outTimeout, err.Error()
 		case errors.Is(err, client.ErrNotAcquired):
