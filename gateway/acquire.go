@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -18,14 +19,14 @@ const reshardWait = 5 * time.Second
 // waiter is granted only once the previous shard has let go of the name.
 // A shard that refuses the enqueue because the map moved on makes the
 // router reload, and the call is routed again.
-func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.Grant, error) {
+func (s *Service) acquire(ctx context.Context, id Identity, t locks.Target, r queue.AcquireRequest, sess *SessionID) (locks.Target, queue.Grant, error) {
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
 			var w *queue.Waiter
 			var err error
 			if pr, ok := asOnShard(r, p, sess); ok {
 				rctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
-				err = p.call(rctx, func(ctx context.Context) error {
+				err = call(rctx, *p, func(ctx context.Context) error {
 					var err error
 					w, err = p.Engine.Resume(ctx, pr)
 					return err
@@ -53,7 +54,7 @@ func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.Ac
 		// unbounded (by anything but the caller and its wait timeout).
 		var w *queue.Waiter
 		ectx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
-		err := t.call(ectx, func(ctx context.Context) error {
+		err := call(ectx, t, func(ctx context.Context) error {
 			var err error
 			w, err = t.Engine.Enqueue(ctx, r)
 			return err
@@ -75,7 +76,7 @@ func (s *Service) acquire(ctx context.Context, id Identity, t Target, r queue.Ac
 
 // asOnShard is r as it was enqueued on shard p: a session acquire rides on
 // the session's lease there (a session without one has no waiter there).
-func asOnShard(r queue.AcquireRequest, p *Target, sess *SessionID) (queue.AcquireRequest, bool) {
+func asOnShard(r queue.AcquireRequest, p *locks.Target, sess *SessionID) (queue.AcquireRequest, bool) {
 	if sess == nil {
 		return r, true
 	}
@@ -85,19 +86,19 @@ func asOnShard(r queue.AcquireRequest, p *Target, sess *SessionID) (queue.Acquir
 }
 
 // reroute waits for a newer map and routes the request again.
-func (s *Service) reroute(ctx context.Context, id Identity, t Target, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
+func (s *Service) reroute(ctx context.Context, id Identity, t locks.Target, r *queue.AcquireRequest, sess *SessionID) (locks.Target, error) {
 	actx, cancel := context.WithTimeout(ctx, reshardWait)
 	defer cancel()
 	if err := s.router.AwaitNewer(actx, t.Epoch); err != nil {
 		return t, errors.Join(queue.ErrGuardFailed, err)
 	}
 	r.BeforeGrant = nil
-	return s.target(id, r, sess)
+	return s.target(ctx, id, r, sess)
 }
 
 // tryAcquire grants the lock only if it is free, on the shard the name
 // lives on now and on the shard it drains from.
-func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue.AcquireRequest, sess *SessionID) (Target, queue.TryResult, error) {
+func (s *Service) tryAcquire(ctx context.Context, id Identity, t locks.Target, r queue.AcquireRequest, sess *SessionID) (locks.Target, queue.TryResult, error) {
 	for attempt := 0; ; attempt++ {
 		if p := t.Previous; p != nil {
 			// A retry of a TryAcquire granted on the draining shard finds
@@ -105,7 +106,7 @@ func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue
 			var res queue.TryResult
 			var found bool
 			pr, ok := asOnShard(r, p, sess)
-			if err := p.call(ctx, func(ctx context.Context) error {
+			if err := call(ctx, *p, func(ctx context.Context) error {
 				if !ok {
 					return nil
 				}
@@ -123,7 +124,7 @@ func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue
 				return *p, res, nil
 			}
 			var busy bool
-			if err := p.call(ctx, func(ctx context.Context) error {
+			if err := call(ctx, *p, func(ctx context.Context) error {
 				var err error
 				busy, err = p.Engine.Occupied(ctx, r.Name)
 				return err
@@ -132,7 +133,7 @@ func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue
 			}
 			if busy {
 				var d queue.Description
-				err := p.call(ctx, func(ctx context.Context) error {
+				err := call(ctx, *p, func(ctx context.Context) error {
 					var err error
 					d, err = p.Engine.Describe(ctx, r.Name)
 					return err
@@ -144,7 +145,7 @@ func (s *Service) tryAcquire(ctx context.Context, id Identity, t Target, r queue
 			return t, queue.TryResult{}, err
 		}
 		var res queue.TryResult
-		err := t.call(ctx, func(ctx context.Context) error {
+		err := call(ctx, t, func(ctx context.Context) error {
 			var err error
 			res, err = t.Engine.TryAcquire(ctx, r)
 			return err

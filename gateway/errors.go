@@ -69,12 +69,12 @@ func (e *shardError) Unwrap() error { return e.err }
 
 func onShard(shard string, err error) error { return &shardError{shard: shard, err: err} }
 
-// sessionShard names t's shard on a session acquire's loss: the client
+// sessionShard names the shard on a session acquire's loss: the client
 // learns which of its session's leases is gone.
-func sessionShard(t Target, err error) error {
+func sessionShard(shard string, err error) error {
 	var se *shardError
-	if errors.Is(err, queue.ErrSessionLost) && !errors.As(err, &se) && t.Shard != "" {
-		return onShard(t.Shard, err)
+	if errors.Is(err, queue.ErrSessionLost) && !errors.As(err, &se) && shard != "" {
+		return onShard(shard, err)
 	}
 	return err
 }
@@ -103,8 +103,38 @@ func fieldOf(field string, err error) error {
 	return &fieldError{field: field, err: fmt.Errorf("%s: %w", field, err)}
 }
 
+// errorTranslator is the one place a Connect call's error is translated:
+// handlers return the engine's, the router's and their own errors as they
+// are, and this interceptor, innermost, turns them into Connect errors
+// with toConnect. Every other interceptor sees the Connect error.
+type errorTranslator struct{}
+
+func (errorTranslator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		return resp, nil
+	}
+}
+
+func (errorTranslator) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (errorTranslator) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := next(ctx, conn); err != nil {
+			return toConnect(err)
+		}
+		return nil
+	}
+}
+
 // toConnect translates an engine or gateway error into a Connect error,
-// once, at the edge. Messages name what was wrong; they never carry ids or
+// once, at the edge: errorTranslator for Connect calls, restPost for the
+// REST API. Messages name what was wrong; they never carry ids or
 // secrets, and internal failures are summarised, not echoed.
 func toConnect(err error) *connect.Error {
 	if err == nil {

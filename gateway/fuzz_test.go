@@ -18,8 +18,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/gateway"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // fuzzKeys signs the ids of the fuzz targets.
@@ -98,8 +101,9 @@ func FuzzDecodeSessionID(f *testing.F) {
 // no rejected request may disturb.
 type fuzzTarget struct {
 	cli     *clientv3.Client
-	eng     *queue.Engine
-	svc     *gateway.Service
+	router  *locks.Router
+	srv     *httptest.Server
+	svc     leasegatev1connect.LockServiceClient // the service, through its handler
 	rest    http.Handler
 	holder  *v1.Granted
 	checked string
@@ -118,26 +122,33 @@ func fuzzService(t testing.TB) *fuzzTarget {
 			fuzzErr = err
 			return
 		}
-		qc := queue.DefaultConfig()
-		qc.Prefix = fmt.Sprintf("/fuzz/%d", prefixSeq.Add(1))
-		eng, err := queue.New(cli, qc)
+		rc := locks.DefaultRouterConfig()
+		rc.Prefix = fmt.Sprintf("/fuzz/%d", prefixSeq.Add(1))
+		rc.Watch = false
+		rc.Dial = func(string, []string) (*clientv3.Client, error) { return etcdClientFor() }
+		router, err := locks.NewRouter(context.Background(), cli,
+			shard.Map{Epoch: shard.MinEpoch, Clusters: []shard.Cluster{{Name: "main", Endpoints: cli.Endpoints()}}}, rc)
 		if err != nil {
 			fuzzErr = err
 			return
 		}
 		cfg := gateway.DefaultConfig()
 		cfg.IDKeys = fuzzKeys
-		svc, err := gateway.NewService(cfg, gateway.SingleRouter{T: gateway.Target{Shard: "main", Engine: eng}}, nil)
+		svc, err := gateway.NewService(cfg, router, nil)
 		if err != nil {
 			fuzzErr = err
 			return
 		}
-		r, err := svc.TryAcquire(context.Background(), connect.NewRequest(&v1.TryAcquireRequest{Name: "fuzz-held", TtlMs: 3600_000}))
+		h := svc.Handler()
+		srv := httptest.NewServer(h)
+		ft := &fuzzTarget{cli: cli, router: router, srv: srv, svc: leasegatev1connect.NewLockServiceClient(srv.Client(), srv.URL), rest: h}
+		fuzzT = ft
+		r, err := ft.svc.TryAcquire(context.Background(), connect.NewRequest(&v1.TryAcquireRequest{Name: "fuzz-held", TtlMs: 3600_000}))
 		if err != nil {
 			fuzzErr = err
 			return
 		}
-		fuzzT = &fuzzTarget{cli: cli, eng: eng, svc: svc, rest: svc.Handler(), holder: r.Msg.Granted}
+		ft.holder = r.Msg.Granted
 	})
 	if fuzzErr != nil {
 		t.Fatal(fuzzErr)
@@ -148,7 +159,8 @@ func fuzzService(t testing.TB) *fuzzTarget {
 // closeFuzz releases what the fuzz set-up opened; TestMain calls it.
 func closeFuzz() {
 	if fuzzT != nil {
-		fuzzT.eng.Close()
+		fuzzT.srv.Close()
+		fuzzT.router.Close()
 		fuzzT.cli.Close()
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -64,7 +65,7 @@ func BenchmarkRenewalSpread(b *testing.B) {
 					m.Clusters = append(m.Clusters, shard.Cluster{Name: name, Endpoints: []string{etcds[i].Endpoint()}})
 					counters[name] = &keepAliveCounter{}
 				}
-				rc := shard.DefaultRouterConfig()
+				rc := locks.DefaultRouterConfig()
 				rc.Prefix = fmt.Sprintf("/renewbench/%d", prefixSeq.Add(1))
 				rc.Dial = func(name string, eps []string) (*clientv3.Client, error) {
 					c := counters[name]
@@ -72,12 +73,12 @@ func BenchmarkRenewalSpread(b *testing.B) {
 						DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(c.interceptor)}})
 				}
 				home := etcds[0].ClientFor(b)
-				r, err := shard.NewRouter(context.Background(), home, m, rc)
+				r, err := locks.NewRouter(context.Background(), home, m, rc)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer r.Close()
-				svc, err := gateway.NewService(gateway.DefaultConfig(), gateway.ShardRouter{R: r}, nil)
+				svc, err := gateway.NewService(gateway.DefaultConfig(), r, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -109,7 +109,10 @@ func (s *Service) RESTHandler() http.Handler {
 // restPost decodes a bounded JSON body strictly and hands it to h.
 func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// A request refused before its handler runs is a bad request.
+		refused := connect.NewError(connect.CodeInvalidArgument, nil)
 		if r.Method != http.MethodPost {
+			recordOf(r.Context()).setErr(refused)
 			w.Header().Set("Allow", http.MethodPost)
 			writeRESTError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "use POST")
 			return
@@ -117,12 +120,14 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 		// Only JSON: browsers send text/plain and form bodies across
 		// origins without a preflight, application/json never.
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			recordOf(r.Context()).setErr(refused)
 			writeRESTError(w, http.StatusUnsupportedMediaType, "invalid_argument", "",
 				fmt.Sprintf("Content-Type %q is not accepted; send application/json", r.Header.Get("Content-Type")))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 		if err != nil {
+			recordOf(r.Context()).setErr(refused)
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				writeRESTError(w, http.StatusRequestEntityTooLarge, "too_large", "", fmt.Sprintf("request body is over the %d-byte limit", s.cfg.MaxBodyBytes))
@@ -134,6 +139,7 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 		status, out, err := h(r.Context(), body)
 		if err != nil {
 			ce := toConnect(err)
+			recordOf(r.Context()).setErr(ce)
 			field := ""
 			msg := ce.Message()
 			var fe *fieldError
@@ -210,7 +216,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	t, err := s.target(id, &r, nil)
+	t, err := s.target(ctx, id, &r, nil)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -224,12 +230,14 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 		return 0, nil, tagTTL(err)
 	}
 	if !res.Acquired {
+		recordOf(ctx).setOutcome("busy")
 		out := restAcquired{}
 		if res.Holder != nil {
 			out.ExpiresAt = rfc3339(res.Holder.Expires)
 		}
 		return http.StatusOK, out, nil
 	}
+	recordOf(ctx).setShard(t.Shard)
 	g := s.granted(id, t, res.Grant)
 	return http.StatusOK, restAcquired{Acquired: true, LockID: g.LockId, FencingToken: g.FencingToken, ExpiresAt: rfc3339(res.Grant.Deadline)}, nil
 }
@@ -243,10 +251,15 @@ func (s *Service) restRenew(ctx context.Context, body []byte) (int, any, error) 
 		return 0, nil, err
 	}
 	rn, err := s.renew(ctx, *in.LockID, *in.FencingToken, in.TTLMs)
+	// A lost lock is an answer here, not an error: record the loss it is.
 	switch {
 	case errors.Is(err, queue.ErrExpired):
+		recordOf(ctx).setErr(toConnect(err))
+		recordOf(ctx).setLoss("expired")
 		return http.StatusConflict, restRenewed{Reason: "expired"}, nil
 	case errors.Is(err, queue.ErrStolen):
+		recordOf(ctx).setErr(toConnect(err))
+		recordOf(ctx).setLoss("stolen")
 		return http.StatusConflict, restRenewed{Reason: "stolen"}, nil
 	case err != nil:
 		return 0, nil, err

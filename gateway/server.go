@@ -29,6 +29,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 		// it saves on the wire.
 		connect.WithCompressMinBytes(1024),
 	}, s.tel.handlerOptions()...), opts...)
+	// Errors are translated innermost, so every interceptor above,
+	// telemetry's and the caller's, sees Connect errors.
+	opts = append(opts, connect.WithInterceptors(errorTranslator{}))
 	mux.Handle(leasegatev1connect.NewLockServiceHandler(s, opts...))
 	mux.Handle(grpchealth.NewHandler(s.Health()))
 	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, grpchealth.HealthV1ServiceName)
@@ -131,25 +134,25 @@ func (h *Health) ping(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	targets := h.svc.router.All()
-	errs := make([]error, len(targets))
+	backends := h.svc.router.Backends()
+	errs := make([]error, len(backends))
 	var wg sync.WaitGroup
-	for i, t := range targets {
+	for i, b := range backends {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = t.Engine.Client().Get(ctx, t.Engine.Config().Prefix+"/health")
+			_, errs[i] = b.Client.Get(ctx, b.Engine.Config().Prefix+"/health")
 		}()
 	}
 	wg.Wait()
 	h.shards = map[string]string{}
 	var err error = errors.New("no shard answers")
-	for i, t := range targets {
+	for i, b := range backends {
 		if errs[i] != nil {
-			h.shards[t.Shard] = "unavailable"
+			h.shards[b.Name] = "unavailable"
 			continue
 		}
-		h.shards[t.Shard] = "ok"
+		h.shards[b.Name] = "ok"
 		err = nil
 	}
 	h.checked, h.last = time.Now(), err

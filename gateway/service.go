@@ -13,15 +13,22 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
 )
 
-// Service implements leasegate.v1.LockService over a Router.
+// Service implements leasegate.v1.LockService over a locks.Router.
+//
+// Its handler methods return the engine's and the gateway's errors as they
+// are; Handler serves them through one interceptor that turns them into
+// Connect errors (codes, ErrorInfo reasons and details), and the REST API
+// maps the same translation onto its statuses. Serve the service through
+// Handler.
 type Service struct {
 	cfg    Config
-	router Router
+	router *locks.Router
 	log    *slog.Logger
 
 	shutdownOnce sync.Once
@@ -38,8 +45,9 @@ type Service struct {
 
 var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
 
-// NewService returns the lock service. log may be nil.
-func NewService(cfg Config, router Router, log *slog.Logger) (*Service, error) {
+// NewService returns the lock service over router, which the caller keeps
+// and closes. log may be nil.
+func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -125,8 +133,8 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 }
 
 // target routes a new waiter and attaches the session lease of its shard.
-func (s *Service) target(id Identity, r *queue.AcquireRequest, sess *SessionID) (Target, error) {
-	t, err := s.route(id, r.Name)
+func (s *Service) target(ctx context.Context, id Identity, r *queue.AcquireRequest, sess *SessionID) (locks.Target, error) {
+	t, err := s.route(ctx, id, r.Name)
 	if err != nil {
 		return t, err
 	}
@@ -149,7 +157,7 @@ func (s *Service) target(id Identity, r *queue.AcquireRequest, sess *SessionID) 
 	return t, nil
 }
 
-func (s *Service) granted(id Identity, t Target, g queue.Grant) *v1.Granted {
+func (s *Service) granted(id Identity, t locks.Target, g queue.Grant) *v1.Granted {
 	out := &v1.Granted{
 		LockId:       EncodeLockID(s.keys, LockID{Tenant: id.Tenant, Shard: t.Shard, Handle: g.Handle}),
 		FencingToken: g.Token(),
@@ -169,28 +177,28 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	m := req.Msg
 	id, err := s.caller(ctx)
 	if err != nil {
-		return toConnect(err)
+		return err
 	}
 	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
 	if err != nil {
-		return toConnect(err)
+		return err
 	}
 	// Compare in milliseconds before converting: a huge value would
 	// overflow the conversion and pass the check.
 	if m.WaitTimeoutMs < 0 || m.WaitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
-		return toConnect(badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", m.WaitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds()))
+		return badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", m.WaitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds())
 	}
 	r.WaitTimeout = time.Duration(m.WaitTimeoutMs) * time.Millisecond
-	t, err := s.target(id, &r, sess)
+	t, err := s.target(ctx, id, &r, sess)
 	if err != nil {
-		return toConnect(err)
+		return err
 	}
 	if err := s.lim.acquire(id); err != nil {
-		return toConnect(err)
+		return err
 	}
 	endWait, err := s.lim.startWait(id)
 	if err != nil {
-		return toConnect(err)
+		return err
 	}
 	defer endWait()
 
@@ -249,15 +257,16 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	}
 	t, g, err := s.acquire(wctx, id, t, r, sess)
 	if err != nil {
-		err = tagTTL(sessionShard(t, err))
+		err = tagTTL(sessionShard(t.Shard, err))
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
-			return toConnect(errShuttingDown)
+			return errShuttingDown
 		}
 		if errors.Is(context.Cause(wctx), queue.ErrWaitTimeout) {
-			return toConnect(fmt.Errorf("%w after %d ms", queue.ErrWaitTimeout, m.WaitTimeoutMs))
+			return fmt.Errorf("%w after %d ms", queue.ErrWaitTimeout, m.WaitTimeoutMs)
 		}
-		return toConnect(err)
+		return err
 	}
+	recordOf(ctx).setShard(t.Shard)
 	sendMu.Lock()
 	err = s.send(ctx, func() error {
 		return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}})
@@ -271,7 +280,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		// that took it over (and delivered the grant) keeps it.
 		s.log.WarnContext(ctx, "grant not delivered; giving it up", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
 		t.Engine.Abandon(ctx, g)
-		return toConnect(err)
+		return err
 	}
 	return nil
 }
@@ -281,49 +290,56 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	m := req.Msg
 	id, err := s.caller(ctx)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	t, err := s.target(id, &r, sess)
+	t, err := s.target(ctx, id, &r, sess)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := s.lim.acquire(id); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	t, res, err := s.tryAcquire(ctx, id, t, r, sess)
 	if err != nil {
-		return nil, toConnect(tagTTL(sessionShard(t, err)))
+		return nil, tagTTL(sessionShard(t.Shard, err))
 	}
 	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
 	if res.Acquired {
+		recordOf(ctx).setShard(t.Shard)
 		out.Granted = s.granted(id, t, res.Grant)
-	} else if res.Holder != nil {
-		out.HolderExpiresAt = timestamppb.New(res.Holder.Expires)
+	} else {
+		recordOf(ctx).setOutcome("busy")
+		if res.Holder != nil {
+			out.HolderExpiresAt = timestamppb.New(res.Holder.Expires)
+		}
 	}
 	return connect.NewResponse(out), nil
 }
 
 // lockTarget authenticates the caller, decodes a lock id, checks that it
 // belongs to the caller's tenant and finds its shard.
-func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, Target, error) {
+func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, locks.Target, error) {
 	who, err := s.caller(ctx)
 	if err != nil {
-		return LockID{}, Target{}, err
+		return LockID{}, locks.Target{}, err
 	}
 	id, err := DecodeLockID(s.keys, lockID)
 	if err != nil {
-		return id, Target{}, fieldOf("lock_id", err)
+		return id, locks.Target{}, fieldOf("lock_id", err)
 	}
 	if id.Tenant != who.Tenant {
-		return id, Target{}, fmt.Errorf("%w: the lock id belongs to another tenant", ErrForbidden)
+		return id, locks.Target{}, fmt.Errorf("%w: the lock id belongs to another tenant", ErrForbidden)
 	}
 	t, err := s.lookup(who, id.Shard)
+	if err == nil {
+		recordOf(ctx).setShard(t.Shard)
+	}
 	return id, t, err
 }
 
@@ -331,7 +347,7 @@ func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, Target
 func (s *Service) Renew(ctx context.Context, req *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error) {
 	rn, err := s.renew(ctx, req.Msg.LockId, req.Msg.FencingToken, req.Msg.TtlMs)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	return connect.NewResponse(&v1.RenewResponse{ExpiresAt: timestamppb.New(rn.Deadline), TtlMs: rn.TTL.Milliseconds(), ValidForMs: max(rn.Valid.Milliseconds(), 0)}), nil
 }
@@ -351,7 +367,7 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var rn queue.Renewal
-	err = t.call(ctx, func(ctx context.Context) error {
+	err = call(ctx, t, func(ctx context.Context) error {
 		var err error
 		rn, err = t.Engine.Renew(ctx, id.Handle, token)
 		return err
@@ -363,7 +379,10 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 func (s *Service) Release(ctx context.Context, req *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error) {
 	ok, err := s.release(ctx, req.Msg.LockId, req.Msg.FencingToken)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
+	}
+	if !ok {
+		recordOf(ctx).setOutcome("not_held")
 	}
 	return connect.NewResponse(&v1.ReleaseResponse{Released: ok}), nil
 }
@@ -391,18 +410,18 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.DescribeRequest]) (*connect.Response[v1.DescribeResponse], error) {
 	name := req.Msg.Name
 	if err := queue.ValidateName(name); err != nil {
-		return nil, toConnect(fieldOf("name", err))
+		return nil, fieldOf("name", err)
 	}
 	id, err := s.caller(ctx)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := s.lim.acquire(id); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	t, err := s.route(id, name)
+	t, err := s.route(ctx, id, name)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
@@ -410,25 +429,25 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 		// While the name drains from its previous shard, its holder may
 		// still be there.
 		var busy bool
-		if err := p.call(ctx, func(ctx context.Context) error {
+		if err := call(ctx, *p, func(ctx context.Context) error {
 			var err error
 			busy, err = p.Engine.Occupied(ctx, name)
 			return err
 		}); err != nil {
-			return nil, toConnect(err)
+			return nil, err
 		}
 		if busy {
 			t = *p
 		}
 	}
 	var d queue.Description
-	err = t.call(ctx, func(ctx context.Context) error {
+	err = call(ctx, t, func(ctx context.Context) error {
 		var err error
 		d, err = t.Engine.Describe(ctx, name)
 		return err
 	})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters}
 	if h := d.Holder; h != nil {
@@ -445,31 +464,31 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error) {
 	name := req.Msg.Name
 	if err := queue.ValidateName(name); err != nil {
-		return nil, toConnect(fieldOf("name", err))
+		return nil, fieldOf("name", err)
 	}
 	if req.Msg.FencingToken <= 0 {
-		return nil, toConnect(badField("fencing_token", "%d is not positive", req.Msg.FencingToken))
+		return nil, badField("fencing_token", "%d is not positive", req.Msg.FencingToken)
 	}
 	id, err := s.caller(ctx)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := s.lim.acquire(id); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	t, err := s.route(id, name)
+	t, err := s.route(ctx, id, name)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	var live bool
 	var cur int64
-	for _, c := range []*Target{t.Previous, &t} {
+	for _, c := range []*locks.Target{t.Previous, &t} {
 		if c == nil {
 			continue
 		}
-		err = c.call(ctx, func(ctx context.Context) error {
+		err = call(ctx, *c, func(ctx context.Context) error {
 			var err error
 			live, cur, err = c.Engine.CheckFence(ctx, name, req.Msg.FencingToken)
 			return err
@@ -479,7 +498,7 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 		}
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	return connect.NewResponse(&v1.CheckFenceResponse{Live: live, CurrentToken: cur}), nil
 }

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 )
@@ -140,14 +141,14 @@ func eachShard(n int, fn func(i int) shardOutcome) []shardOutcome {
 }
 
 // grant opens the session's lease on t.
-func (s *Service) grant(ctx context.Context, who Identity, t Target, clientID string, ttl time.Duration, secret queue.Secret) shardOutcome {
+func (s *Service) grant(ctx context.Context, who Identity, t locks.Target, clientID string, ttl time.Duration, secret queue.Secret) shardOutcome {
 	o := shardOutcome{shard: t.Shard, granted: true}
 	// A session is a stored thing the tenant creates: it counts against the
 	// tenant's key cap on the shard like a lock does.
 	if o.err = s.checkKeys(ctx, who, t); o.err != nil {
 		return o
 	}
-	o.err = t.call(ctx, func(ctx context.Context) error {
+	o.err = call(ctx, t, func(ctx context.Context) error {
 		var err error
 		o.lease, err = t.Engine.OpenSessionWithSecret(ctx, clientID, ttl, secret)
 		return err
@@ -172,7 +173,7 @@ func (s *Service) keepAlive(ctx context.Context, who Identity, id SessionID, l S
 		o.err = err
 		return o
 	}
-	o.err = t.call(ctx, func(ctx context.Context) error {
+	o.err = call(ctx, t, func(ctx context.Context) error {
 		var err error
 		o.rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
 		return err
@@ -187,31 +188,27 @@ func (s *Service) keepAlive(ctx context.Context, who Identity, id SessionID, l S
 func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
 	who, err := s.caller(ctx)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := s.lim.acquire(who); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if len(req.Msg.ClientId) > 128 {
-		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(req.Msg.ClientId)))
+		return nil, badField("client_id", "is %d bytes; the limit is 128", len(req.Msg.ClientId))
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
 	secret, err := queue.NewSecret()
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
-	var targets []Target
-	for _, t := range s.router.All() {
-		t, err := t.forTenant(who.Tenant)
-		if err != nil {
-			return nil, toConnect(err)
-		}
-		targets = append(targets, t)
+	targets, err := s.router.All(who.Tenant)
+	if err != nil {
+		return nil, err
 	}
 	outs := eachShard(len(targets), func(i int) shardOutcome {
 		return s.grant(ctx, who, targets[i], req.Msg.ClientId, ttl, secret)
@@ -224,7 +221,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	}
 	if err := s.refuseOpen(outs); err != nil {
 		s.closeLeases(id, id.Leases) // do not leave half a session behind
-		return nil, toConnect(tagTTL(err))
+		return nil, tagTTL(err)
 	}
 	deadline, effTTL, valid := earliest(outs)
 	return connect.NewResponse(&v1.OpenSessionResponse{
@@ -263,14 +260,14 @@ func (s *Service) closeLeases(id SessionID, leases []ShardLease) {
 func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	leases, err := pickLeases(id, req.Msg.Shards)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := s.lim.renew(who); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
@@ -279,11 +276,11 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	})
 	for _, o := range outs {
 		if o.err != nil && !transient(o.err) && o.state() != v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
-			return nil, toConnect(o.err) // e.g. the tenant lost access to the shard
+			return nil, o.err // e.g. the tenant lost access to the shard
 		}
 	}
 	if err := verdict(outs); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	out := &v1.KeepAliveSessionResponse{Shards: shardProtos(outs)}
 	if every(outs, v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE) {
@@ -335,10 +332,10 @@ func pickLeases(id SessionID, shards []string) ([]ShardLease, error) {
 func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if err := s.lim.renew(who); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
@@ -347,7 +344,7 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	})
 	for _, o := range outs {
 		if o.err != nil {
-			return nil, toConnect(o.err)
+			return nil, o.err
 		}
 	}
 	return connect.NewResponse(&v1.CloseSessionResponse{}), nil

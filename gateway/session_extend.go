@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
@@ -25,36 +26,36 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	m := req.Msg
 	who, id, err := s.sessionFor(ctx, m.SessionId)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ttl, err := s.ttl("ttl_ms", m.TtlMs)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	if len(m.ClientId) > 128 {
-		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(m.ClientId)))
+		return nil, badField("client_id", "is %d bytes; the limit is 128", len(m.ClientId))
 	}
 	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
-		return nil, toConnect(badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards))
+		return nil, badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards)
 	}
-	targets := make([]Target, len(m.Shards))
+	targets := make([]locks.Target, len(m.Shards))
 	seen := map[string]bool{}
 	for i, sh := range m.Shards {
 		if seen[sh] {
-			return nil, toConnect(badField("shards", "%q is named twice", sh))
+			return nil, badField("shards", "%q is named twice", sh)
 		}
 		seen[sh] = true
 		if targets[i], err = s.lookup(who, sh); err != nil {
-			return nil, toConnect(err)
+			return nil, err
 		}
 	}
 	if n := len(id.Leases) + len(m.Shards); n > maxSessionShards {
 		// Counted generously (listed shards named again count twice),
 		// which can only refuse a session that is near the bound anyway.
-		return nil, toConnect(badField("shards", "would make the session span up to %d shards; the limit is %d", n, maxSessionShards))
+		return nil, badField("shards", "would make the session span up to %d shards; the limit is %d", n, maxSessionShards)
 	}
 	if err := s.lim.acquire(who); err != nil {
-		return nil, toConnect(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()
@@ -80,7 +81,7 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	}
 	if err := s.refuseOpen(outs); err != nil {
 		s.closeLeases(id, opened)
-		return nil, toConnect(tagTTL(err))
+		return nil, tagTTL(err)
 	}
 	next := SessionID{Tenant: id.Tenant, Secret: id.Secret, Leases: append([]ShardLease(nil), id.Leases...)}
 	for _, l := range opened {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/shard"
@@ -68,7 +69,7 @@ func (f *fleet) gateway(t *testing.T, adjust func(*server.Config), idx ...int) *
 }
 
 func (f *fleet) resharder(t *testing.T) *shard.Resharder {
-	return &shard.Resharder{Store: shard.NewStore(f.etcds[0].ClientFor(t), f.prefix), Prefix: f.prefix}
+	return &shard.Resharder{Store: shard.NewStore(f.etcds[0].ClientFor(t), f.prefix), Prefix: f.prefix, Names: locks.Names{}}
 }
 
 // grantLog checks, per name, that holders never overlap and tokens only grow.

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/shard"
@@ -23,8 +24,8 @@ import (
 // (the default) records nothing.
 //
 // Traces: a server span per RPC (connectrpc.com/otelconnect) and per REST
-// call, with a leasegate.route child span naming the shard the router
-// picked and events for circuit-breaker refusals; the lock engine's spans
+// call, with a leasegate.route child span, made where the handler routes
+// the name, naming the shard the router picked and events for circuit-breaker refusals; the lock engine's spans
 // nest below. A caller's trace context continues into the server span when
 // the caller is the leasegate Go SDK (it sends SDKHeader); any other
 // caller's context is attached as a link to a new trace, so untrusted
@@ -178,38 +179,14 @@ func (t trustSwitch) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 	}
 }
 
-// shardOfName is the shard the router sends name to now; "unknown" when
-// it cannot say.
-func (t *telemetry) shardOfName(name string) string {
-	tg, err := t.s.router.Route(name)
-	if err != nil || tg.Shard == "" {
-		return "unknown"
-	}
-	return tg.Shard
-}
-
-// shardOfLockID is the shard a lock id names, if this gateway knows it: a
-// forged id must not mint label values.
-func (t *telemetry) shardOfLockID(lockID string) string {
-	id, err := DecodeLockID(t.s.keys, lockID)
-	if err != nil {
-		return "unknown"
-	}
-	if _, err := t.s.router.Lookup(id.Shard); err != nil {
-		return "unknown"
-	}
-	return id.Shard
-}
-
-// traceRoute records the router's choice for name as a leasegate.route
-// span under ctx's span.
-func (t *telemetry) traceRoute(ctx context.Context, name string) {
+// traceRoute records the router's choice, t or err, as a leasegate.route
+// span under ctx's span. The handler calls it where it routes.
+func (t *telemetry) traceRoute(ctx context.Context, tg locks.Target, err error) {
 	if t == nil || t.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return
 	}
 	_, span := t.tracer.Start(ctx, "leasegate.route")
 	defer span.End()
-	tg, err := t.s.router.Route(name)
 	if err != nil {
 		span.SetAttributes(attribute.String("leasegate.outcome", "unroutable"))
 		return
@@ -218,17 +195,13 @@ func (t *telemetry) traceRoute(ctx context.Context, name string) {
 	if tg.Previous != nil {
 		attrs = append(attrs, attribute.String("leasegate.draining_from", tg.Previous.Shard))
 	}
-	if b, ok := t.s.router.(ShardRouter); ok {
-		if be, ok := b.R.Backend(tg.Shard); ok {
-			attrs = append(attrs, attribute.String("leasegate.breaker.state", be.Breaker.State().String()))
-		}
-	}
+	attrs = append(attrs, attribute.String("leasegate.breaker.state", tg.Backend.Breaker.State().String()))
 	span.SetAttributes(attrs...)
 }
 
 // noteBreaker adds a "breaker" event to ctx's span when a shard's breaker
 // refused a call or let a half-open probe through.
-func noteBreaker(ctx context.Context, b *shard.Backend, err error) {
+func noteBreaker(ctx context.Context, b *locks.Backend, err error) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -308,45 +281,32 @@ func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		if m, ok := req.Any().(*v1.TryAcquireRequest); ok {
-			t.traceRoute(ctx, m.Name)
-		}
+		ctx, rec := withRecord(ctx)
 		start := time.Now()
 		resp, err := next(ctx, req)
-		t.unaryDone(ctx, req, resp, err, time.Since(start))
+		t.unaryDone(ctx, rec, req, resp, err, time.Since(start))
 		return resp, err
 	}
 }
 
-func (t *telemetry) unaryDone(ctx context.Context, req connect.AnyRequest, resp connect.AnyResponse, err error, d time.Duration) {
-	secs, outcome, shard := d.Seconds(), outcomeOf(err), ""
-	switch m := req.Any().(type) {
+// unaryDone records a unary call by what its handler put in rec.
+func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.AnyRequest, resp connect.AnyResponse, err error, d time.Duration) {
+	secs, outcome := d.Seconds(), outcomeOf(err)
+	shard, set, _, _ := rec.read()
+	if err == nil && set != "" {
+		outcome = set
+	}
+	switch req.Any().(type) {
 	case *v1.TryAcquireRequest:
-		if err == nil {
-			r := resp.Any().(*v1.TryAcquireResponse)
-			if r.Acquired && r.Granted != nil {
-				shard = r.Granted.Shard
-			} else {
-				outcome = "busy"
-			}
-		}
-		if shard == "" {
-			shard = t.shardOfName(m.Name)
-		}
 		if t.m != nil {
 			t.m.acquire.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome), attribute.String("mode", "try")))
 		}
 	case *v1.RenewRequest:
-		shard = t.shardOfLockID(m.LockId)
 		if t.m != nil {
 			t.m.renew.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
 		}
 		t.lost(ctx, shard, lossReason(err))
 	case *v1.ReleaseRequest:
-		shard = t.shardOfLockID(m.LockId)
-		if err == nil && !resp.Any().(*v1.ReleaseResponse).Released {
-			outcome = "not_held"
-		}
 		if t.m != nil {
 			t.m.release.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
 		}
@@ -361,6 +321,9 @@ func (t *telemetry) unaryDone(ctx context.Context, req connect.AnyRequest, resp 
 				t.lost(ctx, sh.Shard, "session_lost")
 			}
 		}
+		shard = rec.currentShard()
+	default:
+		shard = rec.currentShard()
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
 	t.logCall(ctx, req.Spec().Procedure, shard, err, d)
@@ -376,47 +339,36 @@ func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 		if conn.Spec().Procedure != leasegatev1connect.LockServiceAcquireProcedure {
 			return next(ctx, conn)
 		}
-		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, start: time.Now()}
+		ctx, rec := withRecord(ctx)
+		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, rec: rec, start: time.Now()}
 		err := next(ctx, a)
 		a.done(err)
 		return err
 	}
 }
 
-// acquireConn watches a streaming Acquire: the request's name, the first
-// queue position (the call is then a waiter) and the grant.
+// acquireConn times a streaming Acquire: from the call to the first queue
+// position it sends (the call is then a waiter) and to its end. The shard
+// is the one the handler recorded: where it routed the name, then where it
+// was granted.
 type acquireConn struct {
 	connect.StreamingHandlerConn
-	t          *telemetry
-	ctx        context.Context
-	start      time.Time
-	name       string
-	queuedAt   time.Time
-	waitShard  string
-	grantShard string
-}
-
-func (a *acquireConn) Receive(msg any) error {
-	err := a.StreamingHandlerConn.Receive(msg)
-	if m, ok := msg.(*v1.AcquireRequest); ok && err == nil {
-		a.name = m.Name
-		a.t.traceRoute(a.ctx, m.Name)
-	}
-	return err
+	t         *telemetry
+	ctx       context.Context
+	rec       *callRecord
+	start     time.Time
+	queuedAt  time.Time
+	waitShard string
 }
 
 func (a *acquireConn) Send(msg any) error {
-	if m, ok := msg.(*v1.AcquireResponse); ok {
-		switch ev := m.Event.(type) {
-		case *v1.AcquireResponse_Queued:
-			if a.queuedAt.IsZero() {
-				a.queuedAt, a.waitShard = time.Now(), a.t.shardOfName(a.name)
-				if a.t.m != nil {
-					a.t.m.waiters.Add(a.ctx, 1, metric.WithAttributes(attribute.String("shard", a.waitShard)))
-				}
-			}
-		case *v1.AcquireResponse_Granted:
-			a.grantShard = ev.Granted.GetShard()
+	if m, ok := msg.(*v1.AcquireResponse); ok && a.queuedAt.IsZero() && m.GetQueued() != nil {
+		a.queuedAt, a.waitShard = time.Now(), a.rec.currentShard()
+		if a.waitShard == "" {
+			a.waitShard = "unknown"
+		}
+		if a.t.m != nil {
+			a.t.m.waiters.Add(a.ctx, 1, metric.WithAttributes(attribute.String("shard", a.waitShard)))
 		}
 	}
 	return a.StreamingHandlerConn.Send(msg)
@@ -424,20 +376,15 @@ func (a *acquireConn) Send(msg any) error {
 
 func (a *acquireConn) done(err error) {
 	now := time.Now()
-	outcome, mode, shard := outcomeOf(err), "immediate", a.grantShard
+	outcome, mode := outcomeOf(err), "immediate"
+	shard, _, _, _ := a.rec.read()
 	if !a.queuedAt.IsZero() {
 		mode = "queued"
-		if shard == "" {
-			shard = a.waitShard
-		}
 		if a.t.m != nil {
 			at := metric.WithAttributes(attribute.String("shard", a.waitShard))
 			a.t.m.waiters.Add(a.ctx, -1, at)
 			a.t.m.wait.Record(a.ctx, now.Sub(a.queuedAt).Seconds(), metric.WithAttributes(attribute.String("shard", a.waitShard), attribute.String("outcome", outcome)))
 		}
-	}
-	if shard == "" {
-		shard = a.t.shardOfName(a.name)
 	}
 	if a.t.m != nil {
 		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome), attribute.String("mode", mode)))

@@ -1,14 +1,10 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -18,7 +14,9 @@ import (
 
 // restHandler wraps the REST API with a server span per call (a new trace
 // linked to the caller's context, REST callers being untrusted) and the
-// same metrics as the Connect calls.
+// same metrics as the Connect calls. The handler records the shard it
+// routed to, the outcome and any lost lease in the call's record; the
+// wrapper reads neither the request body nor the response body.
 func (t *telemetry) restHandler(next http.Handler) http.Handler {
 	if t == nil {
 		return next
@@ -42,45 +40,29 @@ func (t *telemetry) restHandler(next http.Handler) http.Handler {
 			ctx, span = t.tracer.Start(ctx, r.Method+" /api/v1/locks/"+op, opts...)
 			defer span.End()
 		}
-		// Peek at the body for the name or lock id, to label the shard;
-		// the handler still reads and validates it strictly.
-		var peek struct {
-			Name   string `json:"name"`
-			LockID string `json:"lockId"`
-		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, t.s.cfg.MaxBodyBytes+1))
-		if err == nil {
-			_ = json.Unmarshal(body, &peek)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		if op == "acquire" {
-			t.traceRoute(ctx, peek.Name)
-		}
+		ctx, rec := withRecord(ctx)
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		d := time.Since(start)
-		outcome := restOutcome(sw.status)
-		var shard string
+		shard, outcome, loss, err := rec.read()
+		switch {
+		case err != nil:
+			outcome = outcomeOf(err)
+		case outcome == "":
+			outcome = "ok"
+		}
+		t.lost(ctx, shard, loss)
 		var hist metric.Float64Histogram
 		attrs := []attribute.KeyValue{}
 		switch op {
 		case "acquire":
-			shard, hist = t.shardOfName(peek.Name), t.m.histogram("acquire")
-			if outcome == "ok" && bytes.HasPrefix(sw.head, []byte(`{"acquired":false`)) {
-				outcome = "busy"
-			}
+			hist = t.m.histogram("acquire")
 			attrs = append(attrs, attribute.String("mode", "try"))
 		case "renew":
-			shard, hist = t.shardOfLockID(peek.LockID), t.m.histogram("renew")
-			switch {
-			case bytes.Contains(sw.head, []byte(`"reason":"expired"`)):
-				t.lost(ctx, shard, "expired")
-			case bytes.Contains(sw.head, []byte(`"reason":"stolen"`)):
-				t.lost(ctx, shard, "stolen")
-			}
+			hist = t.m.histogram("renew")
 		case "release":
-			shard, hist = t.shardOfLockID(peek.LockID), t.m.histogram("release")
+			hist = t.m.histogram("release")
 		}
 		if hist != nil {
 			attrs = append(attrs, attribute.String("shard", shard), attribute.String("outcome", outcome))
@@ -92,7 +74,7 @@ func (t *telemetry) restHandler(next http.Handler) http.Handler {
 				span.SetStatus(codes.Error, outcome)
 			}
 		}
-		t.logCall(ctx, r.URL.Path, shard, restErr(sw.status), d)
+		t.logCall(ctx, r.URL.Path, shard, err, d)
 	})
 }
 
@@ -109,50 +91,11 @@ func (m *instruments) histogram(op string) metric.Float64Histogram {
 	return m.release
 }
 
-// restOutcome names a REST status as the Connect code it stands for.
-func restOutcome(status int) string {
-	if status < 300 {
-		return "ok"
-	}
-	return restCode(status).String()
-}
-
-func restCode(status int) connect.Code {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusMethodNotAllowed:
-		return connect.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return connect.CodeUnauthenticated
-	case http.StatusForbidden:
-		return connect.CodePermissionDenied
-	case http.StatusNotFound:
-		return connect.CodeNotFound
-	case http.StatusConflict:
-		return connect.CodeFailedPrecondition
-	case http.StatusTooManyRequests:
-		return connect.CodeResourceExhausted
-	case 499:
-		return connect.CodeCanceled
-	case http.StatusGatewayTimeout:
-		return connect.CodeDeadlineExceeded
-	}
-	return connect.CodeUnavailable
-}
-
-// restErr is an error standing for a REST status, for logCall.
-func restErr(status int) error {
-	if status < 300 {
-		return nil
-	}
-	return connect.NewError(restCode(status), nil)
-}
-
-// statusWriter keeps the status and the first bytes of the body.
+// statusWriter keeps the status the handler answered with, for the span.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	wrote  bool
-	head   []byte
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -164,8 +107,5 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	w.wrote = true
-	if n := 64 - len(w.head); n > 0 {
-		w.head = append(w.head, b[:min(n, len(b))]...)
-	}
 	return w.ResponseWriter.Write(b)
 }

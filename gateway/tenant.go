@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/leasegate/leasegate/locks"
 )
 
 // caller returns the authenticated identity of the call.
@@ -17,36 +19,14 @@ func (s *Service) caller(ctx context.Context) (Identity, error) {
 	return id, err
 }
 
-// route routes name for the caller: the tenant's policy must allow the
-// name, and the target points at the tenant's keys.
-func (s *Service) route(id Identity, name string) (Target, error) {
-	if err := s.cfg.Policy.allows(id.Tenant, name); err != nil {
-		return Target{}, err
-	}
-	t, err := s.router.Route(name)
-	if err != nil {
-		return t, err
-	}
-	return t.forTenant(id.Tenant)
-}
-
-// lookup finds a shard by name for the caller's tenant.
-func (s *Service) lookup(id Identity, shard string) (Target, error) {
-	t, err := s.router.Lookup(shard)
-	if err != nil {
-		return t, err
-	}
-	return t.forTenant(id.Tenant)
-}
-
 // checkKeys applies the per-tenant key cap on the target shard. Its count
 // is one bounded etcd read: an Acquire's own context may wait for hours.
-func (s *Service) checkKeys(ctx context.Context, id Identity, t Target) error {
+func (s *Service) checkKeys(ctx context.Context, id Identity, t locks.Target) error {
 	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, func(ctx context.Context) (int64, error) {
 		var n int64
 		cctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 		defer cancel()
-		err := t.call(cctx, func(ctx context.Context) error {
+		err := call(cctx, t, func(ctx context.Context) error {
 			var err error
 			n, err = t.Engine.CountKeys(ctx)
 			return err

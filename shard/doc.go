@@ -1,7 +1,8 @@
-// Package shard knows how lock names map to etcd clusters and how the
-// gateway survives one cluster failing.
+// Package shard knows how lock names map to etcd clusters, how that map
+// changes without granting a name twice, and how the gateway survives one
+// cluster failing.
 //
-// It has four parts, one per file:
+// Its parts, one per file:
 //
 //   - [Ring] (ring.go): rendezvous hashing of a lock name onto one of the
 //     clusters of a shard map.
@@ -12,8 +13,14 @@
 //     by every gateway.
 //   - the epoch fence (epoch.go): the per-cluster <prefix>/meta/epoch key that
 //     every enqueue txn compares against the epoch the gateway routes by.
+//   - [Resharder] (reshard.go, bump.go): the numbered protocol that moves
+//     the map to new clusters or a new epoch.
 //
-// shard never talks about locks, leases or waiters; that is package queue.
+// shard never talks about locks, leases or waiters, and does not import
+// the lock engine (package queue). Package locks owns the engines and
+// routes names to them by this package's map and ring; the resharder's
+// sweep, the one step that must see lock names, gets them through a
+// [NameLister] that locks provides.
 package shard
 
 import "errors"

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-
-	"github.com/leasegate/leasegate/queue"
 )
 
-// Epoch bounds. A fencing token is epoch<<48 | revision in an int64 (see
-// package queue), so the epoch must stay below 2^15 for tokens to stay
-// positive. JSON clients that read tokens as IEEE doubles lose precision
+// tokenEpochShift is the bit position of the epoch in a fencing token,
+// epoch<<48 | revision in an int64. The token's layout is package queue's
+// (queue.Token, queue.EpochShift); shard cannot import the lock engine, so
+// it states the two bounds the layout puts on an epoch, and
+// TestMaxJSONSafeEpoch holds them to queue's.
+const tokenEpochShift = 48
+
+// Epoch bounds. A fencing token is epoch<<48 | revision in an int64, so
+// the epoch must stay below 2^15 for tokens to stay positive. JSON clients that read tokens as IEEE doubles lose precision
 // above 2^53, i.e. from epoch 32 on; past that they must read the token's
 // string form. A map change refuses to pass MaxJSONSafeEpoch unless the
 // operator raises the limit ([Resharder].EpochLimit).
@@ -19,11 +23,11 @@ const (
 	// MinEpoch is the first epoch of a deployment.
 	MinEpoch uint16 = 1
 	// MaxEpoch is the last epoch that keeps fencing tokens positive: the
-	// hard cap, queue.MaxEpoch.
-	MaxEpoch uint16 = queue.MaxEpoch
+	// hard cap, equal to queue.MaxEpoch.
+	MaxEpoch uint16 = 1<<(63-tokenEpochShift) - 1
 	// MaxJSONSafeEpoch (31) is the last epoch whose tokens are exact as
 	// JSON numbers: its largest token is 2^53-1.
-	MaxJSONSafeEpoch uint16 = (1<<53 - 1) >> queue.EpochShift
+	MaxJSONSafeEpoch uint16 = (1<<53 - 1) >> tokenEpochShift
 )
 
 // Cluster is one etcd cluster of the shard map.

@@ -2,131 +2,14 @@ package shard
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/leasegate/leasegate/queue"
 )
 
-const scopeName = "github.com/leasegate/leasegate/shard"
-
-// MetricsConfig configures Router.RegisterMetrics.
-type MetricsConfig struct {
-	// CountEvery is how often each cluster's lock keys are counted.
-	// Default 15 s; at least 100 ms.
-	CountEvery time.Duration
-	// CountTimeout bounds one count. Default 5 s.
-	CountTimeout time.Duration
-}
-
-// RegisterMetrics exports, per cluster the map hashes names over:
-//
-//	leasegate_breaker_state{shard}  0 closed, 1 half-open, 2 open
-//	leasegate_lock_keys{shard}      holder and waiter keys in the cluster
-//
-// The lock keys are counted with a count-only range read per cluster every
-// CountEvery in the background and the cached value is exported, so a
-// scrape never reaches etcd, and the figure is the cluster's, whichever
-// gateway reports it (query it with max by (shard)). It covers the unnamed
-// tenant and every tenant this process has served. The returned function
-// stops the counting and unregisters the gauges; call it before Close.
-func (r *Router) RegisterMetrics(mp metric.MeterProvider, cfg MetricsConfig) (stop func(), err error) {
-	if cfg.CountEvery <= 0 {
-		cfg.CountEvery = 15 * time.Second
-	}
-	cfg.CountEvery = max(cfg.CountEvery, 100*time.Millisecond)
-	if cfg.CountTimeout <= 0 {
-		cfg.CountTimeout = 5 * time.Second
-	}
-	m := mp.Meter(scopeName)
-	state, err := m.Int64ObservableGauge("leasegate.breaker.state",
-		metric.WithDescription("Circuit breaker state per shard: 0 closed, 1 half-open, 2 open."))
-	if err != nil {
-		return nil, err
-	}
-	keys, err := m.Int64ObservableGauge("leasegate.lock.keys",
-		metric.WithDescription("Holder and waiter keys per shard (held locks plus waiters), counted every few seconds."))
-	if err != nil {
-		return nil, err
-	}
-	var mu sync.Mutex
-	counts := map[string]int64{}
-	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, b := range r.Backends() {
-			if b == nil {
-				continue
-			}
-			at := metric.WithAttributes(attribute.String("shard", b.Name))
-			o.ObserveInt64(state, int64(b.Breaker.State()), at)
-			if n, ok := counts[b.Name]; ok {
-				o.ObserveInt64(keys, n, at)
-			}
-		}
-		return nil
-	}, state, keys)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			for _, b := range r.Backends() {
-				if b == nil {
-					continue
-				}
-				cctx, ccancel := context.WithTimeout(ctx, cfg.CountTimeout)
-				n, err := b.countKeys(cctx)
-				ccancel()
-				mu.Lock()
-				if err == nil {
-					counts[b.Name] = n
-				} else {
-					delete(counts, b.Name) // no figure beats a stale one
-				}
-				mu.Unlock()
-			}
-			t := time.NewTimer(cfg.CountEvery)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		wg.Wait()
-		_ = reg.Unregister()
-	}, nil
-}
-
-// countKeys counts the lock keys of every engine of the backend.
-func (b *Backend) countKeys(ctx context.Context) (int64, error) {
-	b.mu.Lock()
-	engines := []*queue.Engine{b.Engine}
-	for _, e := range b.tenants {
-		engines = append(engines, e)
-	}
-	b.mu.Unlock()
-	var total int64
-	for _, e := range engines {
-		n, err := e.CountLocks(ctx)
-		if err != nil {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
-}
+// ScopeName is the instrumentation scope of the per-shard instruments:
+// the breaker transitions here, and the gauges package locks exports.
+const ScopeName = "github.com/leasegate/leasegate/shard"
 
 // TransitionCounter counts leasegate_breaker_transitions_total{shard, to}.
 type TransitionCounter struct {
@@ -136,7 +19,7 @@ type TransitionCounter struct {
 // BreakerTransitions returns a counter of breaker state changes; set its
 // OnStateChange as BreakerConfig.OnStateChange.
 func BreakerTransitions(mp metric.MeterProvider) (*TransitionCounter, error) {
-	c, err := mp.Meter(scopeName).Int64Counter("leasegate.breaker.transitions",
+	c, err := mp.Meter(ScopeName).Int64Counter("leasegate.breaker.transitions",
 		metric.WithDescription("Circuit breaker state changes per shard, by the state entered."))
 	if err != nil {
 		return nil, err

@@ -8,9 +8,17 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/leasegate/leasegate/queue"
 )
+
+// NameLister lists the lock names that hold keys in one cluster under a
+// key prefix. Step 4 of a change needs it to see whether a draining
+// cluster still holds names that moved away; shard does not know how lock
+// keys are laid out, so whoever owns the lock engines provides it
+// (locks.Names).
+type NameLister interface {
+	// ListNames lists the names with at least one key on cli under prefix.
+	ListNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error)
+}
 
 // Resharder changes the shard map without ever granting a name twice.
 //
@@ -50,6 +58,9 @@ type Resharder struct {
 	Dial func(name string, endpoints []string) (*clientv3.Client, error)
 	// Endpoints override the map's endpoints by cluster name.
 	Endpoints map[string][]string
+	// Names lists the lock names on a draining cluster; Sweep needs it and
+	// fails without it (Apply and BumpEpoch do not).
+	Names NameLister
 	// Progress, when set, receives one line per step.
 	Progress func(format string, args ...any)
 }
@@ -250,6 +261,9 @@ func (rs *Resharder) bumpCluster(ctx context.Context, c Cluster, to uint16) erro
 // when nothing drains any more, or with ctx's error (the map then still
 // lists what drains; run Sweep again).
 func (rs *Resharder) Sweep(ctx context.Context, every time.Duration) (Map, error) {
+	if rs.Names == nil {
+		return Map{}, errors.New("shard: Resharder.Names is not set; Sweep cannot list a draining cluster's names without it")
+	}
 	for {
 		snap, err := rs.Store.Load(ctx)
 		if err != nil {
@@ -312,7 +326,7 @@ func (rs *Resharder) movedNames(ctx context.Context, m Map, ring *Ring, d string
 		return 0, err
 	}
 	defer cli.Close()
-	names, err := queue.ListNames(ctx, cli, rs.prefix())
+	names, err := rs.Names.ListNames(ctx, cli, rs.prefix())
 	if err != nil {
 		return 0, err
 	}

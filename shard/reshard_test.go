@@ -1,12 +1,14 @@
 package shard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,7 +61,7 @@ func TestEpochLimit(t *testing.T) {
 	const prefix = "/limit"
 	store := NewStore(cliA, prefix)
 	before := storeAt(t, store, prefix, MaxJSONSafeEpoch, ca, cliA)
-	rs := &Resharder{Store: store, Prefix: prefix}
+	rs := &Resharder{Store: store, Prefix: prefix, Names: lockNames{}}
 
 	// The default limit: no change takes the epoch past 31, and the refusal
 	// says where the map is, what the limit is and why.
@@ -150,12 +152,12 @@ func TestMaxJSONSafeEpoch(t *testing.T) {
 	}
 }
 
-// grants takes and releases locks through a Router, the way a gateway
-// does: routed by the map in force and, when a cluster refuses the epoch,
-// again once a newer map is in force.
+// grants takes and releases locks the way a gateway does: routed by the
+// map in force and, when a cluster refuses the epoch, again once a newer
+// map is in force.
 type grants struct {
 	t   *testing.T
-	r   *Router
+	r   *testRouter
 	seq atomic.Int64
 }
 
@@ -163,17 +165,14 @@ func (g *grants) take(name string) queue.Grant {
 	g.t.Helper()
 	ctx := testCtx(g.t)
 	for attempt := 0; ; attempt++ {
-		rt, err := g.r.Route(name)
-		if err != nil {
-			g.t.Fatal(err)
-		}
-		res, err := rt.Backend.Engine.TryAcquire(ctx, queue.AcquireRequest{
+		eng, epoch := g.r.route(name)
+		res, err := eng.TryAcquire(ctx, queue.AcquireRequest{
 			Name: name, TTL: 10 * time.Second, ClientID: "test",
 			RequestID: fmt.Sprintf("req-%d", g.seq.Add(1)),
-			Epoch:     rt.Epoch, Guards: []clientv3.Cmp{rt.Guard},
+			Epoch:     epoch, Guards: []clientv3.Cmp{EpochCompare(g.r.prefix, epoch)},
 		})
 		if errors.Is(err, queue.ErrGuardFailed) && attempt < 3 {
-			if err := g.r.AwaitNewer(ctx, rt.Epoch); err != nil {
+			if err := g.r.AwaitNewer(ctx, epoch); err != nil {
 				g.t.Fatal(err)
 			}
 			continue
@@ -181,11 +180,89 @@ func (g *grants) take(name string) queue.Grant {
 		if err != nil || !res.Acquired {
 			g.t.Fatalf("TryAcquire(%q) = %+v, %v; want it granted", name, res, err)
 		}
-		if _, err := rt.Backend.Engine.Release(ctx, res.Grant.Handle, res.Grant.Token()); err != nil {
+		if _, err := eng.Release(ctx, res.Grant.Handle, res.Grant.Token()); err != nil {
 			g.t.Fatal(err)
 		}
 		return res.Grant
 	}
+}
+
+// testRouter routes names as package locks does for a gateway, by the ring
+// of the stored map in force, with one lock engine per cluster (shard's
+// tests cannot import locks, which imports shard).
+type testRouter struct {
+	t       *testing.T
+	store   *Store
+	prefix  string
+	mu      sync.Mutex
+	m       Map
+	engines map[string]*queue.Engine
+}
+
+// route returns the engine of the cluster that owns name under the map in
+// force, and the map's epoch.
+func (r *testRouter) route(name string) (*queue.Engine, uint16) {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ring, err := r.m.Ring()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	owner := ring.Locate(name)
+	if e, ok := r.engines[owner]; ok {
+		return e, r.m.Epoch
+	}
+	c, _ := r.m.Cluster(owner)
+	cli, err := DialCluster(c.Name, c.Endpoints)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	qc := queue.DefaultConfig()
+	qc.Prefix = r.prefix
+	e, err := queue.New(cli, qc)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { e.Close(); cli.Close() })
+	r.engines[owner] = e
+	return e, r.m.Epoch
+}
+
+// Map returns the map in force.
+func (r *testRouter) Map() Map {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m
+}
+
+// AwaitNewer reloads the stored map until one newer than epoch is in force.
+func (r *testRouter) AwaitNewer(ctx context.Context, epoch uint16) error {
+	for {
+		snap, err := r.store.Load(ctx)
+		if err != nil {
+			return err
+		}
+		if snap.Map.Epoch > epoch {
+			r.mu.Lock()
+			r.m = snap.Map
+			r.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lockNames lists lock names by the lock engine's key layout, as
+// locks.Names does for the gateway's resharder.
+type lockNames struct{}
+
+func (lockNames) ListNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
+	return queue.ListNames(ctx, cli, prefix)
 }
 
 // nameOn returns a lock name the ring puts on cluster.
@@ -202,16 +279,17 @@ func nameOn(t *testing.T, clusters []string, cluster string) string {
 	}
 }
 
-func newTestRouter(t *testing.T, home *clientv3.Client, initial Map, prefix string) *Router {
+func newTestRouter(t *testing.T, home *clientv3.Client, initial Map, prefix string) *testRouter {
 	t.Helper()
-	cfg := DefaultRouterConfig()
-	cfg.Prefix = prefix
-	r, err := NewRouter(testCtx(t), home, initial, cfg)
+	store := NewStore(home, prefix)
+	snap, err := store.Load(testCtx(t))
+	if errors.Is(err, ErrNoMap) {
+		snap, err = store.CompareAndSwap(testCtx(t), Snapshot{}, initial)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Close)
-	return r
+	return &testRouter{t: t, store: store, prefix: prefix, m: snap.Map, engines: map[string]*queue.Engine{}}
 }
 
 func TestBumpEpoch(t *testing.T) {
@@ -286,7 +364,7 @@ func TestBumpEpochRefusesAndResumes(t *testing.T) {
 	const prefix = "/bump-resume"
 	store := NewStore(cliA, prefix)
 	snap := storeAt(t, store, prefix, MinEpoch, ca, cliA)
-	rs := &Resharder{Store: store, Prefix: prefix}
+	rs := &Resharder{Store: store, Prefix: prefix, Names: lockNames{}}
 
 	// A resharding is pending: a bump does not hijack it.
 	if _, err := store.CompareAndSwap(ctx, snap, withPending(snap.Map, Map{Epoch: 2, Clusters: []Cluster{ca, cb}})); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/shard"
 )
 
@@ -169,6 +170,7 @@ func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Re
 	}
 	rs := &shard.Resharder{
 		Store: shard.NewStore(cli, f.prefix), Prefix: f.prefix, Endpoints: overrides, EpochLimit: f.maxEpoch,
+		Names:    locks.Names{},
 		Progress: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
 	}
 	return fn(ctx, rs)

@@ -21,6 +21,7 @@ import (
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/telemetry"
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -215,7 +216,7 @@ type Server struct {
 	embedded []*embedetcd.Server
 	home     *clientv3.Client
 	idKeys   *storedIDKeys
-	router   *shard.Router
+	router   *locks.Router
 	stopMet  func()
 	service  *gateway.Service
 	http     *http.Server
@@ -276,7 +277,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		}
 		cfg.Gateway.IDKeys = s.idKeys
 	}
-	if s.service, err = gateway.NewService(cfg.Gateway, gateway.ShardRouter{R: s.router}, s.log); err != nil {
+	if s.service, err = gateway.NewService(cfg.Gateway, s.router, s.log); err != nil {
 		return nil, err
 	}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
@@ -342,8 +343,8 @@ func (s *Server) Engines() []*queue.Engine {
 	return out
 }
 
-// Router is the shard router.
-func (s *Server) Router() *shard.Router { return s.router }
+// Router is the router that owns the clusters' lock engines.
+func (s *Server) Router() *locks.Router { return s.router }
 
 // Done delivers the serve loop's end.
 func (s *Server) Done() <-chan error { return s.served }
@@ -402,7 +403,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 		return fmt.Errorf("etcd cluster %q: %w", clusters[0].Name, err)
 	}
 	s.home = home
-	rc := shard.DefaultRouterConfig()
+	rc := locks.DefaultRouterConfig()
 	rc.Prefix = s.cfg.Prefix
 	rc.Endpoints = overrides
 	rc.Log = s.log
@@ -417,7 +418,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	}
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if s.router, err = shard.NewRouter(lctx, home, initial, rc); err != nil {
+	if s.router, err = locks.NewRouter(lctx, home, initial, rc); err != nil {
 		return err
 	}
 	if s.stopMet, err = s.registerRouterMetrics(s.router, s.cfg.Telemetry, s.cfg.KeyCountInterval); err != nil {

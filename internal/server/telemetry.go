@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/telemetry"
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -20,7 +21,7 @@ func gatewayTelemetry(p *telemetry.Providers) gateway.Telemetry {
 
 // instrumentRouter gives the engines their tracer and meter and counts
 // breaker transitions, keeping any hook the configuration already has.
-func (s *Server) instrumentRouter(rc *shard.RouterConfig, p *telemetry.Providers) error {
+func (s *Server) instrumentRouter(rc *locks.RouterConfig, p *telemetry.Providers) error {
 	if p == nil {
 		return nil
 	}
@@ -47,7 +48,7 @@ func (s *Server) instrumentRouter(rc *shard.RouterConfig, p *telemetry.Providers
 
 // registerRouterMetrics exports the per-shard gauges; the returned
 // function stops them.
-func (s *Server) registerRouterMetrics(r *shard.Router, p *telemetry.Providers, every time.Duration) (func(), error) {
+func (s *Server) registerRouterMetrics(r *locks.Router, p *telemetry.Providers, every time.Duration) (func(), error) {
 	if p == nil || p.MeterProvider == nil {
 		return nil, nil
 	}
@@ -56,7 +57,7 @@ func (s *Server) registerRouterMetrics(r *shard.Router, p *telemetry.Providers, 
 			s.transitions.Touch(b.Name)
 		}
 	}
-	return r.RegisterMetrics(p.MeterProvider, shard.MetricsConfig{CountEvery: every})
+	return r.RegisterMetrics(p.MeterProvider, locks.MetricsConfig{CountEvery: every})
 }
 
 // withMetrics serves GET /metrics beside h when the providers have a

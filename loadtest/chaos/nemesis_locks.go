@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasegate/leasegate/internal/netfault"
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/shard"
 )
 
@@ -98,7 +99,7 @@ func (n *nemesis) reshard(ctx context.Context, in *Injection) error {
 		eps[c.Name] = c.Endpoints()
 		all = append(all, shard.Cluster{Name: c.Name, Endpoints: c.Endpoints()})
 	}
-	rs := &shard.Resharder{Store: shard.NewStore(h.Clusters[0].Client, ""), Endpoints: eps}
+	rs := &shard.Resharder{Store: shard.NewStore(h.Clusters[0].Client, ""), Endpoints: eps, Names: locks.Names{}}
 	target := all
 	if len(h.clustersInMap()) == len(all) {
 		target = all[:1]

@@ -198,11 +198,11 @@ func (b *Bed) onHome(ctx context.Context, name string) (bool, error) {
 	case b.HomeShard == "":
 		return true, nil
 	case b.srv != nil:
-		r, err := b.srv.Router().Route(name)
+		r, err := b.srv.Router().Route(name, "")
 		if err != nil {
 			return false, err
 		}
-		return r.Backend.Name == b.HomeShard, nil
+		return r.Shard == b.HomeShard, nil
 	}
 	// An external gateway: ask it, by taking the lock once.
 	l, err := b.probe.TryAcquire(ctx, name, client.WithTTL(5*time.Second))

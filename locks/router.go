@@ -1,128 +1,33 @@
-package shard
+package locks
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
-
-// Backend is one etcd cluster as the gateway uses it: a client, the lock
-// engine over it and its circuit breaker.
-type Backend struct {
-	// Name is the cluster's name in the shard map.
-	Name string
-	// Client is the etcd client.
-	Client *clientv3.Client
-	// Engine is the lock engine over Client.
-	Engine *queue.Engine
-	// Breaker guards bounded calls to the cluster.
-	Breaker *Breaker
-
-	qcfg       queue.Config
-	maxTenants int
-	mu         sync.Mutex
-	tenants    map[string]*queue.Engine
-}
-
-// idleTenant is how long a tenant's engine must have been unused before it
-// may be closed to make room for another.
-var idleTenant = time.Minute
-
-// TenantEngine returns the engine for tenant's locks on this cluster; each
-// tenant's keys live under <prefix>/t/<tenant>. The empty tenant is Engine.
-//
-// Engines are cached, at most RouterConfig.MaxTenantEngines of them: past
-// the bound, engines idle for a minute are closed to make room (an engine
-// that has a call, a wait or a background task never is), so the tenant
-// names an issuer signs cannot grow a gateway's memory without end. When
-// every cached engine is busy the bound is exceeded rather than a call
-// refused.
-func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
-	if tenant == "" {
-		return b.Engine, nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if e, ok := b.tenants[tenant]; ok {
-		e.Touch()
-		return e, nil
-	}
-	if b.maxTenants > 0 && len(b.tenants) >= b.maxTenants {
-		for t, e := range b.tenants {
-			if e.Idle(idleTenant) {
-				delete(b.tenants, t)
-				e.Close()
-				if len(b.tenants) < b.maxTenants {
-					break
-				}
-			}
-		}
-	}
-	qc := b.qcfg
-	qc.Prefix = qc.Prefix + "/t/" + tenant
-	e, err := queue.New(b.Client, qc)
-	if err != nil {
-		return nil, err
-	}
-	if b.tenants == nil {
-		b.tenants = map[string]*queue.Engine{}
-	}
-	b.tenants[tenant] = e
-	return e, nil
-}
-
-// tenantEngines counts the cached tenant engines.
-func (b *Backend) tenantEngines() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.tenants)
-}
-
-func (b *Backend) close() {
-	b.mu.Lock()
-	for _, e := range b.tenants {
-		e.Close()
-	}
-	b.tenants = nil
-	b.mu.Unlock()
-	b.Engine.Close()
-	b.Client.Close()
-}
-
-// Route is where a name's calls go under the map in force.
-type Route struct {
-	// Backend owns the name under the map in force.
-	Backend *Backend
-	// Epoch is the map's epoch; new waiters are enqueued under it.
-	Epoch uint16
-	// Guard fences enqueues: it holds only while the cluster obeys Epoch.
-	Guard clientv3.Cmp
-	// Previous is the cluster the name is moving away from while that
-	// cluster drains; nil when the name did not move.
-	Previous *Backend
-}
 
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// Prefix is the etcd key prefix shared with the engines. Default
-	// DefaultPrefix.
+	// shard.DefaultPrefix.
 	Prefix string
 	// Queue configures each cluster's engine; its Prefix is set to Prefix.
 	Queue queue.Config
 	// Breaker configures each cluster's breaker.
-	Breaker BreakerConfig
+	Breaker shard.BreakerConfig
 	// Endpoints, by cluster name, override the endpoints stored in the map
 	// with what this process knows (embedded clusters, local addresses).
 	Endpoints map[string][]string
-	// Dial connects to a cluster. Default: clientv3.New with keepalives.
+	// Dial connects to a cluster. Default shard.DialCluster.
 	Dial func(name string, endpoints []string) (*clientv3.Client, error)
 	// Watch follows the stored map; without it the router only reloads
 	// when asked. Default true through DefaultRouterConfig.
@@ -137,36 +42,26 @@ type RouterConfig struct {
 // DefaultRouterConfig returns the documented defaults.
 func DefaultRouterConfig() RouterConfig {
 	return RouterConfig{
-		Prefix:           DefaultPrefix,
+		Prefix:           shard.DefaultPrefix,
 		Queue:            queue.DefaultConfig(),
-		Breaker:          DefaultBreakerConfig(),
+		Breaker:          shard.DefaultBreakerConfig(),
 		Watch:            true,
 		MaxTenantEngines: 10_000,
 	}
 }
 
-// DialCluster is the default Dial: a client with TCP keepalives, so a
-// silently dropped connection surfaces as an error instead of a stuck watch.
-func DialCluster(_ string, endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints:            endpoints,
-		DialTimeout:          5 * time.Second,
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
-		Logger:               zap.NewNop(),
-	})
-}
-
-// Router routes lock names to clusters by the shard map stored in the home
-// cluster, and follows it as it changes. It is safe for concurrent use.
+// Router routes lock names to the engines of the clusters that own them,
+// by the shard map stored in the home cluster, and follows the map as it
+// changes. It owns every cluster's client, engines and breaker. It is safe
+// for concurrent use.
 type Router struct {
 	cfg   RouterConfig
-	store *Store
+	store *shard.Store
 
 	mu       sync.RWMutex
-	m        Map
-	ring     *Ring
-	prev     *Ring
+	m        shard.Map
+	ring     *shard.Ring
+	prev     *shard.Ring
 	draining map[string]bool
 	backends map[string]*Backend
 	changed  chan struct{} // closed and replaced on every applied map
@@ -177,14 +72,14 @@ type Router struct {
 
 // NewRouter loads the map from the home cluster, storing initial if none
 // is stored yet, dials every cluster it names and starts following it.
-func NewRouter(ctx context.Context, home *clientv3.Client, initial Map, cfg RouterConfig) (*Router, error) {
+func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cfg RouterConfig) (*Router, error) {
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = shard.DefaultPrefix
 	}
-	cfg.Prefix = normPrefix(cfg.Prefix)
+	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
 	cfg.Queue.Prefix = cfg.Prefix
 	if cfg.Dial == nil {
-		cfg.Dial = DialCluster
+		cfg.Dial = shard.DialCluster
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -195,19 +90,19 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial Map, cfg Rout
 	if err := cfg.Breaker.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, store: NewStore(home, cfg.Prefix), backends: map[string]*Backend{}, changed: make(chan struct{})}
+	r := &Router{cfg: cfg, store: shard.NewStore(home, cfg.Prefix), backends: map[string]*Backend{}, changed: make(chan struct{})}
 	snap, err := r.store.Load(ctx)
-	if errors.Is(err, ErrNoMap) {
+	if errors.Is(err, shard.ErrNoMap) {
 		if err = initial.Validate(); err != nil {
 			return nil, err
 		}
-		snap, err = r.store.CompareAndSwap(ctx, Snapshot{}, initial)
-		if errors.Is(err, ErrMapConflict) {
+		snap, err = r.store.CompareAndSwap(ctx, shard.Snapshot{}, initial)
+		if errors.Is(err, shard.ErrMapConflict) {
 			snap, err = r.store.Load(ctx)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("shard: load the shard map: %w", err)
+		return nil, fmt.Errorf("locks: load the shard map: %w", err)
 	}
 	if err := r.apply(snap.Map); err != nil {
 		r.Close()
@@ -231,7 +126,7 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial Map, cfg Rout
 
 // apply makes m the map in force, dialling clusters it names for the first
 // time. Maps older than the one in force are ignored.
-func (r *Router) apply(m Map) error {
+func (r *Router) apply(m shard.Map) error {
 	ring, err := m.Ring()
 	if err != nil {
 		return err
@@ -245,7 +140,7 @@ func (r *Router) apply(m Map) error {
 	if r.ring != nil && m.Epoch < r.m.Epoch {
 		return nil
 	}
-	for _, c := range append(append([]Cluster(nil), m.Clusters...), m.Previous...) {
+	for _, c := range append(append([]shard.Cluster(nil), m.Clusters...), m.Previous...) {
 		if _, ok := r.backends[c.Name]; ok {
 			continue
 		}
@@ -268,14 +163,14 @@ func (r *Router) apply(m Map) error {
 	return nil
 }
 
-func (r *Router) dial(c Cluster) (*Backend, error) {
+func (r *Router) dial(c shard.Cluster) (*Backend, error) {
 	eps := c.Endpoints
 	if o, ok := r.cfg.Endpoints[c.Name]; ok {
 		eps = o
 	}
 	cli, err := r.cfg.Dial(c.Name, eps)
 	if err != nil {
-		return nil, fmt.Errorf("shard: dial cluster %q: %w", c.Name, err)
+		return nil, fmt.Errorf("locks: dial cluster %q: %w", c.Name, err)
 	}
 	qc := r.cfg.Queue
 	qc.Telemetry.Cluster = c.Name
@@ -285,7 +180,7 @@ func (r *Router) dial(c Cluster) (*Backend, error) {
 		return nil, err
 	}
 	bc := r.cfg.Breaker
-	br, err := NewBreaker(c.Name, bc)
+	br, err := shard.NewBreaker(c.Name, bc)
 	if err != nil {
 		eng.Close()
 		cli.Close()
@@ -294,18 +189,64 @@ func (r *Router) dial(c Cluster) (*Backend, error) {
 	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: qc, maxTenants: r.cfg.MaxTenantEngines}, nil
 }
 
-// Route returns where name's calls go under the map in force.
-func (r *Router) Route(name string) (Route, error) {
+// Route returns where name's calls go under the map in force, with the
+// engine for tenant's keys ("" is the unnamed tenant): the cluster that
+// owns the name, the epoch and guard new waiters enqueue under, and, while
+// the name drains from the cluster that owned it before a resharding, that
+// cluster as Previous.
+func (r *Router) Route(name, tenant string) (Target, error) {
 	r.mu.RLock()
-	defer r.mu.RUnlock()
 	owner := r.ring.Locate(name)
-	rt := Route{Backend: r.backends[owner], Epoch: r.m.Epoch, Guard: EpochCompare(r.cfg.Prefix, r.m.Epoch)}
+	b, epoch := r.backends[owner], r.m.Epoch
+	var prev *Backend
 	if len(r.draining) > 0 && r.prev != nil {
 		if p := r.prev.Locate(name); p != owner && r.draining[p] {
-			rt.Previous = r.backends[p]
+			prev = r.backends[p]
 		}
 	}
-	return rt, nil
+	r.mu.RUnlock()
+	if b == nil {
+		return Target{}, fmt.Errorf("%w: no client for the shard that owns the name", shard.ErrShardUnavailable)
+	}
+	t, err := b.target(tenant)
+	if err != nil {
+		return Target{}, err
+	}
+	t.Epoch, t.Guards = epoch, []clientv3.Cmp{shard.EpochCompare(r.cfg.Prefix, epoch)}
+	if prev != nil {
+		p, err := prev.target(tenant)
+		if err != nil {
+			return Target{}, err
+		}
+		t.Previous = &p
+	}
+	return t, nil
+}
+
+// Lookup returns the cluster called name, including clusters the map in
+// force keeps only while they drain, with the engine for tenant's keys:
+// for ids that name their shard. A name this router does not know is
+// ErrUnknownShard.
+func (r *Router) Lookup(name, tenant string) (Target, error) {
+	b, ok := r.Backend(name)
+	if !ok {
+		return Target{}, fmt.Errorf("%w %q", ErrUnknownShard, name)
+	}
+	return b.target(tenant)
+}
+
+// All returns every cluster names are hashed over, in map order, with the
+// engines for tenant's keys: for sessions, which hold a lease on each.
+func (r *Router) All(tenant string) ([]Target, error) {
+	var out []Target
+	for _, b := range r.Backends() {
+		t, err := b.target(tenant)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // Backend returns the cluster called name, including clusters the map in
@@ -329,7 +270,7 @@ func (r *Router) Backends() []*Backend {
 }
 
 // Map returns the map in force.
-func (r *Router) Map() Map {
+func (r *Router) Map() shard.Map {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.m
@@ -357,7 +298,7 @@ func (r *Router) AwaitNewer(ctx context.Context, epoch uint16) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("shard: no map newer than epoch %d yet: %w", epoch, ctx.Err())
+			return fmt.Errorf("locks: no map newer than epoch %d yet: %w", epoch, ctx.Err())
 		case <-ch:
 		case <-t.C:
 		}

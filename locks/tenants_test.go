@@ -1,4 +1,4 @@
-package shard
+package locks
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // The tenant engines a backend caches are bounded: past the bound, idle
@@ -16,7 +17,7 @@ func TestTenantEnginesAreBounded(t *testing.T) {
 	cfg := DefaultRouterConfig()
 	cfg.Prefix = "/tenants"
 	cfg.MaxTenantEngines = 3
-	r, err := NewRouter(testCtx(t), a.Client(), Map{Epoch: MinEpoch, Clusters: []Cluster{member("a", a)}}, cfg)
+	r, err := NewRouter(testCtx(t), a.Client(), shard.Map{Epoch: shard.MinEpoch, Clusters: []shard.Cluster{{Name: "a", Endpoints: []string{a.Endpoint()}}}}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

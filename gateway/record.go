@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+)
+
+// callRecord is what a call learned that its telemetry is labelled by.
+// The Connect interceptor or the REST wrapper puts one in the call's
+// context; the handler that routes and answers fills it in; the wrapper
+// reads it when the call returns. So a metric's shard and outcome are the
+// ones the handler acted on, never re-derived from the request or the
+// response. Without telemetry there is no record, and filling it in does
+// nothing.
+type callRecord struct {
+	mu      sync.Mutex // a streaming Acquire reports queue positions from another goroutine
+	shard   string
+	outcome string
+	loss    string
+	err     error
+}
+
+type recordKey struct{}
+
+// withRecord returns ctx carrying a new record.
+func withRecord(ctx context.Context) (context.Context, *callRecord) {
+	r := &callRecord{}
+	return context.WithValue(ctx, recordKey{}, r), r
+}
+
+// recordOf returns ctx's record, or nil.
+func recordOf(ctx context.Context) *callRecord {
+	r, _ := ctx.Value(recordKey{}).(*callRecord)
+	return r
+}
+
+// setShard records the shard the call went to: the one it was routed to,
+// then the one that granted it.
+func (r *callRecord) setShard(shard string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.shard = shard
+	r.mu.Unlock()
+}
+
+// setOutcome records an outcome that is not an error ("busy", "not_held").
+func (r *callRecord) setOutcome(outcome string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.outcome = outcome
+	r.mu.Unlock()
+}
+
+// setLoss records a lease found lost, by reason (expired, stolen,
+// waiter_lease_lost, session_lost), when the answer carries no error that
+// says so (a REST renew answers a lost lock with a body).
+func (r *callRecord) setLoss(reason string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.loss = reason
+	r.mu.Unlock()
+}
+
+// setErr records the error a REST call answered with, as the Connect error
+// it was translated to.
+func (r *callRecord) setErr(err error) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.err = err
+	r.mu.Unlock()
+}
+
+// read returns the record: the shard ("unknown" when the call never got
+// as far as routing), any outcome and loss set, and the REST error.
+func (r *callRecord) read() (shard, outcome, loss string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	shard = r.shard
+	if shard == "" {
+		shard = "unknown"
+	}
+	return shard, r.outcome, r.loss, r.err
+}
+
+// currentShard is the shard recorded so far, "" before routing.
+func (r *callRecord) currentShard() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.shard
+}

@@ -1,0 +1,124 @@
+package locks
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
+)
+
+// Backend is one etcd cluster of the shard map as the gateway uses it: a
+// client, the lock engines over it (the unnamed tenant's and one per tenant
+// served) and its circuit breaker. The Router that dialled it closes it.
+type Backend struct {
+	// Name is the cluster's name in the shard map.
+	Name string
+	// Client is the etcd client.
+	Client *clientv3.Client
+	// Engine is the lock engine over Client.
+	Engine *queue.Engine
+	// Breaker guards bounded calls to the cluster.
+	Breaker *shard.Breaker
+
+	qcfg       queue.Config
+	maxTenants int
+	mu         sync.Mutex
+	tenants    map[string]*queue.Engine
+}
+
+// idleTenant is how long a tenant's engine must have been unused before it
+// may be closed to make room for another.
+var idleTenant = time.Minute
+
+// TenantEngine returns the engine for tenant's locks on this cluster; each
+// tenant's keys live under <prefix>/t/<tenant>. The empty tenant is Engine.
+//
+// Engines are cached, at most RouterConfig.MaxTenantEngines of them: past
+// the bound, engines idle for a minute are closed to make room (an engine
+// that has a call, a wait or a background task never is), so the tenant
+// names an issuer signs cannot grow a gateway's memory without end. When
+// every cached engine is busy the bound is exceeded rather than a call
+// refused.
+func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
+	if tenant == "" {
+		return b.Engine, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.tenants[tenant]; ok {
+		e.Touch()
+		return e, nil
+	}
+	if b.maxTenants > 0 && len(b.tenants) >= b.maxTenants {
+		for t, e := range b.tenants {
+			if e.Idle(idleTenant) {
+				delete(b.tenants, t)
+				e.Close()
+				if len(b.tenants) < b.maxTenants {
+					break
+				}
+			}
+		}
+	}
+	qc := b.qcfg
+	qc.Prefix = qc.Prefix + "/t/" + tenant
+	e, err := queue.New(b.Client, qc)
+	if err != nil {
+		return nil, err
+	}
+	if b.tenants == nil {
+		b.tenants = map[string]*queue.Engine{}
+	}
+	b.tenants[tenant] = e
+	return e, nil
+}
+
+// tenantEngines counts the cached tenant engines.
+func (b *Backend) tenantEngines() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.tenants)
+}
+
+func (b *Backend) close() {
+	b.mu.Lock()
+	for _, e := range b.tenants {
+		e.Close()
+	}
+	b.tenants = nil
+	b.mu.Unlock()
+	b.Engine.Close()
+	b.Client.Close()
+}
+
+// target is the backend as a call for tenant's keys sees it.
+func (b *Backend) target(tenant string) (Target, error) {
+	e, err := b.TenantEngine(tenant)
+	if err != nil {
+		return Target{}, err
+	}
+	return Target{Shard: b.Name, Engine: e, Backend: b}, nil
+}
+
+// countKeys counts the lock keys of every engine of the backend.
+func (b *Backend) countKeys(ctx context.Context) (int64, error) {
+	b.mu.Lock()
+	engines := []*queue.Engine{b.Engine}
+	for _, e := range b.tenants {
+		engines = append(engines, e)
+	}
+	b.mu.Unlock()
+	var total int64
+	for _, e := range engines {
+		n, err := e.CountLocks(ctx)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}

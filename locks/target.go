@@ -1,0 +1,39 @@
+package locks
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/queue"
+)
+
+// Target is the shard one call goes to, as [Router.Route] or
+// [Router.Lookup] found it: route a name once per call and pass the Target
+// down.
+type Target struct {
+	// Shard names the etcd cluster.
+	Shard string
+	// Engine is the lock engine for the call's tenant on that cluster.
+	Engine *queue.Engine
+	// Backend is the cluster: its client and circuit breaker.
+	Backend *Backend
+	// Epoch is the shard-map epoch new waiters are enqueued under; zero
+	// for a Target found by Lookup, which serves only existing locks and
+	// sessions.
+	Epoch uint16
+	// Guards fence new enqueues (see queue.AcquireRequest.Guards): they
+	// hold only while the cluster obeys Epoch.
+	Guards []clientv3.Cmp
+	// Previous is the shard the name is moving away from while it drains;
+	// nil when the name did not move. A waiter on this shard is granted
+	// only once Previous holds no key of the name.
+	Previous *Target
+}
+
+// Call runs fn through the shard's circuit breaker: an open breaker fails
+// it at once with an error wrapping shard.ErrShardUnavailable. It blocks
+// for as long as fn does; bound fn's work with ctx.
+func (t Target) Call(ctx context.Context, fn func(context.Context) error) error {
+	return t.Backend.Breaker.Execute(ctx, fn)
+}
