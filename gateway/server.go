@@ -126,10 +126,10 @@ func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 func (h *Health) ping(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if time.Since(h.checked) < time.Second {
+	if h.svc.clk.Now().Sub(h.checked) < time.Second {
 		return h.last
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := h.svc.withTimeout(ctx, 2*time.Second, nil)
 	defer cancel()
 	targets := h.svc.router.All()
 	errs := make([]error, len(targets))
@@ -152,7 +152,7 @@ func (h *Health) ping(ctx context.Context) error {
 		h.shards[t.Shard] = "ok"
 		err = nil
 	}
-	h.checked, h.last = time.Now(), err
+	h.checked, h.last = h.svc.clk.Now(), err
 	return err
 }
 

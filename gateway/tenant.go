@@ -44,7 +44,7 @@ func (s *Service) lookup(id Identity, shard string) (Target, error) {
 func (s *Service) checkKeys(ctx context.Context, id Identity, t Target) error {
 	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, func(ctx context.Context) (int64, error) {
 		var n int64
-		cctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+		cctx, cancel := s.storeTimeout(ctx)
 		defer cancel()
 		err := t.call(cctx, func(ctx context.Context) error {
 			var err error
