@@ -15,7 +15,7 @@ import (
 // wantFence asserts CheckFence(name, token) answers live and current.
 func wantFence(t *testing.T, g *gw, name string, token int64, live bool, current int64) {
 	t.Helper()
-	resp, err := g.client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: name, FencingToken: token}))
+	resp, err := g.Client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: name, FencingToken: token}))
 	if err != nil {
 		t.Fatalf("CheckFence(%q, %d) = %v; want an answer", name, token, err)
 	}
@@ -30,12 +30,12 @@ func wantFence(t *testing.T, g *gw, name string, token int64, live bool, current
 // name must need no escaping in keys.
 func revokeHolder(t *testing.T, g *gw, cli *clientv3.Client, name string) {
 	t.Helper()
-	resp, err := cli.Get(ctxT(t), g.prefix()+"/locks/"+name+"/", clientv3.WithFirstCreate()...)
+	resp, err := cli.Get(ctxT(t), g.Prefix+"/locks/"+name+"/", clientv3.WithFirstCreate()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
-		t.Fatalf("no holder key with a lease under %s/locks/%s/", g.prefix(), name)
+		t.Fatalf("no holder key with a lease under %s/locks/%s/", g.Prefix, name)
 	}
 	// A revoke deletes the lease's keys in the same raft entry, exactly
 	// as an expiry does, so nothing needs awaiting afterwards.
@@ -133,7 +133,7 @@ func TestCheckFenceInvalidArgument(t *testing.T) {
 		{"cf-invalid", 0, "fencing_token"},
 		{"cf-invalid", -7, "fencing_token"},
 	} {
-		_, err := g.client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: tc.name, FencingToken: tc.token}))
+		_, err := g.Client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: tc.name, FencingToken: tc.token}))
 		if codeOf(err) != connect.CodeInvalidArgument {
 			t.Errorf("CheckFence(%.20q, %d) = %v; want invalid_argument", tc.name, tc.token, err)
 			continue

@@ -53,7 +53,7 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 		c.Gateway.Limits.MaxWaitersPerName = 64
 		c.Gateway.Limits.MaxWaitersPerTenant = 200
 	})
-	a, b := g.as(tokenA), g.as(tokenB)
+	a, b := as(g, tokenA), as(g, tokenB)
 	cycles(t, b, "warm-up", 20, nil)
 
 	// Tenant a floods one name with waiters (more than its cap) and sends a

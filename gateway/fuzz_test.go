@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/gateway"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 )
@@ -119,7 +119,7 @@ func fuzzService(t testing.TB) *fuzzTarget {
 			return
 		}
 		qc := queue.DefaultConfig()
-		qc.Prefix = fmt.Sprintf("/fuzz/%d", prefixSeq.Add(1))
+		qc.Prefix = gwtest.NewPrefix()
 		eng, err := queue.New(cli, qc)
 		if err != nil {
 			fuzzErr = err
