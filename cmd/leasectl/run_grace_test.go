@@ -24,7 +24,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 	const slack = 100 * time.Millisecond
 	log := filepath.Join(t.TempDir(), "log")
 	script := `trap 'echo "term $(date +%s%N)" >> "$1"' TERM; echo "ready $$"; while :; do sleep 0.01; done`
-	cmd := command(t, nil, "--endpoint", g.url, "--timeout", "1s", "run", "--lock", "deadline",
+	cmd := command(t, nil, "--endpoint", g.URL, "--timeout", "1s", "run", "--lock", "deadline",
 		"--ttl", ttl.String(), "--grace", grace.String(), "--", "sh", "-c", script, "sh", log)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -48,7 +48,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 	// connections and stops answering at once.
 	dead, cancel := context.WithCancel(context.Background())
 	cancel()
-	_ = g.srv.Shutdown(dead)
+	_ = g.Server.Shutdown(dead)
 	// Every request a gateway confirmed was sent before now, so the lock's
 	// deadline is at most stopped + TTL − margin, and the lease lapses no
 	// sooner than that deadline.
@@ -105,7 +105,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 // message names the bound.
 func TestRunRefusesGraceAboveTTLThird(t *testing.T) {
 	g := startGateway(t)
-	r := run(t, nil, "--endpoint", g.url, "run", "--lock", "graceful", "--ttl", "3s", "--grace", "2s", "--", "sh", "-c", "echo ran")
+	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "graceful", "--ttl", "3s", "--grace", "2s", "--", "sh", "-c", "echo ran")
 	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "at most TTL/3 (1s for --ttl 3s)") {
 		t.Errorf("run --ttl 3s --grace 2s exited %d, stdout %q, stderr %q; want %d, CMD not run, a message naming the bound 1s",
 			r.code, r.stdout, r.stderr, exitUsage)

@@ -34,7 +34,7 @@ func TestRunStopSignalBeforeStart(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	root := newRootCmd(&stdout)
-	root.SetArgs([]string{"--endpoint", g.url, "run", "--lock", "early", "--", "sh", "-c", `touch "$1"`, "sh", ran})
+	root.SetArgs([]string{"--endpoint", g.URL, "run", "--lock", "early", "--", "sh", "-c", `touch "$1"`, "sh", ran})
 	code := exitCode(root.ExecuteContext(ctxT(t)), &stderr)
 	if code != 128+int(syscall.SIGTERM) {
 		t.Errorf("leasectl run exited %d, stderr %q; want %d", code, stderr.String(), 128+int(syscall.SIGTERM))
@@ -64,15 +64,15 @@ func awaitCond(t *testing.T, within time.Duration, what string, cond func() bool
 // 128+N.
 func TestRunStopSignalWhileWaiting(t *testing.T) {
 	g := startGateway(t)
-	held := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "try", "queued", "--ttl", "10s"))
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "queued", "--", "sh", "-c", "echo ran")
+	held := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "try", "queued", "--ttl", "10s"))
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "queued", "--", "sh", "-c", "echo ran")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	awaitCond(t, 10*time.Second, "leasectl run to queue", func() bool {
-		return decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "describe", "queued"))["waiters"] == float64(1)
+		return decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "describe", "queued"))["waiters"] == float64(1)
 	})
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestRunStopSignalWhileWaiting(t *testing.T) {
 		t.Errorf("leasectl run interrupted while waiting exited %d, stdout %q, stderr %q; want %d and CMD not run",
 			code, stdout.String(), stderr.String(), 128+int(syscall.SIGINT))
 	}
-	runOK(t, "--endpoint", g.url, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
+	runOK(t, "--endpoint", g.URL, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
 }
 
 // familyScript starts a grandchild that ignores every stop signal, so that
@@ -111,7 +111,7 @@ func startFamily(t *testing.T, g *gateway, lock, then string, ownGroup bool) *ru
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", lock, "--ttl", "30s", "--", "sh", "-c", familyScript, "sh", then, fifo)
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", lock, "--ttl", "30s", "--", "sh", "-c", familyScript, "sh", then, fifo)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func liveProcesses(t *testing.T) []procInfo {
 // released it rather than leaving it to lapse at its TTL.
 func assertReleased(t *testing.T, g *gateway, lock string) {
 	t.Helper()
-	if r := run(t, nil, "--endpoint", g.url, "-o", "json", "try", lock); r.code != 0 {
+	if r := run(t, nil, "--endpoint", g.URL, "-o", "json", "try", lock); r.code != 0 {
 		t.Errorf("lock %q not free after leasectl run exited: try exited %d: %s%s", lock, r.code, r.stdout, r.stderr)
 	}
 }
@@ -283,7 +283,7 @@ func TestRunKilledTakesCommandGroup(t *testing.T) {
 // SIGUSR1 and SIGUSR2 are forwarded to CMD and do not stop it.
 func TestRunRelaysUserSignals(t *testing.T) {
 	g := startGateway(t)
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "usr", "--", "sh", "-c",
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "usr", "--", "sh", "-c",
 		`trap 'echo usr1' USR1; trap 'echo usr2' USR2; trap 'exit 0' TERM; echo ready; while :; do sleep 0.01; done`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -355,7 +355,7 @@ func childrenOf(t *testing.T, pid int) []int {
 func TestRunStopSignalEscalatesAfterGrace(t *testing.T) {
 	g := startGateway(t)
 	const grace = 300 * time.Millisecond
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "stubborn", "--grace", grace.String(), "--",
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "stubborn", "--grace", grace.String(), "--",
 		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.01; done`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

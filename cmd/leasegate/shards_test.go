@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
@@ -88,22 +89,9 @@ func TestShardsBadInput(t *testing.T) {
 // and returns a client of it.
 func startGateway(t *testing.T, prefix string, noMapWatch bool, clusters ...server.Cluster) *client.Client {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = prefix
-	cfg.Clusters = clusters
-	cfg.NoMapWatch = noMapWatch
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	c, err := client.New([]string{srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	g := gwtest.Start(t, nil, gwtest.Prefix(prefix), gwtest.Clusters(clusters...),
+		gwtest.Configure(func(c *server.Config) { c.NoMapWatch = noMapWatch }))
+	return g.SDK(t)
 }
 
 // grant takes name through c, releases it and returns its token.
