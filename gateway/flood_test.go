@@ -11,8 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/timingtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -45,8 +45,16 @@ func p99(lat []time.Duration) time.Duration {
 	return s[len(s)*99/100]
 }
 
+// A tenant that floods the gateway is refused, and another tenant is served
+// all along. Whether the other's tail latency stays within 2× of its quiet
+// one is judged only with LEASEGATE_TIMING=1 (internal/timingtest): it
+// measures the machine as much as the gateway.
 func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
-	etcdtest.Exclusive(t) // judges tail latency: not beside the chaos harness
+	judge := timingtest.Enabled()
+	attempts, rounds := 1, 1
+	if judge {
+		attempts, rounds = 3, 6
+	}
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Limits.TenantAcquireRate = 200
 		c.Gateway.Limits.TenantAcquireBurst = 50
@@ -105,9 +113,9 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 	// made up to three times, and fails only if every one exceeds 2×. A
 	// gateway that let one tenant starve another exceeds it every time.
 	var ratios []float64
-	for attempt := range 3 {
+	for attempt := range attempts {
 		var quiet, flooded []time.Duration
-		for round := range 6 {
+		for round := range rounds {
 			flooding.Store(false)
 			quiet = cycles(t, b, fmt.Sprintf("quiet-%d-%d", attempt, round), 35, quiet)
 			flooding.Store(true)
@@ -117,6 +125,9 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 		ratio := float64(p99(flooded)) / float64(p99(quiet))
 		t.Logf("tenant b p99: quiet %s, while tenant a floods %s (%.2f×); %d of a's requests refused so far",
 			p99(quiet), p99(flooded), ratio, refused.Load())
+		if !judge {
+			break
+		}
 		if p50 := slices.Sorted(slices.Values(quiet))[len(quiet)/2]; p50 > 20*time.Millisecond {
 			// A quiet cycle normally takes a few milliseconds; a median this
 			// slow means the machine is saturated by other work, and tail
@@ -133,7 +144,7 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 	if refused.Load() == 0 {
 		t.Error("the flood was never refused: the limits did not engage")
 	}
-	if slices.Min(ratios) > 2 {
+	if judge && slices.Min(ratios) > 2 {
 		t.Errorf("tenant b p99 ratios %.2f while tenant a floods; want one within 2× of its quiet p99", ratios)
 	}
 }

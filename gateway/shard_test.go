@@ -13,6 +13,7 @@ import (
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/timingtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -238,7 +239,9 @@ func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeUnavailable || reasonOf(err) != "SHARD_UNAVAILABLE" {
 			t.Fatalf("TryAcquire with the breaker open = %v (%q); want unavailable, SHARD_UNAVAILABLE", err, reasonOf(err))
 		}
-		if d > 100*time.Millisecond {
+		// SHARD_UNAVAILABLE is the breaker's own answer; how fast it comes
+		// is a timing judgement (internal/timingtest).
+		if timingtest.Enabled() && d > 100*time.Millisecond {
 			t.Errorf("fast-fail took %s; the breaker should answer without waiting on etcd", d)
 		}
 	}
