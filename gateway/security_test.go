@@ -25,6 +25,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -183,6 +184,8 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 		c.Gateway.Limits.MaxWaitersPerName = 2
 		c.Gateway.Limits.ClientRenewRate = 1
 		c.Gateway.Limits.ClientRenewBurst = 2
+		// On a clock that stands still no budget refills between calls.
+		c.Gateway.Clock = clock.NewFake(time.Now())
 	})
 	ctx := ctxT(t)
 	a := as(g, tokenA)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -93,10 +96,25 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 	release(t, g, gr)
 }
 
+// A wait ends by its wait timeout, on the gateway's clock: a fake one here,
+// so the wait ends when the clock passes the timeout and not before.
 func TestWaitTimeoutIsDeadlineExceeded(t *testing.T) {
-	g := startGateway(t, "")
+	clk := clock.NewFake(time.Now())
+	g := gwtest.Start(t, shared, gwtest.Clock(clk))
 	holder := tryAcquire(t, g, "wait")
-	w := startWaiter(t, g, &v1.AcquireRequest{Name: "wait", TtlMs: 10000, WaitTimeoutMs: 300})
+	w := startWaiter(t, g, &v1.AcquireRequest{Name: "wait", TtlMs: 10000, WaitTimeoutMs: 5000})
+	// The wait's timer starts before it is enqueued, so before its
+	// position is reported.
+	if p := <-w.positions; p != 1 {
+		t.Fatalf("waiter position = %d; want 1", p)
+	}
+	clk.Advance(5*time.Second - time.Millisecond)
+	select {
+	case err := <-w.err:
+		t.Fatalf("the wait ended %v before its timeout", err)
+	default:
+	}
+	clk.Advance(time.Millisecond)
 	err := <-w.err
 	if codeOf(err) != connect.CodeDeadlineExceeded || reasonOf(err) != "WAIT_TIMEOUT" {
 		t.Fatalf("timed-out wait ended with %v (reason %q); want deadline_exceeded, WAIT_TIMEOUT", err, reasonOf(err))
