@@ -64,6 +64,7 @@ func awaitGrant(t *testing.T, w *waiter) *v1.Granted {
 }
 
 func TestCheckFenceLiveHolderThenRelease(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	gr := tryAcquire(t, g, "cf-release")
 	tok := gr.FencingToken
@@ -86,6 +87,7 @@ func TestCheckFenceLiveHolderThenRelease(t *testing.T) {
 }
 
 func TestCheckFenceFalseAfterExpiry(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	cli := etcdClient(t)
 	gr := tryAcquire(t, g, "cf-expiry")
@@ -98,6 +100,7 @@ func TestCheckFenceFalseAfterExpiry(t *testing.T) {
 // CheckFence sees it: A's lease expires while B waits, B is granted, and
 // A's token is no longer live.
 func TestCheckFenceFalseAfterNewerGrant(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	cli := etcdClient(t)
 	a := tryAcquire(t, g, "cf-newer")
@@ -121,6 +124,7 @@ func TestCheckFenceFalseAfterNewerGrant(t *testing.T) {
 }
 
 func TestCheckFenceInvalidArgument(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, tc := range []struct {
 		name  string

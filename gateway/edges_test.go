@@ -22,6 +22,7 @@ import (
 // values used to overflow the conversion and pass the range check, one of
 // them becoming "wait forever".
 func TestWaitTimeoutOutOfRangeIsRefused(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	holder := tryAcquire(t, g, "x")
 	for _, ms := range []int64{9223372036854776, 288230376151711744, 1 << 62, 3600_001} {
@@ -66,6 +67,7 @@ func edgeRequest(t *testing.T, g *gw, method, path string, header http.Header, b
 // origin is refused outright, and on a loopback listener so is a Host that
 // a page could have rebound to 127.0.0.1.
 func TestWebPagesCannotDriveALoopbackGateway(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	body := `{"name":"from-a-page","ttlMs":5000}`
 	for _, tc := range []struct {
@@ -108,6 +110,7 @@ func TestWebPagesCannotDriveALoopbackGateway(t *testing.T) {
 
 // An origin named in --cors-origin gets CORS answers, preflights included.
 func TestAllowedOriginGetsCORS(t *testing.T) {
+	t.Parallel()
 	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.CORSOrigins = []string{"https://console.example"} })
 	req, _ := http.NewRequestWithContext(ctxT(t), http.MethodOptions, g.URL+"/leasegate.v1.LockService/Describe", nil)
 	req.Header.Set("Origin", "https://console.example")
@@ -130,6 +133,7 @@ func TestAllowedOriginGetsCORS(t *testing.T) {
 // A compression the gateway does not speak is bad input (4xx), not a
 // missing feature (Connect answers 501).
 func TestUnknownCompressionIsBadInput(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, h := range []http.Header{
 		{"Content-Type": {"application/json"}, "Content-Encoding": {"br"}},
@@ -165,6 +169,7 @@ func (b *slowBody) Read(p []byte) (int, error) {
 // here one that never finishes, or a compressed one — is never read, and
 // the refusal comes at once.
 func TestUnauthenticatedCallsAreRefusedBeforeTheirBody(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, nil)
 	for _, path := range []string{"/leasegate.v1.LockService/TryAcquire", "/api/v1/locks/acquire"} {
 		body := &slowBody{first: bytes.Repeat([]byte{'{'}, 60<<10), release: make(chan struct{})}
@@ -207,6 +212,7 @@ func TestUnauthenticatedCallsAreRefusedBeforeTheirBody(t *testing.T) {
 // lease before its ownership is proven — so the victim's session lapses
 // on schedule.
 func TestForgedSessionIDKeepsNoLeaseAlive(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	ctx := ctxT(t)
 	victim, err := g.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "victim", TtlMs: 3000}))
@@ -252,6 +258,7 @@ func TestForgedSessionIDKeepsNoLeaseAlive(t *testing.T) {
 // against the acquire budget, releases and closes against the renew
 // budget; a per-client budget cannot be dodged by rotating client ids.
 func TestCapsLeaveNoHoles(t *testing.T) {
+	t.Parallel()
 	t.Run("sessions count against the key cap", func(t *testing.T) {
 		g := startSecureGateway(t, func(c *server.Config) { c.Gateway.Limits.MaxKeysPerTenant = 3 })
 		a := as(g, tokenA)
@@ -324,6 +331,7 @@ func TestCapsLeaveNoHoles(t *testing.T) {
 // An authenticated caller's body must arrive within the body read timeout:
 // a body that stops half-way is not waited for.
 func TestStalledBodyIsNotWaitedFor(t *testing.T) {
+	t.Parallel()
 	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.BodyReadTimeout = time.Second })
 	for _, path := range []string{"/leasegate.v1.LockService/TryAcquire", "/api/v1/locks/acquire"} {
 		body := &slowBody{first: []byte(`{"name":"stalled-body`), release: make(chan struct{})}

@@ -12,6 +12,7 @@ import (
 // bucket: a client that spent its budget is not given a new one because
 // others came along.
 func TestFullLimiterTableKeepsActiveBudgets(t *testing.T) {
+	// Not parallel: it sets the package variable maxLimiterKeys.
 	defer func(n int) { maxLimiterKeys = n }(maxLimiterKeys)
 	maxLimiterKeys = 10
 	l := newLimiter(Limits{ClientAcquireRate: 0.001, ClientAcquireBurst: 1}, clock.NewFake(time.Unix(0, 0)))

@@ -16,6 +16,7 @@ import (
 )
 
 func TestRESTShapesAndStatusCodes(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	// acquire: 200 acquired with lockId, fencingToken (a JSON number) and
 	// an RFC 3339 UTC expiresAt.
@@ -76,6 +77,7 @@ func TestRESTShapesAndStatusCodes(t *testing.T) {
 }
 
 func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	held := tryAcquire(t, g, "held")
 	valid := LockIDOf(held)
@@ -146,6 +148,7 @@ func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
 func LockIDOf(g *v1.Granted) string { return g.LockId }
 
 func TestHealthFollowsEtcd(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t)
 	g := gwtest.Start(t, e)
 	hc := g.HTTP

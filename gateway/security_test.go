@@ -50,6 +50,7 @@ func as(g *gw, token string) leasegatev1connect.LockServiceClient {
 }
 
 func TestCrossTenantCallsAreDenied(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, nil)
 	a, b := as(g, tokenA), as(g, tokenB)
 	ctx := ctxT(t)
@@ -136,6 +137,7 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 }
 
 func TestUnauthenticatedCallsAreRefused(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, nil)
 	ctx := ctxT(t)
 	for name, c := range map[string]leasegatev1connect.LockServiceClient{"none": g.Client, "wrong": as(g, "not-a-valid-token-at-all")} {
@@ -161,6 +163,7 @@ func TestUnauthenticatedCallsAreRefused(t *testing.T) {
 }
 
 func TestTenantNamePolicy(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Policy.NamePrefixes = map[string][]string{"a": {"orders/"}}
 	})
@@ -178,6 +181,7 @@ func TestTenantNamePolicy(t *testing.T) {
 }
 
 func TestRateLimitAndQueueCap(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Limits.TenantAcquireRate = 1
 		c.Gateway.Limits.TenantAcquireBurst = 3
@@ -255,6 +259,7 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 }
 
 func TestNonLoopbackWithoutAuthRefusesToStart(t *testing.T) {
+	t.Parallel()
 	cfg := server.DefaultConfig()
 	cfg.Listen = "0.0.0.0:0"
 	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
@@ -268,6 +273,7 @@ func TestNonLoopbackWithoutAuthRefusesToStart(t *testing.T) {
 }
 
 func TestJWTAuthentication(t *testing.T) {
+	t.Parallel()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
@@ -321,6 +327,7 @@ func with(c jwt.MapClaims, k string, v any) jwt.MapClaims {
 }
 
 func TestMutualTLSIdentity(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, caKey := newCA(t)
 	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
@@ -357,6 +364,7 @@ func TestMutualTLSIdentity(t *testing.T) {
 }
 
 func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -101,6 +101,7 @@ func sessionTry(t *testing.T, g *gw, id, name string) *v1.Granted {
 // are lost. A shard the session lacks gets a distinct, actionable answer,
 // and the session can be extended to it once it is back.
 func TestSessionDegradesPerShard(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 2)
 	bc := shard.DefaultBreakerConfig()
 	bc.ConsecutiveFailures = 3
@@ -260,6 +261,7 @@ func revokeSessions(t *testing.T, cli *clientv3.Client, prefix string) {
 // Every lease of a session gone: the keepalive fails as a whole with
 // SESSION_LOST, as it always did.
 func TestKeepAliveSessionAllLeasesGone(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 2)
 	g := f.gateway(t, nil, 0, 1)
 	ctx := ctxT(t)

@@ -93,6 +93,7 @@ func (l *grantLog) leave(name string) {
 }
 
 func TestReshardingUnderContention(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 4)
 	g1 := f.gateway(t, nil, 0, 1, 2)
 	g2 := f.gateway(t, nil, 0, 1, 2, 3) // knows c3's endpoints for when it joins
@@ -201,6 +202,7 @@ func acquireHoldRelease(ctx context.Context, g *gw, name string, log *grantLog, 
 }
 
 func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 2)
 	bc := shard.DefaultBreakerConfig()
 	bc.ConsecutiveFailures = 3
@@ -267,6 +269,7 @@ func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
 }
 
 func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 3)
 	// g1 never follows the stored map; it only reloads when a cluster
 	// refuses its enqueue.
@@ -344,6 +347,7 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 // from lost its idempotency — a retry with the same request id found the
 // name busy (its own grant, draining) and answered "not acquired".
 func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)   // stores the map: c0, c1
 	g := f.gateway(t, nil, 0, 1, 2) // knows c2's endpoints for when it joins
@@ -377,6 +381,7 @@ func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 // cluster, under the session's lease there — not the new cluster's, which
 // its owner binding does not carry.
 func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)
 	g := f.gateway(t, nil, 0, 1, 2)

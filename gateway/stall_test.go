@@ -107,6 +107,7 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, prefix, name string, want int
 // cannot be delivered is given up, each within the send timeout — not
 // when the TCP connection dies.
 func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
+	t.Parallel()
 	const sendTimeout = time.Second
 	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.SendTimeout = sendTimeout })
 	cli := etcdClient(t)
@@ -135,6 +136,7 @@ func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
 // bodies pins nothing: each is refused from its headers, and no handler
 // goroutine stays behind to read the body.
 func TestUnfinishedUnauthenticatedStreamsPinNothing(t *testing.T) {
+	// Not parallel: it counts the whole process's goroutines.
 	// The body-read timeout is far longer than the test waits, so a handler
 	// blocked reading a body cannot pass by timing out.
 	g := startSecureGateway(t, func(c *server.Config) { c.Gateway.BodyReadTimeout = 10 * time.Minute })

@@ -17,6 +17,7 @@ import (
 )
 
 func TestStreamingFIFOWithPositionsAndIncreasingTokens(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	holder := tryAcquire(t, g, "fifo")
 	const n = 5
@@ -62,6 +63,7 @@ func TestStreamingFIFOWithPositionsAndIncreasingTokens(t *testing.T) {
 }
 
 func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	holder := tryAcquire(t, g, "disc")
 	gone := startWaiter(t, g, &v1.AcquireRequest{Name: "disc", TtlMs: 10000})
@@ -99,6 +101,7 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 // A wait ends by its wait timeout, on the gateway's clock: a fake one here,
 // so the wait ends when the clock passes the timeout and not before.
 func TestWaitTimeoutIsDeadlineExceeded(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(time.Now())
 	g := gwtest.Start(t, shared, gwtest.Clock(clk))
 	holder := tryAcquire(t, g, "wait")
@@ -127,6 +130,7 @@ func TestWaitTimeoutIsDeadlineExceeded(t *testing.T) {
 }
 
 func TestRetryOnAnotherGatewayKeepsPlace(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
 	g2 := startGateway(t, g1.Prefix)
 	holder := tryAcquire(t, g2, "resume")
@@ -161,6 +165,7 @@ func TestRetryOnAnotherGatewayKeepsPlace(t *testing.T) {
 }
 
 func TestRestartedGatewayRenewsAndReleasesOldLocks(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
 	prefix := g1.Prefix
 	held := tryAcquire(t, g1, "restart")
@@ -174,6 +179,7 @@ func TestRestartedGatewayRenewsAndReleasesOldLocks(t *testing.T) {
 }
 
 func TestGRPCAndGRPCWebProtocols(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, tc := range []struct {
 		name string
@@ -200,6 +206,7 @@ func TestGRPCAndGRPCWebProtocols(t *testing.T) {
 }
 
 func TestHealthServing(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	hc := connect.NewClient[grpc_health_v1.HealthCheckRequest, grpc_health_v1.HealthCheckResponse](g.HTTP, g.URL+"/grpc.health.v1.Health/Check", connect.WithGRPC())
 	resp, err := hc.CallUnary(ctxT(t), connect.NewRequest(&grpc_health_v1.HealthCheckRequest{Service: "leasegate.v1.LockService"}))

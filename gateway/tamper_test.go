@@ -38,6 +38,7 @@ func decodedLen(t *testing.T, s string) int {
 // An edited lock id — any byte of it — is refused before etcd is touched,
 // over Connect and REST, and disturbs nothing.
 func TestTamperedLockIDsAreRefused(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	victim := tryAcquire(t, g, "victim")
 	mine := tryAcquire(t, g, "mine")
@@ -68,6 +69,7 @@ func TestTamperedLockIDsAreRefused(t *testing.T) {
 // field names another lock's lease revokes nothing: the engine compares
 // the lease with etcd's and revokes only what it read back.
 func TestResignedLockIDWithAnotherLeaseRevokesNothing(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	victim := tryAcquire(t, g, "victim")
 	mine := tryAcquire(t, g, "mine")
@@ -103,6 +105,7 @@ func TestResignedLockIDWithAnotherLeaseRevokesNothing(t *testing.T) {
 
 // An edited session id is refused too, so nothing acts on a lease it names.
 func TestTamperedSessionIDsAreRefused(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	ctx := ctxT(t)
 	s, err := g.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "s", TtlMs: 10000}))
@@ -129,6 +132,7 @@ func TestTamperedSessionIDsAreRefused(t *testing.T) {
 // else's waiter: another subject, or the same subject with another client
 // id, is refused; the caller itself resumes.
 func TestRequestIDBelongsToItsCaller(t *testing.T) {
+	t.Parallel()
 	const tokenA2 = "token-of-tenant-a-second-subject"
 	g := startSecureGateway(t, func(c *server.Config) {
 		tokens := filepath.Join(t.TempDir(), "tokens")
@@ -180,6 +184,7 @@ func TestRequestIDBelongsToItsCaller(t *testing.T) {
 // over, and the earlier ends with aborted/SUPERSEDED instead of waiting
 // on, or cleaning up, a waiter that is no longer its own.
 func TestSecondCallWithTheSameRequestIDSupersedesTheFirst(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
 	g2 := startGateway(t, g1.Prefix)
 	holder := tryAcquire(t, g1, "x")
