@@ -14,6 +14,7 @@ import (
 )
 
 func TestAcquireTryAcquireRelease(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	a := newClient(t, []string{g.URL}, client.WithClientID("worker-a"))
 	b := newClient(t, []string{g.URL}, client.WithClientID("worker-b"))
@@ -65,6 +66,7 @@ func TestAcquireTryAcquireRelease(t *testing.T) {
 }
 
 func TestAcquireWaitsInOrderAndReportsPositions(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
@@ -110,6 +112,7 @@ func TestAcquireWaitsInOrderAndReportsPositions(t *testing.T) {
 }
 
 func TestWaitTimeout(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
@@ -144,6 +147,7 @@ func TestWaitTimeout(t *testing.T) {
 }
 
 func TestProtocols(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, p := range []client.Protocol{client.ProtocolConnect, client.ProtocolGRPC, client.ProtocolGRPCWeb} {
 		t.Run(p.String(), func(t *testing.T) {
@@ -164,6 +168,7 @@ func TestProtocols(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		endpoints []string
 		opts      []client.Option
@@ -211,6 +216,7 @@ func deadEndpoint(t *testing.T) string {
 }
 
 func TestFailsOverFromAnUnreachableEndpoint(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c := newClient(t, []string{deadEndpoint(t), g.URL})
 	ctx := ctxT(t)

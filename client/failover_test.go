@@ -11,6 +11,7 @@ import (
 // other gateway with the same request id, keeps its place ahead of a later
 // waiter, and is granted first.
 func TestGatewayRestartDuringWaitKeepsPlace(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
 	g2 := startGateway(t, g1.Prefix)
 	ctx := ctxT(t)

@@ -38,6 +38,7 @@ func fakeTimeClient(t *testing.T, endpoints []string, opts ...client.Option) (*c
 func renewDue(ttl time.Duration) time.Duration { return ttl * 11 / 30 }
 
 func TestRenewalExtendsDeadlineFromSendTime(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c, clk, tr, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
@@ -80,6 +81,7 @@ func TestRenewalExtendsDeadlineFromSendTime(t *testing.T) {
 }
 
 func TestLostSignalWhenRenewalRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		steal  bool
@@ -149,6 +151,7 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 }
 
 func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
@@ -193,6 +196,7 @@ func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
 // A grant that took longer than a renew interval to arrive is renewed
 // before Acquire returns, so the lock starts with a fresh deadline.
 func TestLongWaitRenewsBeforeReturning(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	other := newClient(t, []string{g.URL})
 	ctx := ctxT(t)

@@ -71,6 +71,7 @@ func awaitShardServed(t *testing.T, url, name string) {
 // the shard is back, an acquire there replaces the lost lease; the lost
 // lock is not revived.
 func TestSessionShardOutageLosesOnlyItsLocks(t *testing.T) {
+	t.Parallel()
 	g, c1 := startShardedGateway(t)
 	// Retries after a failed keepalive come 1 to 2 s apart, so that every
 	// 2 s step of the fake clock below makes exactly one attempt due.
@@ -194,6 +195,7 @@ func TestSessionShardOutageLosesOnlyItsLocks(t *testing.T) {
 // a name on the missing shard, once it is back, extends the session to it,
 // and the next keepalive renews both.
 func TestSessionAcquireExtendsToMissingShard(t *testing.T) {
+	t.Parallel()
 	g, c1 := startShardedGateway(t)
 	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestSessionEndToEnd(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c := newClient(t, []string{g.URL}, client.WithClientID("session-owner"))
 	other := newClient(t, []string{g.URL})
@@ -82,6 +83,7 @@ func TestSessionEndToEnd(t *testing.T) {
 }
 
 func TestSessionLossCancelsItsLocks(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestAcquireRenewReleaseDescribe(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	ep := []string{"--endpoint", g.URL, "-o", "json"}
 	got := decode(t, runOK(t, append(ep, "acquire", "cli", "--ttl", "5s", "--client-id", "ops")...))
@@ -51,6 +52,7 @@ func TestAcquireRenewReleaseDescribe(t *testing.T) {
 }
 
 func TestErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	for _, tc := range []struct {
 		name string
@@ -87,6 +89,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 }
 
 func TestCompletion(t *testing.T) {
+	t.Parallel()
 	for _, shell := range []string{"bash", "zsh", "fish"} {
 		if out := runOK(t, "completion", shell); !strings.Contains(out, "leasectl") {
 			t.Fatalf("completion %s printed no script", shell)
@@ -95,6 +98,7 @@ func TestCompletion(t *testing.T) {
 }
 
 func TestWatchPrintsChanges(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	cmd := command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched", "--interval", "20ms")
 	stdout, err := cmd.StdoutPipe()

@@ -17,6 +17,8 @@ import (
 // --grace before the lock's conservative deadline and SIGKILL at the
 // deadline, so it is gone before the lease can lapse.
 func TestRunStopsCommandBeforeDeadline(t *testing.T) {
+	// Not parallel: it checks when signals land to within a slack that
+	// load beside it would eat.
 	g := startGateway(t)
 	const ttl, grace = 3 * time.Second, time.Second
 	// Trap latency (CMD polls every 10 ms), polling for CMD's death and
@@ -104,6 +106,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 // A --grace that cannot fit between healthy renewals is refused, and the
 // message names the bound.
 func TestRunRefusesGraceAboveTTLThird(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "graceful", "--ttl", "3s", "--grace", "2s", "--", "sh", "-c", "echo ran")
 	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "at most TTL/3 (1s for --ttl 3s)") {

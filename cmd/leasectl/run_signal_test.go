@@ -19,6 +19,8 @@ import (
 // A stop signal that arrives after the grant but before CMD starts keeps
 // CMD from starting: the lock is released and leasectl exits 128+N.
 func TestRunStopSignalBeforeStart(t *testing.T) {
+	// Not parallel: it runs leasectl in this process, sets testHookGranted
+	// and sends this process SIGTERM.
 	g := startGateway(t)
 	ran := filepath.Join(t.TempDir(), "ran")
 	testHookGranted = func(sigs <-chan os.Signal) {
@@ -63,6 +65,7 @@ func awaitCond(t *testing.T, within time.Duration, what string, cond func() bool
 // A stop signal during the wait ends it; CMD never runs and leasectl exits
 // 128+N.
 func TestRunStopSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	held := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "try", "queued", "--ttl", "10s"))
 	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "queued", "--", "sh", "-c", "echo ran")
@@ -222,6 +225,7 @@ func assertReleased(t *testing.T, g *gateway, lock string) {
 // the lock is released, and leasectl exits with CMD's status. The same
 // cleanup follows a CMD that exits on its own.
 func TestRunStopSignalsEndCommandGroup(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	for _, tc := range []struct {
 		name  string
@@ -271,6 +275,7 @@ func TestRunStopSignalsEndCommandGroup(t *testing.T) {
 // A leasectl that is killed outright (SIGKILL, the OOM killer) takes CMD and
 // every process in CMD's process group with it.
 func TestRunKilledTakesCommandGroup(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	f := startFamily(t, g, "killed", "wait", false)
 	if err := f.cmd.Process.Kill(); err != nil {
@@ -282,6 +287,7 @@ func TestRunKilledTakesCommandGroup(t *testing.T) {
 
 // SIGUSR1 and SIGUSR2 are forwarded to CMD and do not stop it.
 func TestRunRelaysUserSignals(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "usr", "--", "sh", "-c",
 		`trap 'echo usr1' USR1; trap 'echo usr2' USR2; trap 'exit 0' TERM; echo ready; while :; do sleep 0.01; done`)
@@ -320,6 +326,7 @@ func TestRunRelaysUserSignals(t *testing.T) {
 // leasectl kills the rest of CMD's process group before it releases the
 // lock, then exits 1 saying so.
 func TestRunSupervisorKilled(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	f := startFamily(t, g, "orphaned", "wait", false)
 	sup := childrenOf(t, f.cmd.Process.Pid)
@@ -353,6 +360,7 @@ func childrenOf(t *testing.T, pid int) []int {
 // A CMD that ignores the stop signal forwarded to it is killed --grace
 // later, so that a leasectl told to stop does stop.
 func TestRunStopSignalEscalatesAfterGrace(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	const grace = 300 * time.Millisecond
 	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "stubborn", "--grace", grace.String(), "--",

@@ -15,6 +15,7 @@ import (
 // Concurrent `leasectl run` on one lock never overlap, and each later
 // holder sees a higher fencing token.
 func TestRunConcurrentNeverOverlap(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	log := filepath.Join(t.TempDir(), "log")
 	script := `echo "start $LEASEGATE_FENCING_TOKEN $LEASEGATE_LOCK_NAME ${#LEASEGATE_LOCK_ID}" >> "$1"; sleep 0.2; echo "end $LEASEGATE_FENCING_TOKEN" >> "$1"`
@@ -79,6 +80,8 @@ func processGone(pid int) bool {
 // here ignores SIGTERM, which makes no difference. leasectl exits non-zero
 // saying the lock was lost.
 func TestRunKillsCommandOnLeaseLoss(t *testing.T) {
+	// Not parallel: it bounds how soon the loss is acted on, to within a
+	// renewal interval that load beside it would stretch.
 	g := startGateway(t)
 	const ttl, grace = 3 * time.Second, 1 * time.Second
 	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "doomed", "--ttl", ttl.String(), "--grace", grace.String(),
@@ -122,6 +125,7 @@ func TestRunKillsCommandOnLeaseLoss(t *testing.T) {
 }
 
 func TestRunExitsWithCommandStatusAndReleases(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "status", "--", "sh", "-c", "exit 7")
 	if r.code != 7 || r.stderr != "" {
@@ -140,6 +144,7 @@ func TestRunExitsWithCommandStatusAndReleases(t *testing.T) {
 }
 
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "signals", "--",
 		"sh", "-c", `trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
@@ -169,6 +174,7 @@ func TestRunForwardsSignals(t *testing.T) {
 }
 
 func TestRunWaitTimeout(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	held := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "try", "busy", "--ttl", "10s"))
 	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "busy", "--wait", "200ms", "--", "sh", "-c", "echo ran")
@@ -180,6 +186,7 @@ func TestRunWaitTimeout(t *testing.T) {
 }
 
 func TestGraceFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		ttl, grace time.Duration
 		set        bool

@@ -32,6 +32,7 @@ func runRoot(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestShardsShowAddRemove(t *testing.T) {
+	t.Parallel()
 	a, b := etcdtest.Start(t), etcdtest.Start(t)
 	home := "a=" + a.Endpoint()
 	// A first map, as a gateway stores it on its first start.
@@ -71,6 +72,7 @@ func TestShardsShowAddRemove(t *testing.T) {
 }
 
 func TestShardsBadInput(t *testing.T) {
+	t.Parallel()
 	a := etcdtest.Start(t)
 	for _, args := range [][]string{
 		{"shards", "show"},
@@ -114,6 +116,7 @@ func grant(t *testing.T, c *client.Client, name string) int64 {
 // cluster refuses its epoch: both grant under the new epoch at once, above
 // every token issued before.
 func TestShardsBumpEpoch(t *testing.T) {
+	t.Parallel()
 	a, b := etcdtest.Start(t), etcdtest.Start(t)
 	const prefix = "/lg-bump"
 	clusters := []server.Cluster{{Name: "a", Endpoints: []string{a.Endpoint()}}, {Name: "b", Endpoints: []string{b.Endpoint()}}}
@@ -158,6 +161,7 @@ func TestShardsBumpEpoch(t *testing.T) {
 }
 
 func TestShardsEpochLimit(t *testing.T) {
+	t.Parallel()
 	a, b := etcdtest.Start(t), etcdtest.Start(t)
 	const prefix = "/lg-limit"
 	home := "a=" + a.Endpoint()
