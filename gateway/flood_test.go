@@ -54,9 +54,9 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 	attempts, rounds := 1, 1
 	if judge {
 		attempts, rounds = 3, 6
-	} else {
-		t.Parallel() // tail latencies are judged alone, never beside other tests
 	}
+	// Not parallel: the flood's pace, and so whether it meets the limits,
+	// depends on the load beside it.
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Limits.TenantAcquireRate = 200
 		c.Gateway.Limits.TenantAcquireBurst = 50
@@ -127,17 +127,15 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 		ratio := float64(p99(flooded)) / float64(p99(quiet))
 		t.Logf("tenant b p99: quiet %s, while tenant a floods %s (%.2f×); %d of a's requests refused so far",
 			p99(quiet), p99(flooded), ratio, refused.Load())
-		if !judge {
-			break
-		}
 		if p50 := slices.Sorted(slices.Values(quiet))[len(quiet)/2]; p50 > 20*time.Millisecond {
 			// A quiet cycle normally takes a few milliseconds; a median this
-			// slow means the machine is saturated by other work, and tail
-			// latencies measure its scheduler, not this gateway.
-			t.Skipf("machine too busy to judge tail latency (quiet median %s)", p50)
+			// slow means the machine is saturated by other work: tail
+			// latencies, and the pace the flood reaches, measure its
+			// scheduler, not this gateway.
+			t.Skipf("machine too busy to judge a flood (quiet median %s)", p50)
 		}
 		ratios = append(ratios, ratio)
-		if ratio <= 2 {
+		if !judge || ratio <= 2 {
 			break
 		}
 	}

@@ -56,6 +56,14 @@ func (f *fleet) gateway(t *testing.T, adjust func(*server.Config), idx ...int) *
 	return gwtest.Start(t, nil, gwtest.Prefix(f.prefix), gwtest.Clusters(clusters...), gwtest.Configure(adjust))
 }
 
+// awaitMap returns once g routes by m or a newer map.
+func awaitMap(t *testing.T, g *gw, m shard.Map) {
+	t.Helper()
+	if err := g.Server.Router().AwaitNewer(ctxT(t), m.Epoch-1); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fleet) resharder(t *testing.T) *shard.Resharder {
 	return &shard.Resharder{Store: shard.NewStore(f.etcds[0].ClientFor(t), f.prefix), Prefix: f.prefix}
 }
@@ -284,9 +292,11 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	}
 	holder := tryAcquire(t, stale, moved) // on its old cluster, epoch 1
 	rs := f.resharder(t)
-	if _, err := rs.Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+	m, err := rs.Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
+	if err != nil {
 		t.Fatal(err)
 	}
+	awaitMap(t, fresh, m) // fresh follows the map in the background
 	// Both gateways: a waiter for the moved name is not granted while the
 	// old holder holds on the draining cluster.
 	wStale := startWaiter(t, stale, &v1.AcquireRequest{Name: moved, TtlMs: 10000})
@@ -406,9 +416,11 @@ func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
 	if err := <-first.err; reasonOf(err) != "SHUTTING_DOWN" {
 		t.Fatalf("the wait on a stopping gateway = %v; want SHUTTING_DOWN", err)
 	}
-	if _, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+	m, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
+	if err != nil {
 		t.Fatal(err)
 	}
+	awaitMap(t, g, m) // g follows the map in the background
 	ext, err := g.Client.ExtendSession(ctxT(t), connect.NewRequest(&v1.ExtendSessionRequest{SessionId: sess.Msg.SessionId, Shards: []string{"c2"}, TtlMs: 10000, ClientId: "w"}))
 	if err != nil {
 		t.Fatal(err)
