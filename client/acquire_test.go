@@ -14,9 +14,10 @@ import (
 )
 
 func TestAcquireTryAcquireRelease(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	a := newClient(t, []string{g.url}, client.WithClientID("worker-a"))
-	b := newClient(t, []string{g.url}, client.WithClientID("worker-b"))
+	a := newClient(t, []string{g.URL}, client.WithClientID("worker-a"))
+	b := newClient(t, []string{g.URL}, client.WithClientID("worker-b"))
 	ctx := ctxT(t)
 
 	lock, err := a.Acquire(ctx, "orders/42", client.WithTTL(5*time.Second))
@@ -68,8 +69,9 @@ func TestAcquireTryAcquireRelease(t *testing.T) {
 }
 
 func TestAcquireWaitsInOrderAndReportsPositions(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c := newClient(t, []string{g.url})
+	c := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	holder, err := c.Acquire(ctx, "fifo", client.WithTTL(10*time.Second))
 	if err != nil {
@@ -113,8 +115,9 @@ func TestAcquireWaitsInOrderAndReportsPositions(t *testing.T) {
 }
 
 func TestWaitTimeout(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c := newClient(t, []string{g.url})
+	c := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	holder, err := c.TryAcquire(ctx, "busy", client.WithTTL(10*time.Second))
 	if err != nil {
@@ -129,7 +132,7 @@ func TestWaitTimeout(t *testing.T) {
 	// The gateway leaves the queue in the background as it answers: await
 	// the waiter key's deletion in etcd, then check.
 	cli := shared.ClientFor(t)
-	keys := g.prefix + "/locks/busy/"
+	keys := g.Prefix + "/locks/busy/"
 	for {
 		resp, err := cli.Get(ctx, keys, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
@@ -147,10 +150,11 @@ func TestWaitTimeout(t *testing.T) {
 }
 
 func TestProtocols(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, p := range []client.Protocol{client.ProtocolConnect, client.ProtocolGRPC, client.ProtocolGRPCWeb} {
 		t.Run(p.String(), func(t *testing.T) {
-			c := newClient(t, []string{g.url}, client.WithProtocol(p))
+			c := newClient(t, []string{g.URL}, client.WithProtocol(p))
 			ctx := ctxT(t)
 			l, err := c.Acquire(ctx, "proto-"+p.String(), client.WithTTL(5*time.Second))
 			if err != nil {
@@ -167,6 +171,7 @@ func TestProtocols(t *testing.T) {
 }
 
 func TestInvalidArguments(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		endpoints []string
 		opts      []client.Option
@@ -185,7 +190,7 @@ func TestInvalidArguments(t *testing.T) {
 	}
 
 	g := startGateway(t, "")
-	c := newClient(t, []string{g.url})
+	c := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	if _, err := c.Acquire(ctx, ""); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Errorf("Acquire(\"\") = %v; want ErrInvalidArgument", err)
@@ -214,8 +219,9 @@ func deadEndpoint(t *testing.T) string {
 }
 
 func TestFailsOverFromAnUnreachableEndpoint(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c := newClient(t, []string{deadEndpoint(t), g.url})
+	c := newClient(t, []string{deadEndpoint(t), g.URL})
 	ctx := ctxT(t)
 	l, err := c.Acquire(ctx, "failover", client.WithTTL(5*time.Second))
 	if err != nil {

@@ -17,7 +17,7 @@ func exampleGateway() (url string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return g.url, g.stop
+	return g.URL, g.Stop
 }
 
 // Hold a lock for a job, stop the work if the lock is lost, and send the

@@ -11,17 +11,18 @@ import (
 // other gateway with the same request id, keeps its place ahead of a later
 // waiter, and is granted first.
 func TestGatewayRestartDuringWaitKeepsPlace(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
-	g2 := startGateway(t, g1.prefix)
+	g2 := startGateway(t, g1.Prefix)
 	ctx := ctxT(t)
-	other := newClient(t, []string{g2.url})
+	other := newClient(t, []string{g2.URL})
 	holder, err := other.TryAcquire(ctx, "resume", client.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// The waiter starts on g1 (the first endpoint) and knows both.
-	sdk := newClient(t, []string{g1.url, g2.url}, client.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
+	sdk := newClient(t, []string{g1.URL, g2.URL}, client.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
 	positions := make(chan int64, 16)
 	type result struct {
 		lock *client.Lock
@@ -45,7 +46,7 @@ func TestGatewayRestartDuringWaitKeepsPlace(t *testing.T) {
 		t.Fatalf("second waiter position = %d; want 2", p)
 	}
 
-	g1.stop() // ends the wait with unavailable/SHUTTING_DOWN; the key stays
+	g1.Stop() // ends the wait with unavailable/SHUTTING_DOWN; the key stays
 	if p := await(t, positions, "first waiter resumed"); p != 1 {
 		t.Fatalf("first waiter's position after the retry = %d; want 1, its old place", p)
 	}

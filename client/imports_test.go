@@ -10,6 +10,7 @@ import (
 // the generated API, connect and public libraries, nothing of the gateway,
 // the lock engine, the shard router, internal packages or etcd.
 func TestDependencyFence(t *testing.T) {
+	t.Parallel()
 	const module = "github.com/leasegate/leasegate/"
 	allowed := []string{module + "client", module + "proto/", module + "cmd/leasectl"}
 	forbidden := []string{module, "go.etcd.io/"}

@@ -54,6 +54,7 @@ func waitFor[T any](t *testing.T, ch <-chan T) T {
 }
 
 func TestKeeperIntervalJitter(t *testing.T) {
+	t.Parallel()
 	k, _, _ := keeperFixture(t, 30*time.Second, func(context.Context) (confirmation, error) { return confirmation{ttl: 30 * time.Second}, nil })
 	lo, hi := 9*time.Second, 11*time.Second
 	for i := 0; i < 1000; i++ {
@@ -64,6 +65,7 @@ func TestKeeperIntervalJitter(t *testing.T) {
 }
 
 func TestKeeperTransientFailuresHoldUntilDeadline(t *testing.T) {
+	t.Parallel()
 	unavailable := connect.NewError(connect.CodeUnavailable, errors.New("gateway gone"))
 	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (confirmation, error) { return confirmation{}, unavailable })
 	deadline := k.Deadline()
@@ -86,6 +88,7 @@ func TestKeeperTransientFailuresHoldUntilDeadline(t *testing.T) {
 }
 
 func TestKeeperRefusalLosesAtOnce(t *testing.T) {
+	t.Parallel()
 	refused := connect.NewError(connect.CodeFailedPrecondition, errors.New("stolen"))
 	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen, Domain: errorDomain}); err == nil {
 		refused.AddDetail(d)
@@ -104,6 +107,7 @@ func TestKeeperRefusalLosesAtOnce(t *testing.T) {
 }
 
 func TestKeeperAnswerAfterDeadlineDoesNotRevive(t *testing.T) {
+	t.Parallel()
 	unblock := make(chan struct{})
 	started := make(chan struct{}, 1)
 	k, clk, _ := keeperFixture(t, 3*time.Second, func(ctx context.Context) (confirmation, error) {
@@ -126,6 +130,7 @@ func TestKeeperAnswerAfterDeadlineDoesNotRevive(t *testing.T) {
 }
 
 func TestKeeperSuccessMovesDeadline(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second
 	k, clk, seen := keeperFixture(t, ttl, func(context.Context) (confirmation, error) { return confirmation{ttl: ttl}, nil })
 	margin := k.c.cfg.marginFor(ttl)
@@ -148,6 +153,7 @@ func TestKeeperSuccessMovesDeadline(t *testing.T) {
 // renewal arrived, and then says so: valid_for_ms is shorter than the TTL.
 // The deadline takes the tighter of the two, never the longer.
 func TestKeeperDeadlineTakesTheTighterOfTTLAndValid(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second
 	for _, tc := range []struct {
 		valid, want time.Duration

@@ -38,8 +38,9 @@ func fakeTimeClient(t *testing.T, endpoints []string, opts ...client.Option) (*c
 func renewDue(ttl time.Duration) time.Duration { return ttl * 11 / 30 }
 
 func TestRenewalExtendsDeadlineFromSendTime(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c, clk, tr, renewals := fakeTimeClient(t, []string{g.url})
+	c, clk, tr, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	t0 := clk.Now()
 	l, err := c.Acquire(ctx, "renewed", client.WithTTL(3*time.Second))
@@ -80,6 +81,7 @@ func TestRenewalExtendsDeadlineFromSendTime(t *testing.T) {
 }
 
 func TestLostSignalWhenRenewalRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		steal  bool
@@ -90,16 +92,16 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := startGateway(t, "")
-			c, clk, _, renewals := fakeTimeClient(t, []string{g.url})
+			c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 			ctx := ctxT(t)
 			l, err := c.Acquire(ctx, "refused", client.WithTTL(3*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := revokeLocks(t, g.prefix, "refused"); n != 1 {
+			if n := revokeLocks(t, g.Prefix, "refused"); n != 1 {
 				t.Fatalf("revoked %d leases; want 1", n)
 			}
-			other := newClient(t, []string{g.url})
+			other := newClient(t, []string{g.URL})
 			if tc.steal {
 				thief, err := other.TryAcquire(ctx, "refused", client.WithTTL(10*time.Second))
 				if err != nil {
@@ -149,8 +151,9 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 }
 
 func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c, clk, _, renewals := fakeTimeClient(t, []string{g.url})
+	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	t0 := clk.Now()
 	l, err := c.Acquire(ctx, "cut-off", client.WithTTL(3*time.Second))
@@ -161,7 +164,7 @@ func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
 	if want := t0.Add(l.TTL() - client.Margin(c, l.TTL())); !deadline.Equal(want) {
 		t.Fatalf("deadline = %s; want %s", deadline, want)
 	}
-	g.stop()
+	g.Stop()
 
 	// Up to a nanosecond before the deadline: renewals fail, the lock holds.
 	clk.Advance(deadline.Sub(clk.Now()) - time.Nanosecond)
@@ -193,14 +196,15 @@ func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
 // A grant that took longer than a renew interval to arrive is renewed
 // before Acquire returns, so the lock starts with a fresh deadline.
 func TestLongWaitRenewsBeforeReturning(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	other := newClient(t, []string{g.url})
+	other := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	holder, err := other.TryAcquire(ctx, "long-wait", client.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, clk, _, _ := fakeTimeClient(t, []string{g.url})
+	c, clk, _, _ := fakeTimeClient(t, []string{g.URL})
 	queued := make(chan int64, 4)
 	type result struct {
 		l   *client.Lock

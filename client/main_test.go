@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/internal/etcdtest"
-	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/gwtest"
 )
 
 var shared *etcdtest.Cluster
@@ -24,49 +23,19 @@ func TestMain(m *testing.M) {
 	os.Exit(etcdtest.Main(m, func(c *etcdtest.Cluster) { shared = c }))
 }
 
-var prefixSeq atomic.Int64
-
 // gateway is a leasegate gateway running in-process over the shared etcd.
-type gateway struct {
-	srv    *server.Server
-	url    string
-	prefix string
-}
+type gateway = gwtest.Gateway
 
 // startGateway starts a gateway under prefix (a fresh one when empty) and
 // stops it at cleanup.
 func startGateway(tb testing.TB, prefix string) *gateway {
 	tb.Helper()
-	g, err := launchGateway(prefix)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(g.stop)
-	return g
+	return gwtest.Start(tb, shared, gwtest.Prefix(prefix))
 }
 
+// launchGateway starts a gateway outside a test; the caller stops it.
 func launchGateway(prefix string) (*gateway, error) {
-	if prefix == "" {
-		prefix = fmt.Sprintf("/clienttest/%d", prefixSeq.Add(1))
-	}
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = prefix
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &gateway{srv: srv, url: srv.URL(), prefix: prefix}, nil
-}
-
-// stop shuts the gateway down gracefully: open waits end with unavailable
-// (SHUTTING_DOWN), their keys stay. Calling it twice is harmless.
-func (g *gateway) stop() {
-	if g.srv != nil {
-		_ = g.srv.Shutdown(context.Background())
-		g.srv = nil
-	}
+	return gwtest.Launch(shared, gwtest.Prefix(prefix))
 }
 
 // newClient returns a client for endpoints, closed at cleanup.

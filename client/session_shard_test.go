@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -21,25 +21,16 @@ import (
 func startShardedGateway(t *testing.T) (*gateway, *etcdtest.Cluster) {
 	t.Helper()
 	c1 := etcdtest.Start(t)
-	prefix := fmt.Sprintf("/clienttest/%d", prefixSeq.Add(1))
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = prefix
-	cfg.Clusters = []server.Cluster{
-		{Name: "c0", Endpoints: []string{shared.Endpoint()}},
-		{Name: "c1", Endpoints: []string{c1.Endpoint()}},
-	}
 	bc := shard.DefaultBreakerConfig()
 	bc.ConsecutiveFailures = 3
 	bc.OpenTimeout = 200 * time.Millisecond
-	cfg.Breaker = &bc
-	cfg.Gateway.RequestTimeout = 500 * time.Millisecond
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gateway{srv: srv, url: srv.URL(), prefix: prefix}
-	t.Cleanup(g.stop)
+	g := gwtest.Start(t, nil, gwtest.Clusters(
+		server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
+		server.Cluster{Name: "c1", Endpoints: []string{c1.Endpoint()}},
+	), gwtest.Configure(func(cfg *server.Config) {
+		cfg.Breaker = &bc
+		cfg.Gateway.RequestTimeout = 500 * time.Millisecond
+	}))
 	return g, c1
 }
 
@@ -80,10 +71,11 @@ func awaitShardServed(t *testing.T, url, name string) {
 // the shard is back, an acquire there replaces the lost lease; the lost
 // lock is not revived.
 func TestSessionShardOutageLosesOnlyItsLocks(t *testing.T) {
+	t.Parallel()
 	g, c1 := startShardedGateway(t)
 	// Retries after a failed keepalive come 1 to 2 s apart, so that every
 	// 2 s step of the fake clock below makes exactly one attempt due.
-	c, clk, _, renewals := fakeTimeClient(t, []string{g.url}, client.WithRetryBackoff(2*time.Second, 2*time.Second))
+	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL}, client.WithRetryBackoff(2*time.Second, 2*time.Second))
 	ctx := ctxT(t)
 	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
 	if err != nil {
@@ -156,7 +148,7 @@ func TestSessionShardOutageLosesOnlyItsLocks(t *testing.T) {
 	// leases), but the session has given it up: an acquire there gets a
 	// fresh lease, and the lost lock stays lost.
 	c1.Restart()
-	awaitShardServed(t, g.url, nameOn("c1", "probe"))
+	awaitShardServed(t, g.URL, nameOn("c1", "probe"))
 	b1, err := s.Acquire(ctx, nameOn("c1", "again"))
 	if err != nil {
 		t.Fatalf("Acquire on the returned shard = %v; want the session extended", err)
@@ -170,7 +162,7 @@ func TestSessionShardOutageLosesOnlyItsLocks(t *testing.T) {
 	if err := a1.Err(); !errors.Is(err, client.ErrLockLost) {
 		t.Fatalf("old c1 lock Err = %v after the new lease; want still lost", err)
 	}
-	other := newClient(t, []string{g.url})
+	other := newClient(t, []string{g.URL})
 	if l, err := other.TryAcquire(ctx, a1.Name()); err != nil {
 		t.Fatalf("the lost lock's name is still taken after its lease was replaced: %v", err)
 	} else if err := l.Release(ctx); err != nil {
@@ -203,8 +195,9 @@ func TestSessionShardOutageLosesOnlyItsLocks(t *testing.T) {
 // a name on the missing shard, once it is back, extends the session to it,
 // and the next keepalive renews both.
 func TestSessionAcquireExtendsToMissingShard(t *testing.T) {
+	t.Parallel()
 	g, c1 := startShardedGateway(t)
-	c, clk, _, renewals := fakeTimeClient(t, []string{g.url})
+	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	c1.Stop()
 	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
@@ -219,7 +212,7 @@ func TestSessionAcquireExtendsToMissingShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	c1.Restart()
-	awaitShardServed(t, g.url, nameOn("c1", "probe"))
+	awaitShardServed(t, g.URL, nameOn("c1", "probe"))
 	a1, err := s.TryAcquire(ctx, nameOn("c1", "there"), client.WithRequestID("there-1"))
 	if err != nil {
 		t.Fatalf("TryAcquire on the shard the session lacked = %v; want the session extended", err)

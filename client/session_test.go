@@ -11,9 +11,10 @@ import (
 )
 
 func TestSessionEndToEnd(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c := newClient(t, []string{g.url}, client.WithClientID("session-owner"))
-	other := newClient(t, []string{g.url})
+	c := newClient(t, []string{g.URL}, client.WithClientID("session-owner"))
+	other := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 
 	s, err := c.OpenSession(ctx, client.WithTTL(3*time.Second))
@@ -36,7 +37,7 @@ func TestSessionEndToEnd(t *testing.T) {
 	}
 	// One lease for the session and both locks.
 	leases := map[clientv3.LeaseID]bool{}
-	for _, id := range append(leasesUnder(t, g.prefix, "locks"), leasesUnder(t, g.prefix, "sessions")...) {
+	for _, id := range append(leasesUnder(t, g.Prefix, "locks"), leasesUnder(t, g.Prefix, "sessions")...) {
 		leases[id] = true
 	}
 	if len(leases) != 1 {
@@ -82,8 +83,9 @@ func TestSessionEndToEnd(t *testing.T) {
 }
 
 func TestSessionLossCancelsItsLocks(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	c, clk, _, renewals := fakeTimeClient(t, []string{g.url})
+	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	s, err := c.OpenSession(ctx, client.WithTTL(3*time.Second))
 	if err != nil {
@@ -98,7 +100,7 @@ func TestSessionLossCancelsItsLocks(t *testing.T) {
 		locks = append(locks, l)
 	}
 	cli := shared.ClientFor(t)
-	for _, id := range leasesUnder(t, g.prefix, "sessions") {
+	for _, id := range leasesUnder(t, g.Prefix, "sessions") {
 		if _, err := cli.Revoke(ctx, id); err != nil {
 			t.Fatal(err)
 		}

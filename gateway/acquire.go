@@ -25,7 +25,7 @@ func (s *Service) acquire(ctx context.Context, id Identity, t locks.Target, r qu
 			var w *queue.Waiter
 			var err error
 			if pr, ok := asOnShard(r, p, sess); ok {
-				rctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+				rctx, cancel := s.storeTimeout(ctx)
 				err = call(rctx, *p, func(ctx context.Context) error {
 					var err error
 					w, err = p.Engine.Resume(ctx, pr)
@@ -53,7 +53,7 @@ func (s *Service) acquire(ctx context.Context, id Identity, t locks.Target, r qu
 		// The enqueue is one bounded round trip; only the wait after it is
 		// unbounded (by anything but the caller and its wait timeout).
 		var w *queue.Waiter
-		ectx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+		ectx, cancel := s.storeTimeout(ctx)
 		err := call(ectx, t, func(ctx context.Context) error {
 			var err error
 			w, err = t.Engine.Enqueue(ctx, r)
@@ -87,7 +87,7 @@ func asOnShard(r queue.AcquireRequest, p *locks.Target, sess *SessionID) (queue.
 
 // reroute waits for a newer map and routes the request again.
 func (s *Service) reroute(ctx context.Context, id Identity, t locks.Target, r *queue.AcquireRequest, sess *SessionID) (locks.Target, error) {
-	actx, cancel := context.WithTimeout(ctx, reshardWait)
+	actx, cancel := s.withTimeout(ctx, reshardWait, nil)
 	defer cancel()
 	if err := s.router.AwaitNewer(actx, t.Epoch); err != nil {
 		return t, errors.Join(queue.ErrGuardFailed, err)

@@ -15,7 +15,7 @@ import (
 // wantFence asserts CheckFence(name, token) answers live and current.
 func wantFence(t *testing.T, g *gw, name string, token int64, live bool, current int64) {
 	t.Helper()
-	resp, err := g.client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: name, FencingToken: token}))
+	resp, err := g.Client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: name, FencingToken: token}))
 	if err != nil {
 		t.Fatalf("CheckFence(%q, %d) = %v; want an answer", name, token, err)
 	}
@@ -30,12 +30,12 @@ func wantFence(t *testing.T, g *gw, name string, token int64, live bool, current
 // name must need no escaping in keys.
 func revokeHolder(t *testing.T, g *gw, cli *clientv3.Client, name string) {
 	t.Helper()
-	resp, err := cli.Get(ctxT(t), g.prefix()+"/locks/"+name+"/", clientv3.WithFirstCreate()...)
+	resp, err := cli.Get(ctxT(t), g.Prefix+"/locks/"+name+"/", clientv3.WithFirstCreate()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
-		t.Fatalf("no holder key with a lease under %s/locks/%s/", g.prefix(), name)
+		t.Fatalf("no holder key with a lease under %s/locks/%s/", g.Prefix, name)
 	}
 	// A revoke deletes the lease's keys in the same raft entry, exactly
 	// as an expiry does, so nothing needs awaiting afterwards.
@@ -64,6 +64,7 @@ func awaitGrant(t *testing.T, w *waiter) *v1.Granted {
 }
 
 func TestCheckFenceLiveHolderThenRelease(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	gr := tryAcquire(t, g, "cf-release")
 	tok := gr.FencingToken
@@ -86,6 +87,7 @@ func TestCheckFenceLiveHolderThenRelease(t *testing.T) {
 }
 
 func TestCheckFenceFalseAfterExpiry(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	cli := etcdClient(t)
 	gr := tryAcquire(t, g, "cf-expiry")
@@ -98,6 +100,7 @@ func TestCheckFenceFalseAfterExpiry(t *testing.T) {
 // CheckFence sees it: A's lease expires while B waits, B is granted, and
 // A's token is no longer live.
 func TestCheckFenceFalseAfterNewerGrant(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	cli := etcdClient(t)
 	a := tryAcquire(t, g, "cf-newer")
@@ -121,6 +124,7 @@ func TestCheckFenceFalseAfterNewerGrant(t *testing.T) {
 }
 
 func TestCheckFenceInvalidArgument(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, tc := range []struct {
 		name  string
@@ -133,7 +137,7 @@ func TestCheckFenceInvalidArgument(t *testing.T) {
 		{"cf-invalid", 0, "fencing_token"},
 		{"cf-invalid", -7, "fencing_token"},
 	} {
-		_, err := g.client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: tc.name, FencingToken: tc.token}))
+		_, err := g.Client.CheckFence(ctxT(t), connect.NewRequest(&v1.CheckFenceRequest{Name: tc.name, FencingToken: tc.token}))
 		if codeOf(err) != connect.CodeInvalidArgument {
 			t.Errorf("CheckFence(%.20q, %d) = %v; want invalid_argument", tc.name, tc.token, err)
 			continue

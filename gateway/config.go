@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // Config configures the gateway's API.
@@ -43,6 +45,12 @@ type Config struct {
 	// fleet must share it. Nil draws a key for this process alone: its ids
 	// are refused by any other process, and by this one after a restart.
 	IDKeys IDKeyring
+	// Clock tells the time for every timeout, expiry and rate the gateway
+	// computes: request and wait timeouts, health-check caching, key-count
+	// refreshes and rate-limit buckets. Connection read and write deadlines
+	// stay on the wall clock, which is what the network enforces them by.
+	// Default (and when nil) the wall clock; tests pass a fake.
+	Clock clock.Clock
 }
 
 // DefaultConfig returns the documented defaults.
@@ -55,6 +63,7 @@ func DefaultConfig() Config {
 		BodyReadTimeout: 10 * time.Second,
 		SendTimeout:     10 * time.Second,
 		Limits:          DefaultLimits(),
+		Clock:           clock.Real,
 	}
 }
 

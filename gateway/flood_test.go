@@ -11,8 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/timingtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -45,15 +45,25 @@ func p99(lat []time.Duration) time.Duration {
 	return s[len(s)*99/100]
 }
 
+// A tenant that floods the gateway is refused, and another tenant is served
+// all along. Whether the other's tail latency stays within 2× of its quiet
+// one is judged only with LEASEGATE_TIMING=1 (internal/timingtest): it
+// measures the machine as much as the gateway.
 func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
-	etcdtest.Exclusive(t) // judges tail latency: not beside the chaos harness
+	judge := timingtest.Enabled()
+	attempts, rounds := 1, 1
+	if judge {
+		attempts, rounds = 3, 6
+	}
+	// Not parallel: the flood's pace, and so whether it meets the limits,
+	// depends on the load beside it.
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Limits.TenantAcquireRate = 200
 		c.Gateway.Limits.TenantAcquireBurst = 50
 		c.Gateway.Limits.MaxWaitersPerName = 64
 		c.Gateway.Limits.MaxWaitersPerTenant = 200
 	})
-	a, b := g.as(tokenA), g.as(tokenB)
+	a, b := as(g, tokenA), as(g, tokenB)
 	cycles(t, b, "warm-up", 20, nil)
 
 	// Tenant a floods one name with waiters (more than its cap) and sends a
@@ -105,9 +115,9 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 	// made up to three times, and fails only if every one exceeds 2×. A
 	// gateway that let one tenant starve another exceeds it every time.
 	var ratios []float64
-	for attempt := range 3 {
+	for attempt := range attempts {
 		var quiet, flooded []time.Duration
-		for round := range 6 {
+		for round := range rounds {
 			flooding.Store(false)
 			quiet = cycles(t, b, fmt.Sprintf("quiet-%d-%d", attempt, round), 35, quiet)
 			flooding.Store(true)
@@ -119,12 +129,13 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 			p99(quiet), p99(flooded), ratio, refused.Load())
 		if p50 := slices.Sorted(slices.Values(quiet))[len(quiet)/2]; p50 > 20*time.Millisecond {
 			// A quiet cycle normally takes a few milliseconds; a median this
-			// slow means the machine is saturated by other work, and tail
-			// latencies measure its scheduler, not this gateway.
-			t.Skipf("machine too busy to judge tail latency (quiet median %s)", p50)
+			// slow means the machine is saturated by other work: tail
+			// latencies, and the pace the flood reaches, measure its
+			// scheduler, not this gateway.
+			t.Skipf("machine too busy to judge a flood (quiet median %s)", p50)
 		}
 		ratios = append(ratios, ratio)
-		if ratio <= 2 {
+		if !judge || ratio <= 2 {
 			break
 		}
 	}
@@ -133,7 +144,7 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 	if refused.Load() == 0 {
 		t.Error("the flood was never refused: the limits did not engage")
 	}
-	if slices.Min(ratios) > 2 {
+	if judge && slices.Min(ratios) > 2 {
 		t.Errorf("tenant b p99 ratios %.2f while tenant a floods; want one within 2× of its quiet p99", ratios)
 	}
 }

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
@@ -123,7 +123,7 @@ func fuzzService(t testing.TB) *fuzzTarget {
 			return
 		}
 		rc := locks.DefaultRouterConfig()
-		rc.Prefix = fmt.Sprintf("/fuzz/%d", prefixSeq.Add(1))
+		rc.Prefix = gwtest.NewPrefix()
 		rc.Watch = false
 		rc.Dial = func(string, []string) (*clientv3.Client, error) { return etcdClientFor() }
 		router, err := locks.NewRouter(context.Background(), cli,

@@ -5,11 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,9 +15,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
-	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 var shared *etcdtest.Cluster
@@ -29,62 +26,21 @@ func TestMain(m *testing.M) {
 	os.Exit(etcdtest.Main(m, func(c *etcdtest.Cluster) { shared = c }, closeFuzz))
 }
 
-var prefixSeq atomic.Int64
-
-// gw is a gateway process started in-process on a free port.
-type gw struct {
-	srv    *server.Server
-	url    string
-	client leasegatev1connect.LockServiceClient
-	http   *http.Client
-}
+// gw is a gateway started in-process on a free port.
+type gw = gwtest.Gateway
 
 // startGateway starts a gateway over the shared etcd under prefix (a fresh
 // one when empty) and stops it at cleanup.
 func startGateway(t *testing.T, prefix string) *gw {
 	t.Helper()
-	return startGatewayWith(t, func(c *server.Config) {
-		if prefix != "" {
-			c.Prefix = prefix
-		}
-	})
+	return gwtest.Start(t, shared, gwtest.Prefix(prefix))
 }
 
 // startGatewayWith starts a gateway over the shared etcd under a fresh
 // prefix, with adjust applied, and stops it at cleanup.
 func startGatewayWith(t *testing.T, adjust func(*server.Config)) *gw {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = fmt.Sprintf("/gwtest/%d", prefixSeq.Add(1))
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
-	adjust(&cfg)
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
-	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
-	t.Cleanup(func() {
-		g.stop()
-		g.http.CloseIdleConnections()
-	})
-	return g
-}
-
-func (g *gw) stop() {
-	if g.srv != nil {
-		_ = g.srv.Shutdown(context.Background())
-		g.srv = nil
-	}
-}
-
-func (g *gw) prefix() string { return g.srv.Engines()[0].Config().Prefix }
-
-func h2cClient() *http.Client {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+	return gwtest.Start(t, shared, gwtest.Configure(adjust))
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -97,7 +53,7 @@ func etcdClient(t *testing.T) *clientv3.Client { return shared.ClientFor(t) }
 
 func tryAcquire(t *testing.T, g *gw, name string) *v1.Granted {
 	t.Helper()
-	resp, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 10000, ClientId: "holder"}))
+	resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 10000, ClientId: "holder"}))
 	if err != nil || !resp.Msg.Acquired {
 		t.Fatalf("TryAcquire(%q) = %v, %v; want acquired", name, resp, err)
 	}
@@ -106,7 +62,7 @@ func tryAcquire(t *testing.T, g *gw, name string) *v1.Granted {
 
 func release(t *testing.T, g *gw, gr *v1.Granted) {
 	t.Helper()
-	resp, err := g.client.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken}))
+	resp, err := g.Client.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken}))
 	if err != nil || !resp.Msg.Released {
 		t.Fatalf("Release = %v, %v; want released", resp, err)
 	}
@@ -124,7 +80,7 @@ func startWaiter(t *testing.T, g *gw, req *v1.AcquireRequest) *waiter {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctxT(t))
 	w := &waiter{positions: make(chan int64, 64), granted: make(chan *v1.Granted, 1), err: make(chan error, 1), cancel: cancel}
-	stream, err := g.client.Acquire(ctx, connect.NewRequest(req))
+	stream, err := g.Client.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +122,7 @@ func reasonOf(err error) string {
 // postJSON sends a REST call and decodes the answer into a generic map.
 func postJSON(t *testing.T, g *gw, path string, body string) (int, map[string]any) {
 	t.Helper()
-	resp, err := g.http.Post(g.url+path, "application/json", bytes.NewBufferString(body))
+	resp, err := g.HTTP.Post(g.URL+path, "application/json", bytes.NewBufferString(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // Limits bounds what one tenant or client can take. Zero values disable a
@@ -79,6 +81,7 @@ var maxLimiterKeys = 100_000
 
 type limiter struct {
 	cfg Limits
+	clk clock.Clock
 
 	mu       sync.Mutex
 	tenants  *lru.Cache[string, *rate.Limiter]
@@ -98,25 +101,25 @@ type keyCount struct {
 	pending bool
 }
 
-func newLimiter(cfg Limits) *limiter {
+func newLimiter(cfg Limits, clk clock.Clock) *limiter {
 	table := func() *lru.Cache[string, *rate.Limiter] {
 		c, _ := lru.New[string, *rate.Limiter](maxLimiterKeys) // only a non-positive size fails
 		return c
 	}
 	return &limiter{
-		cfg: cfg, tenants: table(), clients: table(), renewals: table(), crenews: table(), waiting: map[string]int{},
+		cfg: cfg, clk: clk, tenants: table(), clients: table(), renewals: table(), crenews: table(), waiting: map[string]int{},
 	}
 }
 
-func take(m *lru.Cache[string, *rate.Limiter], key string, r float64, burst int) time.Duration {
+func take(m *lru.Cache[string, *rate.Limiter], now time.Time, key string, r float64, burst int) time.Duration {
 	l, ok := m.Get(key)
 	if !ok {
 		l = rate.NewLimiter(rate.Limit(r), max(burst, 1))
 		m.Add(key, l)
 	}
-	res := l.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
+	res := l.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
 		return d
 	}
 	return 0
@@ -134,13 +137,13 @@ func (l *limiter) acquire(id Identity) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.cfg.TenantAcquireRate; r > 0 {
-		if d := take(l.tenants, id.Tenant, r, l.cfg.TenantAcquireBurst); d > 0 {
+		if d := take(l.tenants, l.clk.Now(), id.Tenant, r, l.cfg.TenantAcquireBurst); d > 0 {
 			return l.refuse("tenant_acquire_rate", fmt.Sprintf("tenant %q is over its acquire rate of %g/s", id.Tenant, r), d)
 		}
 	}
 	if r := l.cfg.ClientAcquireRate; r > 0 {
 		key := id.Tenant + "\x00" + id.Method + "\x00" + id.Subject
-		if d := take(l.clients, key, r, l.cfg.ClientAcquireBurst); d > 0 {
+		if d := take(l.clients, l.clk.Now(), key, r, l.cfg.ClientAcquireBurst); d > 0 {
 			return l.refuse("client_acquire_rate", fmt.Sprintf("this client is over its acquire rate of %g/s", r), d)
 		}
 	}
@@ -152,12 +155,12 @@ func (l *limiter) renew(id Identity) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.cfg.TenantRenewRate; r > 0 {
-		if d := take(l.renewals, id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
+		if d := take(l.renewals, l.clk.Now(), id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
 			return l.refuse("tenant_renew_rate", fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
 		}
 	}
 	if r := l.cfg.ClientRenewRate; r > 0 {
-		if d := take(l.crenews, id.Tenant+"\x00"+id.Method+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
+		if d := take(l.crenews, l.clk.Now(), id.Tenant+"\x00"+id.Method+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
 			return l.refuse("client_renew_rate", fmt.Sprintf("this client is over its renew rate of %g/s", r), d)
 		}
 	}
@@ -199,12 +202,12 @@ func (l *limiter) checkKeys(ctx context.Context, tenant string, count func(conte
 	kc := v.(*keyCount)
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
-	if time.Since(kc.at) > time.Second {
+	if l.clk.Now().Sub(kc.at) > time.Second {
 		n, err := count(ctx)
 		if err != nil {
 			return err
 		}
-		kc.n, kc.at = n, time.Now()
+		kc.n, kc.at = n, l.clk.Now()
 	}
 	if kc.n >= int64(max) {
 		return l.refuse("tenant_keys", fmt.Sprintf("tenant %q holds or waits for %d locks on this shard, the limit", tenant, max), time.Second)

@@ -3,15 +3,19 @@ package gateway
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // A full limiter table drops its least recently used bucket, not every
 // bucket: a client that spent its budget is not given a new one because
 // others came along.
 func TestFullLimiterTableKeepsActiveBudgets(t *testing.T) {
+	// Not parallel: it sets the package variable maxLimiterKeys.
 	defer func(n int) { maxLimiterKeys = n }(maxLimiterKeys)
 	maxLimiterKeys = 10
-	l := newLimiter(Limits{ClientAcquireRate: 0.001, ClientAcquireBurst: 1})
+	l := newLimiter(Limits{ClientAcquireRate: 0.001, ClientAcquireBurst: 1}, clock.NewFake(time.Unix(0, 0)))
 	for i := 0; i < 9; i++ {
 		_ = l.acquire(Identity{Tenant: "t", Subject: fmt.Sprintf("other-%d", i), Method: "token"})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -66,7 +67,7 @@ func BenchmarkRenewalSpread(b *testing.B) {
 					counters[name] = &keepAliveCounter{}
 				}
 				rc := locks.DefaultRouterConfig()
-				rc.Prefix = fmt.Sprintf("/renewbench/%d", prefixSeq.Add(1))
+				rc.Prefix = gwtest.NewPrefix()
 				rc.Dial = func(name string, eps []string) (*clientv3.Client, error) {
 					c := counters[name]
 					return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),

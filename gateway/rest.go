@@ -223,7 +223,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err := s.lim.acquire(id); err != nil {
 		return 0, nil, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	t, res, err := s.tryAcquire(ctx, id, t, r, nil)
 	if err != nil {

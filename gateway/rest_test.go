@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,11 +11,12 @@ import (
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
-	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
 func TestRESTShapesAndStatusCodes(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	// acquire: 200 acquired with lockId, fencingToken (a JSON number) and
 	// an RFC 3339 UTC expiresAt.
@@ -70,13 +70,14 @@ func TestRESTShapesAndStatusCodes(t *testing.T) {
 	if status, _ = postJSON(t, g, "/api/v1/locks/release", fmt.Sprintf(`{"lockId":%q,"fencingToken":%d}`, oldID, oldTok)); status != http.StatusNoContent {
 		t.Fatalf("stale release = %d; want 204", status)
 	}
-	d, err := g.client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "stolen"}))
+	d, err := g.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "stolen"}))
 	if err != nil || !d.Msg.Held || d.Msg.FencingToken <= oldTok {
 		t.Fatalf("after a stale release Describe = %v, %v; want the new holder", d, err)
 	}
 }
 
 func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	held := tryAcquire(t, g, "held")
 	valid := LockIDOf(held)
@@ -129,7 +130,7 @@ func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
 	if status, _ := postJSON(t, g, "/api/v1/locks/acquire", big); status != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body = %d; want 413", status)
 	}
-	if resp, err := g.http.Get(g.url + "/api/v1/locks/acquire"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+	if resp, err := g.HTTP.Get(g.URL + "/api/v1/locks/acquire"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET acquire = %v, %v; want 405", resp, err)
 	} else {
 		resp.Body.Close()
@@ -138,7 +139,7 @@ func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
 		t.Errorf("unknown endpoint = %d; want 404", status)
 	}
 	// Nothing held was disturbed.
-	if _, err := g.client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: held.LockId, FencingToken: held.FencingToken})); err != nil {
+	if _, err := g.Client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: held.LockId, FencingToken: held.FencingToken})); err != nil {
 		t.Fatalf("the held lock after the bad requests: %v", err)
 	}
 }
@@ -147,23 +148,17 @@ func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
 func LockIDOf(g *v1.Granted) string { return g.LockId }
 
 func TestHealthFollowsEtcd(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t)
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{e.Endpoint()}}}
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	hc := h2cClient()
-	check := connectHealth(hc, srv.URL())
+	g := gwtest.Start(t, e)
+	hc := g.HTTP
+	check := connectHealth(hc, g.URL)
 	waitHealth := func(want grpc_health_v1.HealthCheckResponse_ServingStatus, code int) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			resp, err := check.CallUnary(ctxT(t), connect.NewRequest(&grpc_health_v1.HealthCheckRequest{}))
-			hr, herr := hc.Get(srv.URL() + "/healthz")
+			hr, herr := hc.Get(g.URL + "/healthz")
 			if herr == nil {
 				hr.Body.Close()
 			}

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -26,6 +25,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
@@ -40,60 +41,18 @@ const (
 // b, then applies adjust.
 func startSecureGateway(t *testing.T, adjust func(*server.Config)) *gw {
 	t.Helper()
-	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("# test tokens\n"+tokenA+" a worker-a\n"+tokenB+" b worker-b\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = fmt.Sprintf("/sectest/%d", prefixSeq.Add(1))
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
-	cfg.Gateway.Auth.TokensFile = tokens
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
-	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
-	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
-	return g
+	return gwtest.Start(t, shared, gwtest.Tokens("# test tokens", tokenA+" a worker-a", tokenB+" b worker-b"), gwtest.Configure(adjust))
 }
 
-// bearer adds a bearer token to every call.
-func bearer(token string) connect.ClientOption {
-	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
-		}
-	}), streamBearer(token))
-}
-
-type streamBearer string
-
-func (s streamBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
-func (s streamBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(s))
-		return conn
-	}
-}
-func (s streamBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
-}
-
-func (g *gw) as(token string) leasegatev1connect.LockServiceClient {
-	return leasegatev1connect.NewLockServiceClient(g.http, g.url, bearer(token))
+// as is a client of g that authenticates with token.
+func as(g *gw, token string) leasegatev1connect.LockServiceClient {
+	return g.ConnectClient(gwtest.Bearer(token))
 }
 
 func TestCrossTenantCallsAreDenied(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, nil)
-	a, b := g.as(tokenA), g.as(tokenB)
+	a, b := as(g, tokenA), as(g, tokenB)
 	ctx := ctxT(t)
 	held, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "orders/42", TtlMs: 10000, ClientId: "a1"}))
 	if err != nil || !held.Msg.Acquired {
@@ -129,10 +88,10 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	denied("TryAcquire on a's session", err)
 	for _, path := range []string{"/api/v1/locks/renew", "/api/v1/locks/release"} {
 		body := fmt.Sprintf(`{"lockId":%q,"fencingToken":%d}`, lock.LockId, lock.FencingToken)
-		req, _ := http.NewRequest(http.MethodPost, g.url+path, strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, g.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+tokenB)
-		resp, err := g.http.Do(req)
+		resp, err := g.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,9 +137,10 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 }
 
 func TestUnauthenticatedCallsAreRefused(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, nil)
 	ctx := ctxT(t)
-	for name, c := range map[string]leasegatev1connect.LockServiceClient{"none": g.client, "wrong": g.as("not-a-valid-token-at-all")} {
+	for name, c := range map[string]leasegatev1connect.LockServiceClient{"none": g.Client, "wrong": as(g, "not-a-valid-token-at-all")} {
 		_, err := c.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", TtlMs: 5000}))
 		if connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Errorf("%s credentials: TryAcquire = %v; want unauthenticated", name, err)
@@ -196,39 +156,43 @@ func TestUnauthenticatedCallsAreRefused(t *testing.T) {
 	if status != http.StatusUnauthorized || body["error"] == nil {
 		t.Errorf("REST acquire without credentials = %d %v; want 401", status, body)
 	}
-	hr, err := g.http.Get(g.url + "/healthz")
+	hr, err := g.HTTP.Get(g.URL + "/healthz")
 	if err != nil || hr.StatusCode != http.StatusOK {
 		t.Errorf("/healthz needs no credentials: %v %v", hr, err)
 	}
 }
 
 func TestTenantNamePolicy(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Policy.NamePrefixes = map[string][]string{"a": {"orders/"}}
 	})
 	ctx := ctxT(t)
-	_, err := g.as(tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000}))
+	_, err := as(g, tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000}))
 	if connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("tenant a locking jobs/1 = %v; want permission_denied", err)
 	}
-	if r, err := g.as(tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "orders/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
+	if r, err := as(g, tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "orders/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
 		t.Errorf("tenant a locking orders/1 = %v, %v", r, err)
 	}
-	if r, err := g.as(tokenB).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
+	if r, err := as(g, tokenB).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
 		t.Errorf("tenant b (no policy) locking jobs/1 = %v, %v", r, err)
 	}
 }
 
 func TestRateLimitAndQueueCap(t *testing.T) {
+	t.Parallel()
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Limits.TenantAcquireRate = 1
 		c.Gateway.Limits.TenantAcquireBurst = 3
 		c.Gateway.Limits.MaxWaitersPerName = 2
 		c.Gateway.Limits.ClientRenewRate = 1
 		c.Gateway.Limits.ClientRenewBurst = 2
+		// On a clock that stands still no budget refills between calls.
+		c.Gateway.Clock = clock.NewFake(time.Now())
 	})
 	ctx := ctxT(t)
-	a := g.as(tokenA)
+	a := as(g, tokenA)
 	var last error
 	for i := 0; i < 4; i++ {
 		_, last = a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: fmt.Sprintf("r%d", i), TtlMs: 5000}))
@@ -249,10 +213,10 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 	if !hint {
 		t.Errorf("refusal %v carries no RetryInfo", last)
 	}
-	req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/locks/acquire", strings.NewReader(`{"name":"r9","ttlMs":5000}`))
+	req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/locks/acquire", strings.NewReader(`{"name":"r9","ttlMs":5000}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tokenA)
-	resp, err := g.http.Do(req)
+	resp, err := g.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +225,7 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 		t.Errorf("REST over the rate = %d, Retry-After %q; want 429 with a hint", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	// Tenant b has its own budget; the name cap allows a holder and one waiter.
-	b := g.as(tokenB)
+	b := as(g, tokenB)
 	capped, err := b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "capped", TtlMs: 10000}))
 	if err != nil {
 		t.Fatal(err)
@@ -288,13 +252,14 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 	}
 	// (Read etcd itself: Describe is charged to tenant b's acquire rate,
 	// spent by now.)
-	if n := keysOf(t, etcdClient(t), g.prefix()+"/t/b", "capped"); n != 2 {
+	if n := keysOf(t, etcdClient(t), g.Prefix+"/t/b", "capped"); n != 2 {
 		t.Errorf("after the refusal %d keys; want 2 (the holder and the first waiter), the refused waiter gone", n)
 	}
 	w1.Close()
 }
 
 func TestNonLoopbackWithoutAuthRefusesToStart(t *testing.T) {
+	t.Parallel()
 	cfg := server.DefaultConfig()
 	cfg.Listen = "0.0.0.0:0"
 	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
@@ -308,6 +273,7 @@ func TestNonLoopbackWithoutAuthRefusesToStart(t *testing.T) {
 }
 
 func TestJWTAuthentication(t *testing.T) {
+	t.Parallel()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
@@ -338,7 +304,7 @@ func TestJWTAuthentication(t *testing.T) {
 		"no tenant":    {sign(key, with(good, "tenant", "")), false},
 	}
 	for name, tc := range cases {
-		_, err := g.as(tc.token).TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "jwt-" + name, TtlMs: 5000}))
+		_, err := as(g, tc.token).TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "jwt-" + name, TtlMs: 5000}))
 		if tc.ok && err != nil {
 			t.Errorf("%s JWT: %v; want accepted", name, err)
 		}
@@ -361,6 +327,7 @@ func with(c jwt.MapClaims, k string, v any) jwt.MapClaims {
 }
 
 func TestMutualTLSIdentity(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, caKey := newCA(t)
 	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
@@ -380,7 +347,7 @@ func TestMutualTLSIdentity(t *testing.T) {
 		return &http.Client{Transport: tr}
 	}
 	with := tlsClient(tls.Certificate{Certificate: [][]byte{clientCert.Raw}, PrivateKey: clientKey})
-	c := leasegatev1connect.NewLockServiceClient(with, g.url, connect.WithGRPC())
+	c := leasegatev1connect.NewLockServiceClient(with, g.URL, connect.WithGRPC())
 	r, err := c.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "mtls", TtlMs: 5000}))
 	if err != nil || !r.Msg.Acquired {
 		t.Fatalf("TryAcquire with a client certificate = %v, %v", r, err)
@@ -390,18 +357,19 @@ func TestMutualTLSIdentity(t *testing.T) {
 	if _, err := c.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: id, FencingToken: r.Msg.Granted.FencingToken})); err != nil {
 		t.Fatal(err)
 	}
-	without := leasegatev1connect.NewLockServiceClient(tlsClient(), g.url)
+	without := leasegatev1connect.NewLockServiceClient(tlsClient(), g.URL)
 	if _, err := without.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "mtls", TtlMs: 5000})); err == nil {
 		t.Fatal("TryAcquire without a client certificate succeeded")
 	}
 }
 
 func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	a := g.as(tokenA)
+	a := as(g, tokenA)
 	ctx := ctxT(t)
 	r, err := a.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "secret", TtlMs: 5000}))
 	if err != nil {
@@ -417,7 +385,7 @@ func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
 		}
 		errs = append(errs, err.Error())
 	}
-	_, err = g.as(tokenB).Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: id, FencingToken: r.Msg.Granted.FencingToken}))
+	_, err = as(g, tokenB).Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: id, FencingToken: r.Msg.Granted.FencingToken}))
 	errs = append(errs, err.Error())
 	all := logs.String() + strings.Join(errs, "\n")
 	for _, secret := range []string{id, tampered, tokenA, tokenB, id[len(id)-22:]} {

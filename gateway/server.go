@@ -129,10 +129,10 @@ func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 func (h *Health) ping(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if time.Since(h.checked) < time.Second {
+	if h.svc.clk.Now().Sub(h.checked) < time.Second {
 		return h.last
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := h.svc.withTimeout(ctx, 2*time.Second, nil)
 	defer cancel()
 	backends := h.svc.router.Backends()
 	errs := make([]error, len(backends))
@@ -155,7 +155,7 @@ func (h *Health) ping(ctx context.Context) error {
 		h.shards[b.Name] = "ok"
 		err = nil
 	}
-	h.checked, h.last = time.Now(), err
+	h.checked, h.last = h.svc.clk.Now(), err
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/internal/clock"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
@@ -41,6 +42,7 @@ type Service struct {
 	lim  *limiter
 	tel  *telemetry
 	keys IDKeyring
+	clk  clock.Clock
 }
 
 var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
@@ -58,7 +60,8 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits), keys: cfg.IDKeys}
+	clk := clockOf(cfg)
+	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	if s.keys == nil {
 		k, err := GenerateIDKey(1)
 		if err != nil {
@@ -208,7 +211,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		// The wait timeout bounds the whole call, enqueue included, so a
 		// stalled cluster cannot hold a caller past it.
 		var stop context.CancelFunc
-		wctx, stop = context.WithTimeoutCause(wctx, r.WaitTimeout, queue.ErrWaitTimeout)
+		wctx, stop = s.withTimeout(wctx, r.WaitTimeout, queue.ErrWaitTimeout)
 		defer stop()
 		r.WaitTimeout = 0
 	}
@@ -303,7 +306,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	t, res, err := s.tryAcquire(ctx, id, t, r, sess)
 	if err != nil {
@@ -364,7 +367,7 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 	if err := s.lim.renew(who); err != nil {
 		return queue.Renewal{}, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	var rn queue.Renewal
 	err = call(ctx, t, func(ctx context.Context) error {
@@ -396,7 +399,7 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 	if err := s.lim.renew(who); err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	var ok bool
 	// A release is attempted even when the shard's breaker is open: it can
@@ -423,7 +426,7 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	if p := t.Previous; p != nil {
 		// While the name drains from its previous shard, its holder may
@@ -480,7 +483,7 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	var live bool
 	var cur int64

@@ -200,7 +200,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if len(req.Msg.ClientId) > 128 {
 		return nil, badField("client_id", "is %d bytes; the limit is 128", len(req.Msg.ClientId))
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	secret, err := queue.NewSecret()
 	if err != nil {
@@ -245,7 +245,7 @@ func (s *Service) refuseOpen(outs []shardOutcome) error {
 // closeLeases revokes leases of session id, best effort, in the background
 // of a failed call.
 func (s *Service) closeLeases(id SessionID, leases []ShardLease) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	ctx, cancel := s.withTimeout(context.Background(), s.cfg.RequestTimeout, nil)
 	defer cancel()
 	for _, l := range leases {
 		if t, err := s.lookup(Identity{Tenant: id.Tenant}, l.Shard); err == nil {
@@ -269,7 +269,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	outs := eachShard(len(leases), func(i int) shardOutcome {
 		return s.keepAlive(ctx, who, id, leases[i])
@@ -337,7 +337,7 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	outs := eachShard(len(id.Leases), func(i int) shardOutcome {
 		return s.revoke(ctx, who, id, id.Leases[i])

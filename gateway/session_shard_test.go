@@ -88,7 +88,7 @@ func shardOf(err error) string {
 // sessionTry takes name in session id, failing the test unless granted.
 func sessionTry(t *testing.T, g *gw, id, name string) *v1.Granted {
 	t.Helper()
-	resp, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, SessionId: id, ClientId: "sess"}))
+	resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, SessionId: id, ClientId: "sess"}))
 	if err != nil || !resp.Msg.Acquired {
 		t.Fatalf("TryAcquire(%q) in a session = %v, %v; want acquired", name, resp, err)
 	}
@@ -101,6 +101,7 @@ func sessionTry(t *testing.T, g *gw, id, name string) *v1.Granted {
 // are lost. A shard the session lacks gets a distinct, actionable answer,
 // and the session can be extended to it once it is back.
 func TestSessionDegradesPerShard(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 2)
 	bc := shard.DefaultBreakerConfig()
 	bc.ConsecutiveFailures = 3
@@ -112,7 +113,7 @@ func TestSessionDegradesPerShard(t *testing.T) {
 	ctx := ctxT(t)
 	names := namesOn([]string{"c0", "c1"}, 3, "sess")
 
-	s1, err := g.client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "sess", TtlMs: 10000}))
+	s1, err := g.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "sess", TtlMs: 10000}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestSessionDegradesPerShard(t *testing.T) {
 
 	// Renewal goes on for c0 while c1 is down, call after call.
 	for i := range 3 {
-		ka, err := g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s1.Msg.SessionId}))
+		ka, err := g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s1.Msg.SessionId}))
 		if err != nil {
 			t.Fatalf("KeepAliveSession %d with c1 down = %v; want c0 renewed", i, err)
 		}
@@ -136,24 +137,24 @@ func TestSessionDegradesPerShard(t *testing.T) {
 		}
 	}
 	// The lock on c0 is held and renewable all along.
-	if _, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC0.LockId, FencingToken: onC0.FencingToken})); err != nil {
+	if _, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC0.LockId, FencingToken: onC0.FencingToken})); err != nil {
 		t.Fatalf("Renew of the c0 lock with c1 down = %v", err)
 	}
 
 	// A session opens while c1 is down, covering c0.
-	s2, err := g.client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "sess", TtlMs: 10000}))
+	s2, err := g.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "sess", TtlMs: 10000}))
 	if err != nil {
 		t.Fatalf("OpenSession with c1 down = %v; want a session on c0", err)
 	}
 	wantStates(t, "OpenSession with c1 down", s2.Msg.Shards, map[string]v1.ShardLeaseState{"c0": live, "c1": unavailable})
 	sessionTry(t, g, s2.Msg.SessionId, names["c0"][1])
-	_, err = g.client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: names["c1"][1], SessionId: s2.Msg.SessionId}))
+	_, err = g.Client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: names["c1"][1], SessionId: s2.Msg.SessionId}))
 	if codeOf(err) != connect.CodeFailedPrecondition || reasonOf(err) != "SESSION_SHARD_MISSING" || shardOf(err) != "c1" {
 		t.Fatalf("TryAcquire on the shard the session lacks = %v (reason %q, shard %q); want failed_precondition, SESSION_SHARD_MISSING, shard c1", err, reasonOf(err), shardOf(err))
 	}
 	// Extending to a shard that is still down fails retryably and leaves
 	// the session as it was.
-	_, err = g.client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s2.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000}))
+	_, err = g.Client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s2.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000}))
 	if codeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("ExtendSession to the stopped shard = %v; want unavailable", err)
 	}
@@ -163,42 +164,42 @@ func TestSessionDegradesPerShard(t *testing.T) {
 
 	// s1's lease on c1 lapses (revoked here, as etcd expires it).
 	revokeSessions(t, f.etcds[1].ClientFor(t), f.prefix)
-	ka, err := g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s1.Msg.SessionId}))
+	ka, err := g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s1.Msg.SessionId}))
 	if err != nil {
 		t.Fatalf("KeepAliveSession with c1's lease gone = %v; want c0 renewed", err)
 	}
 	wantStates(t, "KeepAliveSession with c1's lease gone", ka.Msg.Shards, map[string]v1.ShardLeaseState{"c0": live, "c1": lost})
 	// Only c1's lock is lost.
-	if _, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC1.LockId, FencingToken: onC1.FencingToken})); codeOf(err) != connect.CodeFailedPrecondition {
+	if _, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC1.LockId, FencingToken: onC1.FencingToken})); codeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("Renew of the lock on the lapsed lease = %v; want failed_precondition", err)
 	}
-	if _, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC0.LockId, FencingToken: onC0.FencingToken})); err != nil {
+	if _, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC0.LockId, FencingToken: onC0.FencingToken})); err != nil {
 		t.Fatalf("Renew of the c0 lock after c1's lease lapsed = %v", err)
 	}
 	// The lapsed lease is not revived: an acquire there says which lease
 	// is gone, and a keepalive of that shard alone says the session is lost
 	// there.
-	_, err = g.client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: names["c1"][2], SessionId: s1.Msg.SessionId}))
+	_, err = g.Client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: names["c1"][2], SessionId: s1.Msg.SessionId}))
 	if codeOf(err) != connect.CodeFailedPrecondition || reasonOf(err) != "SESSION_LOST" || shardOf(err) != "c1" {
 		t.Fatalf("TryAcquire on the lapsed lease = %v (reason %q, shard %q); want SESSION_LOST on c1", err, reasonOf(err), shardOf(err))
 	}
-	_, err = g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s1.Msg.SessionId, Shards: []string{"c1"}}))
+	_, err = g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s1.Msg.SessionId, Shards: []string{"c1"}}))
 	if reasonOf(err) != "SESSION_LOST" {
 		t.Fatalf("KeepAliveSession of c1 alone = %v; want SESSION_LOST", err)
 	}
-	_, err = g.client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s1.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000}))
+	_, err = g.Client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s1.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000}))
 	if reasonOf(err) != "SESSION_LOST" {
 		t.Fatalf("ExtendSession keeping the lapsed lease = %v; want SESSION_LOST", err)
 	}
 
 	// Extended, s2 covers c1 too.
-	ext, err := g.client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s2.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000, ClientId: "sess"}))
+	ext, err := g.Client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s2.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000, ClientId: "sess"}))
 	if err != nil {
 		t.Fatalf("ExtendSession to c1 once it is back = %v", err)
 	}
 	wantStates(t, "ExtendSession to c1", ext.Msg.Shards, map[string]v1.ShardLeaseState{"c1": live})
 	sessionTry(t, g, ext.Msg.SessionId, names["c1"][1])
-	ka, err = g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: ext.Msg.SessionId}))
+	ka, err = g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: ext.Msg.SessionId}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,16 +209,16 @@ func TestSessionDegradesPerShard(t *testing.T) {
 	}
 
 	// s1 replaces its lapsed lease: a new lease, and the old lock stays lost.
-	rep, err := g.client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s1.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000, Replace: true}))
+	rep, err := g.Client.ExtendSession(ctx, connect.NewRequest(&v1.ExtendSessionRequest{SessionId: s1.Msg.SessionId, Shards: []string{"c1"}, TtlMs: 10000, Replace: true}))
 	if err != nil {
 		t.Fatalf("ExtendSession replacing the lapsed lease = %v", err)
 	}
 	wantStates(t, "ExtendSession replacing c1", rep.Msg.Shards, map[string]v1.ShardLeaseState{"c1": live})
 	sessionTry(t, g, rep.Msg.SessionId, names["c1"][2])
-	if _, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC1.LockId, FencingToken: onC1.FencingToken})); codeOf(err) != connect.CodeFailedPrecondition {
+	if _, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: onC1.LockId, FencingToken: onC1.FencingToken})); codeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("Renew of the lock on the replaced lease = %v; want still lost", err)
 	}
-	d, err := g.client.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: names["c1"][0]}))
+	d, err := g.Client.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: names["c1"][0]}))
 	if err != nil || d.Msg.Held {
 		t.Fatalf("Describe of the lost c1 lock = %v, %v; want free", d, err)
 	}
@@ -228,7 +229,7 @@ func awaitShard(t *testing.T, g *gw, id, shard string) {
 	t.Helper()
 	ctx := ctxT(t)
 	for {
-		ka, err := g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: id}))
+		ka, err := g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: id}))
 		if err == nil && states(ka.Msg.Shards)[shard] == live {
 			return
 		}
@@ -260,21 +261,22 @@ func revokeSessions(t *testing.T, cli *clientv3.Client, prefix string) {
 // Every lease of a session gone: the keepalive fails as a whole with
 // SESSION_LOST, as it always did.
 func TestKeepAliveSessionAllLeasesGone(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 2)
 	g := f.gateway(t, nil, 0, 1)
 	ctx := ctxT(t)
-	s, err := g.client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{TtlMs: 10000}))
+	s, err := g.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{TtlMs: 10000}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
 		revokeSessions(t, f.etcds[i].ClientFor(t), f.prefix)
 	}
-	_, err = g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s.Msg.SessionId}))
+	_, err = g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s.Msg.SessionId}))
 	if codeOf(err) != connect.CodeFailedPrecondition || reasonOf(err) != "SESSION_LOST" {
 		t.Fatalf("KeepAliveSession with every lease gone = %v; want failed_precondition, SESSION_LOST", err)
 	}
-	_, err = g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s.Msg.SessionId, Shards: []string{"c0", "c0"}}))
+	_, err = g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: s.Msg.SessionId, Shards: []string{"c0", "c0"}}))
 	if codeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("KeepAliveSession naming a shard twice = %v; want invalid_argument", err)
 	}

@@ -11,10 +11,11 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/internal/timingtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
-	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/shard"
 )
 
@@ -26,7 +27,7 @@ type fleet struct {
 
 func startFleet(t *testing.T, n int) *fleet {
 	t.Helper()
-	f := &fleet{prefix: fmt.Sprintf("/shardtest/%d", prefixSeq.Add(1))}
+	f := &fleet{prefix: gwtest.NewPrefix()}
 	var wg sync.WaitGroup
 	f.etcds = make([]*etcdtest.Cluster, n)
 	for i := range n {
@@ -49,23 +50,19 @@ func (f *fleet) shardCluster(i int) shard.Cluster {
 // gateway starts a gateway over clusters idx (the first is home).
 func (f *fleet) gateway(t *testing.T, adjust func(*server.Config), idx ...int) *gw {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = f.prefix
+	var clusters []server.Cluster
 	for _, i := range idx {
-		cfg.Clusters = append(cfg.Clusters, f.cluster(i))
+		clusters = append(clusters, f.cluster(i))
 	}
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
+	return gwtest.Start(t, nil, gwtest.Prefix(f.prefix), gwtest.Clusters(clusters...), gwtest.Configure(adjust))
+}
+
+// awaitMap returns once g routes by m or a newer map.
+func awaitMap(t *testing.T, g *gw, m shard.Map) {
+	t.Helper()
+	if err := g.Server.Router().AwaitNewer(ctxT(t), m.Epoch-1); err != nil {
 		t.Fatal(err)
 	}
-	g := &gw{srv: srv, url: srv.URL(), http: h2cClient()}
-	g.client = leasegatev1connect.NewLockServiceClient(g.http, g.url)
-	t.Cleanup(func() { g.stop(); g.http.CloseIdleConnections() })
-	return g
 }
 
 func (f *fleet) resharder(t *testing.T) *shard.Resharder {
@@ -105,6 +102,7 @@ func (l *grantLog) leave(name string) {
 }
 
 func TestReshardingUnderContention(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 4)
 	g1 := f.gateway(t, nil, 0, 1, 2)
 	g2 := f.gateway(t, nil, 0, 1, 2, 3) // knows c3's endpoints for when it joins
@@ -173,7 +171,7 @@ func TestReshardingUnderContention(t *testing.T) {
 	})
 	// After the change, names live only on c1..c3 and tokens carry epoch 3.
 	for _, n := range names[:4] {
-		d, err := g2.client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: n}))
+		d, err := g2.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: n}))
 		if err != nil || d.Msg.Shard == "c0" {
 			t.Fatalf("Describe(%q) = %v, %v; want a shard other than the removed c0", n, d, err)
 		}
@@ -185,7 +183,7 @@ func TestReshardingUnderContention(t *testing.T) {
 func acquireHoldRelease(ctx context.Context, g *gw, name string, log *grantLog, errs *sync.Map) {
 	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	stream, err := g.client.Acquire(actx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 10000, WaitTimeoutMs: 15000}))
+	stream, err := g.Client.Acquire(actx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 10000, WaitTimeoutMs: 15000}))
 	if err != nil {
 		return
 	}
@@ -209,10 +207,11 @@ func acquireHoldRelease(ctx context.Context, g *gw, name string, log *grantLog, 
 	log.leave(name)
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
-	_, _ = g.client.Release(rctx, connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken}))
+	_, _ = g.Client.Release(rctx, connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken}))
 }
 
 func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 2)
 	bc := shard.DefaultBreakerConfig()
 	bc.ConsecutiveFailures = 3
@@ -234,7 +233,7 @@ func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
 	f.etcds[1].Stop()
 	try := func(name string) (time.Duration, error) {
 		start := time.Now()
-		resp, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 5000}))
+		resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 5000}))
 		if err == nil && resp.Msg.Acquired {
 			release(t, g, resp.Msg.Granted)
 		}
@@ -251,7 +250,9 @@ func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeUnavailable || reasonOf(err) != "SHARD_UNAVAILABLE" {
 			t.Fatalf("TryAcquire with the breaker open = %v (%q); want unavailable, SHARD_UNAVAILABLE", err, reasonOf(err))
 		}
-		if d > 100*time.Millisecond {
+		// SHARD_UNAVAILABLE is the breaker's own answer; how fast it comes
+		// is a timing judgement (internal/timingtest).
+		if timingtest.Enabled() && d > 100*time.Millisecond {
 			t.Errorf("fast-fail took %s; the breaker should answer without waiting on etcd", d)
 		}
 	}
@@ -277,6 +278,7 @@ func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
 }
 
 func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 3)
 	// g1 never follows the stored map; it only reloads when a cluster
 	// refuses its enqueue.
@@ -291,20 +293,22 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	}
 	holder := tryAcquire(t, stale, moved) // on its old cluster, epoch 1
 	rs := f.resharder(t)
-	if _, err := rs.Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+	m, err := rs.Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
+	if err != nil {
 		t.Fatal(err)
 	}
+	awaitMap(t, fresh, m) // fresh follows the map in the background
 	// Both gateways: a waiter for the moved name is not granted while the
 	// old holder holds on the draining cluster.
 	wStale := startWaiter(t, stale, &v1.AcquireRequest{Name: moved, TtlMs: 10000})
 	wFresh := startWaiter(t, fresh, &v1.AcquireRequest{Name: moved, TtlMs: 10000})
 	<-wStale.positions
 	<-wFresh.positions
-	res, err := fresh.client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 5000}))
+	res, err := fresh.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 5000}))
 	if err != nil || res.Msg.Acquired {
 		t.Fatalf("TryAcquire while the old holder holds = %v, %v; want not acquired", res, err)
 	}
-	d, err := fresh.client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: moved}))
+	d, err := fresh.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: moved}))
 	if err != nil || d.Msg.FencingToken != holder.FencingToken {
 		t.Fatalf("Describe during drain = %v, %v; want the old holder %d", d, err, holder.FencingToken)
 	}
@@ -316,7 +320,7 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	default:
 	}
 	// The old holder renews and releases on its old cluster as usual.
-	if _, err := stale.client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: holder.LockId, FencingToken: holder.FencingToken})); err != nil {
+	if _, err := stale.Client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: holder.LockId, FencingToken: holder.FencingToken})); err != nil {
 		t.Fatalf("Renew of the draining holder = %v", err)
 	}
 	release(t, stale, holder)
@@ -354,6 +358,7 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 // from lost its idempotency — a retry with the same request id found the
 // name busy (its own grant, draining) and answered "not acquired".
 func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)   // stores the map: c0, c1
 	g := f.gateway(t, nil, 0, 1, 2) // knows c2's endpoints for when it joins
@@ -366,7 +371,7 @@ func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 	}
 	// Before c2 joins: granted on the name's old cluster; the answer is lost.
 	req := &v1.TryAcquireRequest{Name: moved, TtlMs: 10000, ClientId: "w", RequestId: "try-once"}
-	first, err := g0.client.TryAcquire(ctxT(t), connect.NewRequest(req))
+	first, err := g0.Client.TryAcquire(ctxT(t), connect.NewRequest(req))
 	if err != nil || !first.Msg.Acquired {
 		t.Fatalf("TryAcquire = %v, %v", first, err)
 	}
@@ -376,7 +381,7 @@ func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 	if first.Msg.Granted.Shard == "c2" {
 		t.Fatalf("granted on %s before it joined", first.Msg.Granted.Shard)
 	}
-	again, err := g.client.TryAcquire(ctxT(t), connect.NewRequest(req))
+	again, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(req))
 	if err != nil || !again.Msg.Acquired || again.Msg.Granted.FencingToken != first.Msg.Granted.FencingToken {
 		t.Fatalf("the retried TryAcquire after the name moved = %v, %v; want the same grant (token %d)", again, err, first.Msg.Granted.FencingToken)
 	}
@@ -387,6 +392,7 @@ func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 // cluster, under the session's lease there — not the new cluster's, which
 // its owner binding does not carry.
 func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)
 	g := f.gateway(t, nil, 0, 1, 2)
@@ -398,7 +404,7 @@ func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
 		}
 	}
 	holder := tryAcquire(t, g0, moved)
-	sess, err := g0.client.OpenSession(ctxT(t), connect.NewRequest(&v1.OpenSessionRequest{ClientId: "w", TtlMs: 10000}))
+	sess, err := g0.Client.OpenSession(ctxT(t), connect.NewRequest(&v1.OpenSessionRequest{ClientId: "w", TtlMs: 10000}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,14 +413,16 @@ func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
 	if p := <-first.positions; p != 1 {
 		t.Fatalf("position = %d; want 1", p)
 	}
-	g0.stop() // its gateway stops: the waiter's key stays for a retry elsewhere
+	g0.Stop() // its gateway stops: the waiter's key stays for a retry elsewhere
 	if err := <-first.err; reasonOf(err) != "SHUTTING_DOWN" {
 		t.Fatalf("the wait on a stopping gateway = %v; want SHUTTING_DOWN", err)
 	}
-	if _, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)}); err != nil {
+	m, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	ext, err := g.client.ExtendSession(ctxT(t), connect.NewRequest(&v1.ExtendSessionRequest{SessionId: sess.Msg.SessionId, Shards: []string{"c2"}, TtlMs: 10000, ClientId: "w"}))
+	awaitMap(t, g, m) // g follows the map in the background
+	ext, err := g.Client.ExtendSession(ctxT(t), connect.NewRequest(&v1.ExtendSessionRequest{SessionId: sess.Msg.SessionId, Shards: []string{"c2"}, TtlMs: 10000, ClientId: "w"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,6 +107,7 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, prefix, name string, want int
 // cannot be delivered is given up, each within the send timeout — not
 // when the TCP connection dies.
 func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
+	t.Parallel()
 	const sendTimeout = time.Second
 	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.SendTimeout = sendTimeout })
 	cli := etcdClient(t)
@@ -115,14 +116,14 @@ func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
 		if holder {
 			tryAcquire(t, g, name)
 		}
-		stalledAcquire(t, g.srv.Addr(), &v1.AcquireRequest{Name: name, TtlMs: 30000, ClientId: "stalled"})
+		stalledAcquire(t, g.Server.Addr(), &v1.AcquireRequest{Name: name, TtlMs: 30000, ClientId: "stalled"})
 		want := int64(0)
 		if holder {
 			want = 1 // the holder's key alone
 		}
 		// The stalled client's key appears, then goes within the bound.
-		awaitKeys(t, cli, g.prefix(), name, want+1, 10*time.Second)
-		took := awaitKeys(t, cli, g.prefix(), name, want, 5*sendTimeout)
+		awaitKeys(t, cli, g.Prefix, name, want+1, 10*time.Second)
+		took := awaitKeys(t, cli, g.Prefix, name, want, 5*sendTimeout)
 		t.Logf("holder %v: the stalled client's key went %s after it appeared (send timeout %s)", holder, took.Round(10*time.Millisecond), sendTimeout)
 		if !holder {
 			// The name is free for anyone else now.
@@ -135,10 +136,11 @@ func TestClientThatStopsReadingHoldsNothing(t *testing.T) {
 // bodies pins nothing: each is refused from its headers, and no handler
 // goroutine stays behind to read the body.
 func TestUnfinishedUnauthenticatedStreamsPinNothing(t *testing.T) {
+	// Not parallel: it counts the whole process's goroutines.
 	// The body-read timeout is far longer than the test waits, so a handler
 	// blocked reading a body cannot pass by timing out.
 	g := startSecureGateway(t, func(c *server.Config) { c.Gateway.BodyReadTimeout = 10 * time.Minute })
-	addr := g.srv.Addr()
+	addr := g.Server.Addr()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -4,16 +4,20 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 func TestStreamingFIFOWithPositionsAndIncreasingTokens(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	holder := tryAcquire(t, g, "fifo")
 	const n = 5
@@ -59,6 +63,7 @@ func TestStreamingFIFOWithPositionsAndIncreasingTokens(t *testing.T) {
 }
 
 func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	holder := tryAcquire(t, g, "disc")
 	gone := startWaiter(t, g, &v1.AcquireRequest{Name: "disc", TtlMs: 10000})
@@ -73,7 +78,7 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 	cli := etcdClient(t)
 	deadline := ctxT(t)
 	for {
-		resp, err := cli.Get(deadline, g.prefix()+"/locks/disc/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := cli.Get(deadline, g.Prefix+"/locks/disc/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +87,7 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 		}
 		// The gateway deletes the key as soon as it sees the stream end;
 		// watch for that delete instead of polling blindly.
-		wc := cli.Watch(deadline, g.prefix()+"/locks/disc/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		wc := cli.Watch(deadline, g.Prefix+"/locks/disc/", clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		<-wc
 	}
 	release(t, g, holder)
@@ -93,15 +98,31 @@ func TestDisconnectedWaiterLeavesQueue(t *testing.T) {
 	release(t, g, gr)
 }
 
+// A wait ends by its wait timeout, on the gateway's clock: a fake one here,
+// so the wait ends when the clock passes the timeout and not before.
 func TestWaitTimeoutIsDeadlineExceeded(t *testing.T) {
-	g := startGateway(t, "")
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	g := gwtest.Start(t, shared, gwtest.Clock(clk))
 	holder := tryAcquire(t, g, "wait")
-	w := startWaiter(t, g, &v1.AcquireRequest{Name: "wait", TtlMs: 10000, WaitTimeoutMs: 300})
+	w := startWaiter(t, g, &v1.AcquireRequest{Name: "wait", TtlMs: 10000, WaitTimeoutMs: 5000})
+	// The wait's timer starts before it is enqueued, so before its
+	// position is reported.
+	if p := <-w.positions; p != 1 {
+		t.Fatalf("waiter position = %d; want 1", p)
+	}
+	clk.Advance(5*time.Second - time.Millisecond)
+	select {
+	case err := <-w.err:
+		t.Fatalf("the wait ended %v before its timeout", err)
+	default:
+	}
+	clk.Advance(time.Millisecond)
 	err := <-w.err
 	if codeOf(err) != connect.CodeDeadlineExceeded || reasonOf(err) != "WAIT_TIMEOUT" {
 		t.Fatalf("timed-out wait ended with %v (reason %q); want deadline_exceeded, WAIT_TIMEOUT", err, reasonOf(err))
 	}
-	d, err := g.client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "wait"}))
+	d, err := g.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "wait"}))
 	if err != nil || d.Msg.Waiters != 0 || d.Msg.FencingToken != holder.FencingToken {
 		t.Fatalf("Describe after timeout = %v, %v; want holder only", d, err)
 	}
@@ -109,8 +130,9 @@ func TestWaitTimeoutIsDeadlineExceeded(t *testing.T) {
 }
 
 func TestRetryOnAnotherGatewayKeepsPlace(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
-	g2 := startGateway(t, g1.prefix())
+	g2 := startGateway(t, g1.Prefix)
 	holder := tryAcquire(t, g2, "resume")
 	w1 := startWaiter(t, g1, &v1.AcquireRequest{Name: "resume", TtlMs: 10000, RequestId: "job-7-attempt"})
 	<-w1.positions
@@ -118,7 +140,7 @@ func TestRetryOnAnotherGatewayKeepsPlace(t *testing.T) {
 	if p := <-w2.positions; p != 2 {
 		t.Fatalf("w2 position = %d; want 2", p)
 	}
-	g1.stop() // SIGTERM-style stop: waits end retryably, places are kept
+	g1.Stop() // SIGTERM-style stop: waits end retryably, places are kept
 	err := <-w1.err
 	if codeOf(err) != connect.CodeUnavailable || reasonOf(err) != "SHUTTING_DOWN" {
 		t.Fatalf("wait on a stopping gateway ended with %v (%q); want unavailable, SHUTTING_DOWN", err, reasonOf(err))
@@ -143,12 +165,13 @@ func TestRetryOnAnotherGatewayKeepsPlace(t *testing.T) {
 }
 
 func TestRestartedGatewayRenewsAndReleasesOldLocks(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
-	prefix := g1.prefix()
+	prefix := g1.Prefix
 	held := tryAcquire(t, g1, "restart")
-	g1.stop()
+	g1.Stop()
 	g2 := startGateway(t, prefix)
-	rn, err := g2.client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: held.LockId, FencingToken: held.FencingToken}))
+	rn, err := g2.Client.Renew(ctxT(t), connect.NewRequest(&v1.RenewRequest{LockId: held.LockId, FencingToken: held.FencingToken}))
 	if err != nil || rn.Msg.TtlMs != 10000 {
 		t.Fatalf("Renew after restart = %v, %v", rn, err)
 	}
@@ -156,13 +179,14 @@ func TestRestartedGatewayRenewsAndReleasesOldLocks(t *testing.T) {
 }
 
 func TestGRPCAndGRPCWebProtocols(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	for _, tc := range []struct {
 		name string
 		opt  connect.ClientOption
 	}{{"grpc", connect.WithGRPC()}, {"grpc-web", connect.WithGRPCWeb()}, {"connect-json", connect.WithProtoJSON()}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := leasegatev1connect.NewLockServiceClient(g.http, g.url, tc.opt)
+			c := leasegatev1connect.NewLockServiceClient(g.HTTP, g.URL, tc.opt)
 			stream, err := c.Acquire(ctxT(t), connect.NewRequest(&v1.AcquireRequest{Name: "proto-" + tc.name, TtlMs: 5000}))
 			if err != nil {
 				t.Fatal(err)
@@ -182,13 +206,14 @@ func TestGRPCAndGRPCWebProtocols(t *testing.T) {
 }
 
 func TestHealthServing(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
-	hc := connect.NewClient[grpc_health_v1.HealthCheckRequest, grpc_health_v1.HealthCheckResponse](g.http, g.url+"/grpc.health.v1.Health/Check", connect.WithGRPC())
+	hc := connect.NewClient[grpc_health_v1.HealthCheckRequest, grpc_health_v1.HealthCheckResponse](g.HTTP, g.URL+"/grpc.health.v1.Health/Check", connect.WithGRPC())
 	resp, err := hc.CallUnary(ctxT(t), connect.NewRequest(&grpc_health_v1.HealthCheckRequest{Service: "leasegate.v1.LockService"}))
 	if err != nil || resp.Msg.Status != grpc_health_v1.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v; want SERVING", resp, err)
 	}
-	hr, err := g.http.Get(g.url + "/healthz")
+	hr, err := g.HTTP.Get(g.URL + "/healthz")
 	if err != nil || hr.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz = %v, %v; want 200", hr, err)
 	}

@@ -38,17 +38,18 @@ func decodedLen(t *testing.T, s string) int {
 // An edited lock id — any byte of it — is refused before etcd is touched,
 // over Connect and REST, and disturbs nothing.
 func TestTamperedLockIDsAreRefused(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	victim := tryAcquire(t, g, "victim")
 	mine := tryAcquire(t, g, "mine")
 	ctx := ctxT(t)
 	for i := 0; i < decodedLen(t, mine.LockId); i++ {
 		forged := flipped(t, mine.LockId, i)
-		_, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: forged, FencingToken: mine.FencingToken}))
+		_, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: forged, FencingToken: mine.FencingToken}))
 		if codeOf(err) != connect.CodeInvalidArgument {
 			t.Fatalf("Renew with byte %d flipped = %v; want invalid_argument", i, err)
 		}
-		_, err = g.client.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: forged, FencingToken: mine.FencingToken}))
+		_, err = g.Client.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: forged, FencingToken: mine.FencingToken}))
 		if codeOf(err) != connect.CodeInvalidArgument {
 			t.Fatalf("Release with byte %d flipped = %v; want invalid_argument", i, err)
 		}
@@ -58,7 +59,7 @@ func TestTamperedLockIDsAreRefused(t *testing.T) {
 		}
 	}
 	for _, gr := range []*v1.Granted{victim, mine} {
-		if _, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
+		if _, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
 			t.Fatalf("Renew of an untouched lock after the forgeries: %v", err)
 		}
 	}
@@ -68,11 +69,12 @@ func TestTamperedLockIDsAreRefused(t *testing.T) {
 // field names another lock's lease revokes nothing: the engine compares
 // the lease with etcd's and revokes only what it read back.
 func TestResignedLockIDWithAnotherLeaseRevokesNothing(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	victim := tryAcquire(t, g, "victim")
 	mine := tryAcquire(t, g, "mine")
 	ctx := ctxT(t)
-	resp, err := etcdClient(t).Get(ctx, server.IDKeysKey(g.prefix()))
+	resp, err := etcdClient(t).Get(ctx, server.IDKeysKey(g.Prefix))
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("read the fleet's id keys: %v", err)
 	}
@@ -90,12 +92,12 @@ func TestResignedLockIDWithAnotherLeaseRevokesNothing(t *testing.T) {
 	}
 	m.Handle.Lease = v.Handle.Lease
 	forged := gateway.EncodeLockID(keys, m)
-	_, err = g.client.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: forged, FencingToken: mine.FencingToken}))
+	_, err = g.Client.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: forged, FencingToken: mine.FencingToken}))
 	if codeOf(err) != connect.CodePermissionDenied {
 		t.Fatalf("Release of own lock under a neighbour's lease = %v; want permission_denied", err)
 	}
 	for _, gr := range []*v1.Granted{victim, mine} {
-		if _, err := g.client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
+		if _, err := g.Client.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
 			t.Fatalf("Renew after the forged release: %v", err)
 		}
 	}
@@ -103,24 +105,25 @@ func TestResignedLockIDWithAnotherLeaseRevokesNothing(t *testing.T) {
 
 // An edited session id is refused too, so nothing acts on a lease it names.
 func TestTamperedSessionIDsAreRefused(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t, "")
 	ctx := ctxT(t)
-	s, err := g.client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "s", TtlMs: 10000}))
+	s, err := g.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "s", TtlMs: 10000}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := s.Msg.SessionId
 	for i := 0; i < decodedLen(t, id); i++ {
 		forged := flipped(t, id, i)
-		if _, err := g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: forged})); codeOf(err) != connect.CodeInvalidArgument {
+		if _, err := g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: forged})); codeOf(err) != connect.CodeInvalidArgument {
 			t.Fatalf("KeepAliveSession with byte %d flipped = %v; want invalid_argument", i, err)
 		}
-		_, err := g.client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "s-lock", SessionId: forged}))
+		_, err := g.Client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "s-lock", SessionId: forged}))
 		if codeOf(err) != connect.CodeInvalidArgument {
 			t.Fatalf("TryAcquire with a session id with byte %d flipped = %v; want invalid_argument", i, err)
 		}
 	}
-	if _, err := g.client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: id})); err != nil {
+	if _, err := g.Client.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: id})); err != nil {
 		t.Fatalf("the real session after the forgeries: %v", err)
 	}
 }
@@ -129,6 +132,7 @@ func TestTamperedSessionIDsAreRefused(t *testing.T) {
 // else's waiter: another subject, or the same subject with another client
 // id, is refused; the caller itself resumes.
 func TestRequestIDBelongsToItsCaller(t *testing.T) {
+	t.Parallel()
 	const tokenA2 = "token-of-tenant-a-second-subject"
 	g := startSecureGateway(t, func(c *server.Config) {
 		tokens := filepath.Join(t.TempDir(), "tokens")
@@ -138,14 +142,14 @@ func TestRequestIDBelongsToItsCaller(t *testing.T) {
 		c.Gateway.Auth.TokensFile = tokens
 	})
 	ctx := ctxT(t)
-	owner := g.as(tokenA)
+	owner := as(g, tokenA)
 	held, err := owner.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "job", TtlMs: 10000, ClientId: "w1", RequestId: "job-42"}))
 	if err != nil || !held.Msg.Acquired {
 		t.Fatalf("TryAcquire = %v, %v", held, err)
 	}
 	for what, try := range map[string]func() error{
 		"another subject": func() error {
-			_, err := g.as(tokenA2).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "job", TtlMs: 10000, ClientId: "w1", RequestId: "job-42"}))
+			_, err := as(g, tokenA2).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "job", TtlMs: 10000, ClientId: "w1", RequestId: "job-42"}))
 			return err
 		},
 		"another client id": func() error {
@@ -153,7 +157,7 @@ func TestRequestIDBelongsToItsCaller(t *testing.T) {
 			return err
 		},
 		"another subject, streaming": func() error {
-			st, err := g.as(tokenA2).Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "job", TtlMs: 10000, ClientId: "w1", RequestId: "job-42", WaitTimeoutMs: 1000}))
+			st, err := as(g, tokenA2).Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "job", TtlMs: 10000, ClientId: "w1", RequestId: "job-42", WaitTimeoutMs: 1000}))
 			if err != nil {
 				return err
 			}
@@ -180,8 +184,9 @@ func TestRequestIDBelongsToItsCaller(t *testing.T) {
 // over, and the earlier ends with aborted/SUPERSEDED instead of waiting
 // on, or cleaning up, a waiter that is no longer its own.
 func TestSecondCallWithTheSameRequestIDSupersedesTheFirst(t *testing.T) {
+	t.Parallel()
 	g1 := startGateway(t, "")
-	g2 := startGateway(t, g1.prefix())
+	g2 := startGateway(t, g1.Prefix)
 	holder := tryAcquire(t, g1, "x")
 	req := &v1.AcquireRequest{Name: "x", TtlMs: 10000, ClientId: "w", RequestId: "one-call"}
 	first := startWaiter(t, g1, req)

@@ -24,7 +24,7 @@ func (s *Service) caller(ctx context.Context) (Identity, error) {
 func (s *Service) checkKeys(ctx context.Context, id Identity, t locks.Target) error {
 	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, func(ctx context.Context) (int64, error) {
 		var n int64
-		cctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
+		cctx, cancel := s.storeTimeout(ctx)
 		defer cancel()
 		err := call(cctx, t, func(ctx context.Context) error {
 			var err error

@@ -11,7 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/timingtest"
 )
 
 func TestUncontestedAcquireRelease(t *testing.T) {
@@ -284,8 +284,13 @@ func TestWaiterWhoseLeaseDiesIsNeverGranted(t *testing.T) {
 	mustRelease(t, e, holder)
 }
 
+// A holder that never renews is replaced once its TTL has passed, and not
+// before. The waiter is granted within a second of the deadline (etcd's
+// lease expiry plus the engine's catch-up); that bound is a timing
+// judgement, checked only with LEASEGATE_TIMING=1 (internal/timingtest).
+// Without it the bound is five TTLs, which only a replacement that waits
+// on something other than the lease's expiry exceeds.
 func TestDeadHolderFreedWithinTTLAndNotBefore(t *testing.T) {
-	etcdtest.Exclusive(t) // judges timing to the second: not beside the chaos harness
 	e, _ := newEngine(t)
 	r := req("dead")
 	r.TTL = 2 * time.Second
@@ -296,8 +301,12 @@ func TestDeadHolderFreedWithinTTLAndNotBefore(t *testing.T) {
 	if at.Before(dead.Deadline) {
 		t.Fatalf("waiter granted at %s, before the dead holder's deadline %s", at.Format(time.StampMilli), dead.Deadline.Format(time.StampMilli))
 	}
-	if late := at.Sub(dead.Deadline); late > time.Second {
-		t.Fatalf("waiter granted %s after the dead holder's TTL; want ≤ 1s", late)
+	bound := 5 * r.TTL
+	if timingtest.Enabled() {
+		bound = time.Second
+	}
+	if late := at.Sub(dead.Deadline); late > bound {
+		t.Fatalf("waiter granted %s after the dead holder's TTL; want ≤ %s", late, bound)
 	}
 	if g.Token() <= dead.Token() {
 		t.Fatalf("new token %d not above dead holder's %d", g.Token(), dead.Token())

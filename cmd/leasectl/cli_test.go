@@ -12,8 +12,9 @@ import (
 )
 
 func TestAcquireRenewReleaseDescribe(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	ep := []string{"--endpoint", g.url, "-o", "json"}
+	ep := []string{"--endpoint", g.URL, "-o", "json"}
 	got := decode(t, runOK(t, append(ep, "acquire", "cli", "--ttl", "5s", "--client-id", "ops")...))
 	id, _ := got["lockId"].(string)
 	token, _ := got["fencingToken"].(float64)
@@ -44,13 +45,14 @@ func TestAcquireRenewReleaseDescribe(t *testing.T) {
 		t.Fatalf("renew of a released lock exited %d, stderr %q; want %d and one line saying the lock is lost", r.code, r.stderr, exitLost)
 	}
 
-	table := runOK(t, "--endpoint", g.url, "describe", "cli")
+	table := runOK(t, "--endpoint", g.URL, "describe", "cli")
 	if rows := strings.Split(strings.TrimSpace(table), "\n"); len(rows) != 2 || !strings.HasPrefix(rows[0], "NAME") || !strings.Contains(rows[0], "SHARD") {
 		t.Fatalf("table output:\n%s\nwant a header with SHARD and one row", table)
 	}
 }
 
 func TestErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	for _, tc := range []struct {
 		name string
@@ -69,7 +71,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"bad endpoint", nil, []string{"--endpoint", "localhost:1", "describe", "x"}, exitUsage, "endpoint"},
 		{"unreachable", nil, []string{"--endpoint", "http://127.0.0.1:1", "describe", "x"}, exitError, "no gateway available"},
 		{"unreachable from env", []string{"LEASEGATE_ENDPOINT=http://127.0.0.1:1"}, []string{"try", "x"}, exitError, "127.0.0.1:1"},
-		{"name refused by the gateway", []string{"LEASEGATE_ENDPOINT=" + g.url}, []string{"describe", "bad\x01name"}, exitUsage, "invalid argument"},
+		{"name refused by the gateway", []string{"LEASEGATE_ENDPOINT=" + g.URL}, []string{"describe", "bad\x01name"}, exitUsage, "invalid argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.env, tc.args...)
@@ -80,13 +82,14 @@ func TestErrorsAreOneLine(t *testing.T) {
 		})
 	}
 	// The environment supplies the endpoint when no flag does.
-	r := run(t, []string{"LEASEGATE_ENDPOINT=http://127.0.0.1:1, " + g.url}, "-o", "json", "describe", "env")
+	r := run(t, []string{"LEASEGATE_ENDPOINT=http://127.0.0.1:1, " + g.URL}, "-o", "json", "describe", "env")
 	if r.code != 0 || decode(t, r.stdout)["name"] != "env" {
 		t.Fatalf("describe with LEASEGATE_ENDPOINT exited %d: %s%s", r.code, r.stdout, r.stderr)
 	}
 }
 
 func TestCompletion(t *testing.T) {
+	t.Parallel()
 	for _, shell := range []string{"bash", "zsh", "fish"} {
 		if out := runOK(t, "completion", shell); !strings.Contains(out, "leasectl") {
 			t.Fatalf("completion %s printed no script", shell)
@@ -95,8 +98,9 @@ func TestCompletion(t *testing.T) {
 }
 
 func TestWatchPrintsChanges(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	cmd := command(t, nil, "--endpoint", g.url, "-o", "json", "watch", "watched", "--interval", "20ms")
+	cmd := command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched", "--interval", "20ms")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +112,7 @@ func TestWatchPrintsChanges(t *testing.T) {
 	if d := decode(t, nextLine(t, out, "initial state")); d["held"] != false {
 		t.Fatalf("first watch line %v; want held false", d)
 	}
-	c, err := client.New([]string{g.url}, client.WithClientID("watcher-test"))
+	c, err := client.New([]string{g.URL}, client.WithClientID("watcher-test"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
-	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/gwtest"
 )
 
 var (
@@ -64,26 +63,14 @@ func testMain(m *testing.M) int {
 	return code
 }
 
-var prefixSeq atomic.Int64
+// gateway is a gateway running in-process over the shared etcd.
+type gateway = gwtest.Gateway
 
-type gateway struct {
-	srv    *server.Server
-	url    string
-	prefix string
-}
-
+// startGateway starts a gateway under a fresh prefix and stops it at
+// cleanup.
 func startGateway(t *testing.T) *gateway {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = fmt.Sprintf("/leasectltest/%d", prefixSeq.Add(1))
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return &gateway{srv: srv, url: srv.URL(), prefix: cfg.Prefix}
+	return gwtest.Start(t, shared)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -185,7 +172,7 @@ func nextLine(t *testing.T, ch <-chan string, what string) string {
 func revokeLockLeases(t *testing.T, g *gateway) int {
 	t.Helper()
 	cli := shared.ClientFor(t)
-	resp, err := cli.Get(ctxT(t), g.prefix+"/locks/", clientv3.WithPrefix())
+	resp, err := cli.Get(ctxT(t), g.Prefix+"/locks/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 // --grace before the lock's conservative deadline and SIGKILL at the
 // deadline, so it is gone before the lease can lapse.
 func TestRunStopsCommandBeforeDeadline(t *testing.T) {
+	// Not parallel: it checks when signals land to within a slack that
+	// load beside it would eat.
 	g := startGateway(t)
 	const ttl, grace = 3 * time.Second, time.Second
 	// Trap latency (CMD polls every 10 ms), polling for CMD's death and
@@ -24,7 +26,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 	const slack = 100 * time.Millisecond
 	log := filepath.Join(t.TempDir(), "log")
 	script := `trap 'echo "term $(date +%s%N)" >> "$1"' TERM; echo "ready $$"; while :; do sleep 0.01; done`
-	cmd := command(t, nil, "--endpoint", g.url, "--timeout", "1s", "run", "--lock", "deadline",
+	cmd := command(t, nil, "--endpoint", g.URL, "--timeout", "1s", "run", "--lock", "deadline",
 		"--ttl", ttl.String(), "--grace", grace.String(), "--", "sh", "-c", script, "sh", log)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -48,7 +50,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 	// connections and stops answering at once.
 	dead, cancel := context.WithCancel(context.Background())
 	cancel()
-	_ = g.srv.Shutdown(dead)
+	_ = g.Server.Shutdown(dead)
 	// Every request a gateway confirmed was sent before now, so the lock's
 	// deadline is at most stopped + TTL − margin, and the lease lapses no
 	// sooner than that deadline.
@@ -104,8 +106,9 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 // A --grace that cannot fit between healthy renewals is refused, and the
 // message names the bound.
 func TestRunRefusesGraceAboveTTLThird(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	r := run(t, nil, "--endpoint", g.url, "run", "--lock", "graceful", "--ttl", "3s", "--grace", "2s", "--", "sh", "-c", "echo ran")
+	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "graceful", "--ttl", "3s", "--grace", "2s", "--", "sh", "-c", "echo ran")
 	if r.code != exitUsage || r.stdout != "" || !strings.Contains(r.stderr, "at most TTL/3 (1s for --ttl 3s)") {
 		t.Errorf("run --ttl 3s --grace 2s exited %d, stdout %q, stderr %q; want %d, CMD not run, a message naming the bound 1s",
 			r.code, r.stdout, r.stderr, exitUsage)

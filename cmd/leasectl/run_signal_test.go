@@ -19,6 +19,8 @@ import (
 // A stop signal that arrives after the grant but before CMD starts keeps
 // CMD from starting: the lock is released and leasectl exits 128+N.
 func TestRunStopSignalBeforeStart(t *testing.T) {
+	// Not parallel: it runs leasectl in this process, sets testHookGranted
+	// and sends this process SIGTERM.
 	g := startGateway(t)
 	ran := filepath.Join(t.TempDir(), "ran")
 	testHookGranted = func(sigs <-chan os.Signal) {
@@ -34,7 +36,7 @@ func TestRunStopSignalBeforeStart(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	root := newRootCmd(&stdout)
-	root.SetArgs([]string{"--endpoint", g.url, "run", "--lock", "early", "--", "sh", "-c", `touch "$1"`, "sh", ran})
+	root.SetArgs([]string{"--endpoint", g.URL, "run", "--lock", "early", "--", "sh", "-c", `touch "$1"`, "sh", ran})
 	code := exitCode(root.ExecuteContext(ctxT(t)), &stderr)
 	if code != 128+int(syscall.SIGTERM) {
 		t.Errorf("leasectl run exited %d, stderr %q; want %d", code, stderr.String(), 128+int(syscall.SIGTERM))
@@ -63,16 +65,17 @@ func awaitCond(t *testing.T, within time.Duration, what string, cond func() bool
 // A stop signal during the wait ends it; CMD never runs and leasectl exits
 // 128+N.
 func TestRunStopSignalWhileWaiting(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	held := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "try", "queued", "--ttl", "10s"))
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "queued", "--", "sh", "-c", "echo ran")
+	held := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "try", "queued", "--ttl", "10s"))
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "queued", "--", "sh", "-c", "echo ran")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	awaitCond(t, 10*time.Second, "leasectl run to queue", func() bool {
-		return decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "describe", "queued"))["waiters"] == float64(1)
+		return decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "describe", "queued"))["waiters"] == float64(1)
 	})
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -82,7 +85,7 @@ func TestRunStopSignalWhileWaiting(t *testing.T) {
 		t.Errorf("leasectl run interrupted while waiting exited %d, stdout %q, stderr %q; want %d and CMD not run",
 			code, stdout.String(), stderr.String(), 128+int(syscall.SIGINT))
 	}
-	runOK(t, "--endpoint", g.url, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
+	runOK(t, "--endpoint", g.URL, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
 }
 
 // familyScript starts a grandchild that ignores every stop signal, so that
@@ -111,7 +114,7 @@ func startFamily(t *testing.T, g *gateway, lock, then string, ownGroup bool) *ru
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", lock, "--ttl", "30s", "--", "sh", "-c", familyScript, "sh", then, fifo)
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", lock, "--ttl", "30s", "--", "sh", "-c", familyScript, "sh", then, fifo)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +215,7 @@ func liveProcesses(t *testing.T) []procInfo {
 // released it rather than leaving it to lapse at its TTL.
 func assertReleased(t *testing.T, g *gateway, lock string) {
 	t.Helper()
-	if r := run(t, nil, "--endpoint", g.url, "-o", "json", "try", lock); r.code != 0 {
+	if r := run(t, nil, "--endpoint", g.URL, "-o", "json", "try", lock); r.code != 0 {
 		t.Errorf("lock %q not free after leasectl run exited: try exited %d: %s%s", lock, r.code, r.stdout, r.stderr)
 	}
 }
@@ -222,6 +225,7 @@ func assertReleased(t *testing.T, g *gateway, lock string) {
 // the lock is released, and leasectl exits with CMD's status. The same
 // cleanup follows a CMD that exits on its own.
 func TestRunStopSignalsEndCommandGroup(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	for _, tc := range []struct {
 		name  string
@@ -271,6 +275,7 @@ func TestRunStopSignalsEndCommandGroup(t *testing.T) {
 // A leasectl that is killed outright (SIGKILL, the OOM killer) takes CMD and
 // every process in CMD's process group with it.
 func TestRunKilledTakesCommandGroup(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	f := startFamily(t, g, "killed", "wait", false)
 	if err := f.cmd.Process.Kill(); err != nil {
@@ -282,8 +287,9 @@ func TestRunKilledTakesCommandGroup(t *testing.T) {
 
 // SIGUSR1 and SIGUSR2 are forwarded to CMD and do not stop it.
 func TestRunRelaysUserSignals(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "usr", "--", "sh", "-c",
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "usr", "--", "sh", "-c",
 		`trap 'echo usr1' USR1; trap 'echo usr2' USR2; trap 'exit 0' TERM; echo ready; while :; do sleep 0.01; done`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -320,6 +326,7 @@ func TestRunRelaysUserSignals(t *testing.T) {
 // leasectl kills the rest of CMD's process group before it releases the
 // lock, then exits 1 saying so.
 func TestRunSupervisorKilled(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	f := startFamily(t, g, "orphaned", "wait", false)
 	sup := childrenOf(t, f.cmd.Process.Pid)
@@ -353,9 +360,10 @@ func childrenOf(t *testing.T, pid int) []int {
 // A CMD that ignores the stop signal forwarded to it is killed --grace
 // later, so that a leasectl told to stop does stop.
 func TestRunStopSignalEscalatesAfterGrace(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	const grace = 300 * time.Millisecond
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "stubborn", "--grace", grace.String(), "--",
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "stubborn", "--grace", grace.String(), "--",
 		"sh", "-c", `trap "" TERM; echo ready; while :; do sleep 0.01; done`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

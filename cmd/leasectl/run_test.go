@@ -15,6 +15,7 @@ import (
 // Concurrent `leasectl run` on one lock never overlap, and each later
 // holder sees a higher fencing token.
 func TestRunConcurrentNeverOverlap(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
 	log := filepath.Join(t.TempDir(), "log")
 	script := `echo "start $LEASEGATE_FENCING_TOKEN $LEASEGATE_LOCK_NAME ${#LEASEGATE_LOCK_ID}" >> "$1"; sleep 0.2; echo "end $LEASEGATE_FENCING_TOKEN" >> "$1"`
@@ -22,7 +23,7 @@ func TestRunConcurrentNeverOverlap(t *testing.T) {
 	var stderr [n]bytes.Buffer
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
-		cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "job", "--ttl", "5s", "--wait", "30s", "--", "sh", "-c", script, "sh", log)
+		cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "job", "--ttl", "5s", "--wait", "30s", "--", "sh", "-c", script, "sh", log)
 		cmd.Stderr = &stderr[i]
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -57,7 +58,7 @@ func TestRunConcurrentNeverOverlap(t *testing.T) {
 		}
 		prev = token
 	}
-	if d := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "describe", "job")); d["held"] != false {
+	if d := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "describe", "job")); d["held"] != false {
 		t.Fatalf("lock still held after every run exited: %v", d)
 	}
 }
@@ -79,9 +80,11 @@ func processGone(pid int) bool {
 // here ignores SIGTERM, which makes no difference. leasectl exits non-zero
 // saying the lock was lost.
 func TestRunKillsCommandOnLeaseLoss(t *testing.T) {
+	// Not parallel: it bounds how soon the loss is acted on, to within a
+	// renewal interval that load beside it would stretch.
 	g := startGateway(t)
 	const ttl, grace = 3 * time.Second, 1 * time.Second
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "doomed", "--ttl", ttl.String(), "--grace", grace.String(),
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "doomed", "--ttl", ttl.String(), "--grace", grace.String(),
 		"--", "sh", "-c", `trap "" TERM; sleep 60 & echo "ready $!"; wait`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -122,26 +125,28 @@ func TestRunKillsCommandOnLeaseLoss(t *testing.T) {
 }
 
 func TestRunExitsWithCommandStatusAndReleases(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	r := run(t, nil, "--endpoint", g.url, "run", "--lock", "status", "--", "sh", "-c", "exit 7")
+	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "status", "--", "sh", "-c", "exit 7")
 	if r.code != 7 || r.stderr != "" {
 		t.Fatalf("run of `exit 7` exited %d, stderr %q; want 7 and nothing", r.code, r.stderr)
 	}
-	if d := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "describe", "status")); d["held"] != false {
+	if d := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "describe", "status")); d["held"] != false {
 		t.Fatalf("lock still held after run exited: %v", d)
 	}
-	r = run(t, nil, "--endpoint", g.url, "run", "--lock", "status", "--", "/nonexistent/cmd")
+	r = run(t, nil, "--endpoint", g.URL, "run", "--lock", "status", "--", "/nonexistent/cmd")
 	if r.code != 127 || !strings.Contains(r.stderr, "start /nonexistent/cmd") {
 		t.Fatalf("run of a missing command exited %d, stderr %q; want 127 and a start error", r.code, r.stderr)
 	}
-	if d := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "describe", "status")); d["held"] != false {
+	if d := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "describe", "status")); d["held"] != false {
 		t.Fatalf("lock still held after CMD failed to start: %v", d)
 	}
 }
 
 func TestRunForwardsSignals(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	cmd := command(t, nil, "--endpoint", g.url, "run", "--lock", "signals", "--",
+	cmd := command(t, nil, "--endpoint", g.URL, "run", "--lock", "signals", "--",
 		"sh", "-c", `trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -163,23 +168,25 @@ func TestRunForwardsSignals(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("leasectl exited with %v; want CMD's status 0", err)
 	}
-	if d := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "describe", "signals")); d["held"] != false {
+	if d := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "describe", "signals")); d["held"] != false {
 		t.Fatalf("lock still held after a forwarded SIGTERM: %v", d)
 	}
 }
 
 func TestRunWaitTimeout(t *testing.T) {
+	t.Parallel()
 	g := startGateway(t)
-	held := decode(t, runOK(t, "--endpoint", g.url, "-o", "json", "try", "busy", "--ttl", "10s"))
-	r := run(t, nil, "--endpoint", g.url, "run", "--lock", "busy", "--wait", "200ms", "--", "sh", "-c", "echo ran")
+	held := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "try", "busy", "--ttl", "10s"))
+	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "busy", "--wait", "200ms", "--", "sh", "-c", "echo ran")
 	if r.code != exitNotAcquired || strings.Contains(r.stdout, "ran") || strings.Count(r.stderr, "\n") != 1 {
 		t.Fatalf("run on a held lock with --wait exited %d, stdout %q, stderr %q; want %d, CMD not run, one line",
 			r.code, r.stdout, r.stderr, exitNotAcquired)
 	}
-	runOK(t, "--endpoint", g.url, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
+	runOK(t, "--endpoint", g.URL, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
 }
 
 func TestGraceFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		ttl, grace time.Duration
 		set        bool

@@ -201,6 +201,7 @@ func TestDemoFencingRejectsBadTTL(t *testing.T) {
 // TestJudge checks that the verdict rests on A's reported outcome and the
 // store's final state, and on nothing else.
 func TestJudge(t *testing.T) {
+	t.Parallel()
 	rejected := clientEvent{Event: evWrite, Token: 10, Stale: true, Highest: 11, Error: "fence: stale token 10"}
 	final := fence.Order{ID: "42", Status: statusB, Token: 11}
 	for _, tc := range []struct {

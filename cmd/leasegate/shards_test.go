@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
@@ -31,6 +32,7 @@ func runRoot(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestShardsShowAddRemove(t *testing.T) {
+	t.Parallel()
 	a, b := etcdtest.Start(t), etcdtest.Start(t)
 	home := "a=" + a.Endpoint()
 	// A first map, as a gateway stores it on its first start.
@@ -70,6 +72,7 @@ func TestShardsShowAddRemove(t *testing.T) {
 }
 
 func TestShardsBadInput(t *testing.T) {
+	t.Parallel()
 	a := etcdtest.Start(t)
 	for _, args := range [][]string{
 		{"shards", "show"},
@@ -88,22 +91,9 @@ func TestShardsBadInput(t *testing.T) {
 // and returns a client of it.
 func startGateway(t *testing.T, prefix string, noMapWatch bool, clusters ...server.Cluster) *client.Client {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = prefix
-	cfg.Clusters = clusters
-	cfg.NoMapWatch = noMapWatch
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	c, err := client.New([]string{srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	g := gwtest.Start(t, nil, gwtest.Prefix(prefix), gwtest.Clusters(clusters...),
+		gwtest.Configure(func(c *server.Config) { c.NoMapWatch = noMapWatch }))
+	return g.SDK(t)
 }
 
 // grant takes name through c, releases it and returns its token.
@@ -126,6 +116,7 @@ func grant(t *testing.T, c *client.Client, name string) int64 {
 // cluster refuses its epoch: both grant under the new epoch at once, above
 // every token issued before.
 func TestShardsBumpEpoch(t *testing.T) {
+	t.Parallel()
 	a, b := etcdtest.Start(t), etcdtest.Start(t)
 	const prefix = "/lg-bump"
 	clusters := []server.Cluster{{Name: "a", Endpoints: []string{a.Endpoint()}}, {Name: "b", Endpoints: []string{b.Endpoint()}}}
@@ -170,6 +161,7 @@ func TestShardsBumpEpoch(t *testing.T) {
 }
 
 func TestShardsEpochLimit(t *testing.T) {
+	t.Parallel()
 	a, b := etcdtest.Start(t), etcdtest.Start(t)
 	const prefix = "/lg-limit"
 	home := "a=" + a.Endpoint()

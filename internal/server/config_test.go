@@ -11,6 +11,7 @@ import (
 // TestAttemptTTL: the configured attempt TTL reaches every engine, and one
 // outside the engine's range is refused with the value and the range.
 func TestAttemptTTL(t *testing.T) {
+	t.Parallel()
 	srv := startGateway(t, nil, func(c *server.Config) { c.AttemptTTL = 3 * time.Second })
 	for _, e := range srv.Engines() {
 		if got := e.Config().AttemptTTL; got != 3*time.Second {

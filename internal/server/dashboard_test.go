@@ -95,6 +95,7 @@ var metricRe = regexp.MustCompile(`\bleasegate_[a-zA-Z0-9_]+`)
 // gateway that has run a small workload; latency panels must show
 // exemplars, and panels must use the provisioned Prometheus data source.
 func TestDashboardMetricsExist(t *testing.T) {
+	t.Parallel()
 	d := loadDashboard(t)
 	srv := metricsGateway(t)
 	runWorkload(t, srv.URL())
@@ -164,6 +165,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 // TestDashboardDataSources checks that the provisioned data sources are the
 // ones the dashboard names, and that Prometheus exemplars link to Tempo.
 func TestDashboardDataSources(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(observabilityDir, "grafana", "provisioning", "datasources", "datasources.yaml"))
 	if err != nil {
 		t.Fatal(err)

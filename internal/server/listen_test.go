@@ -8,6 +8,7 @@ import (
 // "localhost" is whatever the resolver says it is: a name counts as
 // loopback only if every address it resolves to is one.
 func TestLoopbackNamesAreResolved(t *testing.T) {
+	// Not parallel: it replaces the package variable lookupIP.
 	defer func(f func(string) ([]net.IP, error)) { lookupIP = f }(lookupIP)
 	answers := map[string][]net.IP{
 		"localhost":    {net.ParseIP("10.0.0.7")}, // a hostile or broken resolver

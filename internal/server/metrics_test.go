@@ -162,6 +162,7 @@ func metricsGateway(tb testing.TB) *server.Server {
 // counts match what was done, the latencies are sane, and no label carries
 // a lock name or id.
 func TestMetricsAfterWorkload(t *testing.T) {
+	t.Parallel()
 	srv := metricsGateway(t)
 	runWorkload(t, srv.URL())
 	time.Sleep(300 * time.Millisecond) // let the key count refresh
@@ -261,6 +262,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 
 // TestMetricsOffByFlag checks that without metrics there is no /metrics.
 func TestMetricsOffByFlag(t *testing.T) {
+	t.Parallel()
 	p, err := telemetry.New(context.Background(), telemetry.Config{})
 	if err != nil {
 		t.Fatal(err)

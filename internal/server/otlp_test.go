@@ -59,6 +59,7 @@ func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // OTEL_* variables alone, and checks that the spans of an acquire and a
 // release reach an OTLP/HTTP receiver by the time Shutdown returns.
 func TestOTLPExport(t *testing.T) {
+	// Not parallel: it sets OTEL_* environment variables for the process.
 	rcv := &otlpReceiver{spans: map[string]int{}}
 	hs := httptest.NewServer(rcv)
 	defer hs.Close()

@@ -107,6 +107,7 @@ func attr(s tracetest.SpanStub, key string) (attribute.Value, bool) {
 // calls as their children, the wait reports its queue position, and the
 // grant links to the holder's release.
 func TestTraceOfAWaitedAcquire(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

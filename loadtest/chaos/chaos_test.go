@@ -48,24 +48,16 @@ func TestMain(m *testing.M) {
 		}
 	}
 	bins = Binaries{Leasegate: filepath.Join(dir, "leasegate"), Leasectl: filepath.Join(dir, "leasectl")}
-	code := runLocked(m)
+	code := runChecked(m)
 	if built {
 		os.RemoveAll(dir)
 	}
 	os.Exit(code)
 }
 
-// runLocked runs the tests and the leak check. The harness saturates the
-// machine with processes: timing-sensitive tests of other packages wait
-// for it, and it for them.
-func runLocked(m *testing.M) int {
-	release, err := etcdtest.LockExclusive()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+// runChecked runs the tests and the leak check.
+func runChecked(m *testing.M) int {
 	code := m.Run()
-	release()
 	if code == 0 {
 		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: goroutine leak:", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/netfault"
 	"github.com/leasegate/leasegate/internal/server"
 )
@@ -57,24 +58,14 @@ func startStalledGateway(t *testing.T) *stalledGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := server.DefaultConfig()
-	cfg.Listen = addr
-	cfg.Clusters = []server.Cluster{{Name: "c0", Endpoints: []string{link.URL()}}}
-	cfg.ShutdownTimeout = 2 * time.Second
-	srv, err := server.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		link.Set(netfault.Fault{}) // let the shutdown reach etcd
-		_ = srv.Shutdown(context.Background())
-	})
-	cli, err := client.New([]string{srv.URL()}, client.WithRequestTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return &stalledGateway{link: link, srv: srv, cli: cli}
+	g := gwtest.Start(t, nil, gwtest.Clusters(server.Cluster{Name: "c0", Endpoints: []string{link.URL()}}),
+		gwtest.Configure(func(c *server.Config) {
+			c.Listen = addr
+			c.ShutdownTimeout = 2 * time.Second
+		}))
+	t.Cleanup(func() { link.Set(netfault.Fault{}) }) // let the stop reach etcd
+	cli := g.SDK(t, client.WithRequestTimeout(2*time.Second))
+	return &stalledGateway{link: link, srv: g.Server, cli: cli}
 }
 
 // TestRegressionEnqueueHonoursWaitTimeout: an Acquire whose enqueue stalls

@@ -27,10 +27,10 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
-	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/gwtest"
 )
 
-var gw *server.Server
+var gw *gwtest.Gateway
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "k6-etcd-")
@@ -43,16 +43,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = "/k6test"
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{etcd.Endpoint()}}}
-	if gw, err = server.Start(context.Background(), cfg); err != nil {
+	if gw, err = gwtest.Launch(etcd, gwtest.Prefix("/k6test")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	_ = gw.Shutdown(context.Background())
+	gw.Stop()
 	etcd.Stop()
 	os.RemoveAll(dir)
 	if code == 0 {
@@ -182,7 +178,7 @@ func replayHTTP(t *testing.T, steps []httpStep, vars map[string]any) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := http.NewRequestWithContext(t.Context(), s.Method, gw.URL()+s.Path, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), s.Method, gw.URL+s.Path, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +235,7 @@ func TestGRPCReplay(t *testing.T) {
 	s := loadShapes(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient(gw.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(gw.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,54 @@
+package clock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/internal/clock"
+)
+
+var errCause = errors.New("the cause")
+
+func TestWithTimeoutCauseOnFakeClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(0, 0))
+	ctx, cancel := clock.WithTimeoutCause(context.Background(), clk, time.Second, errCause)
+	defer cancel()
+	if _, ok := ctx.Deadline(); ok {
+		t.Error("a fake-clock timeout reports a wall-clock deadline")
+	}
+	clk.Advance(999 * time.Millisecond)
+	select {
+	case <-ctx.Done():
+		t.Fatal("the context ended before the fake clock reached its timeout")
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	<-ctx.Done()
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || context.Cause(ctx) != errCause {
+		t.Fatalf("after the timeout Err = %v, Cause = %v; want deadline exceeded, %v", ctx.Err(), context.Cause(ctx), errCause)
+	}
+}
+
+func TestWithTimeoutCauseCancelledFirst(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(0, 0))
+	ctx, cancel := clock.WithTimeoutCause(context.Background(), clk, time.Second, errCause)
+	cancel()
+	<-ctx.Done()
+	clk.Advance(time.Hour)
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("cancelled before its timeout: Err = %v; want canceled", ctx.Err())
+	}
+}
+
+func TestWithTimeoutCauseOnRealClock(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := clock.WithTimeoutCause(context.Background(), clock.Real, time.Hour, errCause)
+	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		t.Error("a wall-clock timeout reports no deadline")
+	}
+}
