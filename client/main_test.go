@@ -1,180 +1,165 @@
 package client_test
 
 import (
-	"context"
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/leasegate/leasegate/client"
-	"github.com/leasegate/leasegate/internal/clock"
-	"github.com/leasegate/leasegate/internal/etcdtest"
-	"github.com/leasegate/leasegate/internal/server"
 )
 
-var shared *etcdtest.Cluster
+// Bounds on the example gateway's start and stop: they turn a hang into a
+// failure and synchronise nothing.
+const (
+	gatewayStartTimeout = 2 * time.Minute // includes building the server
+	gatewayStopTimeout  = 20 * time.Second
+)
 
-func TestMain(m *testing.M) {
-	os.Exit(etcdtest.Main(m, func(c *etcdtest.Cluster) { shared = c }))
-}
+// exampleURL is the gateway TestMain started for the runnable examples.
+var exampleURL string
 
-var prefixSeq atomic.Int64
+// TestMain runs the examples against a real gateway: the leasegate server
+// of the repository around this module, built and run as a process over
+// its embedded etcd. The SDK's module does not require the server's, so it
+// cannot start one in-process; the SDK's other tests, which do, live in the
+// root module (internal/sdktest).
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
-// gateway is a leasegate gateway running in-process over the shared etcd.
-type gateway struct {
-	srv    *server.Server
-	url    string
-	prefix string
-}
-
-// startGateway starts a gateway under prefix (a fresh one when empty) and
-// stops it at cleanup.
-func startGateway(tb testing.TB, prefix string) *gateway {
-	tb.Helper()
-	g, err := launchGateway(prefix)
+func runTests(m *testing.M) int {
+	g, err := startServer()
 	if err != nil {
-		tb.Fatal(err)
+		fmt.Fprintln(os.Stderr, "client: a gateway for the examples:", err)
+		return 1
 	}
-	tb.Cleanup(g.stop)
-	return g
+	exampleURL = g.url
+	code := m.Run()
+	if err := g.stop(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "client: stop the examples' gateway:", err)
+		code = 1
+	}
+	return code
 }
 
-func launchGateway(prefix string) (*gateway, error) {
-	if prefix == "" {
-		prefix = fmt.Sprintf("/clienttest/%d", prefixSeq.Add(1))
-	}
-	cfg := server.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Prefix = prefix
-	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{shared.Endpoint()}}}
-	srv, err := server.Start(context.Background(), cfg)
+// server is a leasegate process serving the examples.
+type server struct {
+	url    string
+	cmd    *exec.Cmd
+	dir    string
+	exited chan struct{} // closed once the process is reaped
+	err    error         // the process's exit, set before exited closes
+	log    *bytes.Buffer // its stderr, for failure reports
+}
+
+// startServer builds cmd/leasegate from the enclosing repository and
+// starts it with one embedded etcd cluster on a free loopback port. It
+// returns once the server logged that it serves.
+func startServer() (_ *server, err error) {
+	root, err := filepath.Abs("..")
 	if err != nil {
 		return nil, err
 	}
-	return &gateway{srv: srv, url: srv.URL(), prefix: prefix}, nil
-}
-
-// stop shuts the gateway down gracefully: open waits end with unavailable
-// (SHUTTING_DOWN), their keys stay. Calling it twice is harmless.
-func (g *gateway) stop() {
-	if g.srv != nil {
-		_ = g.srv.Shutdown(context.Background())
-		g.srv = nil
+	if mod, err := os.ReadFile(filepath.Join(root, "go.mod")); err != nil || !bytes.HasPrefix(mod, []byte("module github.com/leasegate/leasegate\n")) {
+		return nil, fmt.Errorf("%s is not the leasegate repository (go.mod: %v): the examples run only in a checkout", root, err)
 	}
-}
-
-// newClient returns a client for endpoints, closed at cleanup.
-func newClient(tb testing.TB, endpoints []string, opts ...client.Option) *client.Client {
-	tb.Helper()
-	c, err := client.New(endpoints, opts...)
+	dir, err := os.MkdirTemp("", "leasegate-client-examples-")
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	tb.Cleanup(func() { c.Close() })
-	return c
-}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	bin := filepath.Join(dir, "leasegate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/leasegate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/leasegate: %v\n%s", err, out)
+	}
 
-func ctxT(tb testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	tb.Cleanup(cancel)
-	return ctx
-}
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--shards", "1", "--data-dir", filepath.Join(dir, "data"), "--log-level", "info")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LEASEGATE_") { // the server reads its flags from them
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &server{cmd: cmd, dir: dir, exited: make(chan struct{}), log: &bytes.Buffer{}}
+	addr := make(chan string, 1)
+	go s.read(stderr, addr)
 
-// fakeClock adapts the repository's manual clock to client.Clock.
-type fakeClock struct{ *clock.Fake }
-
-func (f fakeClock) NewTimer(d time.Duration) client.Timer { return f.Fake.NewTimer(d) }
-
-func newFakeClock() fakeClock {
-	return fakeClock{clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
-}
-
-// await fails the test unless ch delivers within a generous bound: the
-// bound only turns a hang into a failure, it synchronises nothing.
-func await[T any](tb testing.TB, ch <-chan T, what string) T {
-	tb.Helper()
+	timer := time.NewTimer(gatewayStartTimeout)
+	defer timer.Stop()
 	select {
-	case v := <-ch:
-		return v
-	case <-time.After(20 * time.Second):
-		tb.Fatalf("timed out waiting for %s", what)
+	case a := <-addr:
+		s.url = "http://" + a
+		return s, nil
+	case <-s.exited:
+		err = fmt.Errorf("leasegate exited before serving (%v):\n%s", s.err, s.log)
+	case <-timer.C:
+		err = fmt.Errorf("leasegate did not serve within %s:\n%s", gatewayStartTimeout, s.log)
 	}
-	var zero T
-	return zero
+	_ = cmd.Process.Kill()
+	<-s.exited
+	return nil, err
 }
 
-// notDone fails the test if ch is already closed.
-func notDone(tb testing.TB, ch <-chan struct{}, what string) {
-	tb.Helper()
+// read keeps the server's log and sends the address from its "leasegate
+// serving" line on addr; then it reaps the process, after the last read of
+// the pipe as exec requires.
+func (s *server) read(stderr io.Reader, addr chan<- string) {
+	defer func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	sc := bufio.NewScanner(stderr)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		s.log.Write(sc.Bytes())
+		s.log.WriteByte('\n')
+		var line struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "leasegate serving" && line.Addr != "" {
+			select {
+			case addr <- line.Addr:
+			default:
+			}
+		}
+	}
+	_, _ = io.Copy(io.Discard, stderr)
+}
+
+// stop ends the server with SIGTERM (SIGKILL past gatewayStopTimeout) and
+// removes its data.
+func (s *server) stop() error {
+	defer os.RemoveAll(s.dir)
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	timer := time.NewTimer(gatewayStopTimeout)
+	defer timer.Stop()
 	select {
-	case <-ch:
-		tb.Fatalf("%s is closed; want open", what)
-	default:
+	case <-s.exited:
+		return s.err
+	case <-timer.C:
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return fmt.Errorf("leasegate still running %s after SIGTERM; killed it", gatewayStopTimeout)
 	}
-}
-
-// leasesUnder returns the leases of every key under <prefix>/<sub>/.
-func leasesUnder(tb testing.TB, prefix, sub string) []clientv3.LeaseID {
-	tb.Helper()
-	cli := shared.ClientFor(tb)
-	resp, err := cli.Get(ctxT(tb), prefix+"/"+sub+"/", clientv3.WithPrefix())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var out []clientv3.LeaseID
-	for _, kv := range resp.Kvs {
-		if kv.Lease != 0 {
-			out = append(out, clientv3.LeaseID(kv.Lease))
-		}
-	}
-	return out
-}
-
-// revokeLocks revokes the lease of every lock key whose name contains name,
-// as if etcd had expired them, and returns how many it revoked.
-func revokeLocks(tb testing.TB, prefix, name string) int {
-	tb.Helper()
-	cli := shared.ClientFor(tb)
-	resp, err := cli.Get(ctxT(tb), prefix+"/locks/", clientv3.WithPrefix())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	n := 0
-	for _, kv := range resp.Kvs {
-		if !strings.Contains(string(kv.Key), name) || kv.Lease == 0 {
-			continue
-		}
-		if _, err := cli.Revoke(ctxT(tb), clientv3.LeaseID(kv.Lease)); err != nil {
-			tb.Fatal(err)
-		}
-		n++
-	}
-	return n
-}
-
-// slowTransport advances a fake clock while a request is in flight, so
-// tests can tell a request's send time from its answer's arrival.
-type slowTransport struct {
-	base  http.RoundTripper
-	clk   fakeClock
-	delay atomic.Int64 // nanoseconds to advance per request
-}
-
-func (s *slowTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if d := time.Duration(s.delay.Load()); d > 0 {
-		s.clk.Advance(d)
-	}
-	return s.base.RoundTrip(r)
-}
-
-func h2cTransport() *http.Transport {
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &http.Transport{Protocols: &p}
 }
