@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Bounds on the example gateway's start and stop: they turn a hang into a
@@ -44,6 +46,12 @@ func runTests(m *testing.M) int {
 	if err := g.stop(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, "client: stop the examples' gateway:", err)
 		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "client: goroutine leak:", err)
+			code = 1
+		}
 	}
 	return code
 }
