@@ -117,13 +117,12 @@ func startServer() (_ *server, err error) {
 		s.url = "http://" + a
 		return s, nil
 	case <-s.exited:
-		err = fmt.Errorf("leasegate exited before serving (%v):\n%s", s.err, s.log)
+		return nil, fmt.Errorf("leasegate exited before serving (%v):\n%s", s.err, s.log)
 	case <-timer.C:
-		err = fmt.Errorf("leasegate did not serve within %s:\n%s", gatewayStartTimeout, s.log)
 	}
 	_ = cmd.Process.Kill()
-	<-s.exited
-	return nil, err
+	<-s.exited // the log is complete, and no longer written
+	return nil, fmt.Errorf("leasegate did not serve within %s:\n%s", gatewayStartTimeout, s.log)
 }
 
 // read keeps the server's log and sends the address from its "leasegate
