@@ -7,8 +7,9 @@
 # go install output.
 #
 # Keep PROTOC_GEN_GO_VERSION and CONNECT_VERSION equal to the versions of
-# google.golang.org/protobuf and connectrpc.com/connect in go.mod, then run
-# .ci/proto-check to regenerate.
+# google.golang.org/protobuf and connectrpc.com/connect in proto/go.mod (the
+# generated code's module; go.mod and client/go.mod select the same), then
+# run .ci/proto-check to regenerate.
 #
 # Usage: bash .ci/tools.sh        (or source it: it then also puts the bin
 #                                 directory on PATH)

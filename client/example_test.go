@@ -10,14 +10,10 @@ import (
 	"github.com/leasegate/leasegate/client"
 )
 
-// exampleGateway starts a gateway in-process for the examples; in your
-// code, pass the URLs of your gateways to client.New instead.
+// exampleGateway returns the gateway TestMain started for the examples; in
+// your code, pass the URLs of your gateways to client.New instead.
 func exampleGateway() (url string, stop func()) {
-	g, err := launchGateway("")
-	if err != nil {
-		log.Fatal(err)
-	}
-	return g.URL, g.Stop
+	return exampleURL, func() {}
 }
 
 // Hold a lock for a job, stop the work if the lock is lost, and send the

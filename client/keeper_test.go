@@ -9,13 +9,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
-
-type fakeClk struct{ *clock.Fake }
-
-func (f fakeClk) NewTimer(d time.Duration) Timer { return f.Fake.NewTimer(d) }
 
 type attemptResult struct {
 	sent time.Time
@@ -24,11 +19,11 @@ type attemptResult struct {
 
 // keeperFixture runs a keeper over a fake renew function: the renewer's
 // logic is not about etcd, so it is tested without one.
-func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Context) (confirmation, error)) (*keeper, fakeClk, chan attemptResult) {
+func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Context) (confirmation, error)) (*keeper, *fakeClock, chan attemptResult) {
 	t.Helper()
-	clk := fakeClk{clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	clk := newFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	seen := make(chan attemptResult, 64)
-	c, err := New([]string{"http://127.0.0.1:1"}, WithClock(clk), WithRenewHook(func(sent time.Time, err error) {
+	c, err := New([]string{"http://127.0.0.1:1"}, WithClock(clk), withRenewHook(func(sent time.Time, err error) {
 		seen <- attemptResult{sent, err}
 	}))
 	if err != nil {

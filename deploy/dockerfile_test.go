@@ -101,6 +101,54 @@ func TestDockerfileBuildIsCIBuild(t *testing.T) {
 	}
 }
 
+// TestDockerfileCopiesEveryModule: the build stage copies the go.mod and
+// go.sum of every module in the repository before `go mod download`; the
+// root go.mod replaces the nested modules (client/, proto/) with their
+// directories, so without their go.mod files the download fails.
+func TestDockerfileCopiesEveryModule(t *testing.T) {
+	var want []string
+	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != repoRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "go.mod" {
+			dir, _ := filepath.Rel(repoRoot, filepath.Dir(p))
+			want = append(want, filepath.ToSlash(filepath.Join(dir, "go.mod")), filepath.ToSlash(filepath.Join(dir, "go.sum")))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copied []string
+	downloaded := false
+	for _, in := range readDockerfile(t) {
+		if in.cmd == "RUN" && strings.Contains(in.args, "go mod download") {
+			downloaded = true
+			break
+		}
+		if in.cmd == "COPY" {
+			fields := strings.Fields(in.args)
+			for _, src := range fields[:max(len(fields)-1, 0)] {
+				if !strings.HasPrefix(src, "--") {
+					copied = append(copied, strings.TrimPrefix(src, "./"))
+				}
+			}
+		}
+	}
+	if !downloaded {
+		t.Fatal("Dockerfile: the build stage runs no go mod download")
+	}
+	for _, f := range want {
+		if !slices.Contains(copied, f) {
+			t.Errorf("Dockerfile: %s is not copied before go mod download (copied: %q)", f, copied)
+		}
+	}
+}
+
 func TestDockerfileRuntime(t *testing.T) {
 	var user, entrypoint string
 	var copies, envs, expose []string
@@ -213,6 +261,9 @@ func TestDockerignoreKeepsSources(t *testing.T) {
 		}
 		if !d.IsDir() && strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") && !strings.Contains(rel, "testdata") {
 			keep = append(keep, rel)
+		}
+		if !d.IsDir() && rel != "go.mod" && rel != "go.sum" && (d.Name() == "go.mod" || d.Name() == "go.sum") {
+			keep = append(keep, rel) // a nested module's
 		}
 		return nil
 	})

@@ -84,8 +84,6 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.AddCommand(newDemoCmd())
-	cmd.AddCommand(newEtcdMemberCmd())
 	cmd.AddCommand(newShardsCmd())
 	cmd.AddCommand(newIDKeysCmd())
 	f := cmd.Flags()

@@ -23,7 +23,7 @@ var (
 	outFlag  = flag.String("chaos.out", "", "directory for histories and logs; also LEASEGATE_CHAOS_OUT (default: the artifact directory with -artifacts, else a kept-on-failure temp dir)")
 	seedFlag = flag.Uint64("chaos.seed", 0, "nemesis seed (0: from the clock)")
 	injFlag  = flag.Int("chaos.injections", 0, "override the number of injections")
-	binFlag  = flag.String("chaos.bin", "", "run the leasegate and leasectl binaries in this directory instead of building them (another build, an older release)")
+	binFlag  = flag.String("chaos.bin", "", "run the leasegate and leasectl binaries in this directory instead of building them (another build, an older release); the etcd members are always built from this checkout")
 )
 
 // bins are the binaries TestMain builds once (or -chaos.bin names).
@@ -32,26 +32,31 @@ var bins Binaries
 func TestMain(m *testing.M) {
 	RunRole() // a child process of the harness never returns from here
 	flag.Parse()
-	dir, built := *binFlag, *binFlag == ""
-	if built {
-		var err error
-		if dir, err = os.MkdirTemp("", "leasegate-chaos-bin-"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		build := exec.Command("go", "build", "-o", dir, "github.com/leasegate/leasegate/cmd/leasegate", "github.com/leasegate/leasegate/cmd/leasectl")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "chaos: build leasegate and leasectl:", err)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
+	built, err := os.MkdirTemp("", "leasegate-chaos-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	bins = Binaries{Leasegate: filepath.Join(dir, "leasegate"), Leasectl: filepath.Join(dir, "leasectl")}
+	pkgs := []string{"github.com/leasegate/leasegate/loadtest/chaos/etcdmember"}
+	dir := *binFlag
+	if dir == "" {
+		dir = built
+		pkgs = append(pkgs, "github.com/leasegate/leasegate/cmd/leasegate", "github.com/leasegate/leasegate/cmd/leasectl")
+	}
+	build := exec.Command("go", append([]string{"build", "-o", built}, pkgs...)...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: build the harness's binaries:", err)
+		os.RemoveAll(built)
+		os.Exit(1)
+	}
+	bins = Binaries{
+		Leasegate:  filepath.Join(dir, "leasegate"),
+		Leasectl:   filepath.Join(dir, "leasectl"),
+		EtcdMember: filepath.Join(built, "etcdmember"),
+	}
 	code := runChecked(m)
-	if built {
-		os.RemoveAll(dir)
-	}
+	os.RemoveAll(built)
 	os.Exit(code)
 }
 

@@ -3,11 +3,11 @@
 // injector (the nemesis) and checkers over the recorded history and the
 // etcd revision history.
 //
-// A run starts two etcd clusters of three member processes each (the hidden
-// `leasegate etcd-member` command), two gateway processes (`leasegate
-// --etcd … --attempt-ttl 2s`) that reach every member through a fault
-// proxy (internal/netfault), and client workers that reach the gateways
-// through fault proxies too. Workers take locks with the Go SDK and write
+// A run starts two etcd clusters of three member processes each (the
+// harness's etcdmember command, loadtest/chaos/etcdmember), two gateway
+// processes (`leasegate --etcd … --attempt-ttl 2s`) that reach every
+// member through a fault proxy (internal/netfault), and client workers
+// that reach the gateways through fault proxies too. Workers take locks with the Go SDK and write
 // their fencing tokens to a fenced register (fence.Memory); every operation
 // is recorded with its invoke and complete times. A recorder watches each
 // cluster's lock keys from the first revision, and compaction never passes
@@ -82,8 +82,9 @@
 // The harness needs Linux (process groups, Pdeathsig, FIFOs); elsewhere the
 // package is empty. `go test ./loadtest/chaos/...` runs the quick mode; LEASEGATE_CHAOS=long
 // (or -chaos.long) runs the long mode and prints the report; -chaos.bin
-// runs other builds of leasegate and leasectl (an older release). Every run
-// writes its histories to an output directory (LEASEGATE_CHAOS_OUT, the
-// test's artifact directory with -artifacts, or a temporary directory that
-// is kept when a check fails).
+// runs other builds of leasegate and leasectl (an older release); the etcd
+// members always run the etcdmember command built from this checkout.
+// Every run writes its histories to an output directory
+// (LEASEGATE_CHAOS_OUT, the test's artifact directory with -artifacts, or a
+// temporary directory that is kept when a check fails).
 package chaos

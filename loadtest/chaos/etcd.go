@@ -128,14 +128,14 @@ func (m *Member) start() error {
 		return err
 	}
 	c := m.h.clusterInitial(m.Cluster)
-	args := []string{"etcd-member",
+	args := []string{
 		"--name", m.Name, "--data-dir", m.dir,
 		"--listen-client", m.ClientAddr, "--listen-peer", m.PeerAddr, "--advertise-peer", m.Peer.Addr(),
 		"--initial-cluster", c, "--initial-cluster-state", "new", "--initial-cluster-token", m.Cluster,
 		"--tick-ms", fmt.Sprint(m.h.cfg.TickMs), "--election-ms", fmt.Sprint(m.h.cfg.ElectionMs),
 		"--unsafe-no-fsync", "--log-level", "warn",
 	}
-	p, err := startProc(m.Name, m.h.bin, args, childEnv(), filepath.Join(m.h.out, "logs", m.Name+".log"), nil)
+	p, err := startProc(m.Name, m.h.member, args, childEnv(), filepath.Join(m.h.out, "logs", m.Name+".log"), nil)
 	if err != nil {
 		return err
 	}

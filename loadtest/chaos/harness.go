@@ -20,6 +20,7 @@ type Harness struct {
 	cfg      Config
 	bin      string // the leasegate binary
 	leasectl string // the leasectl binary
+	member   string // the etcdmember binary
 	out      string
 	dataDir  string
 	logf     func(format string, args ...any)
@@ -54,10 +55,12 @@ type Harness struct {
 
 // Binaries are the programs a run starts, built from this module.
 type Binaries struct {
-	// Leasegate runs the etcd members and the gateways.
+	// Leasegate runs the gateways.
 	Leasegate string
 	// Leasectl runs the leasectl holders.
 	Leasectl string
+	// EtcdMember runs one etcd member (loadtest/chaos/etcdmember).
+	EtcdMember string
 }
 
 // Start brings up 2 clusters × 3 members and 2 gateways, with out the
@@ -66,7 +69,7 @@ func Start(ctx context.Context, cfg Config, bins Binaries, out string, logf func
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Harness{cfg: cfg, bin: bins.Leasegate, leasectl: bins.Leasectl, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
+	h := &Harness{cfg: cfg, bin: bins.Leasegate, leasectl: bins.Leasectl, member: bins.EtcdMember, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
 		Hist: &History{}, initial: map[string]string{}, epoch: shard.MinEpoch, stale: &stalePool{}, mono: newMonoClock(), ports: newPorts()}
 	defer func() {
 		if err != nil {

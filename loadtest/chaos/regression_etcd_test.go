@@ -40,7 +40,7 @@ func TestRegressionPausedLeaderKeepsRenewedLeases(t *testing.T) {
 	skipKnownBug(t, "etcd 3.7.3: a leader paused past the election timeout revokes, on resume, leases the new leader renewed (ensureLeadership skips its check while ticks look fresh; the revoke is forwarded to the new leader)")
 	out := t.TempDir()
 	cfg := QuickConfig()
-	h := &Harness{cfg: cfg, bin: bins.Leasegate, out: out, dataDir: filepath.Join(out, "data"), logf: t.Logf,
+	h := &Harness{cfg: cfg, bin: bins.Leasegate, member: bins.EtcdMember, out: out, dataDir: filepath.Join(out, "data"), logf: t.Logf,
 		Hist: &History{}, initial: map[string]string{}, ports: newPorts()}
 	if err := os.MkdirAll(filepath.Join(out, "logs"), 0o755); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,22 @@
+// Command fencing plays leasegate's fencing dance end to end on embedded
+// etcd and an SQLite orders store:
+//
+//	go run ./examples/fencing [--ttl 2s] [--data-dir DIR]
+//
+// Client A, this program re-executed as a child process (the hidden
+// fencing-client subcommand), acquires order:42 and is paused with SIGSTOP
+// until its lease expires; client B, in this process, acquires the lock with
+// a newer token and writes the order; A is resumed and writes with its old
+// token, and the store refuses it. It exits 0 only if A's stale write was
+// refused and the order ends as B wrote it.
+//
+// It lives outside cmd/leasegate so that the server binary does not link
+// SQLite, the fencing library or the demo's client.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,18 +26,27 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// newDemoCmd groups runnable demonstrations.
-func newDemoCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "Runnable demonstrations of leasegate's guarantees",
-		Args:  cobra.NoArgs,
+// exitUsage is the exit status for invalid flags.
+const exitUsage = 2
+
+// usageError marks errors that should exit with exitUsage.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	if err := newFencingDemoCmd().Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "fencing: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(exitUsage)
+		}
+		os.Exit(1)
 	}
-	cmd.AddCommand(newFencingDemoCmd(), newFencingClientCmd())
-	return cmd
 }
 
-// newFencingDemoCmd is `leasegate demo fencing`.
+// newFencingDemoCmd is the demo, with client A as its hidden subcommand.
 func newFencingDemoCmd() *cobra.Command {
 	cfg := defaultFencingDemoConfig()
 	cmd := &cobra.Command{
@@ -36,11 +60,13 @@ func newFencingDemoCmd() *cobra.Command {
   the store refuses A's write because t < t'.
 
 Exits 0 only if A's stale write was refused and the order ends as B wrote it.`,
-		Args: cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			exe, err := os.Executable()
 			if err != nil {
-				return fmt.Errorf("find the leasegate binary to run client A: %w", err)
+				return fmt.Errorf("find this program's binary to run client A: %w", err)
 			}
 			cfg.Executable = exe
 			if err := cfg.Validate(); err != nil {
@@ -55,19 +81,21 @@ Exits 0 only if A's stale write was refused and the order ends as B wrote it.`,
 			return err
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the embedded etcd data (default: a temporary directory, removed afterwards)")
 	f.DurationVar(&cfg.TTL, "ttl", cfg.TTL, fmt.Sprintf("lease TTL of both clients (%s to %s, whole seconds)", minDemoTTL, maxDemoTTL))
+	cmd.AddCommand(newFencingClientCmd())
 	return cmd
 }
 
-// newFencingClientCmd is the hidden `leasegate demo fencing-client`: client A
-// of the fencing demo, run as a child process of the demo.
+// newFencingClientCmd is the hidden `fencing fencing-client`: client A of
+// the demo, run as a child process of the demo.
 func newFencingClientCmd() *cobra.Command {
 	var cfg fencingClientConfig
 	cmd := &cobra.Command{
 		Use:    "fencing-client",
-		Short:  "Client A of `leasegate demo fencing` (run by the demo, not by hand)",
+		Short:  "Client A of the fencing demo (run by the demo, not by hand)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

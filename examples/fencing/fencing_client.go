@@ -53,7 +53,7 @@ type clientEvent struct {
 	Error string `json:"error,omitempty"`
 }
 
-// fencingClientConfig configures client A, `leasegate demo fencing-client`.
+// fencingClientConfig configures client A, `fencing fencing-client`.
 type fencingClientConfig struct {
 	// Endpoint is the gateway's base URL. Required.
 	Endpoint string

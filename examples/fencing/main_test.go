@@ -24,17 +24,17 @@ import (
 	"github.com/leasegate/leasegate/fence"
 )
 
-// binary is the leasegate binary built by TestMain: the demo re-executes
+// binary is the demo built by TestMain: the demo re-executes
 // itself as client A, so it must run as a real program, not in-process.
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "leasegate-bin-")
+	dir, err := os.MkdirTemp("", "leasegate-fencing-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "leasegate")
+	binary = filepath.Join(dir, "fencing")
 	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -53,7 +53,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// demoCmd prepares `leasegate args…`. At the test's deadline the demo gets
+// demoCmd prepares `fencing args…`. At the test's deadline the demo gets
 // SIGINT, so that it still cleans up client A, and SIGKILL 10 s later.
 func demoCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
@@ -85,7 +85,7 @@ func wantGone(t *testing.T, pid int) {
 
 func TestDemoFencing(t *testing.T) {
 	dataDir := t.TempDir()
-	cmd := demoCmd(t, "demo", "fencing", "--data-dir", dataDir, "--ttl", "2s")
+	cmd := demoCmd(t, "--data-dir", dataDir, "--ttl", "2s")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -93,7 +93,7 @@ func TestDemoFencing(t *testing.T) {
 	out := stdout.String()
 	t.Logf("demo took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
-		t.Fatalf("leasegate demo fencing = %v; want exit 0\nstderr:\n%s", err, stderr.String())
+		t.Fatalf("fencing demo = %v; want exit 0\nstderr:\n%s", err, stderr.String())
 	}
 
 	tA := submatch(t, `A acquired order:42 with fencing token (\d+) \(TTL 2s\)`, out)
@@ -130,7 +130,7 @@ func TestDemoFencing(t *testing.T) {
 // TestDemoInterruptedWhileAPaused interrupts the demo while client A is
 // stopped: the demo must kill A, remove its temporary data and fail.
 func TestDemoInterruptedWhileAPaused(t *testing.T) {
-	cmd := demoCmd(t, "demo", "fencing")
+	cmd := demoCmd(t)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -184,16 +184,16 @@ func TestDemoInterruptedWhileAPaused(t *testing.T) {
 
 func TestDemoFencingRejectsBadTTL(t *testing.T) {
 	for _, ttl := range []string{"500ms", "1s", "2500ms", "31s"} {
-		cmd := demoCmd(t, "demo", "fencing", "--ttl", ttl)
+		cmd := demoCmd(t, "--ttl", ttl)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		err := cmd.Run()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != exitUsage {
-			t.Errorf("demo fencing --ttl %s = %v; want exit status %d", ttl, err, exitUsage)
+			t.Errorf("fencing --ttl %s = %v; want exit status %d", ttl, err, exitUsage)
 		}
 		if want := "want whole seconds from 2s to 30s"; !strings.Contains(stderr.String(), want) {
-			t.Errorf("demo fencing --ttl %s said %q; want it to contain %q", ttl, stderr.String(), want)
+			t.Errorf("fencing --ttl %s said %q; want it to contain %q", ttl, stderr.String(), want)
 		}
 	}
 }

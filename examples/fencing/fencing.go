@@ -41,7 +41,7 @@ const (
 	expiryPoll        = 50 * time.Millisecond
 )
 
-// fencingDemoConfig configures `leasegate demo fencing`.
+// fencingDemoConfig configures the fencing demo.
 type fencingDemoConfig struct {
 	// DataDir holds the embedded etcd's data. Empty: a temporary directory,
 	// removed when the demo ends.
@@ -49,7 +49,7 @@ type fencingDemoConfig struct {
 	// TTL is both clients' lease TTL: whole seconds from minDemoTTL to
 	// maxDemoTTL. Default 2 s.
 	TTL time.Duration
-	// Executable is the leasegate binary run as client A. Required.
+	// Executable is this program's binary, run as client A. Required.
 	Executable string
 }
 
@@ -65,7 +65,7 @@ func (c fencingDemoConfig) Validate() error {
 		return fmt.Errorf("--ttl %s: want whole seconds from %s to %s", c.TTL, minDemoTTL, maxDemoTTL)
 	}
 	if c.Executable == "" {
-		return errors.New("the leasegate binary to run as client A is unknown")
+		return errors.New("the binary to run as client A is unknown")
 	}
 	return nil
 }
@@ -123,7 +123,7 @@ func runFencingDemo(ctx context.Context, cfg fencingDemoConfig, out io.Writer) e
 	defer hc.CloseIdleConnections()
 
 	// Client A is a real process, so that pausing it is a real SIGSTOP.
-	a, err := startChild(cfg.Executable, "demo", "fencing-client",
+	a, err := startChild(cfg.Executable, "fencing-client",
 		"--endpoint", srv.URL(), "--order", demoOrderID, "--db", dbPath, "--ttl", cfg.TTL.String())
 	if err != nil {
 		return err

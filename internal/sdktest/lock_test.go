@@ -1,4 +1,4 @@
-package client_test
+package sdktest_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/client/clienttest"
 )
 
 // renewal is one renewal attempt seen by the renew hook.
@@ -28,7 +29,7 @@ func fakeTimeClient(t *testing.T, endpoints []string, opts ...client.Option) (*c
 	opts = append([]client.Option{
 		client.WithClock(clk),
 		client.WithHTTPClient(&http.Client{Transport: tr}),
-		client.WithRenewHook(func(sent time.Time, err error) { renewals <- renewal{sent, err} }),
+		clienttest.WithRenewHook(func(sent time.Time, err error) { renewals <- renewal{sent, err} }),
 	}, opts...)
 	return newClient(t, endpoints, opts...), clk, tr, renewals
 }
@@ -48,7 +49,7 @@ func TestRenewalExtendsDeadlineFromSendTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl := l.TTL()
-	margin := client.Margin(c, ttl)
+	margin := clienttest.Margin(c, ttl)
 	if margin != ttl/100+100*time.Millisecond {
 		t.Fatalf("default margin for %s = %s; want TTL/100 + 100ms", ttl, margin)
 	}
@@ -126,7 +127,7 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 			if cause := context.Cause(l.Context()); cause != err {
 				t.Fatalf("context.Cause(Context()) = %v; want Err() = %v", cause, err)
 			}
-			if lostAt := client.LostAt(l); !lostAt.Equal(at) || !lostAt.Before(l.Expires()) {
+			if lostAt := clienttest.LostAt(l); !lostAt.Equal(at) || !lostAt.Before(l.Expires()) {
 				t.Fatalf("lost at %s; want at the refused renewal (%s), before the deadline %s", lostAt, at, l.Expires())
 			}
 
@@ -161,7 +162,7 @@ func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := l.Expires()
-	if want := t0.Add(l.TTL() - client.Margin(c, l.TTL())); !deadline.Equal(want) {
+	if want := t0.Add(l.TTL() - clienttest.Margin(c, l.TTL())); !deadline.Equal(want) {
 		t.Fatalf("deadline = %s; want %s", deadline, want)
 	}
 	g.Stop()
@@ -178,7 +179,7 @@ func TestDeadlineWhenGatewaysUnreachable(t *testing.T) {
 
 	clk.Advance(time.Nanosecond)
 	await(t, l.Done(), "Done at the deadline")
-	if lostAt := client.LostAt(l); !lostAt.Equal(deadline) {
+	if lostAt := clienttest.LostAt(l); !lostAt.Equal(deadline) {
 		t.Fatalf("lost at %s; want exactly the deadline %s", lostAt, deadline)
 	}
 	if err := l.Err(); !errors.Is(err, client.ErrLockLost) || !errors.Is(err, client.ErrUnavailable) {
@@ -225,7 +226,7 @@ func TestLongWaitRenewsBeforeReturning(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if want := renewedAt.Add(r.l.TTL() - client.Margin(c, r.l.TTL())); !r.l.Expires().Equal(want) {
+	if want := renewedAt.Add(r.l.TTL() - clienttest.Margin(c, r.l.TTL())); !r.l.Expires().Equal(want) {
 		t.Fatalf("Expires after a long wait = %s; want a deadline from a renewal at grant time, %s", r.l.Expires(), want)
 	}
 	if err := r.l.Release(ctx); err != nil {

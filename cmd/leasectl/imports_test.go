@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestDependencyFence keeps leasectl a client: like the SDK it uses
+// (client/imports_test.go), it may import only the SDK, the generated API,
+// connect and public libraries, nothing of the gateway, the lock engine,
+// the shard router, the server's internal packages or etcd.
+func TestDependencyFence(t *testing.T) {
+	const module = "github.com/leasegate/leasegate/"
+	allowed := []string{module + "client", module + "proto/", module + "cmd/leasectl"}
+	forbidden := []string{module, "go.etcd.io/"}
+
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	importers := map[string][]string{}
+	for _, line := range lines {
+		pkg, imports, _ := strings.Cut(line, ":")
+		for _, imp := range strings.Fields(imports) {
+			importers[imp] = append(importers[imp], pkg)
+		}
+	}
+	for _, line := range lines {
+		pkg, _, _ := strings.Cut(line, ":")
+		if fenced(pkg, forbidden, allowed) {
+			t.Errorf("%s is imported by %s; cmd/leasectl may import only the SDK, the generated API, connect and public libraries",
+				pkg, strings.Join(importers[pkg], ", "))
+		}
+	}
+}
+
+// fenced reports whether pkg is under a forbidden prefix and no allowed one.
+func fenced(pkg string, forbidden, allowed []string) bool {
+	for _, a := range allowed {
+		if strings.HasPrefix(pkg, a) {
+			return false
+		}
+	}
+	for _, f := range forbidden {
+		if strings.HasPrefix(pkg, f) {
+			return true
+		}
+	}
+	return false
+}
