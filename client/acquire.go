@@ -69,8 +69,8 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 		return cfg, invalid(op, "ttl %s is negative; want 0 (the gateway's default) or at least 1s", cfg.ttl)
 	case cfg.wait < 0:
 		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
-	case len(cfg.requestID) > 128:
-		return cfg, invalid(op, "request id is %d bytes; the limit is 128", len(cfg.requestID))
+	case len(cfg.requestID) > v1.MaxIDBytes:
+		return cfg, invalid(op, "request id is %d bytes; the limit is %d", len(cfg.requestID), v1.MaxIDBytes)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/leasegate/leasegate/internal/clock"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
@@ -87,7 +88,7 @@ func TestKeeperTransientFailuresHoldUntilDeadline(t *testing.T) {
 
 func TestKeeperRefusalLosesAtOnce(t *testing.T) {
 	refused := connect.NewError(connect.CodeFailedPrecondition, errors.New("stolen"))
-	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen, Domain: errorDomain}); err == nil {
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen.String(), Domain: v1.ErrorDomain}); err == nil {
 		refused.AddDetail(d)
 	}
 	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (confirmation, error) { return confirmation{}, refused })

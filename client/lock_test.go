@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/leasegate/leasegate/client"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
 // renewal is one renewal attempt seen by the renew hook.
@@ -83,7 +84,7 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		steal  bool
-		reason string
+		reason v1.ErrorReason
 	}{
 		{"expired", false, client.ReasonExpired},
 		{"stolen", true, client.ReasonStolen},

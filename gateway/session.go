@@ -196,8 +196,8 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err := s.lim.acquire(who); err != nil {
 		return nil, toConnect(err)
 	}
-	if len(req.Msg.ClientId) > 128 {
-		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(req.Msg.ClientId)))
+	if len(req.Msg.ClientId) > queue.MaxIDLen {
+		return nil, toConnect(badField("client_id", "is %d bytes; the limit is %d", len(req.Msg.ClientId), queue.MaxIDLen))
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errStoreTimeout)
 	defer cancel()

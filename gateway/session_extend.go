@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // maxSessionShards bounds the shards one session spans; session ids with
@@ -31,8 +32,8 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if len(m.ClientId) > 128 {
-		return nil, toConnect(badField("client_id", "is %d bytes; the limit is 128", len(m.ClientId)))
+	if len(m.ClientId) > queue.MaxIDLen {
+		return nil, toConnect(badField("client_id", "is %d bytes; the limit is %d", len(m.ClientId), queue.MaxIDLen))
 	}
 	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
 		return nil, toConnect(badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards))

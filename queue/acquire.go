@@ -30,9 +30,9 @@ type AcquireRequest struct {
 	// request id resumes the waiter only when all three match, and is
 	// refused with ErrNotOwner otherwise.
 	Owner string
-	// ClientID is the caller's self-reported identity (≤ 128 bytes).
+	// ClientID is the caller's self-reported identity (at most MaxIDLen bytes).
 	ClientID string
-	// RequestID is the idempotency key (1 to 128 bytes). A retry with the
+	// RequestID is the idempotency key (1 to MaxIDLen bytes). A retry with the
 	// same request id, by the same caller, finds the waiter's key and its
 	// place.
 	RequestID string

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -67,4 +68,48 @@ func (k keys) waiter(name, waiterID string) string {
 
 func (k keys) session(lease clientv3.LeaseID) string {
 	return fmt.Sprintf("%s/sessions/%016x", k.prefix, int64(lease))
+}
+
+// escapeName maps a valid name to a key segment that never contains '/', so
+// the name's key prefix (segment + "/") can never be a prefix of another
+// name's keys: "a", "a/b" and "a-b" stay different locks.
+func escapeName(name string) string {
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if isPlain(c) {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+func isPlain(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '+' || c == '=' || c == ','
+}
+
+// unescapeName reverses escapeName.
+func unescapeName(seg string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(seg) {
+			return "", fmt.Errorf("%w: truncated escape in %q", ErrInvalidName, seg)
+		}
+		var v byte
+		if _, err := fmt.Sscanf(seg[i+1:i+3], "%02X", &v); err != nil {
+			return "", fmt.Errorf("%w: bad escape in %q", ErrInvalidName, seg)
+		}
+		b.WriteByte(v)
+		i += 2
+	}
+	return b.String(), nil
 }

@@ -41,8 +41,8 @@ func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Dura
 // secret can prove a session that spans several clusters.
 func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
 	defer e.enter()()
-	if len(clientID) > 128 {
-		return Session{}, fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
+	if err := ValidateClientID(clientID); err != nil {
+		return Session{}, err
 	}
 	began := e.cfg.Clock.Now()
 	sec, err := e.cfg.ttlSeconds(ttl)
