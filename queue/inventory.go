@@ -61,31 +61,6 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 	}
 }
 
-// Names lists every name that has at least one key on this cluster.
-func (e *Engine) Names(ctx context.Context) ([]string, error) {
-	defer e.enter()()
-	root := e.cfg.Prefix + "/locks/"
-	resp, err := e.cli.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, fmt.Errorf("queue: list names: %w", err)
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		seg, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), root), "/")
-		if !ok || seen[seg] {
-			continue
-		}
-		seen[seg] = true
-		name, err := unescapeName(seg)
-		if err != nil {
-			continue
-		}
-		out = append(out, name)
-	}
-	return out, nil
-}
-
 // CountLocks counts every waiter and holder key of this engine's prefix.
 func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 	defer e.enter()()

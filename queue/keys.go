@@ -26,20 +26,22 @@ func NewSecret() (Secret, error) {
 	return s, nil
 }
 
-// valueHeader is the fixed prefix of every waiter value: a version tag and
-// the hex SHA-256 of the owner's secret, then a newline. Renew and release
+// ValueHeader is the fixed prefix of every waiter and session value: a
+// version tag and the hex SHA-256 of the owner's secret, then a newline.
+// Renew and release
 // prove ownership inside their transaction by comparing the value to lie
 // strictly between header and header+"\xff": exactly the values that begin
 // with the header, since the JSON that follows is UTF-8 and UTF-8 never
 // contains the byte 0xff.
-func valueHeader(s Secret) string {
+func ValueHeader(s Secret) string {
 	h := sha256.Sum256(s[:])
 	return "lg1 " + hex.EncodeToString(h[:]) + "\n"
 }
 
-// ownerCmps are the compares proving that key carries the owner's secret.
-func ownerCmps(key string, s Secret) []clientv3.Cmp {
-	h := valueHeader(s)
+// OwnerCmps are the compares proving that key carries the owner's secret:
+// every transaction that acts for an owner includes them.
+func OwnerCmps(key string, s Secret) []clientv3.Cmp {
+	h := ValueHeader(s)
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.Value(key), ">", h),
 		clientv3.Compare(clientv3.Value(key), "<", h+"\xff"),
@@ -53,22 +55,29 @@ func WaiterID(requestID string) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// NamePrefix is the range holding every waiter key of name under an
+// engine's prefix (Config.Prefix); it ends in '/', which escaped names
+// never contain. A waiter's key is NamePrefix followed by its WaiterID.
+func NamePrefix(prefix, name string) string {
+	return prefix + "/locks/" + escapeName(name) + "/"
+}
+
+// SessionKey is the key, under an engine's prefix, of the record that
+// proves a session lease: ValueHeader of the session's secret, then JSON.
+func SessionKey(prefix string, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s/sessions/%016x", prefix, int64(lease))
+}
+
 // keys builds the key layout of one engine.
 type keys struct{ prefix string }
 
-// namePrefix is the range holding every waiter of name; it ends in '/',
-// which escaped names never contain.
-func (k keys) namePrefix(name string) string {
-	return k.prefix + "/locks/" + escapeName(name) + "/"
-}
+func (k keys) namePrefix(name string) string { return NamePrefix(k.prefix, name) }
 
 func (k keys) waiter(name, waiterID string) string {
 	return k.namePrefix(name) + waiterID
 }
 
-func (k keys) session(lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s/sessions/%016x", k.prefix, int64(lease))
-}
+func (k keys) session(lease clientv3.LeaseID) string { return SessionKey(k.prefix, lease) }
 
 // escapeName maps a valid name to a key segment that never contains '/', so
 // the name's key prefix (segment + "/") can never be a prefix of another

@@ -45,7 +45,7 @@ func newAttempt() string {
 
 func encodeValue(s Secret, m waiterMeta) string {
 	b, _ := json.Marshal(m) // a struct of strings and ints always marshals
-	return valueHeader(s) + string(b)
+	return ValueHeader(s) + string(b)
 }
 
 func decodeValue(v []byte) (header string, m waiterMeta, err error) {
