@@ -8,6 +8,10 @@ import (
 	"github.com/leasegate/leasegate/internal/clock"
 )
 
+// DefaultPrefix is the etcd key prefix of an engine, and of leasegate in
+// every cluster, when none is configured.
+const DefaultPrefix = "/leasegate"
+
 // The TTL range of every engine; a Config may narrow it, never widen it.
 // The gateway refuses TTLs outside it before they reach an engine.
 const (
@@ -21,7 +25,7 @@ const (
 // Config configures an Engine.
 type Config struct {
 	// Prefix is the etcd key prefix of every key the engine writes.
-	// Default "/leasegate". It must start with '/' and not end with one.
+	// Default DefaultPrefix. It must start with '/' and not end with one.
 	Prefix string
 	// MinTTL is the shortest lease a caller may ask for. Default and
 	// lowest MinLeaseTTL (1 s).
@@ -50,7 +54,7 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Prefix:         "/leasegate",
+		Prefix:         DefaultPrefix,
 		MinTTL:         MinLeaseTTL,
 		MaxTTL:         MaxLeaseTTL,
 		RequestTimeout: 5 * time.Second,

@@ -64,7 +64,7 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 // CountLocks counts every waiter and holder key of this engine's prefix.
 func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 	defer e.enter()()
-	resp, err := e.cli.Get(ctx, e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := e.cli.Get(ctx, LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("queue: count keys: %w", err)
 	}
@@ -76,7 +76,7 @@ func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
 	defer e.enter()()
 	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(e.cfg.Prefix+"/sessions/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {

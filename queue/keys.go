@@ -55,11 +55,15 @@ func WaiterID(requestID string) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// LocksPrefix is the range holding every waiter key of every name under an
+// engine's prefix; NamePrefix follows it.
+func LocksPrefix(prefix string) string { return prefix + "/locks/" }
+
 // NamePrefix is the range holding every waiter key of name under an
 // engine's prefix (Config.Prefix); it ends in '/', which escaped names
 // never contain. A waiter's key is NamePrefix followed by its WaiterID.
 func NamePrefix(prefix, name string) string {
-	return prefix + "/locks/" + escapeName(name) + "/"
+	return LocksPrefix(prefix) + escapeName(name) + "/"
 }
 
 // SessionKey is the key, under an engine's prefix, of the record that

@@ -48,6 +48,13 @@ func encodeValue(s Secret, m waiterMeta) string {
 	return ValueHeader(s) + string(b)
 }
 
+// ValueEpoch reads the shard-map epoch a waiter key's value records: for
+// readers of etcd's history that are not an engine.
+func ValueEpoch(v []byte) (uint16, error) {
+	_, m, err := decodeValue(v)
+	return m.Epoch, err
+}
+
 func decodeValue(v []byte) (header string, m waiterMeta, err error) {
 	s := string(v)
 	i := strings.IndexByte(s, '\n')
