@@ -2,8 +2,8 @@
 // TracerProvider and a MeterProvider with the process's resource, W3C trace
 // context and baggage propagation, exporters chosen by the standard OTEL_*
 // environment variables, and Prometheus metrics on the process's own
-// registry. With nothing configured it hands out no-op providers, so
-// instrumented code costs next to nothing.
+// registry. With nothing configured the providers are nil, which
+// instrumented code takes as "record nothing", so it costs next to nothing.
 package telemetry
 
 import (
