@@ -62,15 +62,17 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 	for _, o := range opts {
 		o.applyAcquire(&cfg)
 	}
-	switch {
-	case name == "":
+	if name == "" {
 		return cfg, invalid(op, "lock name is empty")
-	case cfg.ttl < 0:
-		return cfg, invalid(op, "ttl %s is negative; want 0 (the gateway's default) or at least 1s", cfg.ttl)
+	}
+	if err := checkTTL(op, cfg.ttl); err != nil {
+		return cfg, err
+	}
+	switch {
 	case cfg.wait < 0:
 		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
-	case len(cfg.requestID) > 128:
-		return cfg, invalid(op, "request id is %d bytes; the limit is 128", len(cfg.requestID))
+	case len(cfg.requestID) > v1.MaxIDBytes:
+		return cfg, invalid(op, "request id is %d bytes; the limit is %d", len(cfg.requestID), v1.MaxIDBytes)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()

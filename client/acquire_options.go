@@ -42,6 +42,15 @@ func (o ttlOption) applySession(c *sessionConfig) { c.ttl = time.Duration(o) }
 // acquired through a Session ignore it: the session's TTL applies.
 func WithTTL(d time.Duration) TTLOption { return ttlOption(d) }
 
+// checkTTL refuses a negative WithTTL for op; what else is allowed, the
+// gateway decides.
+func checkTTL(op string, ttl time.Duration) error {
+	if ttl < 0 {
+		return invalid(op, "ttl %s is negative; want 0 (the gateway's default) or at least 1s", ttl)
+	}
+	return nil
+}
+
 // WithWaitTimeout bounds how long Acquire waits in the queue, across
 // retries, before it fails with ErrWaitTimeout. Default 0: wait until the
 // context ends. Gateways cap it (1 h unless configured otherwise).

@@ -78,5 +78,6 @@
 //
 // Errors match the sentinels of this package with errors.Is (ErrLockLost,
 // ErrWaitTimeout, ErrNotAcquired, …) and wrap the *connect.Error a gateway
-// answered, whose leasegate reason Reason extracts.
+// answered, whose leasegate reason Reason extracts as a value of the
+// API's ErrorReason enum (leasegate.v1), the same values gateways send.
 package client

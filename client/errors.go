@@ -7,6 +7,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
 // Errors returned by the SDK. Match them with errors.Is. An error that
@@ -47,75 +49,70 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 )
 
-// Reasons a gateway gives in the ErrorInfo detail of its errors (domain
-// "leasegate.dev"); Reason extracts them.
+// Reasons a gateway gives in the ErrorInfo detail of its errors: the
+// values of the API's ErrorReason enum (errors.proto says what each means).
+// Reason extracts them.
 const (
 	// ReasonExpired: the lock's lease lapsed and the name is free.
-	ReasonExpired = "LOCK_EXPIRED"
+	ReasonExpired = v1.ErrorReason_LOCK_EXPIRED
 	// ReasonStolen: the lock's lease lapsed and another holder has the name.
-	ReasonStolen = "LOCK_STOLEN"
+	ReasonStolen = v1.ErrorReason_LOCK_STOLEN
 	// ReasonLeaseLost: a waiter's lease died while it waited.
-	ReasonLeaseLost = "LEASE_LOST"
+	ReasonLeaseLost = v1.ErrorReason_LEASE_LOST
 	// ReasonSessionLost: the session expired, was closed or is not yours;
 	// on an acquire or a keepalive, the session's lease on one shard is.
-	ReasonSessionLost = "SESSION_LOST"
+	ReasonSessionLost = v1.ErrorReason_SESSION_LOST
 	// ReasonSessionShardMissing: the session has no lease on the shard a
 	// name lives on. Session.Acquire and Session.TryAcquire extend the
 	// session to that shard and retry, so callers do not see it.
-	ReasonSessionShardMissing = "SESSION_SHARD_MISSING"
+	ReasonSessionShardMissing = v1.ErrorReason_SESSION_SHARD_MISSING
 	// ReasonWaitTimeout: the wait timeout passed before a grant.
-	ReasonWaitTimeout = "WAIT_TIMEOUT"
+	ReasonWaitTimeout = v1.ErrorReason_WAIT_TIMEOUT
 	// ReasonShuttingDown: the gateway is stopping; the SDK retries the
 	// same request id elsewhere, keeping the queue place.
-	ReasonShuttingDown = "SHUTTING_DOWN"
+	ReasonShuttingDown = v1.ErrorReason_SHUTTING_DOWN
 	// ReasonShardUnavailable: the etcd cluster holding the name is down.
-	ReasonShardUnavailable = "SHARD_UNAVAILABLE"
+	ReasonShardUnavailable = v1.ErrorReason_SHARD_UNAVAILABLE
 	// ReasonResharding: the shard map is changing.
-	ReasonResharding = "RESHARDING"
+	ReasonResharding = v1.ErrorReason_RESHARDING
 	// ReasonSuperseded: another call with the same request id took the
 	// waiter over (a request id serves one call at a time); the SDK
 	// retries, which takes it back.
-	ReasonSuperseded = "SUPERSEDED"
+	ReasonSuperseded = v1.ErrorReason_SUPERSEDED
 )
 
-const errorDomain = "leasegate.dev"
-
-// metadataShard is the ErrorInfo metadata key naming the shard an error
-// concerns.
-const metadataShard = "shard"
-
 // Reason returns the leasegate reason (one of the Reason constants) carried
-// by a gateway error anywhere in err's chain, or "" if there is none.
-func Reason(err error) string {
+// by a gateway error anywhere in err's chain, or
+// ERROR_REASON_UNSPECIFIED if there is none, or one this SDK does not know.
+func Reason(err error) v1.ErrorReason {
+	if info := errorInfo(err); info != nil {
+		return v1.ErrorReason(v1.ErrorReason_value[info.Reason])
+	}
+	return v1.ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+// errorInfo returns the leasegate ErrorInfo detail of a gateway error
+// anywhere in err's chain, or nil.
+func errorInfo(err error) *errdetails.ErrorInfo {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		return ""
+		return nil
 	}
 	for _, d := range ce.Details() {
-		v, derr := d.Value()
-		if derr != nil {
-			continue
-		}
-		if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
-			return info.Reason
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == v1.ErrorDomain {
+				return info
+			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // shardOf returns the shard a gateway error concerns (its ErrorInfo
 // metadata), or "" when it names none.
 func shardOf(err error) string {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == errorDomain {
-				return info.Metadata[metadataShard]
-			}
-		}
+	if info := errorInfo(err); info != nil {
+		return info.Metadata[v1.MetadataShard]
 	}
 	return ""
 }

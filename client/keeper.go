@@ -99,10 +99,14 @@ func (k *keeper) Deadline() time.Time {
 	return k.deadline
 }
 
-// interval is the jittered pause between a confirmation and the next
-// renewal: TTL × renew fraction, ±10%.
-func (k *keeper) interval() time.Duration {
-	base := float64(k.ttl) * k.c.cfg.renewFraction
+// interval is the pause between a confirmation and the next renewal.
+func (k *keeper) interval() time.Duration { return k.c.renewInterval(k.ttl) }
+
+// renewInterval is the jittered pause between a confirmation of a lease of
+// ttl and the next renewal, for locks and sessions alike: TTL × renew
+// fraction, ±10%.
+func (c *Client) renewInterval(ttl time.Duration) time.Duration {
+	base := float64(ttl) * c.cfg.renewFraction
 	return time.Duration(base * (0.9 + 0.2*rand.Float64()))
 }
 

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
@@ -85,7 +86,7 @@ func TestKeeperTransientFailuresHoldUntilDeadline(t *testing.T) {
 func TestKeeperRefusalLosesAtOnce(t *testing.T) {
 	t.Parallel()
 	refused := connect.NewError(connect.CodeFailedPrecondition, errors.New("stolen"))
-	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen, Domain: errorDomain}); err == nil {
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonStolen.String(), Domain: v1.ErrorDomain}); err == nil {
 		refused.AddDetail(d)
 	}
 	k, clk, seen := keeperFixture(t, 3*time.Second, func(context.Context) (confirmation, error) { return confirmation{}, refused })

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
 // Protocol is the wire protocol the SDK speaks to gateways.
@@ -78,8 +80,8 @@ func (c *config) validate() error {
 	switch {
 	case c.protocol < ProtocolConnect || c.protocol > ProtocolGRPCWeb:
 		return fmt.Errorf("protocol %d: want ProtocolConnect, ProtocolGRPC or ProtocolGRPCWeb", int(c.protocol))
-	case len(c.clientID) > 128:
-		return fmt.Errorf("client id is %d bytes; the limit is 128", len(c.clientID))
+	case len(c.clientID) > v1.MaxIDBytes:
+		return fmt.Errorf("client id is %d bytes; the limit is %d", len(c.clientID), v1.MaxIDBytes)
 	case c.clock == nil:
 		return fmt.Errorf("clock is nil")
 	case c.renewFraction <= 0 || c.renewFraction > 0.5:
@@ -98,8 +100,8 @@ func defaultClientID() string {
 		host = "unknown"
 	}
 	id := fmt.Sprintf("%s:%d", host, os.Getpid())
-	if len(id) > 128 {
-		id = id[len(id)-128:]
+	if len(id) > v1.MaxIDBytes {
+		id = id[len(id)-v1.MaxIDBytes:]
 	}
 	return id
 }

@@ -66,8 +66,8 @@ func (c *Client) OpenSession(ctx context.Context, opts ...SessionOption) (*Sessi
 	for _, o := range opts {
 		o.applySession(&cfg)
 	}
-	if cfg.ttl < 0 {
-		return nil, invalid(op, "ttl %s is negative; want 0 (the gateway's default) or at least 1s", cfg.ttl)
+	if err := checkTTL(op, cfg.ttl); err != nil {
+		return nil, err
 	}
 	clk := c.cfg.clock
 	var resp *v1.OpenSessionResponse

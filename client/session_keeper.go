@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -32,12 +31,8 @@ type sessionRenewal struct {
 	err    error
 }
 
-// interval is the jittered pause between a confirmation and the next
-// keepalive: TTL × renew fraction, ±10%.
-func (s *Session) interval() time.Duration {
-	base := float64(s.ttl) * s.c.cfg.renewFraction
-	return time.Duration(base * (0.9 + 0.2*rand.Float64()))
-}
+// interval is the pause between a confirmation and the next keepalive.
+func (s *Session) interval() time.Duration { return s.c.renewInterval(s.ttl) }
 
 func (s *Session) run(anchor time.Time) {
 	defer close(s.done)

@@ -115,7 +115,7 @@ func leaseLost(shard string, cause error) error {
 // it like any other; why says how it was learnt.
 func goneOnShard(shard, why string) error {
 	err := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("the session's lease on shard %q %s", shard, why))
-	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonSessionLost, Domain: errorDomain, Metadata: map[string]string{metadataShard: shard}}); derr == nil {
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: ReasonSessionLost.String(), Domain: v1.ErrorDomain, Metadata: map[string]string{v1.MetadataShard: shard}}); derr == nil {
 		err.AddDetail(d)
 	}
 	return err

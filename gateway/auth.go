@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -278,10 +277,4 @@ func (p Policy) allows(tenant, name string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: tenant %q may only lock names starting with %q", ErrForbidden, tenant, prefixes)
-}
-
-// TokenFingerprint is a short, non-reversible tag of a secret for logs.
-func TokenFingerprint(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:4])
 }

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // Config configures the gateway's API.
 type Config struct {
-	// DefaultTTL applies when a request leaves ttl_ms at 0. Default 30 s.
+	// DefaultTTL applies when a request leaves ttl_ms at 0. Default 30 s;
+	// queue.MinLeaseTTL to queue.MaxLeaseTTL (1 s to 24 h).
 	DefaultTTL time.Duration
 	// MaxWaitTimeout caps wait_timeout_ms. Default 1 h.
 	MaxWaitTimeout time.Duration
@@ -70,8 +72,8 @@ func DefaultConfig() Config {
 // Validate reports the first field outside its allowed range.
 func (c Config) Validate() error {
 	switch {
-	case c.DefaultTTL < time.Second:
-		return fmt.Errorf("gateway: DefaultTTL %s is below 1s", c.DefaultTTL)
+	case c.DefaultTTL < queue.MinLeaseTTL || c.DefaultTTL > queue.MaxLeaseTTL:
+		return fmt.Errorf("gateway: DefaultTTL %s is outside %s to %s", c.DefaultTTL, queue.MinLeaseTTL, queue.MaxLeaseTTL)
 	case c.MaxWaitTimeout <= 0:
 		return fmt.Errorf("gateway: MaxWaitTimeout %s must be positive", c.MaxWaitTimeout)
 	case c.MaxBodyBytes < 1<<10 || c.MaxBodyBytes > 16<<20:

@@ -9,49 +9,36 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 )
 
 // ErrorDomain is the domain of the ErrorInfo detail on leasegate errors.
-const ErrorDomain = "leasegate.dev"
+const ErrorDomain = v1.ErrorDomain
 
 // Reasons carried in an ErrorInfo detail, so clients can tell outcomes
-// apart without parsing messages.
+// apart without parsing messages: the values of the API's ErrorReason
+// enum, whose names are the reason strings (errors.proto says what each
+// means).
 const (
-	// ReasonExpired: the lock's lease lapsed and the name is free.
-	ReasonExpired = "LOCK_EXPIRED"
-	// ReasonStolen: the lock's lease lapsed and another holder has the name.
-	ReasonStolen = "LOCK_STOLEN"
-	// ReasonLeaseLost: a waiter's lease died while it waited.
-	ReasonLeaseLost = "LEASE_LOST"
-	// ReasonSessionLost: the session expired, was closed or is not yours.
-	// On an acquire it concerns the session's lease on one shard, named in
-	// the ErrorInfo metadata under MetadataShard: that lease, and every lock
-	// on it, is gone; the session's leases on other shards may live on.
-	ReasonSessionLost = "SESSION_LOST"
-	// ReasonSessionShardMissing: the session has no lease on the shard the
-	// name lives on (the shard was down when the session opened, or joined
-	// the map since). The shard is in the ErrorInfo metadata under
-	// MetadataShard; ExtendSession to it and retry.
-	ReasonSessionShardMissing = "SESSION_SHARD_MISSING"
-	// ReasonWaitTimeout: the wait timeout passed before a grant.
-	ReasonWaitTimeout = "WAIT_TIMEOUT"
-	// ReasonShuttingDown: the gateway is stopping; retry the same request
-	// id on another gateway to keep the queue place.
-	ReasonShuttingDown = "SHUTTING_DOWN"
-	// ReasonShardUnavailable: the etcd cluster holding the name cannot be
-	// reached; retryable.
-	ReasonShardUnavailable = "SHARD_UNAVAILABLE"
-	// ReasonResharding: the shard map is changing; retry shortly.
-	ReasonResharding = "RESHARDING"
-	// ReasonSuperseded: a retry with the same request id took the waiter
-	// over; this attempt ended and the retry serves the caller.
-	ReasonSuperseded = "SUPERSEDED"
+	ReasonExpired             = v1.ErrorReason_LOCK_EXPIRED          // the lease lapsed; the name is free
+	ReasonStolen              = v1.ErrorReason_LOCK_STOLEN           // the lease lapsed; another holder has the name
+	ReasonLeaseLost           = v1.ErrorReason_LEASE_LOST            // a waiter's lease died while it waited
+	ReasonSessionLost         = v1.ErrorReason_SESSION_LOST          // the session (on an acquire: its lease on MetadataShard) is gone
+	ReasonSessionShardMissing = v1.ErrorReason_SESSION_SHARD_MISSING // the session has no lease on MetadataShard
+	ReasonWaitTimeout         = v1.ErrorReason_WAIT_TIMEOUT          // the wait timeout passed before a grant
+	ReasonShuttingDown        = v1.ErrorReason_SHUTTING_DOWN         // retry the request id on another gateway
+	ReasonShardUnavailable    = v1.ErrorReason_SHARD_UNAVAILABLE     // the name's etcd cluster is unreachable; retryable
+	ReasonResharding          = v1.ErrorReason_RESHARDING            // the shard map is changing; retry shortly
+	ReasonSuperseded          = v1.ErrorReason_SUPERSEDED            // a retry with the same request id took the waiter over
 )
+
+// noReason is an error without a leasegate reason.
+const noReason = v1.ErrorReason_ERROR_REASON_UNSPECIFIED
 
 // MetadataShard is the ErrorInfo metadata key that names the shard an
 // error concerns (SESSION_SHARD_MISSING, and SESSION_LOST on an acquire).
-const MetadataShard = "shard"
+const MetadataShard = v1.MetadataShard
 
 // errSessionShardMissing is an acquire in a session without a lease on the
 // name's shard.
@@ -149,8 +136,8 @@ func toConnect(err error) *connect.Error {
 	}
 	code, reason, msg := classify(err)
 	out := connect.NewError(code, errors.New(msg))
-	if reason != "" {
-		info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	if reason != noReason {
+		info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain}
 		var se *shardError
 		if errors.As(err, &se) {
 			info.Metadata = map[string]string{MetadataShard: se.shard}
@@ -168,22 +155,22 @@ func toConnect(err error) *connect.Error {
 	return out
 }
 
-func classify(err error) (connect.Code, string, string) {
+func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	var fe *fieldError
 	switch {
 	case errors.As(err, &fe):
-		return connect.CodeInvalidArgument, "", err.Error()
+		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
 		errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, ErrMalformedID):
-		return connect.CodeInvalidArgument, "", err.Error()
+		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, ErrUnauthenticated):
-		return connect.CodeUnauthenticated, "", err.Error()
+		return connect.CodeUnauthenticated, noReason, err.Error()
 	case errors.Is(err, ErrForbidden):
-		return connect.CodePermissionDenied, "", err.Error()
+		return connect.CodePermissionDenied, noReason, err.Error()
 	case errors.Is(err, queue.ErrQueueFull):
-		return connect.CodeResourceExhausted, "", err.Error()
+		return connect.CodeResourceExhausted, noReason, err.Error()
 	case errors.Is(err, ErrUnknownShard):
-		return connect.CodeNotFound, "", "the id names a shard this gateway does not know"
+		return connect.CodeNotFound, noReason, "the id names a shard this gateway does not know"
 	case errors.Is(err, queue.ErrWaitTimeout):
 		return connect.CodeDeadlineExceeded, ReasonWaitTimeout, err.Error()
 	case errors.Is(err, queue.ErrLeaseLost):
@@ -205,9 +192,9 @@ func classify(err error) (connect.Code, string, string) {
 		}
 		return connect.CodeFailedPrecondition, ReasonSessionLost, msg
 	case errors.Is(err, queue.ErrNotOwner):
-		return connect.CodePermissionDenied, "", err.Error()
+		return connect.CodePermissionDenied, noReason, err.Error()
 	case errors.Is(err, queue.ErrCallerGone):
-		return connect.CodeCanceled, "", "the client stopped reading its stream"
+		return connect.CodeCanceled, noReason, "the client stopped reading its stream"
 	case errors.Is(err, queue.ErrSuperseded):
 		return connect.CodeAborted, ReasonSuperseded, "a retry with the same request id took this wait over"
 	case errors.Is(err, queue.ErrGuardFailed):
@@ -217,9 +204,9 @@ func classify(err error) (connect.Code, string, string) {
 	case errors.Is(err, errShardUnavailable):
 		return connect.CodeUnavailable, ReasonShardUnavailable, err.Error()
 	case errors.Is(err, context.Canceled):
-		return connect.CodeCanceled, "", "the call was cancelled"
+		return connect.CodeCanceled, noReason, "the call was cancelled"
 	case errors.Is(err, context.DeadlineExceeded):
-		return connect.CodeDeadlineExceeded, "", "the call's deadline passed"
+		return connect.CodeDeadlineExceeded, noReason, "the call's deadline passed"
 	default:
 		// etcd or transport failure: retryable, details stay in the logs.
 		return connect.CodeUnavailable, ReasonShardUnavailable, "the lock store is unavailable; retry"

@@ -95,10 +95,9 @@ type limiter struct {
 }
 
 type keyCount struct {
-	mu      sync.Mutex
-	at      time.Time
-	n       int64
-	pending bool
+	mu sync.Mutex
+	at time.Time
+	n  int64
 }
 
 func newLimiter(cfg Limits, clk clock.Clock) *limiter {

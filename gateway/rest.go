@@ -203,10 +203,10 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 		return 0, nil, badField("name", "is required")
 	}
 	if in.TTLMs == nil {
-		return 0, nil, badField("ttl_ms", "is required; want 1000 to 86400000")
+		return 0, nil, badField("ttl_ms", "is required; want %d to %d", queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds())
 	}
 	if *in.TTLMs <= 0 {
-		return 0, nil, badField("ttl_ms", "%d is not positive; want 1000 to 86400000", *in.TTLMs)
+		return 0, nil, badField("ttl_ms", "%d is not positive; want %d to %d", *in.TTLMs, queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds())
 	}
 	id, err := s.caller(ctx)
 	if err != nil {

@@ -14,9 +14,6 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// HandlerOptions are extra Connect options (interceptors) for the service.
-type HandlerOptions []connect.HandlerOption
-
 // Handler assembles everything the gateway serves on one port: the Connect
 // service (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection, the
 // REST API and GET /healthz.

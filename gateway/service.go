@@ -84,14 +84,15 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 func (s *Service) Shutdown() { s.shutdownOnce.Do(func() { close(s.shutdown) }) }
 
 func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
+	lo, hi := queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds()
 	if ms < 0 {
-		return 0, badField(field, "%d is negative; want 0 (default %s) or 1000 to %d", ms, s.cfg.DefaultTTL, (24 * time.Hour).Milliseconds())
+		return 0, badField(field, "%d is negative; want 0 (default %s) or %d to %d", ms, s.cfg.DefaultTTL, lo, hi)
 	}
 	if ms == 0 {
 		return s.cfg.DefaultTTL, nil
 	}
-	if ms > int64(1000*time.Hour/time.Millisecond) {
-		return 0, badField(field, "%d is too large", ms)
+	if ms > hi {
+		return 0, badField(field, "%d is above %d (%s); want 0 (default %s) or %d to %d", ms, hi, queue.MaxLeaseTTL, s.cfg.DefaultTTL, lo, hi)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -107,11 +108,11 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
-	if len(clientID) > 128 {
-		return queue.AcquireRequest{}, nil, badField("client_id", "is %d bytes; the limit is 128", len(clientID))
+	if len(clientID) > queue.MaxIDLen {
+		return queue.AcquireRequest{}, nil, badField("client_id", "is %d bytes; the limit is %d", len(clientID), queue.MaxIDLen)
 	}
-	if len(requestID) > 128 {
-		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is 128", len(requestID))
+	if len(requestID) > queue.MaxIDLen {
+		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is %d", len(requestID), queue.MaxIDLen)
 	}
 	if requestID == "" {
 		requestID = newRequestID()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // maxSessionShards bounds the shards one session spans; session ids with
@@ -32,8 +33,8 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err != nil {
 		return nil, err
 	}
-	if len(m.ClientId) > 128 {
-		return nil, badField("client_id", "is %d bytes; the limit is 128", len(m.ClientId))
+	if len(m.ClientId) > queue.MaxIDLen {
+		return nil, badField("client_id", "is %d bytes; the limit is %d", len(m.ClientId), queue.MaxIDLen)
 	}
 	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
 		return nil, badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards)

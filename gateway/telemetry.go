@@ -237,7 +237,7 @@ func lossReason(err error) string {
 			continue
 		}
 		if info, ok := v.(*errdetails.ErrorInfo); ok {
-			switch info.Reason {
+			switch v1.ErrorReason(v1.ErrorReason_value[info.Reason]) {
 			case ReasonExpired:
 				return "expired"
 			case ReasonStolen:

@@ -30,9 +30,9 @@ type AcquireRequest struct {
 	// request id resumes the waiter only when all three match, and is
 	// refused with ErrNotOwner otherwise.
 	Owner string
-	// ClientID is the caller's self-reported identity (≤ 128 bytes).
+	// ClientID is the caller's self-reported identity (at most MaxIDLen bytes).
 	ClientID string
-	// RequestID is the idempotency key (1 to 128 bytes). A retry with the
+	// RequestID is the idempotency key (1 to MaxIDLen bytes). A retry with the
 	// same request id, by the same caller, finds the waiter's key and its
 	// place.
 	RequestID string
@@ -240,7 +240,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		cmps = append(cmps, empty)
 	}
 	if r.Session != 0 {
-		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 	}
 	cmps = append(cmps, r.Guards...)
 	// Responses: 0 the put (or the key), 1 the first key, 2 the count of
@@ -308,7 +308,7 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 }
 
 func hasHeader(v []byte, s Secret) bool {
-	h := valueHeader(s)
+	h := ValueHeader(s)
 	return len(v) > len(h) && string(v[:len(h)]) == h
 }
 

@@ -8,16 +8,32 @@ import (
 	"github.com/leasegate/leasegate/internal/clock"
 )
 
+// DefaultPrefix is the etcd key prefix of an engine, and of leasegate in
+// every cluster, when none is configured.
+const DefaultPrefix = "/leasegate"
+
+// The TTL range of every engine; a Config may narrow it, never widen it.
+// The gateway refuses TTLs outside it before they reach an engine.
+const (
+	// MinLeaseTTL is the shortest lease: etcd leases are whole seconds.
+	MinLeaseTTL = time.Second
+	// MaxLeaseTTL is the longest lease, and so the longest a name stays
+	// blocked by a holder that died without releasing it.
+	MaxLeaseTTL = 24 * time.Hour
+)
+
 // Config configures an Engine.
 type Config struct {
 	// Prefix is the etcd key prefix of every key the engine writes.
-	// Default "/leasegate". It must start with '/' and not end with one.
+	// Default DefaultPrefix. It must start with '/' and not end with one.
 	Prefix string
-	// MinTTL is the shortest lease a caller may ask for. Default 1 s.
+	// MinTTL is the shortest lease a caller may ask for. Default and
+	// lowest MinLeaseTTL (1 s).
 	// etcd raises TTLs below its own minimum (about 1.5 × the election
 	// timeout); the effective TTL is always reported.
 	MinTTL time.Duration
-	// MaxTTL is the longest lease a caller may ask for. Default 24 h.
+	// MaxTTL is the longest lease a caller may ask for. Default and
+	// highest MaxLeaseTTL (24 h).
 	MaxTTL time.Duration
 	// RequestTimeout bounds each etcd request the engine makes on its own
 	// behalf (cleanup after a cancelled wait, re-reads). Default 5 s.
@@ -38,9 +54,9 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Prefix:         "/leasegate",
-		MinTTL:         time.Second,
-		MaxTTL:         24 * time.Hour,
+		Prefix:         DefaultPrefix,
+		MinTTL:         MinLeaseTTL,
+		MaxTTL:         MaxLeaseTTL,
 		RequestTimeout: 5 * time.Second,
 		AttemptTTL:     10 * time.Second,
 		Clock:          clock.Real,
@@ -52,12 +68,12 @@ func (c Config) Validate() error {
 	switch {
 	case !strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/"):
 		return fmt.Errorf("queue: Prefix %q must start with '/' and not end with one", c.Prefix)
-	case c.MinTTL < time.Second:
-		return fmt.Errorf("queue: MinTTL %s is below 1s (etcd leases are whole seconds)", c.MinTTL)
+	case c.MinTTL < MinLeaseTTL:
+		return fmt.Errorf("queue: MinTTL %s is below %s (etcd leases are whole seconds)", c.MinTTL, MinLeaseTTL)
 	case c.MaxTTL < c.MinTTL:
 		return fmt.Errorf("queue: MaxTTL %s is below MinTTL %s", c.MaxTTL, c.MinTTL)
-	case c.MaxTTL > 1000*time.Hour:
-		return fmt.Errorf("queue: MaxTTL %s is above 1000h", c.MaxTTL)
+	case c.MaxTTL > MaxLeaseTTL:
+		return fmt.Errorf("queue: MaxTTL %s is above %s", c.MaxTTL, MaxLeaseTTL)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("queue: RequestTimeout %s must be positive", c.RequestTimeout)
 	case c.AttemptTTL < 2*time.Second || c.AttemptTTL > 5*time.Minute || c.AttemptTTL%time.Second != 0:

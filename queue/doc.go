@@ -53,5 +53,7 @@
 // in orders it chooses at the points named in hooks.go and checks those
 // arguments after every step.
 //
-// The package knows nothing of RPC, HTTP or sharding; the gateway adds those.
+// The package knows nothing of RPC, HTTP or sharding; the gateway adds
+// those. Of the API it takes only the byte limits on names and ids
+// (leasegate.v1's MaxNameBytes and MaxIDBytes), which it enforces too.
 package queue

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,14 +193,8 @@ func (e *Engine) renewLease(ctx context.Context, lease clientv3.LeaseID) (time.D
 }
 
 func validateIDs(clientID, requestID string) error {
-	if len(clientID) > 128 {
-		return fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
+	if err := ValidateClientID(clientID); err != nil {
+		return err
 	}
-	if requestID == "" {
-		return fmt.Errorf("%w: request id is empty", ErrInvalidArgument)
-	}
-	if len(requestID) > 128 {
-		return fmt.Errorf("%w: request id is %d bytes; the limit is 128", ErrInvalidArgument, len(requestID))
-	}
-	return nil
+	return ValidateRequestID(requestID)
 }

@@ -60,7 +60,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
-	}, ownerCmps(skey, r.SessionSecret)...)
+	}, OwnerCmps(skey, r.SessionSecret)...)
 	b := newBackoff(e.cfg.Clock)
 	for {
 		resp, err := e.cli.Txn(ctx).If(cmps...).

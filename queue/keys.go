@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -25,20 +26,22 @@ func NewSecret() (Secret, error) {
 	return s, nil
 }
 
-// valueHeader is the fixed prefix of every waiter value: a version tag and
-// the hex SHA-256 of the owner's secret, then a newline. Renew and release
+// ValueHeader is the fixed prefix of every waiter and session value: a
+// version tag and the hex SHA-256 of the owner's secret, then a newline.
+// Renew and release
 // prove ownership inside their transaction by comparing the value to lie
 // strictly between header and header+"\xff": exactly the values that begin
 // with the header, since the JSON that follows is UTF-8 and UTF-8 never
 // contains the byte 0xff.
-func valueHeader(s Secret) string {
+func ValueHeader(s Secret) string {
 	h := sha256.Sum256(s[:])
 	return "lg1 " + hex.EncodeToString(h[:]) + "\n"
 }
 
-// ownerCmps are the compares proving that key carries the owner's secret.
-func ownerCmps(key string, s Secret) []clientv3.Cmp {
-	h := valueHeader(s)
+// OwnerCmps are the compares proving that key carries the owner's secret:
+// every transaction that acts for an owner includes them.
+func OwnerCmps(key string, s Secret) []clientv3.Cmp {
+	h := ValueHeader(s)
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.Value(key), ">", h),
 		clientv3.Compare(clientv3.Value(key), "<", h+"\xff"),
@@ -52,19 +55,74 @@ func WaiterID(requestID string) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// LocksPrefix is the range holding every waiter key of every name under an
+// engine's prefix; NamePrefix follows it.
+func LocksPrefix(prefix string) string { return prefix + "/locks/" }
+
+// NamePrefix is the range holding every waiter key of name under an
+// engine's prefix (Config.Prefix); it ends in '/', which escaped names
+// never contain. A waiter's key is NamePrefix followed by its WaiterID.
+func NamePrefix(prefix, name string) string {
+	return LocksPrefix(prefix) + escapeName(name) + "/"
+}
+
+// SessionKey is the key, under an engine's prefix, of the record that
+// proves a session lease: ValueHeader of the session's secret, then JSON.
+func SessionKey(prefix string, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s/sessions/%016x", prefix, int64(lease))
+}
+
 // keys builds the key layout of one engine.
 type keys struct{ prefix string }
 
-// namePrefix is the range holding every waiter of name; it ends in '/',
-// which escaped names never contain.
-func (k keys) namePrefix(name string) string {
-	return k.prefix + "/locks/" + escapeName(name) + "/"
-}
+func (k keys) namePrefix(name string) string { return NamePrefix(k.prefix, name) }
 
 func (k keys) waiter(name, waiterID string) string {
 	return k.namePrefix(name) + waiterID
 }
 
-func (k keys) session(lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s/sessions/%016x", k.prefix, int64(lease))
+func (k keys) session(lease clientv3.LeaseID) string { return SessionKey(k.prefix, lease) }
+
+// escapeName maps a valid name to a key segment that never contains '/', so
+// the name's key prefix (segment + "/") can never be a prefix of another
+// name's keys: "a", "a/b" and "a-b" stay different locks.
+func escapeName(name string) string {
+	var b strings.Builder
+	b.Grow(len(name) + 8)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if isPlain(c) {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+func isPlain(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '+' || c == '=' || c == ','
+}
+
+// unescapeName reverses escapeName.
+func unescapeName(seg string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(seg); i++ {
+		c := seg[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(seg) {
+			return "", fmt.Errorf("%w: truncated escape in %q", ErrInvalidName, seg)
+		}
+		var v byte
+		if _, err := fmt.Sscanf(seg[i+1:i+3], "%02X", &v); err != nil {
+			return "", fmt.Errorf("%w: bad escape in %q", ErrInvalidName, seg)
+		}
+		b.WriteByte(v)
+		i += 2
+	}
+	return b.String(), nil
 }

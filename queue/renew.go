@@ -76,7 +76,7 @@ func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-	}, ownerCmps(key, h.Secret)...)
+	}, OwnerCmps(key, h.Secret)...)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Else(
 		clientv3.OpGet(key),
 		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
@@ -136,7 +136,7 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-	}, ownerCmps(key, h.Secret)...)
+	}, OwnerCmps(key, h.Secret)...)
 	e.at(ctx, pointRelease)
 	resp, err := e.releaseCommit(ctx, h, key, cmps)
 	if err != nil {

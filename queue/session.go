@@ -41,8 +41,8 @@ func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Dura
 // secret can prove a session that spans several clusters.
 func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
 	defer e.enter()()
-	if len(clientID) > 128 {
-		return Session{}, fmt.Errorf("%w: client id is %d bytes; the limit is 128", ErrInvalidArgument, len(clientID))
+	if err := ValidateClientID(clientID); err != nil {
+		return Session{}, err
 	}
 	began := e.cfg.Clock.Now()
 	sec, err := e.cfg.ttlSeconds(ttl)
@@ -55,7 +55,7 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 		return Session{}, fmt.Errorf("queue: grant session lease: %w", err)
 	}
 	meta, _ := json.Marshal(sessionMeta{ClientID: clientID, TTL: g.TTL})
-	if _, err := e.cli.Put(ctx, e.keys.session(g.ID), valueHeader(secret)+string(meta), clientv3.WithLease(g.ID)); err != nil {
+	if _, err := e.cli.Put(ctx, e.keys.session(g.ID), ValueHeader(secret)+string(meta), clientv3.WithLease(g.ID)); err != nil {
 		e.revokeLater(ctx, g.ID)
 		return Session{}, fmt.Errorf("queue: record session: %w", err)
 	}
@@ -100,7 +100,7 @@ func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secre
 
 func (e *Engine) proveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
 	key := e.keys.session(lease)
-	resp, err := e.cli.Txn(ctx).If(ownerCmps(key, secret)...).Else(clientv3.OpGet(key)).Commit()
+	resp, err := e.cli.Txn(ctx).If(OwnerCmps(key, secret)...).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: check session: %w", err)
 	}

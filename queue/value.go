@@ -45,7 +45,14 @@ func newAttempt() string {
 
 func encodeValue(s Secret, m waiterMeta) string {
 	b, _ := json.Marshal(m) // a struct of strings and ints always marshals
-	return valueHeader(s) + string(b)
+	return ValueHeader(s) + string(b)
+}
+
+// ValueEpoch reads the shard-map epoch a waiter key's value records: for
+// readers of etcd's history that are not an engine.
+func ValueEpoch(v []byte) (uint16, error) {
+	_, m, err := decodeValue(v)
+	return m.Epoch, err
 }
 
 func decodeValue(v []byte) (header string, m waiterMeta, err error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,18 +31,13 @@ lease expiry on the gateway's clock), how many waiters queue behind the holder,
 and the shard (etcd cluster) the name lives on.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.callCtx(cmd.Context())
-			defer cancel()
-			d, err := c.Describe(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return g.printer().print(descFields(d)...)
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				d, err := c.Describe(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return g.printer().print(descFields(d)...)
+			})
 		},
 	}
 }

@@ -100,25 +100,20 @@ lease runs. Like acquire, it does not renew the lock after it exits.`,
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.callCtx(cmd.Context())
-			defer cancel()
-			l, err := c.TryAcquire(ctx, args[0], opts...)
-			var held *client.HeldError
-			if errors.As(err, &held) && g.output == "json" {
-				if perr := g.printer().print(field{"", "acquired", false}, field{"", "holderExpiresAt", held.HolderExpires}); perr != nil {
-					return perr
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				l, err := c.TryAcquire(ctx, args[0], opts...)
+				var held *client.HeldError
+				if errors.As(err, &held) && g.output == "json" {
+					if perr := g.printer().print(field{"", "acquired", false}, field{"", "holderExpiresAt", held.HolderExpires}); perr != nil {
+						return perr
+					}
+					return exitStatus{code: exitNotAcquired}
 				}
-				return exitStatus{code: exitNotAcquired}
-			}
-			if err != nil {
-				return err
-			}
-			return printLock(g.printer(), l)
+				if err != nil {
+					return err
+				}
+				return printLock(g.printer(), l)
+			})
 		},
 	}
 	a.register(cmd, false)
@@ -146,18 +141,13 @@ when the lock was lost (expired or taken over).`,
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.callCtx(cmd.Context())
-			defer cancel()
-			r, err := c.RenewByID(ctx, args[0], token)
-			if err != nil {
-				return err
-			}
-			return g.printer().print(field{"RENEWED", "renewed", true}, field{"TTL", "ttlMs", r.TTL}, field{"EXPIRES", "expiresAt", r.Expires})
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				r, err := c.RenewByID(ctx, args[0], token)
+				if err != nil {
+					return err
+				}
+				return g.printer().print(field{"RENEWED", "renewed", true}, field{"TTL", "ttlMs", r.TTL}, field{"EXPIRES", "expiresAt", r.Expires})
+			})
 		},
 	}
 }
@@ -175,18 +165,13 @@ can never free a newer holder's lock.`,
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.callCtx(cmd.Context())
-			defer cancel()
-			released, err := c.ReleaseByID(ctx, args[0], token)
-			if err != nil {
-				return err
-			}
-			return g.printer().print(field{"RELEASED", "released", released})
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				released, err := c.ReleaseByID(ctx, args[0], token)
+				if err != nil {
+					return err
+				}
+				return g.printer().print(field{"RELEASED", "released", released})
+			})
 		},
 	}
 }

@@ -37,7 +37,7 @@ printed.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringArrayVar(&etcd, "etcd", nil, "the home etcd cluster as name=url1,url2 (required)")
-	pf.StringVar(&prefix, "prefix", "/leasegate", "etcd key prefix")
+	pf.StringVar(&prefix, "prefix", shard.DefaultPrefix, "etcd key prefix")
 	run := func(cmd *cobra.Command, fn func(ctx context.Context, cli clientKV) (*gateway.IDKeys, error)) error {
 		clusters, err := parseClusters(etcd)
 		if err != nil {

@@ -45,7 +45,7 @@ it never grants a name twice: see docs/operations.md.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringArrayVar(&f.etcd, "etcd", nil, "the home etcd cluster as name=url1,url2 (required)")
-	pf.StringVar(&f.prefix, "prefix", "/leasegate", "etcd key prefix")
+	pf.StringVar(&f.prefix, "prefix", shard.DefaultPrefix, "etcd key prefix")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound on the whole operation, draining included")
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	cmd.AddCommand(

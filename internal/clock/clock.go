@@ -44,12 +44,11 @@ type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
-	added  chan struct{}
 }
 
 // NewFake returns a Fake clock set to start.
 func NewFake(start time.Time) *Fake {
-	return &Fake{now: start, added: make(chan struct{}, 1)}
+	return &Fake{now: start}
 }
 
 // Now returns the fake time.
@@ -70,10 +69,6 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 		return t
 	}
 	f.timers = append(f.timers, t)
-	select {
-	case f.added <- struct{}{}:
-	default:
-	}
 	return t
 }
 
@@ -101,10 +96,6 @@ func (f *Fake) Pending() int {
 	defer f.mu.Unlock()
 	return len(f.timers)
 }
-
-// TimerAdded delivers a value whenever a timer was created since the last
-// receive; tests await it instead of sleeping.
-func (f *Fake) TimerAdded() <-chan struct{} { return f.added }
 
 type fakeTimer struct {
 	f     *Fake

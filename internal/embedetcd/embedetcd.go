@@ -56,12 +56,6 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Name == "" {
 		cfg.Name = "default"
 	}
-	if cfg.LogLevel == "" {
-		cfg.LogLevel = "error"
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 60 * time.Second
-	}
 	var err error
 	if cfg.ClientAddr == "" {
 		if cfg.ClientAddr, err = FreeAddr(); err != nil {
@@ -73,52 +67,27 @@ func Start(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	ec := embed.NewConfig()
-	ec.Name = cfg.Name
-	ec.Dir = filepath.Join(cfg.Dir, cfg.Name+".etcd")
-	ec.LogLevel = cfg.LogLevel
-	logger, err := quietLogger(cfg.LogLevel)
-	if err != nil {
-		return nil, err
-	}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
-	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
-	if cfg.TickMs != 0 {
-		ec.TickMs = cfg.TickMs
-	}
-	if cfg.ElectionMs != 0 {
-		ec.ElectionMs = cfg.ElectionMs
-	}
-	curl := url.URL{Scheme: "http", Host: cfg.ClientAddr}
-	purl := url.URL{Scheme: "http", Host: cfg.PeerAddr}
-	ec.ListenClientUrls = []url.URL{curl}
-	ec.AdvertiseClientUrls = []url.URL{curl}
-	ec.ListenPeerUrls = []url.URL{purl}
-	ec.AdvertisePeerUrls = []url.URL{purl}
-	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
-	// Metrics for the embedded member are not served on their own port.
-	ec.ListenMetricsUrls = nil
-	// Every acquire leaves a deleted key behind, and every read of a name's
-	// queue walks its deleted keys until compaction removes them: keep five
-	// minutes of history, compacting as it ages.
-	ec.AutoCompactionMode = "periodic"
-	ec.AutoCompactionRetention = "5m"
-
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("embedetcd: start member %q: %w", cfg.Name, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("embedetcd: member %q failed: %w", cfg.Name, err)
-	case <-time.After(cfg.StartTimeout):
-		e.Server.Stop()
-		e.Close()
-		return nil, fmt.Errorf("embedetcd: member %q not ready after %s", cfg.Name, cfg.StartTimeout)
-	}
-	return &Server{etcd: e, endpoint: curl.String()}, nil
+	return startMember(MemberConfig{
+		Name:                cfg.Name,
+		Dir:                 filepath.Join(cfg.Dir, cfg.Name+".etcd"),
+		ClientAddr:          cfg.ClientAddr,
+		PeerAddr:            cfg.PeerAddr,
+		AdvertisePeerAddr:   cfg.PeerAddr,
+		InitialCluster:      cfg.Name + "=" + (&url.URL{Scheme: "http", Host: cfg.PeerAddr}).String(),
+		InitialClusterState: embed.ClusterStateFlagNew,
+		InitialClusterToken: embed.NewConfig().InitialClusterToken,
+		TickMs:              cfg.TickMs,
+		ElectionMs:          cfg.ElectionMs,
+		UnsafeNoFsync:       cfg.UnsafeNoFsync,
+		LogLevel:            cfg.LogLevel,
+		StartTimeout:        cfg.StartTimeout,
+	}.withDefaults(), func(ec *embed.Config) {
+		// Every acquire leaves a deleted key behind, and every read of a
+		// name's queue walks its deleted keys until compaction removes
+		// them: keep five minutes of history, compacting as it ages.
+		ec.AutoCompactionMode = "periodic"
+		ec.AutoCompactionRetention = "5m"
+	})
 }
 
 // Endpoint is the client URL of the member.

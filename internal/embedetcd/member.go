@@ -81,21 +81,33 @@ func StartMember(cfg MemberConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.AdvertisePeerAddr == "" {
-		cfg.AdvertisePeerAddr = cfg.PeerAddr
+	return startMember(cfg.withDefaults(), nil)
+}
+
+// withDefaults fills the fields left empty with their documented defaults.
+func (c MemberConfig) withDefaults() MemberConfig {
+	if c.AdvertisePeerAddr == "" {
+		c.AdvertisePeerAddr = c.PeerAddr
 	}
-	if cfg.InitialClusterState == "" {
-		cfg.InitialClusterState = embed.ClusterStateFlagNew
+	if c.InitialClusterState == "" {
+		c.InitialClusterState = embed.ClusterStateFlagNew
 	}
-	if cfg.InitialClusterToken == "" {
-		cfg.InitialClusterToken = "leasegate"
+	if c.InitialClusterToken == "" {
+		c.InitialClusterToken = "leasegate"
 	}
-	if cfg.LogLevel == "" {
-		cfg.LogLevel = "error"
+	if c.LogLevel == "" {
+		c.LogLevel = "error"
 	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 60 * time.Second
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 60 * time.Second
 	}
+	return c
+}
+
+// startMember builds the embed configuration of a member whose cfg is
+// complete, lets tune adjust it, starts the member and waits until it
+// serves clients: the one place either kind of member is configured.
+func startMember(cfg MemberConfig, tune func(*embed.Config)) (*Server, error) {
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
@@ -120,7 +132,11 @@ func StartMember(cfg MemberConfig) (*Server, error) {
 	ec.InitialCluster = cfg.InitialCluster
 	ec.ClusterState = cfg.InitialClusterState
 	ec.InitialClusterToken = cfg.InitialClusterToken
+	// Metrics of an embedded member are not served on a port of their own.
 	ec.ListenMetricsUrls = nil
+	if tune != nil {
+		tune(ec)
+	}
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {

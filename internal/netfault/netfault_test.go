@@ -40,17 +40,23 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
+// echoLink puts a Link in front of an echo server and dials through it;
+// both end with the test.
+func echoLink(t *testing.T) (*Link, net.Conn) {
+	t.Helper()
+	l, err := New("echo", startEcho(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l, dial(t, l.Addr())
+}
+
 func readFull(c net.Conn, buf []byte) (int, error) { return io.ReadFull(c, buf) }
 
 func TestLinkFaults(t *testing.T) {
 	// Blackhole holds bytes back and delivers them on heal; nothing is lost.
-	echo := startEcho(t)
-	l, err := New("echo", echo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c := dial(t, l.Addr())
+	l, c := echoLink(t)
 	l.Set(Fault{Blackhole: true})
 	if _, err := c.Write([]byte("ping")); err != nil {
 		t.Fatal(err)
@@ -68,13 +74,7 @@ func TestLinkFaults(t *testing.T) {
 }
 
 func TestReplyDelayHoldsOnlyReplies(t *testing.T) {
-	echo := startEcho(t)
-	l, err := New("echo", echo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	c := dial(t, l.Addr())
+	l, c := echoLink(t)
 	l.Set(Fault{ReplyDelay: 300 * time.Millisecond})
 	start := time.Now()
 	if _, err := c.Write([]byte("ping")); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/client/clienttest"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
 // renewal is one renewal attempt seen by the renew hook.
@@ -86,7 +87,7 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		steal  bool
-		reason string
+		reason v1.ErrorReason
 	}{
 		{"expired", false, client.ReasonExpired},
 		{"stolen", true, client.ReasonStolen},

@@ -105,7 +105,7 @@ func DefaultConfig() Config {
 		Listen:            "127.0.0.1:7070",
 		DataDir:           "./leasegate-data",
 		EmbeddedShards:    3,
-		Prefix:            "/leasegate",
+		Prefix:            shard.DefaultPrefix,
 		Gateway:           gateway.DefaultConfig(),
 		ShutdownTimeout:   15 * time.Second,
 		MaxStreamsPerConn: 1000,

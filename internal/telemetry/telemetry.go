@@ -2,8 +2,8 @@
 // TracerProvider and a MeterProvider with the process's resource, W3C trace
 // context and baggage propagation, exporters chosen by the standard OTEL_*
 // environment variables, and Prometheus metrics on the process's own
-// registry. With nothing configured it hands out no-op providers, so
-// instrumented code costs next to nothing.
+// registry. With nothing configured the providers are nil, which
+// instrumented code takes as "record nothing", so it costs next to nothing.
 package telemetry
 
 import (
@@ -22,14 +22,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config says what to set up. The exporters themselves are chosen by the
@@ -67,22 +65,6 @@ type Providers struct {
 // Disabled returns providers that record nothing.
 func Disabled() *Providers {
 	return &Providers{Propagator: Propagator()}
-}
-
-// TracerProviderOrNoop is p's TracerProvider, or a no-op one.
-func (p *Providers) TracerProviderOrNoop() trace.TracerProvider {
-	if p == nil || p.TracerProvider == nil {
-		return tracenoop.NewTracerProvider()
-	}
-	return p.TracerProvider
-}
-
-// MeterProviderOrNoop is p's MeterProvider, or a no-op one.
-func (p *Providers) MeterProviderOrNoop() metric.MeterProvider {
-	if p == nil || p.MeterProvider == nil {
-		return metricnoop.NewMeterProvider()
-	}
-	return p.MeterProvider
 }
 
 // Propagator is W3C trace context plus W3C baggage.

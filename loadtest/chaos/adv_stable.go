@@ -46,7 +46,7 @@ func (h *Harness) runStable(ctx context.Context, s *sdk, who string, withSession
 		if l == nil {
 			var reason string
 			h.Hist.update(func() { reason = op.Reason })
-			if sess != nil && reason == client.ReasonSessionLost {
+			if sess != nil && reason == client.ReasonSessionLost.String() {
 				// The map gained a shard the session has no lease on, or
 				// the session lapsed: open another.
 				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)

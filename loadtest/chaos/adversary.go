@@ -12,6 +12,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasegate/leasegate/client"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -273,6 +275,15 @@ func (h *Harness) lockDeleted(shard string, rev int64) bool { return h.rec.delet
 func answerCode(err error) string {
 	if connect.IsWireError(err) {
 		return connect.CodeOf(err).String()
+	}
+	return ""
+}
+
+// answerReason is the gateway's reason for err as a history records it:
+// the ErrorReason's name, or "" when the answer carried none.
+func answerReason(err error) string {
+	if r := client.Reason(err); r != v1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		return r.String()
 	}
 	return ""
 }

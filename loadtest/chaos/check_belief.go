@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/leasegate/leasegate/gateway"
+	"github.com/leasegate/leasegate/client"
 )
 
 // The checkers of what holders believed and what adversaries got.
@@ -171,7 +171,7 @@ func checkThieves(ops []AcquireOp, ix *keyIndex) []Violation {
 		if !ok {
 			continue
 		}
-		if v.Reason == gateway.ReasonSuperseded {
+		if v.Reason == client.ReasonSuperseded.String() {
 			add(v.Name, "op %d (%s) lost its wait to a takeover (%s) after thief op %d (%s) reused its request id at %s",
 				v.ID, v.Client, v.Reason, op.ID, op.Client, ts(op.Invoke))
 		}

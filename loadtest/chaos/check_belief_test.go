@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasegate/leasegate/gateway"
+	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -99,7 +99,7 @@ func TestCheckThieves(t *testing.T) {
 		t.Errorf("checkThieves(the victim's token) = %v; want one violation", vs)
 	}
 	// The victim's wait taken over.
-	v2 := AcquireOp{ID: 0, Client: "v", Name: "x", RequestID: "v", Outcome: outError, Reason: gateway.ReasonSuperseded}
+	v2 := AcquireOp{ID: 0, Client: "v", Name: "x", RequestID: "v", Outcome: outError, Reason: client.ReasonSuperseded.String()}
 	refused := AcquireOp{ID: 1, Client: "adv-thief", Role: "thief", Name: "x", RequestID: "v", Outcome: outError, Victim: &victimID}
 	if vs := checkThieves([]AcquireOp{v2, refused}, ix); len(vs) != 1 || !strings.Contains(vs[0].Detail, "takeover") {
 		t.Errorf("checkThieves(victim superseded) = %v; want one violation", vs)

@@ -4,7 +4,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,10 +13,13 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // lockRoot is the prefix of every waiter key (the gateways' default prefix).
-const lockRoot = "/leasegate/locks/"
+var lockRoot = queue.LocksPrefix(shard.DefaultPrefix)
 
 // KeyEvent is the creation or deletion of one waiter key, as the recorder's
 // watch delivered it.
@@ -222,21 +224,9 @@ func keyEvent(cluster string, ev *clientv3.Event) (KeyEvent, bool) {
 		return KeyEvent{}, false // waiter values are never rewritten
 	}
 	ke.Create = ev.Type == mvccpb.PUT
-	ke.CreateRev, ke.Lease, ke.Epoch = kv.CreateRevision, kv.Lease, valueEpoch(kv.Value)
+	ke.CreateRev, ke.Lease = kv.CreateRevision, kv.Lease
+	ke.Epoch, _ = queue.ValueEpoch(kv.Value) // 0 for a value that is not a waiter's
 	return ke, true
-}
-
-// valueEpoch reads the epoch from a waiter value: "lg1 <hash>\n{json}".
-func valueEpoch(v []byte) uint16 {
-	_, js, ok := strings.Cut(string(v), "\n")
-	if !ok {
-		return 0
-	}
-	var m struct {
-		E uint16 `json:"e"`
-	}
-	_ = json.Unmarshal([]byte(js), &m)
-	return m.E
 }
 
 // revClock answers real-time bounds for the revisions of one cluster.

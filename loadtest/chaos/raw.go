@@ -103,7 +103,7 @@ func (h *Harness) rawGranted(op *AcquireOp, g *v1.Granted) {
 func (h *Harness) rawFailed(ctx context.Context, op *AcquireOp, err error) {
 	now := time.Now()
 	h.Hist.update(func() {
-		op.Complete, op.Err, op.Code, op.Reason = now, err.Error(), answerCode(err), client.Reason(err)
+		op.Complete, op.Err, op.Code, op.Reason = now, err.Error(), answerCode(err), answerReason(err)
 		switch {
 		case client.Reason(err) == client.ReasonWaitTimeout:
 			op.Outcome = outTimeout

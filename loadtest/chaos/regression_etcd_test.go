@@ -4,7 +4,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -154,17 +153,7 @@ func TestRegressionPausedLeaderKeepsRenewedLeases(t *testing.T) {
 // etcd bug: the early loss and the overlaps it caused must be flagged and
 // put down to TestRegressionPausedLeaderKeepsRenewedLeases.
 func TestRecordedPausedLeaderRevokes(t *testing.T) {
-	b, err := os.ReadFile("testdata/paused-leader.history.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec struct {
-		Acquires   []AcquireOp `json:"acquires"`
-		Injections []Injection `json:"injections"`
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := recordedHistory(t, "testdata/paused-leader.history.json")
 	vs := append(earlyLoss(rec.Acquires), belief("lock-12", rec.Acquires)...)
 	// adv-resume's grant arrived after its own deadline: it never believed.
 	if len(vs) != 2 {

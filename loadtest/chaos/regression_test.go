@@ -133,16 +133,7 @@ func TestRegressionWaitTimeoutAnswersPromptly(t *testing.T) {
 // bugs: the stuck-waiter checker must flag every op in it, and put each
 // down to its bug.
 func TestRecordedStuckWaiters(t *testing.T) {
-	b, err := os.ReadFile("testdata/stuck-waiters.history.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec struct {
-		Acquires []AcquireOp `json:"acquires"`
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := recordedHistory(t, "testdata/stuck-waiters.history.json")
 	vs := stuckWaiters(rec.Acquires, time.Now())
 	want := []string{knownEnqueueStall, knownTimeoutCleanup, knownTimeoutCleanup}
 	if len(vs) != len(want) {
@@ -159,24 +150,38 @@ func TestRecordedStuckWaiters(t *testing.T) {
 // open SDK bug: the stuck-waiter checker must flag the op and put it down
 // to TestRegressionUnconfirmedGrantReturnsByWaitDeadline.
 func TestRecordedUnconfirmedRelease(t *testing.T) {
-	b, err := os.ReadFile("testdata/unconfirmed-release.history.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec struct {
-		Acquires []AcquireOp `json:"acquires"`
-	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := recordedHistory(t, "testdata/unconfirmed-release.history.json")
 	vs := stuckWaiters(rec.Acquires, time.Now())
 	if len(vs) != 1 || vs[0].Known != knownUnconfirmedRelease {
 		t.Fatalf("stuckWaiters = %v; want one violation put down to %s", vs, knownUnconfirmedRelease)
 	}
 }
 
+// recorded is the part of a saved chaos history (History.save) that the
+// checkers read back.
+type recorded struct {
+	Acquires   []AcquireOp `json:"acquires"`
+	Injections []Injection `json:"injections"`
+}
+
+// recordedHistory reads a history a chaos run saved.
+func recordedHistory(t *testing.T, path string) recorded {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec recorded
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rec
+}
+
 // blackholeOnRenew forwards to rt and blackholes link as the first Renew
-// goes out: every renewal from then on goes unanswered.
+// goes out: with the client's link to the gateway, every renewal from then
+// on goes unanswered; with the gateway's link to etcd, the renewal and
+// everything after it stall.
 type blackholeOnRenew struct {
 	rt   http.RoundTripper
 	link *netfault.Link
@@ -233,21 +238,6 @@ func TestRegressionAcquireReturnsByWaitDeadline(t *testing.T) {
 	}
 }
 
-// blackholeEtcdOnRenew forwards to rt and blackholes the gateway's link to
-// etcd as the first Renew goes out: the renewal and everything after it
-// stall.
-type blackholeEtcdOnRenew struct {
-	rt   http.RoundTripper
-	link *netfault.Link
-}
-
-func (b blackholeEtcdOnRenew) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, "/Renew") {
-		b.link.Set(netfault.Fault{Blackhole: true})
-	}
-	return b.rt.RoundTrip(req)
-}
-
 // TestRegressionUnconfirmedGrantReturnsByWaitDeadline: a waiter granted
 // before its wait deadline must get its lock, or an error, by that
 // deadline, give or take a second. After a wait longer than one renew
@@ -269,7 +259,7 @@ func TestRegressionUnconfirmedGrantReturnsByWaitDeadline(t *testing.T) {
 	tr := &http.Transport{Protocols: &p}
 	t.Cleanup(tr.CloseIdleConnections)
 	waiter, err := client.New([]string{g.srv.URL()}, client.WithRequestTimeout(2*time.Second),
-		client.WithHTTPClient(&http.Client{Transport: blackholeEtcdOnRenew{rt: tr, link: g.link}}))
+		client.WithHTTPClient(&http.Client{Transport: blackholeOnRenew{rt: tr, link: g.link}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 			op.Outcome, op.Err = outError, err.Error()
 		}
 		if err != nil {
-			op.Code, op.Reason = answerCode(err), client.Reason(err)
+			op.Code, op.Reason = answerCode(err), answerReason(err)
 		}
 	})
 	if l != nil {

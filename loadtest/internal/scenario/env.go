@@ -9,6 +9,7 @@ import (
 	"github.com/leasegate/leasegate/loadtest/internal/progress"
 	"github.com/leasegate/leasegate/loadtest/internal/system"
 	"github.com/leasegate/leasegate/loadtest/internal/testbed"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // System names, in the order results list them.
@@ -64,7 +65,7 @@ func (e *Env) openSystem(name string, poolSize int) (system.System, string, erro
 		if len(b.HomeEtcd) == 0 {
 			return nil, "direct: skipped, the home etcd is unknown (give --etcd)", nil
 		}
-		cli, err := system.Dial(b.HomeEtcd)
+		cli, err := shard.DialCluster("home", b.HomeEtcd)
 		if err != nil {
 			return nil, "", err
 		}

@@ -3,7 +3,6 @@ package system
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -11,13 +10,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/leasegate/leasegate/queue"
 )
 
 // Direct issues the lock engine's enqueue and release transactions
 // (queue/acquire.go Engine.enqueue, queue/renew.go Engine.Release) with
 // clientv3 on a session lease, and nothing else: the floor under the
-// gateway. The key layout, value format and compares mirror the engine's and
-// must be kept in step with them. It never waits: a held name is ErrBusy.
+// gateway. The key layout, value header and ownership compares are the
+// engine's own (queue.NamePrefix, queue.WaiterID, queue.SessionKey,
+// queue.ValueHeader, queue.OwnerCmps). It never waits: a held name is
+// ErrBusy.
 //
 // What the gateway adds on top is everything else: the Connect call and its
 // HTTP/2 stream, routing and the circuit breaker, validation, a fresh secret
@@ -50,10 +53,13 @@ func (d *Direct) NewClient(ctx context.Context) (Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("direct: session: %w", err)
 	}
-	var secret [16]byte
-	_, _ = rand.Read(secret[:])
-	sessKey := fmt.Sprintf("%s/sessions/%016x", d.prefix, int64(s.Lease()))
-	if _, err := d.cli.Put(ctx, sessKey, valueHeader(secret)+`{"c":"loadtest"}`, clientv3.WithLease(s.Lease())); err != nil {
+	secret, err := queue.NewSecret()
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("direct: %w", err)
+	}
+	sessKey := queue.SessionKey(d.prefix, s.Lease())
+	if _, err := d.cli.Put(ctx, sessKey, queue.ValueHeader(secret)+`{"c":"loadtest"}`, clientv3.WithLease(s.Lease())); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("direct: session key: %w", err)
 	}
@@ -66,7 +72,7 @@ func (d *Direct) Close() error { return nil }
 type directClient struct {
 	d       *Direct
 	s       *concurrency.Session
-	secret  [16]byte
+	secret  queue.Secret
 	sessKey string
 	keys    map[string]*directKey
 }
@@ -75,29 +81,29 @@ type directClient struct {
 // name (the engine builds them per acquire; that CPU is the gateway's).
 type directKey struct {
 	prefix, key, value string
-	secret             [16]byte
+	secret             queue.Secret
 }
 
 func (c *directClient) keyFor(name string) *directKey {
 	if k, ok := c.keys[name]; ok {
 		return k
 	}
-	var secret [16]byte
+	var secret queue.Secret
 	_, _ = rand.Read(secret[:])
 	reqID := fmt.Sprintf("direct-%x-%s", int64(c.s.Lease()), name)
 	meta, _ := json.Marshal(map[string]any{
 		"c": "loadtest", "t": int64(c.d.ttl / time.Second), "e": 1, "ss": true,
 		"s": hex.EncodeToString(secret[:]), "q": time.Now().UnixMilli(),
 	})
-	prefix := c.d.prefix + "/locks/" + escapeName(name) + "/"
-	k := &directKey{prefix: prefix, key: prefix + waiterID(reqID), value: valueHeader(secret) + string(meta), secret: secret}
+	prefix := queue.NamePrefix(c.d.prefix, name)
+	k := &directKey{prefix: prefix, key: prefix + queue.WaiterID(reqID), value: queue.ValueHeader(secret) + string(meta), secret: secret}
 	c.keys[name] = k
 	return k
 }
 
 func (c *directClient) Acquire(ctx context.Context, name string, onEnqueued func()) (Held, error) {
 	k := c.keyFor(name)
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.key), "=", 0)}, ownerCmps(c.sessKey, c.secret)...)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.key), "=", 0)}, queue.OwnerCmps(c.sessKey, c.secret)...)
 	resp, err := c.d.cli.Txn(ctx).If(cmps...).Then(
 		clientv3.OpPut(k.key, k.value, clientv3.WithLease(c.s.Lease())),
 		clientv3.OpGet(k.prefix, clientv3.WithFirstCreate()...),
@@ -128,7 +134,7 @@ type directHeld struct {
 }
 
 func (h *directHeld) Release(ctx context.Context) error {
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.k.key), "=", h.rev)}, ownerCmps(h.k.key, h.k.secret)...)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.k.key), "=", h.rev)}, queue.OwnerCmps(h.k.key, h.k.secret)...)
 	resp, err := h.c.d.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(h.k.key)).Else(clientv3.OpGet(h.k.key)).Commit()
 	if err != nil {
 		return fmt.Errorf("direct: release: %w", err)
@@ -140,37 +146,3 @@ func (h *directHeld) Release(ctx context.Context) error {
 }
 
 func (h *directHeld) Order() int64 { return h.rev }
-
-// valueHeader, ownerCmps, waiterID and escapeName mirror queue/keys.go and
-// queue/name.go.
-func valueHeader(secret [16]byte) string {
-	h := sha256.Sum256(secret[:])
-	return "lg1 " + hex.EncodeToString(h[:]) + "\n"
-}
-
-func ownerCmps(key string, secret [16]byte) []clientv3.Cmp {
-	h := valueHeader(secret)
-	return []clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(key), ">", h),
-		clientv3.Compare(clientv3.Value(key), "<", h+"\xff"),
-	}
-}
-
-func waiterID(requestID string) string {
-	h := sha256.Sum256([]byte("leasegate/waiter\x00" + requestID))
-	return hex.EncodeToString(h[:16])
-}
-
-func escapeName(name string) string {
-	out := make([]byte, 0, len(name))
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '-' || c == '_' || c == '.' || c == ':' || c == '@' || c == '+' || c == '=' || c == ',' {
-			out = append(out, c)
-			continue
-		}
-		out = fmt.Appendf(out, "%%%02X", c)
-	}
-	return string(out)
-}

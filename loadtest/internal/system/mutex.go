@@ -7,6 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/leasegate/leasegate/shard"
 )
 
 // Mutex is etcd's concurrency.Mutex with a concurrency.Session per client:
@@ -21,7 +23,7 @@ type Mutex struct {
 // whose KV is wrapped (see enqueueObserver) to learn when a Lock call's
 // key is in place: concurrency.Mutex has no hook for that.
 func NewMutex(endpoints []string, prefix string, ttl time.Duration) (*Mutex, error) {
-	cli, err := Dial(endpoints)
+	cli, err := shard.DialCluster("", endpoints)
 	if err != nil {
 		return nil, err
 	}

@@ -7,18 +7,14 @@ package testbed
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/server"
-	"github.com/leasegate/leasegate/loadtest/internal/system"
 )
 
 // Config says what to run against.
@@ -214,14 +210,6 @@ func (b *Bed) onHome(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	return shard == b.HomeShard, nil
-}
-
-// DialHome dials the home cluster, or fails when it is unknown.
-func (b *Bed) DialHome() (*clientv3.Client, error) {
-	if len(b.HomeEtcd) == 0 {
-		return nil, errors.New("the home etcd cluster is unknown (give --etcd)")
-	}
-	return system.Dial(b.HomeEtcd)
 }
 
 // Close stops what Start started: redis-servers, the gateway and its etcd

@@ -61,35 +61,10 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 	}
 }
 
-// Names lists every name that has at least one key on this cluster.
-func (e *Engine) Names(ctx context.Context) ([]string, error) {
-	defer e.enter()()
-	root := e.cfg.Prefix + "/locks/"
-	resp, err := e.cli.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, fmt.Errorf("queue: list names: %w", err)
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, kv := range resp.Kvs {
-		seg, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), root), "/")
-		if !ok || seen[seg] {
-			continue
-		}
-		seen[seg] = true
-		name, err := unescapeName(seg)
-		if err != nil {
-			continue
-		}
-		out = append(out, name)
-	}
-	return out, nil
-}
-
 // CountLocks counts every waiter and holder key of this engine's prefix.
 func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 	defer e.enter()()
-	resp, err := e.cli.Get(ctx, e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := e.cli.Get(ctx, LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("queue: count keys: %w", err)
 	}
@@ -101,7 +76,7 @@ func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
 func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
 	defer e.enter()()
 	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(e.cfg.Prefix+"/locks/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(e.cfg.Prefix+"/sessions/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {

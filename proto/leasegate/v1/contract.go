@@ -1,0 +1,19 @@
+package leasegatev1
+
+// Facts of the leasegate.v1 API that protobuf cannot state as constants.
+// The gateway and the lock engine enforce and write them; the SDK checks
+// and reads them. lock.proto's field comments give the same limits in
+// prose, and errors.proto describes the ErrorInfo they belong to.
+const (
+	// ErrorDomain is the domain of the google.rpc.ErrorInfo detail that
+	// carries an ErrorReason.
+	ErrorDomain = "leasegate.dev"
+	// MetadataShard is the ErrorInfo metadata key naming the shard an error
+	// concerns (SESSION_SHARD_MISSING, and SESSION_LOST on an acquire or a
+	// keepalive).
+	MetadataShard = "shard"
+	// MaxNameBytes is the longest lock name, in bytes.
+	MaxNameBytes = 256
+	// MaxIDBytes is the longest client_id or request_id, in bytes.
+	MaxIDBytes = 128
+)
