@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/gateway"
-	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/internal/gwtest"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"

@@ -15,8 +15,8 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/etcdtest"
-	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/internal/gwtest"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/shard"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
-	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/internal/timingtest"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/shard"
 )

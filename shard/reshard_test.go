@@ -147,8 +147,16 @@ func TestMaxJSONSafeEpoch(t *testing.T) {
 	if int64(float64(first)) == first {
 		t.Errorf("token %d of epoch %d is exact as a double; want it past 2^53", first, MaxJSONSafeEpoch+1)
 	}
+}
+
+// shard states the engine's constants it needs without importing it; they
+// must stay equal.
+func TestDefaultsMatchTheEngine(t *testing.T) {
 	if MaxEpoch != queue.MaxEpoch {
 		t.Errorf("MaxEpoch = %d; want queue.MaxEpoch %d", MaxEpoch, queue.MaxEpoch)
+	}
+	if DefaultPrefix != queue.DefaultPrefix {
+		t.Errorf("DefaultPrefix = %q; want queue.DefaultPrefix %q", DefaultPrefix, queue.DefaultPrefix)
 	}
 }
 

@@ -289,11 +289,14 @@ func exclusion(g AcquireOp, k *keyLife, ix *keyIndex) []Violation {
 }
 
 // fifo: among waiters that stayed (one incarnation of their key), one
-// enqueued before another was invoked is granted first (lower token).
+// enqueued before another was invoked is granted first (lower token). A
+// session lock granted under a fresh request id did not stay: its first key
+// died with the lease its session replaced, and the key it was granted from
+// was enqueued later, at a time the history does not know.
 func fifo(name string, gs []AcquireOp, ix *keyIndex) []Violation {
 	var st []AcquireOp
 	for _, g := range gs {
-		if ix.byWaiter[g.grantWaiter()] == 1 {
+		if g.GrantedUnder == "" && ix.byWaiter[g.grantWaiter()] == 1 {
 			st = append(st, g)
 		}
 	}

@@ -126,6 +126,13 @@ func TestFIFO(t *testing.T) {
 	if vs := fifo("x", []AcquireOp{a, b}, ix); len(vs) != 1 {
 		t.Errorf("fifo(inverted grants) = %v; want one violation", vs)
 	}
+	// a was granted under a fresh request id: its first place was given
+	// up, and the key it was granted from was enqueued at an unknown time.
+	a.RequestID, a.GrantedUnder = "a-first", "a"
+	if vs := fifo("x", []AcquireOp{a, b}, ix); len(vs) != 0 {
+		t.Errorf("fifo(grant under a fresh request id) = %v; want none", vs)
+	}
+	a.RequestID, a.GrantedUnder = "a", ""
 	b.Invoke = at(5) // invoked before a was enqueued: no order is promised
 	if vs := fifo("x", []AcquireOp{a, b}, ix); len(vs) != 0 {
 		t.Errorf("fifo(concurrent enqueues) = %v; want none", vs)
