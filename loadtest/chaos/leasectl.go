@@ -157,6 +157,9 @@ func (h *Harness) startLeasectl(name, mode string, runFor, wait time.Duration) (
 	go lp.follow(h, fifo)
 	go func() {
 		<-p.exited
+		// The acquire ended when leasectl exited, not when the FIFO was
+		// given up on below.
+		exited := time.Now()
 		// leasectl never ran CMD: record how its acquire ended.
 		select {
 		case <-lp.started:
@@ -168,11 +171,10 @@ func (h *Harness) startLeasectl(name, mode string, runFor, wait time.Duration) (
 			return
 		default:
 		}
-		now := time.Now()
 		code := p.cmd.ProcessState.ExitCode()
 		h.Hist.update(func() {
 			if op.Complete.IsZero() {
-				op.Complete, op.Err = now, fmt.Sprintf("leasectl exited with status %d (%v) before running CMD", code, p.err)
+				op.Complete, op.Err = exited, fmt.Sprintf("leasectl exited with status %d (%v) before running CMD", code, p.err)
 				switch code {
 				case 3:
 					op.Outcome = outTimeout
