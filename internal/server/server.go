@@ -82,6 +82,11 @@ type Config struct {
 	// Telemetry receives traces and metrics and serves GET /metrics; nil
 	// (the default) records none.
 	Telemetry *telemetry.Providers
+	// TracePublicEndpoint makes every call's server span the root of a new
+	// trace linked to the caller's trace context, instead of its child:
+	// for gateways that untrusted callers reach (see
+	// gateway.Telemetry.PublicEndpoint). Default false.
+	TracePublicEndpoint bool
 	// KeyCountInterval is how often each shard's lock keys are counted for
 	// leasegate_lock_keys. Default 15 s.
 	KeyCountInterval time.Duration
@@ -261,6 +266,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, err
 	}
 	cfg.Gateway.Telemetry = gatewayTelemetry(cfg.Telemetry)
+	cfg.Gateway.Telemetry.PublicEndpoint = cfg.TracePublicEndpoint
 	// A loopback listener serves local clients only: a Host naming
 	// anything else is a web page's DNS rebinding, refused.
 	cfg.Gateway.CheckLoopbackHost = isLoopback(cfg.Listen)
