@@ -9,6 +9,8 @@ require (
 	connectrpc.com/grpcreflect v1.3.1
 	connectrpc.com/otelconnect v0.12.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/MicahParks/jwkset v0.11.4
+	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/compose-spec/compose-go/v2 v2.16.2

@@ -85,6 +85,9 @@ func (c Config) Validate() error {
 	case c.SendTimeout <= 0 || c.SendTimeout > 10*time.Minute:
 		return fmt.Errorf("gateway: SendTimeout %s is outside (0, 10m]", c.SendTimeout)
 	}
+	if err := c.Auth.validate(); err != nil {
+		return err
+	}
 	for _, o := range c.CORSOrigins {
 		if o == "*" {
 			continue

@@ -171,7 +171,7 @@ func (c Config) Validate() error {
 	}
 	if !c.authEnabled() && !c.AllowInsecureRemote && !isLoopback(c.Listen) {
 		return fmt.Errorf("refusing to serve %s without authentication: anyone who can connect could take or steal any lock. "+
-			"Configure --auth-tokens, --jwt-keys or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
+			"Configure --auth-tokens, --jwt-keys, --jwt-jwks-url or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
 	}
 	if err := c.EtcdTLS.validate(); err != nil {
 		return err
@@ -247,7 +247,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		s.log.Error("SERVING WITHOUT AUTHENTICATION on a non-loopback address: anyone who can connect can take, renew or release any lock",
 			"listen", cfg.Listen, "flag", "--allow-insecure-remote")
 	}
-	tlsCfg, err := cfg.listenerTLS()
+	tlsCfg, err := cfg.listenerTLS(s.log)
 	if err != nil {
 		return nil, err
 	}
