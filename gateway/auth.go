@@ -163,6 +163,20 @@ func NewAuthenticator(c AuthConfig, log *slog.Logger, clk clock.Clock) (*Authent
 	return a, nil
 }
 
+// Reload looks at the tokens and JWT keys files now and loads those that
+// changed, whatever ReloadInterval: the hook for a signal or a test. A file
+// that does not load leaves its credentials in force; the error says why.
+func (a *Authenticator) Reload() error {
+	var errs []error
+	if a.tokens != nil {
+		errs = append(errs, a.tokens.Check())
+	}
+	if a.jwt != nil && a.jwt.files != nil {
+		errs = append(errs, a.jwt.files.Check())
+	}
+	return errors.Join(errs...)
+}
+
 // Close stops the JWKS refreshes. It does not block.
 func (a *Authenticator) Close() {
 	if a.jwt != nil {

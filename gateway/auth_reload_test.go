@@ -4,8 +4,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -87,10 +89,11 @@ func TestTokensFileReloads(t *testing.T) {
 	// A broken file (a token too short) is refused as a whole: the tokens
 	// in force stay, and nothing is dropped.
 	replaceFile(t, path, "short r\n")
-	for end := time.Now().Add(20 * reloadEvery); time.Now().Before(end); { // well past the interval
-		if err := tryAs(t, g, newTok, "reload/5"); err != nil {
-			t.Fatalf("token in force after a bad file replaced the tokens file: %v", err)
-		}
+	if err := g.Server.ReloadFiles(); err == nil {
+		t.Error("ReloadFiles with a broken tokens file succeeded; want its error")
+	}
+	if err := tryAs(t, g, newTok, "reload/5"); err != nil {
+		t.Errorf("token in force after a bad file replaced the tokens file: %v", err)
 	}
 }
 
@@ -219,5 +222,35 @@ func TestJWKSServerDown(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("REST call with an unverifiable JWT = %d; want 401", resp.StatusCode)
+	}
+}
+
+// TestJWTKeysFileReloads replaces the JWT keys file of a running gateway:
+// tokens of the new key are accepted, of the removed key refused.
+func TestJWTKeysFileReloads(t *testing.T) {
+	t.Parallel()
+	k1, k2 := newECKey(t), newECKey(t)
+	pemOf := func(k *ecdsa.PrivateKey) string {
+		der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	}
+	path := filepath.Join(t.TempDir(), "jwt.pem")
+	replaceFile(t, path, pemOf(k1))
+	g := startSecureGateway(t, func(c *server.Config) {
+		c.Gateway.Auth.JWTKeysFile = path
+		c.Gateway.Auth.JWTIssuer = "https://issuer.test"
+		c.Gateway.Auth.JWTAudience = "leasegate"
+		c.Gateway.Auth.ReloadInterval = 10 * time.Millisecond
+	})
+	if err := tryAs(t, g, signKID(t, k1, "any"), "keys/1"); err != nil {
+		t.Fatalf("token of the key in the file: %v", err)
+	}
+	replaceFile(t, path, pemOf(k2))
+	eventually(t, "token of the new key accepted", func() bool { return tryAs(t, g, signKID(t, k2, "any"), "keys/2") == nil })
+	if err := tryAs(t, g, signKID(t, k1, "any"), "keys/3"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("token of the removed key: %v; want unauthenticated", err)
 	}
 }

@@ -78,6 +78,10 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 	return s, nil
 }
 
+// ReloadCredentials loads the tokens and JWT keys files again if they
+// changed (see Authenticator.Reload). It blocks for the reads.
+func (s *Service) ReloadCredentials() error { return s.auth.Reload() }
+
 // Shutdown ends every open wait with unavailable (reason SHUTTING_DOWN)
 // while keeping the waiters' keys, so clients resume their places on another
 // gateway. Held locks live in etcd and are untouched; the JWKS refreshes

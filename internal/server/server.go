@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
+	"github.com/leasegate/leasegate/internal/reload"
 	"github.com/leasegate/leasegate/internal/telemetry"
 	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
@@ -227,6 +228,7 @@ type Server struct {
 	http     *http.Server
 	ln       net.Listener
 	served   chan error
+	tlsPair  *reload.Value[*tls.Certificate] // nil without TLS
 
 	// transitions counts breaker state changes; nil without metrics.
 	transitions *shard.TransitionCounter
@@ -247,10 +249,11 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		s.log.Error("SERVING WITHOUT AUTHENTICATION on a non-loopback address: anyone who can connect can take, renew or release any lock",
 			"listen", cfg.Listen, "flag", "--allow-insecure-remote")
 	}
-	tlsCfg, err := cfg.listenerTLS(s.log)
+	tlsCfg, pair, err := cfg.listenerTLS(s.log)
 	if err != nil {
 		return nil, err
 	}
+	s.tlsPair = pair
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -351,6 +354,19 @@ func (s *Server) Engines() []*queue.Engine {
 
 // Router is the router that owns the clusters' lock engines.
 func (s *Server) Router() *locks.Router { return s.router }
+
+// ReloadFiles looks at the files the server reads credentials from — the
+// tokens file, the JWT keys file, the TLS certificate and key — now, and
+// loads those that changed, as it does on its own at most a second after
+// a change. A file that does not load leaves what it held in force; the
+// error names it. It blocks for the reads.
+func (s *Server) ReloadFiles() error {
+	err := s.service.ReloadCredentials()
+	if s.tlsPair != nil {
+		err = errors.Join(err, s.tlsPair.Check())
+	}
+	return err
+}
 
 // Done delivers the serve loop's end.
 func (s *Server) Done() <-chan error { return s.served }

@@ -82,16 +82,16 @@ func (e EtcdSecurity) dialer(extra func(name string) []grpc.DialOption) (func(na
 // late); a pair that does not load — a certificate written before its
 // key, a key that does not match — leaves the pair in force and is logged.
 // The client CA bundle is read once.
-func (c Config) listenerTLS(log *slog.Logger) (*tls.Config, error) {
+func (c Config) listenerTLS(log *slog.Logger) (*tls.Config, *reload.Value[*tls.Certificate], error) {
 	if c.TLSCert == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	pair, err := reload.New([]string{c.TLSCert, c.TLSKey}, func() (*tls.Certificate, error) {
 		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 		return &cert, err
 	}, reload.Options{Name: "TLS certificate and key", Log: log})
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 	}
 	cfg := &tls.Config{
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.Get(), nil },
@@ -100,7 +100,7 @@ func (c Config) listenerTLS(log *slog.Logger) (*tls.Config, error) {
 	if c.TLSClientCA != "" {
 		pool, err := loadPool(c.TLSClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca: %w", err)
+			return nil, nil, fmt.Errorf("--tls-client-ca: %w", err)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
@@ -110,7 +110,7 @@ func (c Config) listenerTLS(log *slog.Logger) (*tls.Config, error) {
 			cfg.ClientAuth = tls.VerifyClientCertIfGiven
 		}
 	}
-	return cfg, nil
+	return cfg, pair, nil
 }
 
 func loadPool(path string) (*x509.CertPool, error) {
