@@ -49,7 +49,8 @@ type Config struct {
 	IDKeys IDKeyring
 	// Clock tells the time for every timeout, expiry and rate the gateway
 	// computes: request and wait timeouts, health-check caching, key-count
-	// refreshes and rate-limit buckets. Connection read and write deadlines
+	// refreshes, rate-limit buckets and how often the credential files are
+	// looked at for a change (Auth.ReloadInterval). Connection read and write deadlines
 	// stay on the wall clock, which is what the network enforces them by.
 	// Default (and when nil) the wall clock; tests pass a fake.
 	Clock clock.Clock
