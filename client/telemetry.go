@@ -9,14 +9,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// sdkHeader marks the SDK's calls; a gateway continues the trace of a call
-// that carries it instead of only linking to it.
+// sdkHeader marks the SDK's calls, for proxies and logs. It carries no
+// trust: the gateway continues every caller's trace, or, behind
+// --trace-public-endpoint, none.
 const sdkHeader = "Leasegate-Client"
 
 // WithTracing makes every call a client span of tp (OpenTelemetry, via
 // connectrpc.com/otelconnect) and sends its W3C trace context and baggage
 // to the gateway, whose server span, lock engine spans and etcd spans then
-// continue the caller's trace. A nil tp uses the global TracerProvider.
+// continue the caller's trace (a gateway run with --trace-public-endpoint
+// starts a new trace linked to it instead). A nil tp uses the global TracerProvider.
 // Default: no spans and no trace headers.
 func WithTracing(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {

@@ -2,20 +2,20 @@ package gateway
 
 import (
 	"context"
-	"crypto"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
+	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/internal/reload"
 )
 
 // Identity is who a call comes from, as established by authentication.
@@ -59,9 +59,11 @@ func IdentityFrom(ctx context.Context) (Identity, error) {
 	return id, nil
 }
 
-// Authenticator establishes identities from requests.
+// Authenticator establishes identities from requests. Its tokens file and
+// JWT keys file are read again when they change (see internal/reload); its
+// JWKS is refreshed in the background until Close.
 type Authenticator struct {
-	tokens   map[[32]byte]Identity // by SHA-256 of the token
+	tokens   *reload.Value[map[[32]byte]Identity] // by SHA-256 of the token; nil without a tokens file
 	jwt      *jwtVerifier
 	mtls     bool
 	required bool
@@ -71,11 +73,23 @@ type Authenticator struct {
 // is the single tenant "" (allowed only on loopback; see Config).
 type AuthConfig struct {
 	// TokensFile holds static bearer tokens, one per line: "TOKEN TENANT
-	// [SUBJECT]"; blank lines and lines starting with # are ignored.
+	// [SUBJECT]"; blank lines and lines starting with # are ignored. It is
+	// read again when it changes; a file that does not parse leaves the
+	// tokens in force.
 	TokensFile string
 	// JWTKeysFile holds PEM public keys (RSA, ECDSA or Ed25519) that may
-	// sign bearer JWTs. Setting it enables JWT authentication.
+	// sign bearer JWTs. Setting it enables JWT authentication. It is read
+	// again when it changes, like TokensFile.
 	JWTKeysFile string
+	// JWKSURL is a JSON Web Key Set (RFC 7517) of keys that may sign bearer
+	// JWTs, fetched at start, every JWKSRefresh, and when a token names a
+	// key id the set lacks (at most once per 30 s). Setting it enables JWT
+	// authentication, alone or beside JWTKeysFile. It must be https://,
+	// or http:// on a loopback address.
+	JWKSURL string
+	// JWKSRefresh is how often the JWKS is fetched again, so removed keys
+	// stop being accepted. 0 means 15 minutes; 10 s to 24 h.
+	JWKSRefresh time.Duration
 	// JWTIssuer and JWTAudience must match the token's iss and aud.
 	JWTIssuer, JWTAudience string
 	// JWTTenantClaim names the claim that carries the tenant. Default "tenant".
@@ -83,31 +97,91 @@ type AuthConfig struct {
 	// MTLS takes identities from verified client certificates: tenant from
 	// the subject's first Organization (O), subject from its Common Name.
 	MTLS bool
+	// ReloadInterval is the least time between two looks at the tokens and
+	// JWT keys files for a change. 0 means reload.DefaultInterval (1 s).
+	ReloadInterval time.Duration
 }
+
+// DefaultJWKSRefresh is the JWKS refresh interval when JWKSRefresh is 0.
+const DefaultJWKSRefresh = 15 * time.Minute
 
 // Enabled reports whether any authentication is configured.
 func (c AuthConfig) Enabled() bool {
-	return c.TokensFile != "" || c.JWTKeysFile != "" || c.MTLS
+	return c.TokensFile != "" || c.JWTKeysFile != "" || c.JWKSURL != "" || c.MTLS
 }
 
-// NewAuthenticator loads the configured credentials.
-func NewAuthenticator(c AuthConfig) (*Authenticator, error) {
+// JWT reports whether bearer JWTs are accepted.
+func (c AuthConfig) JWT() bool { return c.JWTKeysFile != "" || c.JWKSURL != "" }
+
+func (c AuthConfig) validate() error {
+	if c.JWKSRefresh != 0 && (c.JWKSRefresh < 10*time.Second || c.JWKSRefresh > 24*time.Hour) {
+		return fmt.Errorf("gateway: JWKS refresh %s is outside 10s to 24h", c.JWKSRefresh)
+	}
+	if c.ReloadInterval < 0 {
+		return fmt.Errorf("gateway: auth reload interval %s must not be negative", c.ReloadInterval)
+	}
+	if c.JWKSURL != "" {
+		u, err := url.Parse(c.JWKSURL)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopbackHost(u.Host))) {
+			return fmt.Errorf("gateway: JWKS URL %q: want https://host/path (http:// only on a loopback address)", c.JWKSURL)
+		}
+	}
+	if c.JWT() && (c.JWTIssuer == "" || c.JWTAudience == "") {
+		return errors.New("gateway: JWT authentication needs both an issuer and an audience (--jwt-issuer, --jwt-audience)")
+	}
+	return nil
+}
+
+// NewAuthenticator loads the configured credentials and, with a JWKS URL,
+// fetches the key set (a failed first fetch is logged, not fatal: tokens
+// the set would verify are refused until a fetch succeeds). It does not
+// block beyond that fetch. Close stops the JWKS refreshes.
+func NewAuthenticator(c AuthConfig, log *slog.Logger, clk clock.Clock) (*Authenticator, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	a := &Authenticator{mtls: c.MTLS, required: c.Enabled()}
+	opt := reload.Options{Interval: c.ReloadInterval, Clock: clk, Log: log}
 	if c.TokensFile != "" {
-		toks, err := loadTokens(c.TokensFile)
+		opt.Name = "auth tokens file"
+		toks, err := reload.New([]string{c.TokensFile}, func() (map[[32]byte]Identity, error) { return loadTokens(c.TokensFile) }, opt)
 		if err != nil {
 			return nil, err
 		}
 		a.tokens = toks
 	}
-	if c.JWTKeysFile != "" {
-		v, err := newJWTVerifier(c)
+	if c.JWT() {
+		v, err := newJWTVerifier(c, opt, log)
 		if err != nil {
 			return nil, err
 		}
 		a.jwt = v
 	}
 	return a, nil
+}
+
+// Reload looks at the tokens and JWT keys files now and loads those that
+// changed, whatever ReloadInterval: the hook for a signal or a test. A file
+// that does not load leaves its credentials in force; the error says why.
+func (a *Authenticator) Reload() error {
+	var errs []error
+	if a.tokens != nil {
+		errs = append(errs, a.tokens.Check())
+	}
+	if a.jwt != nil && a.jwt.files != nil {
+		errs = append(errs, a.jwt.files.Check())
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the JWKS refreshes. It does not block.
+func (a *Authenticator) Close() {
+	if a.jwt != nil {
+		a.jwt.close()
+	}
 }
 
 func loadTokens(path string) (map[[32]byte]Identity, error) {
@@ -171,14 +245,14 @@ func (a *Authenticator) authenticate(r *http.Request) (Identity, error) {
 		}
 		if a.tokens != nil {
 			sum := sha256.Sum256([]byte(cred))
-			for k, id := range a.tokens {
+			for k, id := range a.tokens.Get() {
 				if subtle.ConstantTimeCompare(k[:], sum[:]) == 1 {
 					return id, nil
 				}
 			}
 		}
 		if a.jwt != nil && strings.Count(cred, ".") == 2 {
-			return a.jwt.verify(cred)
+			return a.jwt.verify(r.Context(), cred)
 		}
 		return Identity{}, fmt.Errorf("%w: the bearer token is not valid", ErrUnauthenticated)
 	}
@@ -194,70 +268,6 @@ func (a *Authenticator) authenticate(r *http.Request) (Identity, error) {
 		return Identity{Tenant: t, Subject: cert.Subject.CommonName, Method: "mtls"}, nil
 	}
 	return Identity{}, fmt.Errorf("%w: send a bearer token or a client certificate", ErrUnauthenticated)
-}
-
-// jwtVerifier checks signature, issuer, audience and expiry.
-type jwtVerifier struct {
-	keys   []crypto.PublicKey
-	parser *jwt.Parser
-	claim  string
-}
-
-func newJWTVerifier(c AuthConfig) (*jwtVerifier, error) {
-	raw, err := os.ReadFile(c.JWTKeysFile)
-	if err != nil {
-		return nil, fmt.Errorf("jwt keys file: %w", err)
-	}
-	var keys []crypto.PublicKey
-	for rest := raw; ; {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		k, err := x509.ParsePKIXPublicKey(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("jwt keys file %s: %w", c.JWTKeysFile, err)
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("jwt keys file %s holds no PEM public keys", c.JWTKeysFile)
-	}
-	if c.JWTIssuer == "" || c.JWTAudience == "" {
-		return nil, errors.New("jwt: both issuer and audience must be configured")
-	}
-	claim := c.JWTTenantClaim
-	if claim == "" {
-		claim = "tenant"
-	}
-	p := jwt.NewParser(
-		jwt.WithValidMethods([]string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}),
-		jwt.WithIssuer(c.JWTIssuer), jwt.WithAudience(c.JWTAudience),
-		jwt.WithExpirationRequired(), jwt.WithLeeway(30*time.Second),
-	)
-	return &jwtVerifier{keys: keys, parser: p, claim: claim}, nil
-}
-
-func (v *jwtVerifier) verify(raw string) (Identity, error) {
-	var last error
-	for _, k := range v.keys {
-		claims := jwt.MapClaims{}
-		_, err := v.parser.ParseWithClaims(raw, claims, func(*jwt.Token) (any, error) { return k, nil })
-		if err != nil {
-			last = err
-			continue
-		}
-		tenant, _ := claims[v.claim].(string)
-		if err := ValidateTenant(tenant); err != nil {
-			return Identity{}, fmt.Errorf("%w: jwt claim %q: %v", ErrUnauthenticated, v.claim, err)
-		}
-		sub, _ := claims.GetSubject()
-		return Identity{Tenant: tenant, Subject: sub, Method: "jwt"}, nil
-	}
-	// The parser's message says what failed (expired, wrong audience…) and
-	// never includes the token.
-	return Identity{}, fmt.Errorf("%w: jwt: %v", ErrUnauthenticated, last)
 }
 
 // Policy restricts what tenants may lock.

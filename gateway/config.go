@@ -49,7 +49,8 @@ type Config struct {
 	IDKeys IDKeyring
 	// Clock tells the time for every timeout, expiry and rate the gateway
 	// computes: request and wait timeouts, health-check caching, key-count
-	// refreshes and rate-limit buckets. Connection read and write deadlines
+	// refreshes, rate-limit buckets and how often the credential files are
+	// looked at for a change (Auth.ReloadInterval). Connection read and write deadlines
 	// stay on the wall clock, which is what the network enforces them by.
 	// Default (and when nil) the wall clock; tests pass a fake.
 	Clock clock.Clock
@@ -84,6 +85,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: BodyReadTimeout %s is outside (0, 10m]", c.BodyReadTimeout)
 	case c.SendTimeout <= 0 || c.SendTimeout > 10*time.Minute:
 		return fmt.Errorf("gateway: SendTimeout %s is outside (0, 10m]", c.SendTimeout)
+	}
+	if err := c.Auth.validate(); err != nil {
+		return err
 	}
 	for _, o := range c.CORSOrigins {
 		if o == "*" {

@@ -56,11 +56,11 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	auth, err := NewAuthenticator(cfg.Auth)
+	clk := clockOf(cfg)
+	auth, err := NewAuthenticator(cfg.Auth, log, clk)
 	if err != nil {
 		return nil, err
 	}
-	clk := clockOf(cfg)
 	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	if s.keys == nil {
 		k, err := GenerateIDKey(1)
@@ -78,10 +78,20 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 	return s, nil
 }
 
+// ReloadCredentials loads the tokens and JWT keys files again if they
+// changed (see Authenticator.Reload). It blocks for the reads.
+func (s *Service) ReloadCredentials() error { return s.auth.Reload() }
+
 // Shutdown ends every open wait with unavailable (reason SHUTTING_DOWN)
 // while keeping the waiters' keys, so clients resume their places on another
-// gateway. Held locks live in etcd and are untouched. It does not block.
-func (s *Service) Shutdown() { s.shutdownOnce.Do(func() { close(s.shutdown) }) }
+// gateway. Held locks live in etcd and are untouched; the JWKS refreshes
+// stop. It does not block.
+func (s *Service) Shutdown() {
+	s.shutdownOnce.Do(func() {
+		close(s.shutdown)
+		s.auth.Close()
+	})
+}
 
 func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
 	lo, hi := queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds()

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -24,12 +25,15 @@ import (
 // (the default) records nothing.
 //
 // Traces: a server span per RPC (connectrpc.com/otelconnect) and per REST
-// call, with a leasegate.route child span, made where the handler routes
-// the name, naming the shard the router picked and events for circuit-breaker refusals; the lock engine's spans
-// nest below. A caller's trace context continues into the server span when
-// the caller is the leasegate Go SDK (it sends SDKHeader); any other
-// caller's context is attached as a link to a new trace, so untrusted
-// callers cannot force sampling or graft spans onto their own traces.
+// call (otelhttp, with the HTTP semantic-convention attributes), with a
+// leasegate.route child span, made where the handler routes the name,
+// naming the shard the router picked and events for circuit-breaker
+// refusals; the lock engine's spans nest below. A caller's W3C trace
+// context continues into the server span, whoever the caller is, so a k6
+// script, grpcurl, Envoy or a Connect client in any language shows as one
+// waterfall with the gateway. PublicEndpoint turns that off for gateways
+// that untrusted callers reach: each call then starts a new trace with a
+// link to the caller's context.
 //
 // Metrics (Prometheus names): leasegate_acquire_duration_seconds{shard,
 // outcome, mode}, leasegate_wait_duration_seconds{shard, outcome},
@@ -46,11 +50,14 @@ type Telemetry struct {
 	// Propagator reads callers' trace context; nil means W3C trace context
 	// and baggage.
 	Propagator propagation.TextMapPropagator
+	// PublicEndpoint starts every call's server span as the root of a new
+	// trace, linked to the caller's context instead of continuing it, as
+	// otelhttp's WithPublicEndpointFn and otelconnect's default do. Set it
+	// when callers are not trusted to choose the trace (and with it the
+	// sampling decision) the gateway's spans join. Default false: callers'
+	// traces continue.
+	PublicEndpoint bool
 }
-
-// SDKHeader is the request header with which the leasegate Go SDK marks
-// its calls; the gateway continues the trace of such calls.
-const SDKHeader = "Leasegate-Client"
 
 const scopeName = "github.com/leasegate/leasegate/gateway"
 
@@ -60,6 +67,7 @@ type telemetry struct {
 	tracer trace.Tracer // nil without tracing
 	prop   propagation.TextMapPropagator
 	trace  connect.Interceptor // nil without tracing
+	rest   []otelhttp.Option   // the REST calls' spans and HTTP metrics
 	m      *instruments        // nil without metrics
 }
 
@@ -84,16 +92,16 @@ func newTelemetry(s *Service, cfg Telemetry) (*telemetry, error) {
 			otelconnect.WithTracerProvider(cfg.TracerProvider), otelconnect.WithPropagator(t.prop),
 			otelconnect.WithoutMetrics(),
 		}
-		untrusted, err := otelconnect.NewInterceptor(opts...)
+		if !cfg.PublicEndpoint {
+			opts = append(opts, otelconnect.WithTrustRemote())
+		}
+		ic, err := otelconnect.NewInterceptor(opts...)
 		if err != nil {
 			return nil, err
 		}
-		trusted, err := otelconnect.NewInterceptor(append(opts, otelconnect.WithTrustRemote())...)
-		if err != nil {
-			return nil, err
-		}
-		t.trace = trustSwitch{trusted: trusted, untrusted: untrusted}
+		t.trace = ic
 	}
+	t.rest = t.newRESTTracing(cfg)
 	if cfg.MeterProvider != nil {
 		m, err := newInstruments(cfg.MeterProvider.Meter(scopeName))
 		if err != nil {
@@ -147,36 +155,6 @@ func (t *telemetry) handlerOptions() []connect.HandlerOption {
 	}
 	ics = append(ics, (*callRecorder)(t))
 	return []connect.HandlerOption{connect.WithInterceptors(ics...)}
-}
-
-// trustSwitch continues the caller's trace when the caller is the leasegate
-// Go SDK and links to it otherwise.
-type trustSwitch struct {
-	trusted, untrusted connect.Interceptor
-}
-
-func (t trustSwitch) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	tr, un := t.trusted.WrapUnary(next), t.untrusted.WrapUnary(next)
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if req.Header().Get(SDKHeader) != "" {
-			return tr(ctx, req)
-		}
-		return un(ctx, req)
-	}
-}
-
-func (t trustSwitch) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (t trustSwitch) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	tr, un := t.trusted.WrapStreamingHandler(next), t.untrusted.WrapStreamingHandler(next)
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if conn.RequestHeader().Get(SDKHeader) != "" {
-			return tr(ctx, conn)
-		}
-		return un(ctx, conn)
-	}
 }
 
 // traceRoute records the router's choice, t or err, as a leasegate.route

@@ -5,77 +5,91 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
-// restHandler wraps the REST API with a server span per call (a new trace
-// linked to the caller's context, REST callers being untrusted) and the
-// same metrics as the Connect calls. The handler records the shard it
-// routed to, the outcome and any lost lease in the call's record; the
-// wrapper reads neither the request body nor the response body.
+// restPrefix is where the REST lock calls live.
+const restPrefix = "/api/v1/locks/"
+
+// newRESTTracing returns the otelhttp options of the REST calls: the
+// service's providers (no-op ones for a signal that is off, never the
+// global ones), its propagator, and a new root per call on a public
+// endpoint.
+func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
+	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
+	if cfg.TracerProvider != nil {
+		tp = cfg.TracerProvider
+	}
+	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
+	if cfg.MeterProvider != nil {
+		mp = cfg.MeterProvider
+	}
+	opts := []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(t.prop)}
+	if cfg.PublicEndpoint {
+		opts = append(opts, otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }))
+	}
+	return opts
+}
+
+// restHandler wraps the REST lock calls in otelhttp — a server span named
+// "POST /api/v1/locks/acquire" … with the HTTP semantic-convention
+// attributes, and the http.server.request.duration metric — and records
+// the same leasegate metrics as the Connect calls. The handler records the
+// shard it routed to, the outcome and any lost lease in the call's record;
+// this wrapper adds them to the span and reads neither the request body
+// nor the response body.
 func (t *telemetry) restHandler(next http.Handler) http.Handler {
 	if t == nil {
 		return next
 	}
+	traced := otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.serveREST(w, r, next)
+	}), "leasegate.rest", t.rest...)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		op := strings.TrimPrefix(r.URL.Path, "/api/v1/locks/")
-		switch op {
+		switch strings.TrimPrefix(r.URL.Path, restPrefix) {
 		case "acquire", "renew", "release":
 		default:
 			next.ServeHTTP(w, r)
 			return
 		}
-		ctx := r.Context()
-		var span trace.Span
-		if t.tracer != nil {
-			opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-				attribute.String("http.request.method", r.Method), attribute.String("http.route", r.URL.Path))}
-			if remote := trace.SpanContextFromContext(t.prop.Extract(ctx, propagation.HeaderCarrier(r.Header))); remote.IsValid() {
-				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: remote}))
-			}
-			ctx, span = t.tracer.Start(ctx, r.Method+" /api/v1/locks/"+op, opts...)
-			defer span.End()
-		}
-		ctx, rec := withRecord(ctx)
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		start := time.Now()
-		next.ServeHTTP(sw, r.WithContext(ctx))
-		d := time.Since(start)
-		shard, outcome, loss, err := rec.read()
-		switch {
-		case err != nil:
-			outcome = outcomeOf(err)
-		case outcome == "":
-			outcome = "ok"
-		}
-		t.lost(ctx, shard, loss)
-		var hist metric.Float64Histogram
-		attrs := []attribute.KeyValue{}
-		switch op {
-		case "acquire":
-			hist = t.m.histogram("acquire")
-			attrs = append(attrs, attribute.String("mode", "try"))
-		case "renew":
-			hist = t.m.histogram("renew")
-		case "release":
-			hist = t.m.histogram("release")
-		}
-		if hist != nil {
-			attrs = append(attrs, attribute.String("shard", shard), attribute.String("outcome", outcome))
-			hist.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
-		}
-		if span != nil {
-			span.SetAttributes(attribute.Int("http.response.status_code", sw.status), attribute.String("leasegate.outcome", outcome), attribute.String("leasegate.shard", shard))
-			if sw.status >= 500 {
-				span.SetStatus(codes.Error, outcome)
-			}
-		}
-		t.logCall(ctx, r.URL.Path, shard, err, d)
+		// The route is the path itself: otelhttp takes http.route and the
+		// span name from the pattern, which the outer mux left at its
+		// catch-all "/api/v1/".
+		r = r.WithContext(r.Context())
+		r.Pattern = r.URL.Path
+		traced.ServeHTTP(w, r)
 	})
+}
+
+// serveREST runs one REST lock call inside otelhttp's span.
+func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	op := strings.TrimPrefix(r.URL.Path, restPrefix)
+	ctx, rec := withRecord(r.Context())
+	start := time.Now()
+	next.ServeHTTP(w, r.WithContext(ctx))
+	d := time.Since(start)
+	shard, outcome, loss, err := rec.read()
+	switch {
+	case err != nil:
+		outcome = outcomeOf(err)
+	case outcome == "":
+		outcome = "ok"
+	}
+	t.lost(ctx, shard, loss)
+	if hist := t.m.histogram(op); hist != nil {
+		attrs := []attribute.KeyValue{attribute.String("shard", shard), attribute.String("outcome", outcome)}
+		if op == "acquire" {
+			attrs = append(attrs, attribute.String("mode", "try"))
+		}
+		hist.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("leasegate.outcome", outcome), attribute.String("leasegate.shard", shard))
+	t.logCall(ctx, r.URL.Path, shard, err, d)
 }
 
 func (m *instruments) histogram(op string) metric.Float64Histogram {
@@ -89,23 +103,4 @@ func (m *instruments) histogram(op string) metric.Float64Histogram {
 		return m.renew
 	}
 	return m.release
-}
-
-// statusWriter keeps the status the handler answered with, for the span.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/server"
 )
 
@@ -23,6 +24,8 @@ func addSecurityFlags(f *pflag.FlagSet, cfg *server.Config, sec *securityFlags) 
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: verify client certificates (mTLS); the tenant is the certificate's Organization (O)")
 	f.StringVar(&cfg.Gateway.Auth.TokensFile, "auth-tokens", "", `file of static bearer tokens, lines "TOKEN TENANT [SUBJECT]"`)
 	f.StringVar(&cfg.Gateway.Auth.JWTKeysFile, "jwt-keys", "", "PEM public keys that may sign bearer JWTs (RS*, PS256, ES256/384, EdDSA)")
+	f.StringVar(&cfg.Gateway.Auth.JWKSURL, "jwt-jwks-url", "", "JSON Web Key Set URL (https://, or http:// on loopback) of keys that may sign bearer JWTs; refreshed every --jwt-jwks-refresh and on an unknown kid")
+	f.DurationVar(&cfg.Gateway.Auth.JWKSRefresh, "jwt-jwks-refresh", gateway.DefaultJWKSRefresh, "how often --jwt-jwks-url is fetched again (10s to 24h)")
 	f.StringVar(&cfg.Gateway.Auth.JWTIssuer, "jwt-issuer", "", "required iss of bearer JWTs")
 	f.StringVar(&cfg.Gateway.Auth.JWTAudience, "jwt-audience", "", "required aud of bearer JWTs")
 	f.StringVar(&cfg.Gateway.Auth.JWTTenantClaim, "jwt-tenant-claim", "tenant", "JWT claim naming the caller's tenant")

@@ -99,7 +99,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.DurationVar(&cfg.AttemptTTL, "attempt-ttl", cfg.AttemptTTL, "how long a session waiter whose gateway stopped keeps its place (and can block its name): 2s to 5m, whole seconds")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addSecurityFlags(f, &cfg, &sec)
-	addTelemetryFlags(f, &tf)
+	addTelemetryFlags(f, &cfg, &tf)
 	f.String(configFlag, "", "optional YAML or JSON file of flag values, keys = flag names (flags and LEASEGATE_* win over it)")
 	return cmd
 }

@@ -14,13 +14,15 @@ import (
 )
 
 // telemetryFlags are the flags for metrics; traces are configured by the
-// standard OTEL_* environment variables alone (see telemetry.New).
+// standard OTEL_* environment variables (see telemetry.New), except whether
+// callers' traces are trusted, which is server.Config's.
 type telemetryFlags struct {
 	metrics bool
 }
 
-func addTelemetryFlags(f *pflag.FlagSet, tf *telemetryFlags) {
+func addTelemetryFlags(f *pflag.FlagSet, cfg *server.Config, tf *telemetryFlags) {
 	f.BoolVar(&tf.metrics, "metrics", true, "serve Prometheus metrics on GET /metrics (false makes metrics no-ops); traces follow the OTEL_* environment variables")
+	f.BoolVar(&cfg.TracePublicEndpoint, "trace-public-endpoint", false, "start a new trace for every call, linked to the caller's traceparent, instead of continuing it (for gateways untrusted callers reach)")
 }
 
 // version is the main module's version, "devel" in a source build.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
+	"github.com/leasegate/leasegate/internal/reload"
 	"github.com/leasegate/leasegate/internal/telemetry"
 	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
@@ -82,6 +83,11 @@ type Config struct {
 	// Telemetry receives traces and metrics and serves GET /metrics; nil
 	// (the default) records none.
 	Telemetry *telemetry.Providers
+	// TracePublicEndpoint makes every call's server span the root of a new
+	// trace linked to the caller's trace context, instead of its child:
+	// for gateways that untrusted callers reach (see
+	// gateway.Telemetry.PublicEndpoint). Default false.
+	TracePublicEndpoint bool
 	// KeyCountInterval is how often each shard's lock keys are counted for
 	// leasegate_lock_keys. Default 15 s.
 	KeyCountInterval time.Duration
@@ -166,7 +172,7 @@ func (c Config) Validate() error {
 	}
 	if !c.authEnabled() && !c.AllowInsecureRemote && !isLoopback(c.Listen) {
 		return fmt.Errorf("refusing to serve %s without authentication: anyone who can connect could take or steal any lock. "+
-			"Configure --auth-tokens, --jwt-keys or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
+			"Configure --auth-tokens, --jwt-keys, --jwt-jwks-url or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
 	}
 	if err := c.EtcdTLS.validate(); err != nil {
 		return err
@@ -222,6 +228,7 @@ type Server struct {
 	http     *http.Server
 	ln       net.Listener
 	served   chan error
+	tlsPair  *reload.Value[*tls.Certificate] // nil without TLS
 
 	// transitions counts breaker state changes; nil without metrics.
 	transitions *shard.TransitionCounter
@@ -242,10 +249,11 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		s.log.Error("SERVING WITHOUT AUTHENTICATION on a non-loopback address: anyone who can connect can take, renew or release any lock",
 			"listen", cfg.Listen, "flag", "--allow-insecure-remote")
 	}
-	tlsCfg, err := cfg.listenerTLS()
+	tlsCfg, pair, err := cfg.listenerTLS(s.log)
 	if err != nil {
 		return nil, err
 	}
+	s.tlsPair = pair
 	defer func() {
 		if err != nil {
 			s.closeBackends()
@@ -261,6 +269,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, err
 	}
 	cfg.Gateway.Telemetry = gatewayTelemetry(cfg.Telemetry)
+	cfg.Gateway.Telemetry.PublicEndpoint = cfg.TracePublicEndpoint
 	// A loopback listener serves local clients only: a Host naming
 	// anything else is a web page's DNS rebinding, refused.
 	cfg.Gateway.CheckLoopbackHost = isLoopback(cfg.Listen)
@@ -345,6 +354,19 @@ func (s *Server) Engines() []*queue.Engine {
 
 // Router is the router that owns the clusters' lock engines.
 func (s *Server) Router() *locks.Router { return s.router }
+
+// ReloadFiles looks at the files the server reads credentials from — the
+// tokens file, the JWT keys file, the TLS certificate and key — now, and
+// loads those that changed, as it does on its own at most a second after
+// a change. A file that does not load leaves what it held in force; the
+// error names it. It blocks for the reads.
+func (s *Server) ReloadFiles() error {
+	err := s.service.ReloadCredentials()
+	if s.tlsPair != nil {
+		err = errors.Join(err, s.tlsPair.Check())
+	}
+	return err
+}
 
 // Done delivers the serve loop's end.
 func (s *Server) Done() <-chan error { return s.served }

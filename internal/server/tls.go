@@ -5,12 +5,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/leasegate/leasegate/internal/reload"
 )
 
 // EtcdSecurity configures TLS and authentication from the gateway to etcd.
@@ -74,29 +77,40 @@ func (e EtcdSecurity) dialer(extra func(name string) []grpc.DialOption) (func(na
 }
 
 // listenerTLS builds the listener's TLS configuration, nil without TLS.
-func (c Config) listenerTLS() (*tls.Config, error) {
+// The certificate and key are read again when either file changes, seen
+// by the next handshake after a change (at most reload.DefaultInterval
+// late); a pair that does not load — a certificate written before its
+// key, a key that does not match — leaves the pair in force and is logged.
+// The client CA bundle is read once.
+func (c Config) listenerTLS(log *slog.Logger) (*tls.Config, *reload.Value[*tls.Certificate], error) {
 	if c.TLSCert == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	pair, err := reload.New([]string{c.TLSCert, c.TLSKey}, func() (*tls.Certificate, error) {
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		return &cert, err
+	}, reload.Options{Name: "TLS certificate and key", Log: log})
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		return nil, nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	cfg := &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.Get(), nil },
+		MinVersion:     tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"},
+	}
 	if c.TLSClientCA != "" {
 		pool, err := loadPool(c.TLSClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca: %w", err)
+			return nil, nil, fmt.Errorf("--tls-client-ca: %w", err)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		if c.Gateway.Auth.TokensFile != "" || c.Gateway.Auth.JWTKeysFile != "" {
+		if c.Gateway.Auth.TokensFile != "" || c.Gateway.Auth.JWT() {
 			// Bearer tokens are accepted too: a certificate is optional,
 			// but verified when sent.
 			cfg.ClientAuth = tls.VerifyClientCertIfGiven
 		}
 	}
-	return cfg, nil
+	return cfg, pair, nil
 }
 
 func loadPool(path string) (*x509.CertPool, error) {
