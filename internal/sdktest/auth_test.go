@@ -97,7 +97,8 @@ func TestTokenSourceIsAskedPerRequest(t *testing.T) {
 		b, err := os.ReadFile(file)
 		return strings.TrimSpace(string(b)), err
 	}
-	c := g.SDK(t, client.WithTokenSource(src))
+	// A clock that never moves: no renewal asks for a token in between.
+	c := g.SDK(t, client.WithTokenSource(src), client.WithClock(newFakeClock()))
 	ctx := ctxT(t)
 	write(tokenAcme)
 	l, err := c.TryAcquire(ctx, "rotating", client.WithTTL(5*time.Second))
