@@ -33,8 +33,9 @@ func WithBearerToken(token string) Option {
 // refreshed JWTs take effect without a new Client. When src fails, or
 // returns an empty or malformed token, the call is not sent and fails at
 // once with an error that says so and wraps src's error (errors.Is finds
-// it); a lock's renewals retry until its deadline. It replaces an earlier WithBearerToken or
-// WithTokenSource. A nil src means no credentials. Default: none.
+// it); a lock's renewals retry until its deadline. It replaces an earlier
+// WithBearerToken or WithTokenSource. A nil src means no credentials.
+// Default: none.
 func WithTokenSource(src TokenSource) Option {
 	return optionFunc(func(c *config) {
 		c.tokens, c.staticToken, c.hasStatic = src, "", false
@@ -55,9 +56,9 @@ func WithTLSConfig(cfg *tls.Config) Option {
 // WithInterceptors adds Connect interceptors to every call, unary and
 // streaming, in order (the first is outermost). They run inside the
 // tracing of WithTracing and outside the credentials of WithBearerToken or
-// WithTokenSource, so they never see the Authorization header; an
-// interceptor that sets that header itself overrides both. Repeated
-// options append. Default: none.
+// WithTokenSource, so they never see the Authorization header (with
+// either of those, do not set it in an interceptor). Repeated options
+// append. Default: none.
 func WithInterceptors(interceptors ...connect.Interceptor) Option {
 	return optionFunc(func(c *config) { c.interceptors = append(c.interceptors, interceptors...) })
 }
