@@ -56,7 +56,7 @@ func (cr *credentials) fromEnv(fs *pflag.FlagSet) {
 	}
 }
 
-// validate checks the credentials against the endpoints and returns the
+// options checks the credentials against the endpoints and returns the
 // SDK options they make.
 func (cr *credentials) options(endpoints []string) ([]client.Option, error) {
 	var opts []client.Option
