@@ -105,8 +105,8 @@ func TestTokenFileIsReadForEveryCall(t *testing.T) {
 	for _, tc := range []struct {
 		next, want string
 	}{
-		{tokenAcme2, ""},                   // the same tenant: released
-		{tokenOther, "permission denied:"}, // another tenant: refused
+		{tokenAcme2, ""},                     // the same tenant: released
+		{tokenOther, "belong to the tenant"}, // another tenant: refused, explained
 	} {
 		if err := os.WriteFile(file, []byte(tokenAcme+"\n"), 0o600); err != nil {
 			t.Fatal(err)

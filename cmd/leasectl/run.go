@@ -168,7 +168,7 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 			rctx, cancel := g.releaseCtx(ctx)
 			defer cancel()
 			if err := lock.Release(rctx); err != nil {
-				fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(err.Error()))
+				fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(g.creds.explain(err).Error()))
 			}
 		}()
 		if testHookGranted != nil {
