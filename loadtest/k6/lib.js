@@ -93,7 +93,8 @@ export function target(env) {
 
 // bearer reads the bearer token (a static token or a JWT) from
 // LEASEGATE_TOKEN, or from the file LEASEGATE_TOKEN_FILE names (read once,
-// with readFile: k6's open, in the init context), trimmed of whitespace.
+// with readFile: k6's open, in the init context, which resolves a relative
+// path against the script's directory), trimmed of whitespace.
 // It returns '' when neither is set, and throws when both are, or on a
 // token that cannot be sent in a header.
 export function bearer(env, readFile) {
