@@ -41,7 +41,14 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, invalid("new client", "no endpoints; want at least one gateway URL such as http://127.0.0.1:7070")
 	}
-	if cfg.httpClient == nil {
+	if err := cfg.validateAuth(endpoints); err != nil {
+		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
+	}
+	switch {
+	case cfg.httpClient != nil:
+	case cfg.tlsConfig != nil:
+		cfg.httpClient, cfg.ownHTTP = tlsHTTPClient(cfg.tlsConfig), true
+	default:
 		cfg.httpClient, cfg.ownHTTP = defaultHTTPClient(), true
 	}
 	var copts []connect.ClientOption
@@ -56,6 +63,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
 	}
 	copts = append(copts, topts...)
+	copts = append(copts, cfg.interceptorOptions()...)
 	c := &Client{cfg: cfg}
 	for _, raw := range endpoints {
 		u, err := url.Parse(raw)

@@ -1,12 +1,14 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -61,6 +63,11 @@ type config struct {
 	hooks          hooks
 	tracing        bool
 	tracerProvider trace.TracerProvider // nil: the global one
+	tokens         TokenSource          // nil: no credentials
+	staticToken    string               // WithBearerToken's, checked by validateAuth
+	hasStatic      bool
+	tlsConfig      *tls.Config
+	interceptors   []connect.Interceptor
 }
 
 func defaultConfig() config {
@@ -131,6 +138,8 @@ func defaultHTTPClient() *http.Client {
 // http:// endpoints, so gRPC and streaming work against a plain-HTTP
 // gateway, with 5 s dial and TLS timeouts and HTTP/2 pings every 10 s of
 // silence. Client.Close closes the idle connections only of the default.
+// WithBearerToken, WithTokenSource and WithInterceptors apply to hc too;
+// WithTLSConfig cannot be combined with it (New fails).
 func WithHTTPClient(hc *http.Client) Option {
 	return optionFunc(func(c *config) { c.httpClient = hc })
 }

@@ -100,7 +100,7 @@ reported on stderr and retried at the next interval.`,
 					if ctx.Err() != nil {
 						return nil
 					}
-					if msg := err.Error(); msg != lastErr {
+					if msg := g.creds.explain(err).Error(); msg != lastErr {
 						lastErr = msg
 						cmd.PrintErrln("leasectl: " + firstLine(msg))
 					}

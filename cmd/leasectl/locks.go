@@ -16,6 +16,7 @@ type acquireFlags struct {
 	ttl       time.Duration
 	wait      time.Duration
 	requestID string
+	quiet     bool
 }
 
 func (a *acquireFlags) register(cmd *cobra.Command, wait bool) {
@@ -23,8 +24,19 @@ func (a *acquireFlags) register(cmd *cobra.Command, wait bool) {
 	f.DurationVar(&a.ttl, "ttl", 30*time.Second, "lease TTL (whole seconds; etcd raises it to its minimum)")
 	if wait {
 		f.DurationVar(&a.wait, "wait", 0, "longest time to wait in the queue (0: until interrupted)")
+		f.BoolVarP(&a.quiet, "quiet", "q", false, "do not report the queue position on stderr while waiting")
 	}
 	f.StringVar(&a.requestID, "request-id", "", "idempotency key: repeating a call with it resumes the same queue place or grant (default random)")
+}
+
+// waitOptions are the options of a call that waits for name: options,
+// and the queue position reported on g's stderr unless --quiet.
+func (a *acquireFlags) waitOptions(g *globals, name string) ([]client.AcquireOption, error) {
+	opts, err := a.options()
+	if err != nil || a.quiet {
+		return opts, err
+	}
+	return append(opts, progress(g.stderr, name, time.Now)), nil
 }
 
 func (a *acquireFlags) options() ([]client.AcquireOption, error) {
@@ -59,6 +71,9 @@ func newAcquireCmd(g *globals) *cobra.Command {
 		Short: "Wait for a lock and print its id and fencing token",
 		Long: `acquire waits in NAME's FIFO queue until it is granted the lock, --wait passes
 (exit status 3) or it is interrupted, then prints the lock id and fencing token.
+While it waits, it reports its place in the queue on stderr whenever that
+changes (leasectl: waiting for "NAME": position 3, 4.2s — the position being
+the number of holders and waiters ahead); --quiet silences it.
 
 leasectl exits once the lock is granted, so nothing renews it: it lapses after
 --ttl unless you renew it ("leasectl renew LOCKID TOKEN") or release it
@@ -66,7 +81,7 @@ leasectl exits once the lock is granted, so nothing renews it: it lapses after
 "leasectl run".`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := a.options()
+			opts, err := a.waitOptions(g, args[0])
 			if err != nil {
 				return err
 			}

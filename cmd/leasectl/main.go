@@ -107,13 +107,15 @@ type globals struct {
 	clientID  string
 	protocol  string
 	timeout   time.Duration
+	creds     credentials
 	stdout    io.Writer
+	stderr    io.Writer // progress lines
 }
 
 const defaultEndpoint = "http://127.0.0.1:7070"
 
 func newRootCmd(stdout io.Writer) *cobra.Command {
-	g := &globals{stdout: stdout}
+	g := &globals{stdout: stdout, stderr: os.Stderr}
 	cmd := &cobra.Command{
 		Use:   "leasectl",
 		Short: "Command-line client for the leasegate lock gateway",
@@ -123,6 +125,13 @@ lock name, and runs a command while holding a lock (see "leasectl run --help").
 Gateways come from --endpoint (repeatable) or, when no --endpoint is given,
 from LEASEGATE_ENDPOINT (URLs separated by commas or spaces); the default is
 ` + defaultEndpoint + `. Calls fail over between them.
+
+A gateway with authentication on needs credentials: a bearer token (a static
+token or a JWT) from --token, --token-file or LEASEGATE_TOKEN /
+LEASEGATE_TOKEN_FILE, or a client certificate from --cert and --key
+(LEASEGATE_CERT, LEASEGATE_KEY). --cacert (LEASEGATE_CACERT) names the CA of an
+https:// gateway's certificate when the system does not trust it. Flags win
+over the environment; see docs/security.md.
 
 Exit statuses: 0 success; 1 error (for example no gateway reachable); 2 bad
 flags or arguments; 3 lock not acquired (held, or the wait timed out); 4 lock
@@ -147,10 +156,18 @@ stop signal N came before the command started.`,
 	f.StringVar(&g.clientID, "client-id", "", "identity reported to Describe as the holder (default <hostname>:<pid>)")
 	f.StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpcweb")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "bound on each command's calls to the gateways (an acquire's wait is bounded by --wait)")
+	g.creds.register(f)
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("protocol", cobra.FixedCompletions([]string{"connect", "grpc", "grpcweb"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(newAcquireCmd(g), newTryCmd(g), newRenewCmd(g), newReleaseCmd(g),
 		newDescribeCmd(g), newWatchCmd(g), newRunCmd(g))
+	// A refusal of the credentials is explained in leasectl's terms (which
+	// flag to pass), whichever command met it.
+	for _, sub := range cmd.Commands() {
+		if run := sub.RunE; run != nil {
+			sub.RunE = func(c *cobra.Command, args []string) error { return g.creds.explain(run(c, args)) }
+		}
+	}
 	return cmd
 }
 
@@ -176,12 +193,17 @@ func (g *globals) validate(fs *pflag.FlagSet) error {
 			g.endpoints = []string{defaultEndpoint}
 		}
 	}
+	g.creds.fromEnv(fs)
 	return nil
 }
 
 // client builds an SDK client from the shared flags.
 func (g *globals) client() (*client.Client, error) {
-	opts := []client.Option{client.WithRequestTimeout(g.timeout)}
+	opts, err := g.creds.options(g.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, client.WithRequestTimeout(g.timeout))
 	if g.clientID != "" {
 		opts = append(opts, client.WithClientID(g.clientID))
 	}

@@ -25,7 +25,9 @@ func newRunCmd(g *globals) *cobra.Command {
 		Use:   "run --lock NAME [--ttl 30s] [--wait 1m] [--grace 10s] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock; stop it before the lock can lapse",
 		Long: `run waits for NAME's lock, then runs CMD while it holds the lock, renewing the
-lease in the background (every TTL/3).
+lease in the background (every TTL/3). While it waits, it reports its place
+in the queue on stderr whenever that changes, as acquire does (--quiet
+silences it).
 
 CMD's environment carries:
   LEASEGATE_FENCING_TOKEN  the grant's fencing token: send it with every write to
@@ -85,7 +87,7 @@ is granted within --wait, run exits with status 3 without running CMD.`,
 			if name == "" {
 				return usagef("--lock is required")
 			}
-			opts, err := a.options()
+			opts, err := a.waitOptions(g, name)
 			if err != nil {
 				return err
 			}
@@ -166,7 +168,7 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 			rctx, cancel := g.releaseCtx(ctx)
 			defer cancel()
 			if err := lock.Release(rctx); err != nil {
-				fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(err.Error()))
+				fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(g.creds.explain(err).Error()))
 			}
 		}()
 		if testHookGranted != nil {

@@ -177,10 +177,15 @@ func TestRunWaitTimeout(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t)
 	held := decode(t, runOK(t, "--endpoint", g.URL, "-o", "json", "try", "busy", "--ttl", "10s"))
-	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "busy", "--wait", "200ms", "--", "sh", "-c", "echo ran")
+	r := run(t, nil, "--endpoint", g.URL, "run", "--lock", "busy", "--wait", "200ms", "--quiet", "--", "sh", "-c", "echo ran")
 	if r.code != exitNotAcquired || strings.Contains(r.stdout, "ran") || strings.Count(r.stderr, "\n") != 1 {
-		t.Fatalf("run on a held lock with --wait exited %d, stdout %q, stderr %q; want %d, CMD not run, one line",
+		t.Fatalf("run --quiet on a held lock with --wait exited %d, stdout %q, stderr %q; want %d, CMD not run, one line",
 			r.code, r.stdout, r.stderr, exitNotAcquired)
+	}
+	// Without --quiet, the queue position comes first.
+	r = run(t, nil, "--endpoint", g.URL, "run", "--lock", "busy", "--wait", "200ms", "--", "sh", "-c", "echo ran")
+	if got := strings.Split(r.stderr, "\n"); r.code != exitNotAcquired || len(got) != 3 || !strings.HasPrefix(got[0], `leasectl: waiting for "busy": position 1, `) {
+		t.Fatalf("run on a held lock with --wait exited %d, stderr %q; want %d, the position, then the error", r.code, r.stderr, exitNotAcquired)
 	}
 	runOK(t, "--endpoint", g.URL, "release", held["lockId"].(string), fmt.Sprint(int64(held["fencingToken"].(float64))))
 }

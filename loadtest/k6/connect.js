@@ -5,12 +5,19 @@
 //   k6 run -e BASE_URL=http://127.0.0.1:7070 loadtest/k6/connect.js
 import http from 'k6/http';
 import { check } from 'k6';
-import { shapes, fill, hasAll, capture, requireLoopback } from './lib.js';
+import { shapes, fill, hasAll, capture, requireLoopback, target, bearer, authHeaders, clientCert, httpTLSAuth } from './lib.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:7070';
+// Where and as whom: LEASEGATE_ENDPOINT (or BASE_URL), LEASEGATE_TOKEN or
+// LEASEGATE_TOKEN_FILE, LEASEGATE_CERT and LEASEGATE_KEY, and
+// LEASEGATE_ALLOW_REMOTE=1 for a target that is not loopback (lib.js).
+const TARGET = target(__ENV);
+const BASE_URL = TARGET.url;
+const TOKEN = bearer(__ENV, open);
+const TLS_AUTH = httpTLSAuth(clientCert(__ENV, open));
 
 export const options = {
   vus: Number(__ENV.VUS || 10),
+  tlsAuth: TLS_AUTH,
   duration: __ENV.DURATION || '30s',
   thresholds: {
     'http_req_failed': ['rate<0.01'],
@@ -22,14 +29,14 @@ export const options = {
 };
 
 export function setup() {
-  requireLoopback(BASE_URL);
+  requireLoopback(BASE_URL, TARGET.allowRemote);
 }
 
 export default function () {
   const vars = { name: `k6-connect-${__VU}` };
   for (const s of shapes.connect) {
     const res = http.request(s.method, BASE_URL + s.path, JSON.stringify(fill(s.body, vars)), {
-      headers: s.headers,
+      headers: authHeaders(s.headers, TOKEN),
       tags: { step: s.step },
     });
     const body = res.body ? res.json() : {};

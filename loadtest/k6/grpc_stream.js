@@ -6,9 +6,18 @@
 import grpc from 'k6/net/grpc';
 import { check } from 'k6';
 import { Rate, Trend } from 'k6/metrics';
-import { shapes, fill, hasAll, capture, requireLoopback } from './lib.js';
+import { shapes, fill, hasAll, capture, requireLoopback, target, bearer, clientCert } from './lib.js';
 
-const GRPC_ADDR = __ENV.GRPC_ADDR || '127.0.0.1:7070';
+// Where and as whom: LEASEGATE_ENDPOINT (its scheme decides TLS) or
+// GRPC_ADDR, LEASEGATE_TOKEN or LEASEGATE_TOKEN_FILE, LEASEGATE_CACERT,
+// LEASEGATE_CERT and LEASEGATE_KEY, and LEASEGATE_ALLOW_REMOTE=1 for a
+// target that is not loopback (lib.js).
+const TARGET = target(__ENV);
+const GRPC_ADDR = TARGET.grpcAddr;
+const TOKEN = bearer(__ENV, open);
+const TLS = clientCert(__ENV, open);
+// Reflection needs no credentials; the lock service's calls do.
+const METADATA = TOKEN ? { authorization: `Bearer ${TOKEN}` } : {};
 const NAMES = Number(__ENV.NAMES || 4);
 
 // grant_ms is from opening the stream to the Granted message; errors
@@ -32,12 +41,16 @@ const client = new grpc.Client();
 let connected = false;
 
 export function setup() {
-  requireLoopback(GRPC_ADDR);
+  requireLoopback(GRPC_ADDR, TARGET.allowRemote);
 }
 
 export default function () {
   if (!connected) {
-    client.connect(GRPC_ADDR, { plaintext: true, reflect: true });
+    const params = { plaintext: TARGET.plaintext, reflect: true };
+    if (TLS) {
+      params.tls = TLS;
+    }
+    client.connect(GRPC_ADDR, params);
     connected = true;
   }
   const a = shapes.grpc.acquire;
@@ -46,7 +59,7 @@ export default function () {
   let granted = null;
   let sawQueued = false;
 
-  const stream = new grpc.Stream(client, a.method, { tags: { step: 'acquire' } });
+  const stream = new grpc.Stream(client, a.method, { tags: { step: 'acquire' }, metadata: METADATA });
   stream.on('data', (msg) => {
     if (msg.queued && hasAll(msg, a.queuedReads)) {
       sawQueued = true;
@@ -69,7 +82,7 @@ export default function () {
     }
     capture(vars, granted, a.captures);
     const r = shapes.grpc.release;
-    const res = client.invoke(r.method, fill(r.message, vars), { tags: { step: 'release' } });
+    const res = client.invoke(r.method, fill(r.message, vars), { tags: { step: 'release' }, metadata: METADATA });
     const released = check(res, {
       'release: status OK': (x) => x && x.status === grpc.StatusOK,
       'release: has released': (x) => x && hasAll(x.message, r.reads),

@@ -47,8 +47,10 @@ func TestScriptsSendTheShapes(t *testing.T) {
 	}
 	for _, s := range scripts[:3] {
 		b, _ := os.ReadFile(s)
-		if !strings.Contains(string(b), "requireLoopback(") {
-			t.Errorf("%s does not refuse non-loopback targets", s)
+		for _, use := range []string{"target(__ENV)", "requireLoopback(", "TARGET.allowRemote", "bearer(__ENV, open)", "clientCert(__ENV, open)"} {
+			if !strings.Contains(string(b), use) {
+				t.Errorf("%s does not use %s: it must take its target and credentials from lib.js (TestTargetAndCredentials)", s, use)
+			}
 		}
 	}
 	if _, err := os.Stat(filepath.Join(".", "README.md")); err != nil {

@@ -30,7 +30,10 @@ import (
 	"github.com/leasegate/leasegate/internal/gwtest"
 )
 
-var gw *gwtest.Gateway
+var (
+	gw   *gwtest.Gateway
+	etcd *etcdtest.Cluster
+)
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "k6-etcd-")
@@ -38,7 +41,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	etcd, err := etcdtest.StartIn(dir)
+	etcd, err = etcdtest.StartIn(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -173,17 +176,27 @@ func capture(t *testing.T, vars map[string]any, obj any, captures map[string]str
 // headers and JSON body — and checks the status and the fields read.
 func replayHTTP(t *testing.T, steps []httpStep, vars map[string]any) {
 	t.Helper()
+	replayHTTPTo(t, gw.URL, "", steps, vars)
+}
+
+// replayHTTPTo replays the steps against the gateway at base, with the
+// Authorization header lib.js's authHeaders adds for token (none when "").
+func replayHTTPTo(t *testing.T, base, token string, steps []httpStep, vars map[string]any) {
+	t.Helper()
 	for _, s := range steps {
 		body, err := json.Marshal(fill(t, s.Body, vars))
 		if err != nil {
 			t.Fatal(err)
 		}
-		req, err := http.NewRequestWithContext(t.Context(), s.Method, gw.URL+s.Path, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), s.Method, base+s.Path, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for k, v := range s.Headers {
 			req.Header.Set(k, v)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -218,6 +231,17 @@ func TestRESTReplay(t *testing.T) {
 	replayHTTP(t, s.REST, map[string]any{"name": "k6-rest-replay"})
 	// The lock is free again: the same steps succeed a second time.
 	replayHTTP(t, s.REST, map[string]any{"name": "k6-rest-replay"})
+}
+
+// TestReplayWithToken replays the REST and Connect shapes against a
+// gateway that requires a bearer token, sending it as the scripts do with
+// LEASEGATE_TOKEN set.
+func TestReplayWithToken(t *testing.T) {
+	const token = "k6-token-0123456789abcdef"
+	secured := gwtest.Start(t, etcd, gwtest.Tokens(token+" k6 load"))
+	s := loadShapes(t)
+	replayHTTPTo(t, secured.URL, token, s.REST, map[string]any{"name": "k6-rest-token"})
+	replayHTTPTo(t, secured.URL, token, s.Connect, map[string]any{"name": "k6-connect-token"})
 }
 
 func TestConnectReplay(t *testing.T) {

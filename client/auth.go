@@ -1,0 +1,177 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// TokenSource returns the bearer token for one call. It is called before
+// every request, unary and streaming, with the call's context, so it can
+// return a rotated token; it should be fast (cache what is costly) and safe
+// for concurrent use.
+type TokenSource func(ctx context.Context) (string, error)
+
+// WithBearerToken sends "Authorization: Bearer token" with every call
+// (static bearer tokens and JWTs; see docs/security.md). The token must be
+// non-empty and contain no whitespace or control characters. It replaces an
+// earlier WithBearerToken or WithTokenSource. Default: no credentials.
+func WithBearerToken(token string) Option {
+	return optionFunc(func(c *config) {
+		c.tokens, c.staticToken = func(context.Context) (string, error) { return token, nil }, token
+		c.hasStatic = true
+	})
+}
+
+// WithTokenSource sends the token src returns with every call, calling it
+// once per request (each renewal and each retry too), so rotated tokens and
+// refreshed JWTs take effect without a new Client. When src fails, or
+// returns an empty or malformed token, the call is not sent and fails at
+// once with an error that says so and wraps src's error (errors.Is finds
+// it); a lock's renewals retry until its deadline. It replaces an earlier
+// WithBearerToken or WithTokenSource. A nil src means no credentials.
+// Default: none.
+func WithTokenSource(src TokenSource) Option {
+	return optionFunc(func(c *config) {
+		c.tokens, c.staticToken, c.hasStatic = src, "", false
+	})
+}
+
+// WithTLSConfig makes the default HTTP client use cfg (cloned) for https://
+// endpoints: RootCAs to trust a private CA, Certificates for a client
+// certificate (mTLS), ServerName to override the name checked. The client
+// still speaks HTTP/2, as gRPC and streaming need. Every endpoint must be
+// https://. It cannot be combined with WithHTTPClient, which would ignore
+// it: configure TLS in that client's transport instead. Default: the
+// system's roots and no client certificate.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return optionFunc(func(c *config) { c.tlsConfig = cfg })
+}
+
+// WithInterceptors adds Connect interceptors to every call, unary and
+// streaming, in order (the first is outermost). They run inside the
+// tracing of WithTracing and outside the credentials of WithBearerToken or
+// WithTokenSource, so they never see the Authorization header (with
+// either of those, do not set it in an interceptor). Repeated options
+// append. Default: none.
+func WithInterceptors(interceptors ...connect.Interceptor) Option {
+	return optionFunc(func(c *config) { c.interceptors = append(c.interceptors, interceptors...) })
+}
+
+// validateAuth checks the credential and TLS options against the
+// endpoints.
+func (c *config) validateAuth(endpoints []string) error {
+	if c.hasStatic {
+		if err := checkToken(c.staticToken); err != nil {
+			return fmt.Errorf("WithBearerToken: %w", err)
+		}
+	}
+	if c.tlsConfig == nil {
+		return nil
+	}
+	if c.httpClient != nil {
+		return errors.New("WithTLSConfig and WithHTTPClient: the HTTP client's transport decides TLS; configure it there, or drop WithHTTPClient")
+	}
+	for _, ep := range endpoints {
+		if !strings.HasPrefix(ep, "https://") {
+			return fmt.Errorf("WithTLSConfig: endpoint %q is not https://; TLS needs https:// endpoints", ep)
+		}
+	}
+	return nil
+}
+
+// checkToken refuses tokens that cannot travel in an Authorization header.
+func checkToken(tok string) error {
+	if tok == "" {
+		return errors.New("the token is empty")
+	}
+	for _, r := range tok {
+		if r <= ' ' || r == 0x7f {
+			return errors.New("the token contains whitespace or a control character; want the bare token")
+		}
+	}
+	return nil
+}
+
+// tlsHTTPClient is the default HTTP client with cfg for TLS.
+func tlsHTTPClient(cfg *tls.Config) *http.Client {
+	hc := defaultHTTPClient()
+	hc.Transport.(*http.Transport).TLSClientConfig = cfg.Clone()
+	return hc
+}
+
+// interceptorOptions are the Connect options of WithInterceptors, the
+// credentials and the classification of TLS refusals, innermost last.
+func (c *config) interceptorOptions() []connect.ClientOption {
+	ics := append([]connect.Interceptor(nil), c.interceptors...)
+	if c.tokens != nil {
+		ics = append(ics, bearerAuth(c.tokens))
+	}
+	ics = append(ics, tlsRefusals{})
+	return []connect.ClientOption{connect.WithInterceptors(ics...)}
+}
+
+// bearerAuth sets the Authorization header of every request from a
+// TokenSource.
+type bearerAuth TokenSource
+
+func (b bearerAuth) header(ctx context.Context) (string, error) {
+	tok, err := b(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bearer token: the token source failed: %w", err)
+	}
+	if err := checkToken(tok); err != nil {
+		return "", fmt.Errorf("bearer token: the token source's answer: %w", err)
+	}
+	return "Bearer " + tok, nil
+}
+
+func (b bearerAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		h, err := b.header(ctx)
+		if err != nil {
+			return nil, err
+		}
+		req.Header().Set("Authorization", h)
+		return next(ctx, req)
+	}
+}
+
+func (b bearerAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		// Ask first: a stream is not even prepared without its credentials.
+		h, err := b.header(ctx)
+		if err != nil {
+			return failedConn{spec: spec, err: err}
+		}
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", h)
+		return conn
+	}
+}
+
+func (bearerAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// failedConn is a stream that was never opened: sending and receiving fail
+// with err.
+type failedConn struct {
+	spec connect.Spec
+	err  error
+}
+
+func (f failedConn) Spec() connect.Spec           { return f.spec }
+func (f failedConn) Peer() connect.Peer           { return connect.Peer{} }
+func (f failedConn) Send(any) error               { return f.err }
+func (f failedConn) RequestHeader() http.Header   { return http.Header{} }
+func (f failedConn) CloseRequest() error          { return nil }
+func (f failedConn) Receive(any) error            { return f.err }
+func (f failedConn) ResponseHeader() http.Header  { return http.Header{} }
+func (f failedConn) ResponseTrailer() http.Header { return http.Header{} }
+func (f failedConn) CloseResponse() error         { return nil }
