@@ -14,7 +14,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the generated flag table in docs/configuration.md")
+var update = flag.Bool("update", false, "rewrite the generated flag table in docs/configuration.md and the dashboard ConfigMap")
 
 // helpFlag is one flag as `leasegate --help` prints it.
 type helpFlag struct {
