@@ -12,5 +12,7 @@
 // gateway exports (deploy/observability/exported-metrics.txt); and that a
 // build stamped with VERSION and REVISION reports them.
 // Run `go test ./deploy -run TestConfigurationDoc -update` to regenerate
-// that table after adding a flag, then fill in its allowed values.
+// that table after adding a flag, then fill in its allowed values, and
+// `go test ./deploy -run TestKubernetesDashboard -update` to regenerate the
+// dashboard ConfigMap after editing the dashboard.
 package deploy

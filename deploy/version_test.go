@@ -67,6 +67,12 @@ func TestVersionStamped(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("VERSION=%s REVISION=%s .ci/build: %v\n%s", version, revision, err, out)
 	}
+	bad := exec.CommandContext(ctx, filepath.Join(repoRoot, ".ci", "build"), t.TempDir())
+	bad.Dir = repoRoot
+	bad.Env = append(os.Environ(), "VERSION=v1 -X main.evil=1")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "VERSION and REVISION may hold only") {
+		t.Errorf("VERSION with a space: .ci/build = %v; want it refused\n%s", err, out)
+	}
 	for _, bin := range []string{"leasegate", "leasectl"} {
 		out, err := exec.CommandContext(ctx, filepath.Join(dir, bin), "--version").CombinedOutput()
 		want := fmt.Sprintf("%s %s (revision %s, ", bin, version, revision)
