@@ -24,8 +24,14 @@ COPY proto/go.mod proto/go.sum ./proto/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH
+# The build context has no .git (.dockerignore), so the toolchain cannot
+# record the commit: pass it, and the version, for --version and
+# leasegate_build_info. Without them the image reports "devel".
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg REVISION=$(git rev-parse HEAD) -t leasegate .
+ARG VERSION REVISION
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    GOOS=$TARGETOS GOARCH=$TARGETARCH .ci/build /out
+    GOOS=$TARGETOS GOARCH=$TARGETARCH VERSION=$VERSION REVISION=$REVISION .ci/build /out
 # The embedded-etcd data directory must exist and belong to nonroot:
 # distroless has no shell to create it at run time.
 RUN mkdir -p /data/leasegate

@@ -2,7 +2,6 @@ package deploy_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -314,47 +313,7 @@ func TestComposeObservability(t *testing.T) {
 	if collector.Exporters["prometheus"]["endpoint"] != "0.0.0.0:8889" {
 		t.Errorf("otel-collector.yaml: prometheus exporter on %v, want 0.0.0.0:8889", collector.Exporters["prometheus"]["endpoint"])
 	}
-
-	// Grafana's dashboard uses only provisioned data sources.
-	var ds struct {
-		Datasources []struct {
-			UID string `json:"uid"`
-			URL string `json:"url"`
-		} `json:"datasources"`
-	}
-	graf := filepath.Join(composeDir(), "observability", "grafana")
-	readYAML(t, filepath.Join(graf, "provisioning", "datasources", "datasources.yaml"), &ds)
-	uids := map[string]bool{}
-	for _, d := range ds.Datasources {
-		uids[d.UID] = true
-	}
-	b, err := os.ReadFile(filepath.Join(graf, "dashboards", "leasegate.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		UID    string `json:"uid"`
-		Panels []struct {
-			Title      string `json:"title"`
-			Datasource struct {
-				UID string `json:"uid"`
-			} `json:"datasource"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("leasegate.json: %v", err)
-	}
-	if dash.UID == "" || len(dash.Panels) == 0 {
-		t.Error("leasegate.json: want a uid and panels")
-	}
-	for _, panel := range dash.Panels {
-		if !uids[panel.Datasource.UID] || len(panel.Targets) == 0 {
-			t.Errorf("leasegate.json panel %q: data source %q is not provisioned, or no queries", panel.Title, panel.Datasource.UID)
-		}
-	}
+	// Grafana: TestComposeGrafana (dashboards_test.go).
 }
 
 func readYAML(t *testing.T, path string, v any) {

@@ -7,7 +7,12 @@
 // decodes strictly into the Kubernetes API types, that the compose file
 // loads with the compose-spec library, that every flag, environment
 // variable, name and port the files use exists and agrees across them, and
-// that docs/configuration.md lists exactly the flags of `leasegate --help`.
+// that docs/configuration.md lists exactly the flags of `leasegate --help`;
+// that the Grafana dashboards and the alert rules use only metrics the
+// gateway exports (deploy/observability/exported-metrics.txt); and that a
+// build stamped with VERSION and REVISION reports them.
 // Run `go test ./deploy -run TestConfigurationDoc -update` to regenerate
-// that table after adding a flag, then fill in its allowed values.
+// that table after adding a flag, then fill in its allowed values, and
+// `go test ./deploy -run TestKubernetesDashboard -update` to regenerate the
+// dashboard ConfigMap after editing the dashboard.
 package deploy

@@ -14,14 +14,15 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the generated flag table in docs/configuration.md")
+var update = flag.Bool("update", false, "rewrite the generated flag table in docs/configuration.md and the dashboard ConfigMap")
 
 // helpFlag is one flag as `leasegate --help` prints it.
 type helpFlag struct {
 	Name    string
 	Type    string // "" for a boolean flag
 	Default string // as printed, quotes removed; "" when none is printed
-	Usage   string
+	Usage   string // without the environment variable
+	Env     string // the variable the usage names, "[$LEASEGATE_…]"; "" if none
 }
 
 // helpLine matches a flag line of cobra's help:
@@ -31,6 +32,8 @@ type helpFlag struct {
 var helpLine = regexp.MustCompile(`^\s+(?:-\w, )?--([a-z0-9][a-z0-9-]*)(?: (\S+))?\s{2,}(.*)$`)
 
 var helpDefault = regexp.MustCompile(`^(.*) \(default (.*)\)$`)
+
+var helpEnv = regexp.MustCompile(`^(.*) \[\$(LEASEGATE_[A-Z0-9_]+)\]$`)
 
 // parseHelp reads the root command's flags from its help output.
 func parseHelp(out string) (map[string]helpFlag, error) {
@@ -57,7 +60,10 @@ func parseHelp(out string) (map[string]helpFlag, error) {
 		if d := helpDefault.FindStringSubmatch(f.Usage); d != nil {
 			f.Usage, f.Default = d[1], strings.Trim(d[2], `"`)
 		}
-		if f.Name == "help" {
+		if e := helpEnv.FindStringSubmatch(f.Usage); e != nil {
+			f.Usage, f.Env = e[1], e[2]
+		}
+		if f.Name == "help" || f.Name == "version" {
 			continue
 		}
 		flags[f.Name] = f

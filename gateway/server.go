@@ -85,8 +85,9 @@ func NewHTTPServer(addr string, h http.Handler) *http.Server {
 	}
 }
 
-// Health reports the gateway's readiness: serving while every shard's
-// etcd answers.
+// Health reports the gateway's readiness: serving while it is not shutting
+// down and at least one shard's etcd answers (GET /healthz then says
+// "degraded" and names the shards that do not).
 type Health struct {
 	svc *Service
 

@@ -151,7 +151,8 @@ stop signal N came before the command started.`,
 	cmd.SetOut(stdout)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := cmd.PersistentFlags()
-	f.StringArrayVar(&g.endpoints, "endpoint", nil, "gateway URL; repeat for several (default $LEASEGATE_ENDPOINT or "+defaultEndpoint+")")
+	f.StringArrayVar(&g.endpoints, "endpoint", nil, "gateway URL; repeat for several (default: the environment variable, else "+defaultEndpoint+")")
+	bindEnv(f, "endpoint", envEndpoint)
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	f.StringVar(&g.clientID, "client-id", "", "identity reported to Describe as the holder (default <hostname>:<pid>)")
 	f.StringVar(&g.protocol, "protocol", "connect", "wire protocol: connect, grpc or grpcweb")
@@ -168,6 +169,7 @@ stop signal N came before the command started.`,
 			sub.RunE = func(c *cobra.Command, args []string) error { return g.creds.explain(run(c, args)) }
 		}
 	}
+	setVersion(cmd)
 	return cmd
 }
 
@@ -186,7 +188,7 @@ func (g *globals) validate(fs *pflag.FlagSet) error {
 		return usagef("--timeout %s: want a positive duration", g.timeout)
 	}
 	if !fs.Changed("endpoint") {
-		g.endpoints = strings.FieldsFunc(os.Getenv("LEASEGATE_ENDPOINT"), func(r rune) bool {
+		g.endpoints = strings.FieldsFunc(os.Getenv(envEndpoint), func(r rune) bool {
 			return r == ',' || r == ' ' || r == '\t' || r == '\n'
 		})
 		if len(g.endpoints) == 0 {

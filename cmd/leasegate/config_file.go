@@ -56,7 +56,7 @@ func applyConfigFile(fs *pflag.FlagSet) error {
 	items := make(map[string][]string, len(keys))
 	for _, k := range keys {
 		f := fs.Lookup(k)
-		if f == nil || k == configFlag || k == "help" {
+		if f == nil || k == configFlag || notConfig[k] {
 			return fmt.Errorf("config file %s: unknown key %q; keys are flag names: %s", path, k, strings.Join(configKeys(fs), ", "))
 		}
 		if items[k], err = configValues(f, vals[k]); err != nil {
@@ -152,7 +152,7 @@ func configScalar(v any) (string, error) {
 func configKeys(fs *pflag.FlagSet) []string {
 	var out []string
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Name != configFlag && f.Name != "help" {
+		if f.Name != configFlag && !notConfig[f.Name] {
 			out = append(out, f.Name)
 		}
 	})

@@ -14,8 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
+	"github.com/leasegate/leasegate/internal/buildinfo"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/internal/telemetry"
 )
@@ -101,37 +101,10 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	addSecurityFlags(f, &cfg, &sec)
 	addTelemetryFlags(f, &cfg, &tf)
 	f.String(configFlag, "", "optional YAML or JSON file of flag values, keys = flag names (flags and LEASEGATE_* win over it)")
+	showEnv(f)
+	cmd.Version = buildinfo.Read().String()
+	cmd.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	return cmd
-}
-
-// applyEnv sets every flag not given on the command line from LEASEGATE_<FLAG>
-// (upper case, dashes as underscores): flags take precedence over the
-// environment.
-func applyEnv(fs *pflag.FlagSet) error {
-	var err error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
-			return
-		}
-		name := "LEASEGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return
-		}
-		if f.Value.Type() == "stringArray" {
-			for _, item := range strings.Fields(v) {
-				if err = fs.Set(f.Name, item); err != nil {
-					err = fmt.Errorf("%s: %w", name, err)
-					return
-				}
-			}
-			return
-		}
-		if serr := fs.Set(f.Name, v); serr != nil {
-			err = fmt.Errorf("%s=%q: %w", name, v, serr)
-		}
-	})
-	return err
 }
 
 // parseClusters reads --etcd values: "name=url1,url2" or "url1,url2"

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 
+	"github.com/leasegate/leasegate/internal/buildinfo"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/internal/telemetry"
 )
@@ -25,21 +25,13 @@ func addTelemetryFlags(f *pflag.FlagSet, cfg *server.Config, tf *telemetryFlags)
 	f.BoolVar(&cfg.TracePublicEndpoint, "trace-public-endpoint", false, "start a new trace for every call, linked to the caller's traceparent, instead of continuing it (for gateways untrusted callers reach)")
 }
 
-// version is the main module's version, "devel" in a source build.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
-
 // serveWithTelemetry sets up OpenTelemetry, serves, and flushes the
 // exporters on the way out.
 func serveWithTelemetry(ctx context.Context, cfg server.Config, log *slog.Logger, tf telemetryFlags) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	p, err := telemetry.New(ctx, telemetry.Config{Version: version(), Metrics: tf.metrics})
+	p, err := telemetry.New(ctx, telemetry.Config{Version: buildinfo.Read().Version, Metrics: tf.metrics})
 	if err != nil {
 		return usageError{err}
 	}

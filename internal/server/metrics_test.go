@@ -150,12 +150,15 @@ func metricsGateway(tb testing.TB) *server.Server {
 	if p.TracerProvider != nil {
 		tb.Fatal("tracing is on with no OTEL_* variable set")
 	}
-	return startGateway(tb, p, func(c *server.Config) {
-		c.KeyCountInterval = 100 * time.Millisecond
-		// Renewals and releases share the renew budget: the workload's
-		// 12 releases and 2 renewals fit, its next renewal does not.
-		c.Gateway.Limits.TenantRenewRate, c.Gateway.Limits.TenantRenewBurst = 0.001, 14
-	})
+	return startGateway(tb, p, workloadConfig)
+}
+
+// workloadConfig is the gateway configuration runWorkload expects.
+func workloadConfig(c *server.Config) {
+	c.KeyCountInterval = 100 * time.Millisecond
+	// Renewals and releases share the renew budget: the workload's
+	// 12 releases and 2 renewals fit, its next renewal does not.
+	c.Gateway.Limits.TenantRenewRate, c.Gateway.Limits.TenantRenewBurst = 0.001, 14
 }
 
 // TestMetricsAfterWorkload checks /metrics after a scripted workload: the

@@ -28,6 +28,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasegate/leasegate/internal/buildinfo"
 )
 
 // Config says what to set up. The exporters themselves are chosen by the
@@ -37,7 +39,8 @@ type Config struct {
 	// OTEL_RESOURCE_ATTRIBUTES set it. Default "leasegate".
 	ServiceName string
 	// Version is service.version and the version label of
-	// leasegate_build_info. Default "devel".
+	// leasegate_build_info. Default: the running binary's, as --version
+	// prints it (buildinfo.Read).
 	Version string
 	// Metrics serves Prometheus metrics (Providers.Metrics) from the
 	// process's own registry. Default false: metrics are no-ops unless
@@ -87,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Providers, error) {
 		cfg.ServiceName = "leasegate"
 	}
 	if cfg.Version == "" {
-		cfg.Version = "devel"
+		cfg.Version = buildinfo.Read().Version
 	}
 	p := Disabled()
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {

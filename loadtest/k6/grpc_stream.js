@@ -69,15 +69,24 @@ export default function () {
       grantMs.add(Date.now() - started);
     }
   });
+  // k6 emits 'end' after 'error' too: each iteration is counted once, by
+  // whichever of the two sees its outcome first.
+  let counted = false;
+  const count = (failed) => {
+    if (!counted) {
+      counted = true;
+      errors.add(failed);
+    }
+  };
   stream.on('error', () => {
-    errors.add(1);
+    count(true);
   });
   stream.on('end', () => {
     const ok = check(granted, {
       'acquire: granted with lockId and fencingToken': (g) => g !== null && hasAll(g, a.reads),
     });
     if (!ok) {
-      errors.add(1);
+      count(true);
       return;
     }
     capture(vars, granted, a.captures);
@@ -87,7 +96,7 @@ export default function () {
       'release: status OK': (x) => x && x.status === grpc.StatusOK,
       'release: has released': (x) => x && hasAll(x.message, r.reads),
     });
-    errors.add(!released);
+    count(!released);
     queued.add(sawQueued);
   });
   stream.write(fill(a.message, vars));
