@@ -35,11 +35,14 @@ var credentialEnv = []struct{ flag, env string }{
 }
 
 func (cr *credentials) register(f *pflag.FlagSet) {
-	f.StringVar(&cr.token, "token", "", "bearer token (static token or JWT); visible to other local users in the process list: prefer --token-file or $LEASEGATE_TOKEN")
-	f.StringVar(&cr.tokenFile, "token-file", "", "file holding the bearer token, re-read for every call so it can be rotated (default $LEASEGATE_TOKEN_FILE)")
-	f.StringVar(&cr.caCert, "cacert", "", "PEM file of the CA certificates that sign the gateways' TLS certificates (default $LEASEGATE_CACERT, else the system's roots)")
-	f.StringVar(&cr.cert, "cert", "", "PEM client certificate for mTLS, with --key (default $LEASEGATE_CERT)")
-	f.StringVar(&cr.key, "key", "", "PEM private key of --cert (default $LEASEGATE_KEY)")
+	f.StringVar(&cr.token, "token", "", "bearer token (static token or JWT); visible to other local users in the process list: prefer --token-file or the environment variable")
+	f.StringVar(&cr.tokenFile, "token-file", "", "file holding the bearer token, re-read for every call so it can be rotated")
+	f.StringVar(&cr.caCert, "cacert", "", "PEM file of the CA certificates that sign the gateways' TLS certificates (default: the environment variable, else the system's roots)")
+	f.StringVar(&cr.cert, "cert", "", "PEM client certificate for mTLS, with --key")
+	f.StringVar(&cr.key, "key", "", "PEM private key of --cert")
+	for _, ce := range credentialEnv {
+		bindEnv(f, ce.flag, ce.env)
+	}
 }
 
 // fromEnv fills the credentials given by neither flag from the

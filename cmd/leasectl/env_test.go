@@ -31,7 +31,10 @@ func TestHelpShowsEnv(t *testing.T) {
 	for name, env := range envs {
 		var line string
 		for _, l := range strings.Split(help, "\n") {
-			if strings.Contains(l, "--"+name+" ") {
+			// The flag's own line: "  -x, --name type  usage" or
+			// "      --name type  usage"; another flag's usage may mention it.
+			f := strings.Fields(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "-")))
+			if len(f) > 0 && (f[0] == "-"+name || (len(f) > 1 && f[1] == "--"+name)) {
 				line = l
 			}
 		}
