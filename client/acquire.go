@@ -161,6 +161,19 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 		if ctx.Err() != nil {
 			return nil, c.ctxError(op, ctx, s, err)
 		}
+		if rl := rateLimited(err); rl != nil {
+			// Wait the gateway's delay and ask the same gateway again,
+			// unless the delay outlasts the wait or the context.
+			d, ok := c.rateLimitPause(ctx, rl, waitUntil, bo)
+			if !ok {
+				return nil, wrap(op, err)
+			}
+			last = err
+			if err := sleep(ctx, clk, d); err != nil {
+				return nil, c.ctxError(op, ctx, s, last)
+			}
+			continue
+		}
 		if !retryable(err) {
 			return nil, wrap(op, err)
 		}

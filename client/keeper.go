@@ -174,7 +174,13 @@ func (k *keeper) run(anchor time.Time) {
 				return
 			default:
 				last = r.err
-				renewT = clk.NewTimer(bo.next())
+				pause := bo.next()
+				if rl := rateLimited(r.err); rl != nil && rl.RetryAfter > 0 {
+					// The gateway says when its rate allows the next
+					// renewal; the deadline timer still bounds the wait.
+					pause = rl.RetryAfter
+				}
+				renewT = clk.NewTimer(pause)
 			}
 			k.observe(r)
 		}
@@ -197,7 +203,7 @@ func (k *keeper) attempt(ctx context.Context) renewResult {
 	actx, cancel := withTimeout(ctx, clk, min(k.c.cfg.requestTimeout, k.ttl/4))
 	defer cancel()
 	conf, err := k.renew(actx, ep.rpc)
-	if err != nil && !proofRefused(err) {
+	if err != nil && !proofRefused(err) && rateLimited(err) == nil {
 		k.c.failed(i)
 	}
 	return renewResult{sent: sent, confirmation: conf, err: err}
