@@ -20,7 +20,8 @@ import (
 // error; otherwise, when the lock was lost before fn returned, the loss
 // (wrapping ErrLockLost: the work may have run on past it); otherwise the
 // error of Release. Release runs even when ctx has ended, bounded by the
-// client's request timeout per attempt.
+// client's request timeout per attempt, and when fn panics, before the
+// panic goes on.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
@@ -28,6 +29,15 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	defer func() {
+		if p := recover(); p != nil {
+			// fn panicked: free the lock before the panic goes on.
+			stop()
+			cancel(nil)
+			_ = l.Release(context.WithoutCancel(ctx))
+			panic(p)
+		}
+	}()
 	ferr := fn(fctx)
 	stop()
 	cancel(nil)

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,16 +31,13 @@ type RateLimitError struct {
 	RetryAfter time.Duration
 }
 
-// Error names the limit and the delay.
+// Error names the limit; the gateway's message, which the SDK's error
+// wraps, gives the delay.
 func (e *RateLimitError) Error() string {
-	msg := ErrRateLimited.Error()
-	if e.Limit != "" {
-		msg += " (" + e.Limit + ")"
+	if e.Limit == "" {
+		return ErrRateLimited.Error()
 	}
-	if e.RetryAfter > 0 {
-		msg += fmt.Sprintf("; retry in %s", e.RetryAfter)
-	}
-	return msg
+	return ErrRateLimited.Error() + " (" + e.Limit + ")"
 }
 
 // Is makes errors.Is(err, ErrRateLimited) true.

@@ -9,8 +9,9 @@ import (
 // Locker is a lock on one name behind the sync.Locker interface, for code
 // written against a mutex: NewLocker makes one. Lock blocks until the lock
 // is acquired and Unlock releases it. Like a sync.Mutex it may be locked
-// by one goroutine and unlocked by another, and it must not be copied
-// after first use.
+// by one goroutine and unlocked by another; it is not reentrant (a Lock
+// while the same Locker holds waits behind itself until the wait timeout,
+// if any); and it must not be copied after first use.
 //
 // sync.Locker's methods cannot return errors, so Lock panics when it
 // cannot acquire (as etcd's concurrency.NewLocker does): a caller that

@@ -95,7 +95,6 @@ func exitCode(err error, stderr io.Writer) int {
 // classify maps err to an exit status and a hint to append to its message.
 func classify(err error) (code int, hint string) {
 	var ue usageError
-	var rl *client.RateLimitError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, client.ErrInvalidArgument):
 		return exitUsage, ""
@@ -105,10 +104,8 @@ func classify(err error) (code int, hint string) {
 		return exitLost, ""
 	case errors.Is(err, client.ErrPermissionDenied), errors.Is(err, client.ErrNotOwner):
 		return exitRefused, ""
-	case errors.As(err, &rl):
-		if rl.RetryAfter > 0 {
-			return exitLimited, fmt.Sprintf(" (try again in %s)", rl.RetryAfter.Round(time.Millisecond))
-		}
+	case errors.Is(err, client.ErrRateLimited):
+		// The gateway's message, in err's, says when to retry.
 		return exitLimited, ""
 	case errors.Is(err, client.ErrQuotaExceeded):
 		return exitLimited, " (try again once some of the tenant's locks or waits end)"

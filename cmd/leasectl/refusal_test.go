@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
@@ -43,7 +45,7 @@ func TestRefusalsExitByKind(t *testing.T) {
 	}{
 		{"name policy", at(capped), []string{"try", "jobs/1"}, exitRefused, "permission denied"},
 		{"key cap", at(capped), []string{"try", "orders/2"}, exitLimited, "tenant_keys"},
-		{"rate limit", at(limited), []string{"--timeout", "5s", "try", "orders/2"}, exitLimited, "try again in 1m40s"},
+		{"rate limit", at(limited), []string{"--timeout", "5s", "try", "orders/2"}, exitLimited, "retry in 1m40s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.env, tc.args...)
@@ -51,5 +53,28 @@ func TestRefusalsExitByKind(t *testing.T) {
 				t.Fatalf("leasectl %q exited %d with stderr %q; want %d and one line mentioning %q", tc.args, r.code, r.stderr, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// Every kind of SDK error has its exit status, whatever wraps it.
+func TestExitStatusByErrorKind(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{client.ErrPermissionDenied, exitRefused},
+		{client.ErrNotOwner, exitRefused},
+		{&client.RateLimitError{Limit: "tenant_acquire_rate", RetryAfter: time.Second}, exitLimited},
+		{&client.QuotaError{Limit: "tenant_keys"}, exitLimited},
+		{client.ErrInternal, exitInternal},
+		{client.ErrUnavailable, exitError},
+		{client.ErrLockLost, exitLost},
+		{client.ErrWaitTimeout, exitNotAcquired},
+	} {
+		err := fmt.Errorf("leasegate: try %q: %w", "x", tc.err)
+		var stderr strings.Builder
+		if got := exitCode(err, &stderr); got != tc.code || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("exitCode(%v) = %d, printed %q; want %d and one line", err, got, stderr.String(), tc.code)
+		}
 	}
 }

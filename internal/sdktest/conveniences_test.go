@@ -164,3 +164,23 @@ func TestLockerSerialisesHolders(t *testing.T) {
 	}()
 	b.Unlock()
 }
+
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	c := newClient(t, []string{g.URL})
+	ctx := ctxT(t)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Errorf("Do's panic = %v; want fn's", p)
+			}
+		}()
+		_ = c.Do(ctx, "do-panic", func(context.Context) error { panic("boom") })
+	}()
+	l, err := c.TryAcquire(ctx, "do-panic")
+	if err != nil {
+		t.Fatalf("TryAcquire after fn panicked = %v; want the name free", err)
+	}
+	l.Release(ctx)
+}
