@@ -185,3 +185,53 @@ func TestPermissionDeniedIsNotNotOwner(t *testing.T) {
 		client.NewLocker(c, "jobs/2").Lock()
 	}()
 }
+
+func TestRateLimitedRenewalWaitsTheGatewaysDelay(t *testing.T) {
+	t.Parallel()
+	gclk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	g := gwtest.Start(t, shared, gwtest.Configure(func(c *server.Config) {
+		// Two renewals a second, no burst: on a gateway clock that stands
+		// still, the second renewal is refused with a 500ms hint.
+		c.Gateway.Limits.TenantRenewRate = 2
+		c.Gateway.Limits.TenantRenewBurst = 1
+		c.Gateway.Clock = gclk
+	}))
+	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
+	ctx := ctxT(t)
+	l, err := c.Acquire(ctx, "renew-limited", client.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(renewDue(l.TTL()))
+	if r := await(t, renewals, "first renewal"); r.err != nil {
+		t.Fatalf("first renewal: %v", r.err)
+	}
+	clk.Advance(renewDue(l.TTL()))
+	refused := await(t, renewals, "second renewal")
+	if connect.CodeOf(refused.err) != connect.CodeResourceExhausted || client.Reason(refused.err) != client.ReasonRateLimited {
+		t.Fatalf("second renewal = %v; want RATE_LIMITED", refused.err)
+	}
+	// The retry waits the gateway's 500ms on the client's clock, not the
+	// SDK's shorter backoff (100ms at first).
+	gclk.Advance(500 * time.Millisecond)
+	clk.Advance(500*time.Millisecond - time.Nanosecond)
+	select {
+	case r := <-renewals:
+		t.Fatalf("renewal sent at %s, before the gateway's delay passed (refused at %s)", r.sent, refused.sent)
+	default:
+	}
+	clk.Advance(time.Nanosecond)
+	r := await(t, renewals, "the renewal after the delay")
+	if r.err != nil || !r.sent.Equal(refused.sent.Add(500*time.Millisecond)) {
+		t.Fatalf("renewal after the delay: sent %s, err %v; want sent at %s and confirmed", r.sent, r.err, refused.sent.Add(500*time.Millisecond))
+	}
+	if l.Err() != nil {
+		t.Fatalf("lock lost: %v", l.Err())
+	}
+	// Release is charged to the renew rate too: refill it first, or the
+	// release would wait for a gateway clock that stands still.
+	gclk.Advance(time.Second)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
