@@ -86,8 +86,9 @@
 //     off from etcd. Retried on every endpoint, with backoff, first.
 //   - ErrRateLimited (a *RateLimitError): a gateway's rate limit refused
 //     the call. The SDK waits the delay the gateway gives (its RetryInfo)
-//     on the client's Clock and asks the same gateway again, within the
-//     call's attempts; it does not hop to another gateway, whose own
+//     on the client's Clock and asks the same gateway again — a unary call
+//     within its usual attempts (at least 3), Acquire for as long as it
+//     would wait anyway — and does not hop to another gateway, whose own
 //     budget would only hide the tenant's overload. It returns at once
 //     when the delay would end after the context's deadline or the
 //     Acquire's wait timeout. Background renewals wait the delay too,

@@ -18,9 +18,11 @@ import (
 // The SDK has already honoured that delay where it could: a rate-limited
 // call waits RetryAfter on the client's Clock and retries on the same
 // gateway (rates are counted per gateway, and hopping to another one would
-// only dodge the tenant's budget), within the call's usual attempts. It
-// returns this error at once, without waiting, when the delay would end
-// after the context's deadline or after the Acquire's wait timeout.
+// only dodge the tenant's budget): a unary call within its usual attempts
+// (at least 3), Acquire until its context ends or its wait timeout
+// passes. It returns this error at once, without waiting, when the delay
+// would end after the context's deadline or after the Acquire's wait
+// timeout.
 type RateLimitError struct {
 	// Limit names the rate that refused the call, as the gateway reported
 	// it: tenant_acquire_rate, client_acquire_rate, tenant_renew_rate or
