@@ -139,7 +139,7 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 			err = sessionLeaseLost(g.Shard)
 		}
 		if err == nil {
-			l, err := c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil)
+			l, err := c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil, cfg.manualRenew)
 			if l != nil {
 				l.rid = req.RequestId
 			}
@@ -160,6 +160,19 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 		}
 		if ctx.Err() != nil {
 			return nil, c.ctxError(op, ctx, s, err)
+		}
+		if rl := rateLimited(err); rl != nil {
+			// Wait the gateway's delay and ask the same gateway again,
+			// unless the delay outlasts the wait or the context.
+			d, ok := c.rateLimitPause(ctx, rl, waitUntil, bo)
+			if !ok {
+				return nil, wrap(op, err)
+			}
+			last = err
+			if err := sleep(ctx, clk, d); err != nil {
+				return nil, c.ctxError(op, ctx, s, last)
+			}
+			continue
 		}
 		if !retryable(err) {
 			return nil, wrap(op, err)
@@ -275,7 +288,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			}
 			return nil, held
 		}
-		l, err := c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{})
+		l, err := c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{}, cfg.manualRenew)
 		if l != nil {
 			l.rid = req.RequestId
 		}
@@ -325,7 +338,7 @@ type grantTimes struct {
 // return: the time to confirm a grant that arrived at the deadline.
 const waitGrace = 500 * time.Millisecond
 
-func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time) (*Lock, error) {
+func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time, manual bool) (*Lock, error) {
 	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
 	if s != nil {
 		// The attempt checked that the lease was live; if it was lost
@@ -383,7 +396,7 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 		c.letGo(ctx, g, waitUntil)
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("granted, but no gateway confirmed the lease before its deadline; released it")}
 	}
-	l.keeper = c.startKeeper(l.ttl, anchor, deadline, l.renewRPC, l.lostError)
+	l.keeper = c.startKeeper(l.ttl, anchor, deadline, manual, l.renewRPC, l.lostError)
 	l.ctx = l.keeper.ctx
 	return l, nil
 }

@@ -20,6 +20,8 @@ type acquireConfig struct {
 	wait      time.Duration
 	onQueued  func(position int64)
 	requestID string
+	// manualRenew turns the background renewal off (WithManualRenew).
+	manualRenew bool
 }
 
 type sessionConfig struct {

@@ -80,4 +80,33 @@
 // ErrWaitTimeout, ErrNotAcquired, …) and wrap the *connect.Error a gateway
 // answered, whose leasegate reason Reason extracts as a value of the
 // API's ErrorReason enum (leasegate.v1), the same values gateways send.
+// Each sentinel is one thing a program can act on:
+//
+//   - ErrUnavailable: no gateway answered, or every one was down or cut
+//     off from etcd. Retried on every endpoint, with backoff, first.
+//   - ErrRateLimited (a *RateLimitError): a gateway's rate limit refused
+//     the call. The SDK waits the delay the gateway gives (its RetryInfo)
+//     on the client's Clock and asks the same gateway again — a unary call
+//     within its usual attempts (at least 3), Acquire for as long as it
+//     would wait anyway — and does not hop to another gateway, whose own
+//     budget would only hide the tenant's overload. It returns at once
+//     when the delay would end after the context's deadline or the
+//     Acquire's wait timeout. Background renewals wait the delay too,
+//     until the lock's deadline.
+//   - ErrQuotaExceeded (a *QuotaError): a cap on keys or waiters refused
+//     the call. Not retried: only the end of other locks or waits helps.
+//   - ErrPermissionDenied: the tenant's name policy refuses the name.
+//   - ErrNotOwner: a lock id, fencing token, request id or session id is
+//     not the caller's.
+//   - ErrInternal: a gateway failed unexpectedly (internal, unknown,
+//     data_loss or unimplemented from the gateway itself). Not retried;
+//     the same failure connect reports for a connection broken mid-call is
+//     ErrUnavailable.
+//
+// # Conveniences
+//
+// Do runs a function under a lock, with a context that ends when the lock
+// is lost. NewLocker adapts a lock to sync.Locker. WithManualRenew turns
+// the background renewal off, for callers that renew with Lock.Renew when
+// their work needs more time.
 package client

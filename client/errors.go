@@ -39,9 +39,28 @@ var (
 	// ErrUnavailable reports that no gateway answered, or every gateway
 	// answered with a retryable failure, within the attempts allowed.
 	ErrUnavailable = errors.New("no gateway available")
-	// ErrNotOwner reports a lock id or fencing token that does not prove
-	// ownership of the lock it names.
+	// ErrNotOwner reports a lock id, fencing token, request id or session
+	// id that does not prove ownership of what it names: it is another
+	// lock's, caller's or tenant's (the gateway's NOT_OWNER). Not retried.
 	ErrNotOwner = errors.New("not the lock's owner")
+	// ErrPermissionDenied reports a call the caller's tenant may not make:
+	// its name policy refuses the name (the gateway's PERMISSION_DENIED, or
+	// permission_denied without a reason). Not retried.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrRateLimited reports a call a gateway's rate limit refused after
+	// the SDK waited the gateway's delay and retried as often as the call
+	// allows. The error is a *RateLimitError, which carries the delay.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrQuotaExceeded reports a call a gateway's cap refused: holders and
+	// waiters of a name, a tenant's waits or its locks. Not retried: the
+	// cap holds until some of them end. The error is a *QuotaError, which
+	// names the cap.
+	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrInternal reports that a gateway answered with an unexpected
+	// failure of its own (internal, unknown, data_loss, unimplemented): a
+	// bug or a mismatch between the SDK and the gateway, not an outage.
+	// Not retried.
+	ErrInternal = errors.New("gateway internal error")
 	// ErrClosed reports use of a closed Client or Session.
 	ErrClosed = errors.New("closed")
 	// ErrInvalidArgument reports a bad option or request field; the message
@@ -79,6 +98,15 @@ const (
 	// waiter over (a request id serves one call at a time); the SDK
 	// retries, which takes it back.
 	ReasonSuperseded = v1.ErrorReason_SUPERSEDED
+	// ReasonRateLimited: a rate limit refused the call (ErrRateLimited).
+	ReasonRateLimited = v1.ErrorReason_RATE_LIMITED
+	// ReasonQuotaExceeded: a cap refused the call (ErrQuotaExceeded).
+	ReasonQuotaExceeded = v1.ErrorReason_QUOTA_EXCEEDED
+	// ReasonPermissionDenied: the tenant's name policy refuses the name
+	// (ErrPermissionDenied).
+	ReasonPermissionDenied = v1.ErrorReason_PERMISSION_DENIED
+	// ReasonNotOwner: the id or token is not the caller's (ErrNotOwner).
+	ReasonNotOwner = v1.ErrorReason_NOT_OWNER
 )
 
 // Reason returns the leasegate reason (one of the Reason constants) carried
@@ -197,7 +225,12 @@ func kindOf(err error) error {
 	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
 		return ErrInvalidArgument
 	case connect.CodePermissionDenied:
-		return ErrNotOwner
+		if Reason(err) == ReasonNotOwner {
+			return ErrNotOwner
+		}
+		return ErrPermissionDenied
+	case connect.CodeResourceExhausted:
+		return limitOf(ce)
 	case connect.CodeDeadlineExceeded:
 		if Reason(err) == ReasonWaitTimeout {
 			return ErrWaitTimeout
@@ -209,10 +242,27 @@ func kindOf(err error) error {
 		case ReasonExpired, ReasonStolen, ReasonLeaseLost:
 			return ErrLockLost
 		}
-	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal, connect.CodeResourceExhausted:
+	case connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnimplemented:
+		if serverFailure(ce) {
+			return ErrInternal
+		}
+		return ErrUnavailable
+	case connect.CodeUnavailable:
 		return ErrUnavailable
 	}
 	return nil
+}
+
+// serverFailure reports an unexpected failure a gateway answered, as
+// opposed to one connect made up on this side when a connection broke
+// mid-call (a truncated stream reads as unknown or internal too): only
+// the former is ErrInternal; the latter is an outage, retried elsewhere.
+func serverFailure(ce *connect.Error) bool {
+	switch ce.Code() {
+	case connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnimplemented:
+		return connect.IsWireError(ce)
+	}
+	return false
 }
 
 // errStreamEnded is an Acquire stream that ended cleanly without a grant.
@@ -221,7 +271,9 @@ var errStreamEnded = errors.New("the acquire stream ended without a grant")
 // retryable reports whether another attempt, on the next endpoint, may
 // succeed where this one failed: the gateway was unreachable, stopping,
 // cut off from etcd, or the stream broke. The caller checks its own
-// context first: a cancelled caller never retries.
+// context first: a cancelled caller never retries. A rate limit is not
+// retryable in this sense: the caller waits the gateway's delay and
+// retries on the same gateway (rateLimited, rateLimitPause).
 func retryable(err error) bool {
 	if errors.Is(err, errStreamEnded) {
 		return true
@@ -231,8 +283,9 @@ func retryable(err error) bool {
 		return false
 	}
 	switch ce.Code() {
-	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal,
-		connect.CodeResourceExhausted, connect.CodeCanceled:
+	case connect.CodeUnknown, connect.CodeInternal:
+		return !serverFailure(ce)
+	case connect.CodeUnavailable, connect.CodeCanceled:
 		return true
 	case connect.CodeDeadlineExceeded:
 		return Reason(err) != ReasonWaitTimeout

@@ -13,6 +13,9 @@ type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
+	// made, when set, receives the duration of every timer made, unless
+	// it is full.
+	made chan time.Duration
 }
 
 func newFakeClock(start time.Time) *fakeClock { return &fakeClock{now: start} }
@@ -26,6 +29,12 @@ func (f *fakeClock) Now() time.Time {
 // NewTimer returns a timer that fires when the fake time reaches now+d; a d
 // of zero or less fires at once.
 func (f *fakeClock) NewTimer(d time.Duration) Timer {
+	if f.made != nil {
+		select {
+		case f.made <- d:
+		default:
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := &fakeTimer{f: f, at: f.now.Add(d), c: make(chan time.Time, 1)}

@@ -37,9 +37,22 @@ type keeper struct {
 	lostAt   time.Time // clock time of the loss; zero while not lost
 	lostBy   error     // cause of the loss; nil while not lost
 
+	// manual turns the scheduled renewals off: only renewNow renews.
+	manual bool
+	// manualc hands the run loop the answers of renewNow's renewals, so
+	// that one goroutine moves the deadline and declares loss.
+	manualc chan manualRenewal
+
 	stopOnce sync.Once
 	stopc    chan struct{}
 	done     chan struct{}
+}
+
+// manualRenewal is a renewal renewNow made; processed closes once the run
+// loop has applied it.
+type manualRenewal struct {
+	result    renewResult
+	processed chan struct{}
 }
 
 // hooks let tests observe the renewer; all nil in production.
@@ -78,12 +91,12 @@ func (c *Client) deadline(sent time.Time, conf confirmation) time.Time {
 // startKeeper starts keeping a lease whose TTL is ttl, last confirmed by a
 // request sent at anchor, with the conservative deadline that confirmation
 // gave.
-func (c *Client) startKeeper(ttl time.Duration, anchor, deadline time.Time,
+func (c *Client) startKeeper(ttl time.Duration, anchor, deadline time.Time, manual bool,
 	renew func(context.Context, leasegatev1connect.LockServiceClient) (confirmation, error),
 	lostErr func(error) error) *keeper {
 	k := &keeper{
-		c: c, ttl: ttl, margin: c.cfg.marginFor(ttl), renew: renew, lostErr: lostErr,
-		stopc: make(chan struct{}), done: make(chan struct{}),
+		c: c, ttl: ttl, margin: c.cfg.marginFor(ttl), renew: renew, lostErr: lostErr, manual: manual,
+		manualc: make(chan manualRenewal), stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.Background())
 	k.deadline = deadline
@@ -126,11 +139,62 @@ func (k *keeper) run(anchor time.Time) {
 
 	deadline := k.Deadline()
 	deadlineT := clk.NewTimer(deadline.Sub(clk.Now()))
-	renewT := clk.NewTimer(anchor.Add(k.interval()).Sub(clk.Now()))
+	// renewT is nil for a lock renewed by hand: it never fires.
+	var renewT Timer
+	schedule := func(d time.Duration) {
+		if k.manual {
+			return
+		}
+		if renewT != nil {
+			renewT.Stop() // pending still when Renew confirmed the lease
+		}
+		renewT = clk.NewTimer(d)
+	}
+	schedule(anchor.Add(k.interval()).Sub(clk.Now()))
 	defer func() {
 		deadlineT.Stop()
-		renewT.Stop()
+		if renewT != nil {
+			renewT.Stop()
+		}
 	}()
+	// process applies a renewal's answer; it reports whether the lock is
+	// lost.
+	process := func(r renewResult) (lost bool) {
+		if now := clk.Now(); !now.Before(deadline) {
+			// Never later than the deadline, even if an answer raced it.
+			k.lose(k.unconfirmed(deadline, r.err))
+			return true
+		}
+		switch {
+		case r.err == nil:
+			if d := k.c.deadline(r.sent, r.confirmation); d.After(deadline) {
+				deadline = d
+				k.mu.Lock()
+				k.deadline = d
+				k.mu.Unlock()
+				deadlineT.Stop()
+				deadlineT = clk.NewTimer(d.Sub(clk.Now()))
+			}
+			last = nil
+			bo.reset()
+			schedule(r.sent.Add(k.interval()).Sub(clk.Now()))
+		case proofRefused(r.err):
+			k.lose(k.lostErr(r.err))
+			k.observe(r)
+			return true
+		default:
+			last = r.err
+			pause := bo.next()
+			if rl := rateLimited(r.err); rl != nil && rl.RetryAfter > 0 {
+				// The gateway says when its rate allows the next
+				// renewal; the deadline timer still bounds the wait.
+				pause = rl.RetryAfter
+			}
+			schedule(pause)
+		}
+		k.observe(r)
+		return false
+	}
 	for {
 		select {
 		case <-k.stopc:
@@ -138,7 +202,7 @@ func (k *keeper) run(anchor time.Time) {
 		case <-deadlineT.C():
 			k.lose(k.unconfirmed(deadline, last))
 			return
-		case <-renewT.C():
+		case <-timerC(renewT):
 			if inflight {
 				continue
 			}
@@ -150,35 +214,25 @@ func (k *keeper) run(anchor time.Time) {
 			}()
 		case r := <-results:
 			inflight = false
-			if now := clk.Now(); !now.Before(deadline) {
-				// Never later than the deadline, even if an answer raced it.
-				k.lose(k.unconfirmed(deadline, r.err))
+			if process(r) {
 				return
 			}
-			switch {
-			case r.err == nil:
-				if d := k.c.deadline(r.sent, r.confirmation); d.After(deadline) {
-					deadline = d
-					k.mu.Lock()
-					k.deadline = d
-					k.mu.Unlock()
-					deadlineT.Stop()
-					deadlineT = clk.NewTimer(d.Sub(clk.Now()))
-				}
-				last = nil
-				bo.reset()
-				renewT = clk.NewTimer(r.sent.Add(k.interval()).Sub(clk.Now()))
-			case proofRefused(r.err):
-				k.lose(k.lostErr(r.err))
-				k.observe(r)
+		case m := <-k.manualc:
+			lost := process(m.result)
+			close(m.processed)
+			if lost {
 				return
-			default:
-				last = r.err
-				renewT = clk.NewTimer(bo.next())
 			}
-			k.observe(r)
 		}
 	}
+}
+
+// timerC is t's channel, or nil (never ready) for a nil t.
+func timerC(t Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C()
 }
 
 // observe reports a processed renewal to the test hook.
@@ -197,7 +251,7 @@ func (k *keeper) attempt(ctx context.Context) renewResult {
 	actx, cancel := withTimeout(ctx, clk, min(k.c.cfg.requestTimeout, k.ttl/4))
 	defer cancel()
 	conf, err := k.renew(actx, ep.rpc)
-	if err != nil && !proofRefused(err) {
+	if err != nil && !proofRefused(err) && rateLimited(err) == nil {
 		k.c.failed(i)
 	}
 	return renewResult{sent: sent, confirmation: conf, err: err}

@@ -30,7 +30,7 @@ func keeperFixture(t *testing.T, ttl time.Duration, renew func(ctx context.Conte
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := c.startKeeper(ttl, clk.Now(), c.deadline(clk.Now(), confirmation{ttl: ttl}), func(ctx context.Context, _ leasegatev1connect.LockServiceClient) (confirmation, error) {
+	k := c.startKeeper(ttl, clk.Now(), c.deadline(clk.Now(), confirmation{ttl: ttl}), false, func(ctx context.Context, _ leasegatev1connect.LockServiceClient) (confirmation, error) {
 		return renew(ctx)
 	}, func(cause error) error { return &opError{op: "test lease", kind: ErrLockLost, cause: cause} })
 	t.Cleanup(func() { k.stop(ErrReleased) })

@@ -28,6 +28,10 @@ func TestReasonWireStrings(t *testing.T) {
 		{client.ReasonShardUnavailable, "SHARD_UNAVAILABLE"},
 		{client.ReasonResharding, "RESHARDING"},
 		{client.ReasonSuperseded, "SUPERSEDED"},
+		{client.ReasonRateLimited, "RATE_LIMITED"},
+		{client.ReasonQuotaExceeded, "QUOTA_EXCEEDED"},
+		{client.ReasonPermissionDenied, "PERMISSION_DENIED"},
+		{client.ReasonNotOwner, "NOT_OWNER"},
 	} {
 		if got := tc.reason.String(); got != tc.wire {
 			t.Errorf("%d.String() = %q; want %q", tc.reason, got, tc.wire)

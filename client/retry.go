@@ -38,15 +38,25 @@ type rpcFunc func(ctx context.Context, rpc leasegatev1connect.LockServiceClient)
 // retryable, against the next ones: at most max(3, endpoints) attempts,
 // each bounded by the request timeout. It pauses (backoff) only after
 // trying every endpoint once, since a different gateway may answer at once.
+//
+// A rate-limited attempt is retried on the same gateway after the delay the
+// gateway asked for (its RetryInfo) instead of the backoff, within the same
+// attempts: another gateway would only dodge the tenant's budget. When that
+// delay would outlast ctx, call returns the *RateLimitError at once.
 func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
 	attempts := max(3, len(c.eps))
 	bo := c.newBackoff()
 	var last error
+	var pause time.Duration // a rate limit's delay before the next attempt
 	for a := 0; a < attempts; a++ {
-		if a > 0 && a%len(c.eps) == 0 {
-			if err := sleep(ctx, c.cfg.clock, bo.next()); err != nil {
+		if pause == 0 && a > 0 && a%len(c.eps) == 0 {
+			pause = bo.next()
+		}
+		if pause > 0 {
+			if err := sleep(ctx, c.cfg.clock, pause); err != nil {
 				return &opError{op: op, kind: err, cause: last}
 			}
+			pause = 0
 		}
 		err := c.attempt(ctx, c.cfg.requestTimeout, fn)
 		if err == nil {
@@ -55,10 +65,21 @@ func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
 		if ctx.Err() != nil {
 			return &opError{op: op, kind: ctx.Err(), cause: err}
 		}
+		if rl := rateLimited(err); rl != nil {
+			d, ok := c.rateLimitPause(ctx, rl, time.Time{}, bo)
+			if !ok {
+				return wrap(op, err)
+			}
+			pause, last = d, err
+			continue
+		}
 		if !retryable(err) {
 			return wrap(op, err)
 		}
 		last = err
+	}
+	if rateLimited(last) != nil {
+		return wrap(op, last)
 	}
 	return &opError{op: op, kind: ErrUnavailable, cause: last}
 }

@@ -104,6 +104,14 @@ func (s *Session) run(anchor time.Time) {
 			case r.err == nil && !partial:
 				bo.reset()
 				renewT = clk.NewTimer(r.sent.Add(s.interval()).Sub(clk.Now()))
+			case rateLimited(r.err) != nil:
+				// The gateway's rate refused the keepalive: ask the same
+				// gateway again when it says, until the deadlines pass.
+				pause := bo.next()
+				if d := rateLimited(r.err).RetryAfter; d > 0 {
+					pause = d
+				}
+				renewT = clk.NewTimer(pause)
 			default:
 				// A shard or the gateway did not answer: try again soon,
 				// on the next gateway, until the deadlines pass.

@@ -31,6 +31,10 @@ const (
 	ReasonShardUnavailable    = v1.ErrorReason_SHARD_UNAVAILABLE     // the name's etcd cluster is unreachable; retryable
 	ReasonResharding          = v1.ErrorReason_RESHARDING            // the shard map is changing; retry shortly
 	ReasonSuperseded          = v1.ErrorReason_SUPERSEDED            // a retry with the same request id took the waiter over
+	ReasonRateLimited         = v1.ErrorReason_RATE_LIMITED          // a rate limit refused the call; RetryInfo says when to retry
+	ReasonQuotaExceeded       = v1.ErrorReason_QUOTA_EXCEEDED        // a cap (keys, waiters) refused the call
+	ReasonPermissionDenied    = v1.ErrorReason_PERMISSION_DENIED     // the tenant's name policy refuses the name
+	ReasonNotOwner            = v1.ErrorReason_NOT_OWNER             // the id or token is not the caller's
 )
 
 // noReason is an error without a leasegate reason.
@@ -39,6 +43,10 @@ const noReason = v1.ErrorReason_ERROR_REASON_UNSPECIFIED
 // MetadataShard is the ErrorInfo metadata key that names the shard an
 // error concerns (SESSION_SHARD_MISSING, and SESSION_LOST on an acquire).
 const MetadataShard = v1.MetadataShard
+
+// MetadataLimit is the ErrorInfo metadata key that names the limit that
+// refused a call (RATE_LIMITED, QUOTA_EXCEEDED).
+const MetadataLimit = v1.MetadataLimit
 
 // errSessionShardMissing is an acquire in a session without a lease on the
 // name's shard.
@@ -142,6 +150,9 @@ func toConnect(err error) *connect.Error {
 		if errors.As(err, &se) {
 			info.Metadata = map[string]string{MetadataShard: se.shard}
 		}
+		if errors.Is(err, queue.ErrQueueFull) {
+			info.Metadata = map[string]string{MetadataLimit: limitNameWaiters}
+		}
 		if d, derr := connect.NewErrorDetail(info); derr == nil {
 			out.AddDetail(d)
 		}
@@ -165,10 +176,12 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, ErrUnauthenticated):
 		return connect.CodeUnauthenticated, noReason, err.Error()
+	case errors.Is(err, queue.ErrNotOwner):
+		return connect.CodePermissionDenied, ReasonNotOwner, err.Error()
 	case errors.Is(err, ErrForbidden):
-		return connect.CodePermissionDenied, noReason, err.Error()
+		return connect.CodePermissionDenied, ReasonPermissionDenied, err.Error()
 	case errors.Is(err, queue.ErrQueueFull):
-		return connect.CodeResourceExhausted, noReason, err.Error()
+		return connect.CodeResourceExhausted, ReasonQuotaExceeded, err.Error()
 	case errors.Is(err, ErrUnknownShard):
 		return connect.CodeNotFound, noReason, "the id names a shard this gateway does not know"
 	case errors.Is(err, queue.ErrWaitTimeout):
@@ -191,8 +204,6 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 			msg = fmt.Sprintf("the session's lease on shard %q expired or was closed, and its locks there with it; ExtendSession with replace opens a new one", se.shard)
 		}
 		return connect.CodeFailedPrecondition, ReasonSessionLost, msg
-	case errors.Is(err, queue.ErrNotOwner):
-		return connect.CodePermissionDenied, noReason, err.Error()
 	case errors.Is(err, queue.ErrCallerGone):
 		return connect.CodeCanceled, noReason, "the client stopped reading its stream"
 	case errors.Is(err, queue.ErrSuperseded):

@@ -119,6 +119,22 @@ func reasonOf(err error) string {
 	return ""
 }
 
+// limitOf is the limit a refusal names in its ErrorInfo metadata.
+func limitOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok {
+				return info.Metadata[v1.MetadataLimit]
+			}
+		}
+	}
+	return ""
+}
+
 // postJSON sends a REST call and decodes the answer into a generic map.
 func postJSON(t *testing.T, g *gw, path string, body string) (int, map[string]any) {
 	t.Helper()

@@ -62,8 +62,23 @@ func DefaultLimits() Limits {
 // (429) with a retry hint.
 var ErrLimited = errors.New("limit reached")
 
-// limitedError carries the retry hint.
+// The limits a refusal names, in its ErrorInfo metadata (MetadataLimit)
+// and in the refusal metric's kind label. errors.proto lists them.
+const (
+	limitTenantAcquireRate = "tenant_acquire_rate"
+	limitClientAcquireRate = "client_acquire_rate"
+	limitTenantRenewRate   = "tenant_renew_rate"
+	limitClientRenewRate   = "client_renew_rate"
+	limitTenantWaiters     = "tenant_waiters"
+	limitTenantKeys        = "tenant_keys"
+	limitNameWaiters       = "name_waiters" // queue.ErrQueueFull
+)
+
+// limitedError carries the limit that refused a call, whether it is a rate
+// (RATE_LIMITED) or a cap (QUOTA_EXCEEDED), and the retry hint.
 type limitedError struct {
+	kind  string
+	rate  bool
 	what  string
 	retry time.Duration
 }
@@ -128,7 +143,15 @@ func (l *limiter) refuse(kind, what string, retry time.Duration) error {
 	if l.onRefusal != nil {
 		l.onRefusal(kind)
 	}
-	return &limitedError{what: what, retry: retry}
+	return &limitedError{kind: kind, what: what, retry: retry}
+}
+
+// refuseRate is refuse for a rate limit: the retry hint is when the rate
+// allows the next call.
+func (l *limiter) refuseRate(kind, what string, retry time.Duration) error {
+	err := l.refuse(kind, what, retry)
+	err.(*limitedError).rate = true
+	return err
 }
 
 // acquire charges one acquire (or lookup) to the tenant and client.
@@ -137,13 +160,13 @@ func (l *limiter) acquire(id Identity) error {
 	defer l.mu.Unlock()
 	if r := l.cfg.TenantAcquireRate; r > 0 {
 		if d := take(l.tenants, l.clk.Now(), id.Tenant, r, l.cfg.TenantAcquireBurst); d > 0 {
-			return l.refuse("tenant_acquire_rate", fmt.Sprintf("tenant %q is over its acquire rate of %g/s", id.Tenant, r), d)
+			return l.refuseRate(limitTenantAcquireRate, fmt.Sprintf("tenant %q is over its acquire rate of %g/s", id.Tenant, r), d)
 		}
 	}
 	if r := l.cfg.ClientAcquireRate; r > 0 {
 		key := id.Tenant + "\x00" + id.Method + "\x00" + id.Subject
 		if d := take(l.clients, l.clk.Now(), key, r, l.cfg.ClientAcquireBurst); d > 0 {
-			return l.refuse("client_acquire_rate", fmt.Sprintf("this client is over its acquire rate of %g/s", r), d)
+			return l.refuseRate(limitClientAcquireRate, fmt.Sprintf("this client is over its acquire rate of %g/s", r), d)
 		}
 	}
 	return nil
@@ -155,12 +178,12 @@ func (l *limiter) renew(id Identity) error {
 	defer l.mu.Unlock()
 	if r := l.cfg.TenantRenewRate; r > 0 {
 		if d := take(l.renewals, l.clk.Now(), id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
-			return l.refuse("tenant_renew_rate", fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
+			return l.refuseRate(limitTenantRenewRate, fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
 		}
 	}
 	if r := l.cfg.ClientRenewRate; r > 0 {
 		if d := take(l.crenews, l.clk.Now(), id.Tenant+"\x00"+id.Method+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
-			return l.refuse("client_renew_rate", fmt.Sprintf("this client is over its renew rate of %g/s", r), d)
+			return l.refuseRate(limitClientRenewRate, fmt.Sprintf("this client is over its renew rate of %g/s", r), d)
 		}
 	}
 	return nil
@@ -175,7 +198,7 @@ func (l *limiter) startWait(id Identity) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.waiting[id.Tenant] >= max {
-		return nil, l.refuse("tenant_waiters", fmt.Sprintf("tenant %q has %d waits open on this gateway, the limit", id.Tenant, max), time.Second)
+		return nil, l.refuse(limitTenantWaiters, fmt.Sprintf("tenant %q has %d waits open on this gateway, the limit", id.Tenant, max), time.Second)
 	}
 	l.waiting[id.Tenant]++
 	var once sync.Once
@@ -209,19 +232,29 @@ func (l *limiter) checkKeys(ctx context.Context, tenant string, count func(conte
 		kc.n, kc.at = n, l.clk.Now()
 	}
 	if kc.n >= int64(max) {
-		return l.refuse("tenant_keys", fmt.Sprintf("tenant %q holds or waits for %d locks on this shard, the limit", tenant, max), time.Second)
+		return l.refuse(limitTenantKeys, fmt.Sprintf("tenant %q holds or waits for %d locks on this shard, the limit", tenant, max), time.Second)
 	}
 	kc.n++ // count this acquire until the next refresh
 	return nil
 }
 
-// limitedToConnect builds the resource_exhausted error with a RetryInfo.
+// limitedToConnect builds the resource_exhausted error of a limit: an
+// ErrorInfo saying whether a rate (RATE_LIMITED) or a cap (QUOTA_EXCEEDED)
+// refused the call and which limit it was, and a RetryInfo with the hint.
 func limitedToConnect(err error) *connect.Error {
 	var le *limitedError
 	if !errors.As(err, &le) {
 		return nil
 	}
 	ce := connect.NewError(connect.CodeResourceExhausted, errors.New(le.Error()))
+	reason := ReasonQuotaExceeded
+	if le.rate {
+		reason = ReasonRateLimited
+	}
+	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain, Metadata: map[string]string{MetadataLimit: le.kind}}
+	if d, derr := connect.NewErrorDetail(info); derr == nil {
+		ce.AddDetail(d)
+	}
 	if d, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(le.retry)}); derr == nil {
 		ce.AddDetail(d)
 	}

@@ -70,8 +70,8 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	}
 	denied := func(what string, err error) {
 		t.Helper()
-		if connect.CodeOf(err) != connect.CodePermissionDenied {
-			t.Errorf("tenant b %s with tenant a's id = %v; want permission_denied", what, err)
+		if connect.CodeOf(err) != connect.CodePermissionDenied || reasonOf(err) != v1.ErrorReason_NOT_OWNER.String() {
+			t.Errorf("tenant b %s with tenant a's id = %v; want permission_denied, NOT_OWNER", what, err)
 		}
 	}
 	_, err = b.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lock.LockId, FencingToken: lock.FencingToken}))
@@ -169,8 +169,8 @@ func TestTenantNamePolicy(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	_, err := as(g, tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "jobs/1", TtlMs: 5000}))
-	if connect.CodeOf(err) != connect.CodePermissionDenied {
-		t.Errorf("tenant a locking jobs/1 = %v; want permission_denied", err)
+	if connect.CodeOf(err) != connect.CodePermissionDenied || reasonOf(err) != v1.ErrorReason_PERMISSION_DENIED.String() {
+		t.Errorf("tenant a locking jobs/1 = %v; want permission_denied, PERMISSION_DENIED", err)
 	}
 	if r, err := as(g, tokenA).TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "orders/1", TtlMs: 5000})); err != nil || !r.Msg.Acquired {
 		t.Errorf("tenant a locking orders/1 = %v, %v", r, err)
@@ -213,6 +213,9 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 	if !hint {
 		t.Errorf("refusal %v carries no RetryInfo", last)
 	}
+	if reasonOf(last) != v1.ErrorReason_RATE_LIMITED.String() || limitOf(last) != "tenant_acquire_rate" {
+		t.Errorf("refusal %v: reason %q, limit %q; want RATE_LIMITED, tenant_acquire_rate", last, reasonOf(last), limitOf(last))
+	}
 	req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/locks/acquire", strings.NewReader(`{"name":"r9","ttlMs":5000}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+tokenA)
@@ -247,8 +250,9 @@ func TestRateLimitAndQueueCap(t *testing.T) {
 	w2, _ := b.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "capped", TtlMs: 10000}))
 	for w2.Receive() {
 	}
-	if connect.CodeOf(w2.Err()) != connect.CodeResourceExhausted {
-		t.Errorf("third key on a name capped at 2 = %v; want resource_exhausted", w2.Err())
+	if connect.CodeOf(w2.Err()) != connect.CodeResourceExhausted || reasonOf(w2.Err()) != v1.ErrorReason_QUOTA_EXCEEDED.String() || limitOf(w2.Err()) != "name_waiters" {
+		t.Errorf("third key on a name capped at 2 = %v (reason %q, limit %q); want resource_exhausted, QUOTA_EXCEEDED, name_waiters",
+			w2.Err(), reasonOf(w2.Err()), limitOf(w2.Err()))
 	}
 	// (Read etcd itself: Describe is charged to tenant b's acquire rate,
 	// spent by now.)

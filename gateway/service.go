@@ -153,7 +153,7 @@ func (s *Service) target(ctx context.Context, id Identity, r *queue.AcquireReque
 		return t, err
 	}
 	if sess != nil && sess.Tenant != id.Tenant {
-		return t, fmt.Errorf("%w: the session belongs to another tenant", ErrForbidden)
+		return t, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
 	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	r.Epoch, r.Guards = t.Epoch, t.Guards
@@ -348,7 +348,7 @@ func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, locks.
 		return id, locks.Target{}, fieldOf("lock_id", err)
 	}
 	if id.Tenant != who.Tenant {
-		return id, locks.Target{}, fmt.Errorf("%w: the lock id belongs to another tenant", ErrForbidden)
+		return id, locks.Target{}, fmt.Errorf("%w: the lock id belongs to another tenant", queue.ErrNotOwner)
 	}
 	t, err := s.lookup(who, id.Shard)
 	if err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // caller returns the authenticated identity of the call.
@@ -46,7 +47,7 @@ func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, S
 		return who, id, fieldOf("session_id", err)
 	}
 	if id.Tenant != who.Tenant {
-		return who, id, fmt.Errorf("%w: the session belongs to another tenant", ErrForbidden)
+		return who, id, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
 	return who, id, nil
 }

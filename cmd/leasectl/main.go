@@ -3,8 +3,12 @@
 // while holding a lock (leasectl run).
 //
 // Exit statuses: 0 success; 1 error (for example no gateway reachable);
-// 2 bad flags or arguments (including ones a gateway refuses); 3 the lock was not acquired (held, or the wait
-// timed out); 4 the lock was lost. leasectl run otherwise exits with the
+// 2 bad flags or arguments (including ones a gateway refuses); 3 the lock
+// was not acquired (held, or the wait timed out); 4 the lock was lost;
+// 5 refused: the tenant may not use the name, or the lock id is not the
+// caller's; 6 a rate limit or a quota refused the call (retry later, or
+// after some locks end); 7 a gateway failed unexpectedly (a bug or a
+// version mismatch, not an outage). leasectl run otherwise exits with the
 // command's status, or 128+N when stop signal N came before the command
 // started.
 package main
@@ -32,6 +36,9 @@ const (
 	exitUsage       = 2
 	exitNotAcquired = 3
 	exitLost        = 4
+	exitRefused     = 5 // client.ErrPermissionDenied, client.ErrNotOwner
+	exitLimited     = 6 // client.ErrRateLimited, client.ErrQuotaExceeded
+	exitInternal    = 7 // client.ErrInternal
 )
 
 // usageError marks bad flags or arguments.
@@ -80,17 +87,32 @@ func exitCode(err error, stderr io.Writer) int {
 		}
 		return st.code
 	}
-	fmt.Fprintln(stderr, "leasectl: "+firstLine(err.Error()))
+	code, hint := classify(err)
+	fmt.Fprintln(stderr, "leasectl: "+firstLine(err.Error())+hint)
+	return code
+}
+
+// classify maps err to an exit status and a hint to append to its message.
+func classify(err error) (code int, hint string) {
 	var ue usageError
 	switch {
 	case errors.As(err, &ue), errors.Is(err, client.ErrInvalidArgument):
-		return exitUsage
+		return exitUsage, ""
 	case errors.Is(err, client.ErrNotAcquired), errors.Is(err, client.ErrWaitTimeout):
-		return exitNotAcquired
+		return exitNotAcquired, ""
 	case errors.Is(err, client.ErrLockLost):
-		return exitLost
+		return exitLost, ""
+	case errors.Is(err, client.ErrPermissionDenied), errors.Is(err, client.ErrNotOwner):
+		return exitRefused, ""
+	case errors.Is(err, client.ErrRateLimited):
+		// The gateway's message, in err's, says when to retry.
+		return exitLimited, ""
+	case errors.Is(err, client.ErrQuotaExceeded):
+		return exitLimited, " (try again once some of the tenant's locks or waits end)"
+	case errors.Is(err, client.ErrInternal):
+		return exitInternal, " (the gateway's logs say more)"
 	}
-	return exitError
+	return exitError, ""
 }
 
 // firstLine is the first line of an error message, without the SDK's
@@ -135,8 +157,10 @@ over the environment; see docs/security.md.
 
 Exit statuses: 0 success; 1 error (for example no gateway reachable); 2 bad
 flags or arguments; 3 lock not acquired (held, or the wait timed out); 4 lock
-lost. "leasectl run" otherwise exits with the command's status, or 128+N when
-stop signal N came before the command started.`,
+lost; 5 refused (the tenant may not use the name, or the lock id is not
+yours); 6 a rate limit or quota refused the call; 7 the gateway failed
+unexpectedly. "leasectl run" otherwise exits with the command's status, or
+128+N when stop signal N came before the command started.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.ArbitraryArgs,

@@ -68,9 +68,9 @@ type gateway = gwtest.Gateway
 
 // startGateway starts a gateway under a fresh prefix and stops it at
 // cleanup.
-func startGateway(t *testing.T) *gateway {
+func startGateway(t *testing.T, opts ...gwtest.Option) *gateway {
 	t.Helper()
-	return gwtest.Start(t, shared)
+	return gwtest.Start(t, shared, opts...)
 }
 
 func ctxT(t *testing.T) context.Context {

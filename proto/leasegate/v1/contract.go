@@ -12,6 +12,10 @@ const (
 	// concerns (SESSION_SHARD_MISSING, and SESSION_LOST on an acquire or a
 	// keepalive).
 	MetadataShard = "shard"
+	// MetadataLimit is the ErrorInfo metadata key naming the limit that
+	// refused a call (RATE_LIMITED, QUOTA_EXCEEDED): errors.proto lists
+	// the values.
+	MetadataLimit = "limit"
 	// MaxNameBytes is the longest lock name, in bytes.
 	MaxNameBytes = 256
 	// MaxIDBytes is the longest client_id or request_id, in bytes.

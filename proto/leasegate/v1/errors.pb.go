@@ -62,6 +62,25 @@ const (
 	// serves one call at a time); this attempt ended and the retry serves
 	// the caller.
 	ErrorReason_SUPERSEDED ErrorReason = 10
+	// A rate limit refused the call: a tenant's or a client's acquire or
+	// renew rate on this gateway. A google.rpc.RetryInfo detail says when
+	// the rate allows the next call; metadata["limit"] names the limit
+	// (tenant_acquire_rate, client_acquire_rate, tenant_renew_rate,
+	// client_renew_rate). Code resource_exhausted (HTTP 429).
+	ErrorReason_RATE_LIMITED ErrorReason = 11
+	// A cap refused the call: the holders and waiters of one name
+	// (name_waiters), a tenant's open waits on this gateway
+	// (tenant_waiters) or a tenant's locks on one shard (tenant_keys), as
+	// metadata["limit"] names. Retrying does not help until some of them
+	// end. Code resource_exhausted (HTTP 429).
+	ErrorReason_QUOTA_EXCEEDED ErrorReason = 12
+	// The caller's tenant may not do this: its name policy refuses the
+	// name. Code permission_denied.
+	ErrorReason_PERMISSION_DENIED ErrorReason = 13
+	// The lock id, fencing token, request id or session id does not prove
+	// the caller owns what it names: it belongs to another lock, caller or
+	// tenant. Code permission_denied.
+	ErrorReason_NOT_OWNER ErrorReason = 14
 )
 
 // Enum value maps for ErrorReason.
@@ -78,6 +97,10 @@ var (
 		8:  "SHARD_UNAVAILABLE",
 		9:  "RESHARDING",
 		10: "SUPERSEDED",
+		11: "RATE_LIMITED",
+		12: "QUOTA_EXCEEDED",
+		13: "PERMISSION_DENIED",
+		14: "NOT_OWNER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -91,6 +114,10 @@ var (
 		"SHARD_UNAVAILABLE":        8,
 		"RESHARDING":               9,
 		"SUPERSEDED":               10,
+		"RATE_LIMITED":             11,
+		"QUOTA_EXCEEDED":           12,
+		"PERMISSION_DENIED":        13,
+		"NOT_OWNER":                14,
 	}
 )
 
@@ -125,7 +152,7 @@ var File_leasegate_v1_errors_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xe7\x01\n" +
+	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xb3\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fLOCK_EXPIRED\x10\x01\x12\x0f\n" +
@@ -141,7 +168,11 @@ const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"RESHARDING\x10\t\x12\x0e\n" +
 	"\n" +
 	"SUPERSEDED\x10\n" +
-	"B?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
+	"\x12\x10\n" +
+	"\fRATE_LIMITED\x10\v\x12\x12\n" +
+	"\x0eQUOTA_EXCEEDED\x10\f\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\r\x12\r\n" +
+	"\tNOT_OWNER\x10\x0eB?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
 	file_leasegate_v1_errors_proto_rawDescOnce sync.Once

@@ -1,0 +1,53 @@
+package client
+
+import (
+	"context"
+	"errors"
+)
+
+// Do acquires the lock on name (as Acquire, with opts), runs fn while
+// holding it, and releases it after, as redsync and etcd users write by
+// hand. It blocks until fn returns and the lock is released, or until the
+// acquire fails.
+//
+// fn's context is cancelled the moment the lock is lost, with the loss as
+// its cause (context.Cause reports the same error as Lock.Err), or when
+// ctx ends: fn must stop its protected work then. Do does not pass the
+// fencing token; when the resource checks tokens, use Acquire and
+// Lock.Token instead.
+//
+// Do returns the acquire's error if it could not acquire; otherwise fn's
+// error; otherwise, when the lock was lost before fn returned, the loss
+// (wrapping ErrLockLost: the work may have run on past it); otherwise the
+// error of Release. Release runs even when ctx has ended, bounded by the
+// client's request timeout per attempt, and when fn panics, before the
+// panic goes on.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	defer func() {
+		if p := recover(); p != nil {
+			// fn panicked: free the lock before the panic goes on.
+			stop()
+			cancel(nil)
+			_ = l.Release(context.WithoutCancel(ctx))
+			panic(p)
+		}
+	}()
+	ferr := fn(fctx)
+	stop()
+	cancel(nil)
+	lost := l.Err()
+	rerr := l.Release(context.WithoutCancel(ctx))
+	switch {
+	case ferr != nil:
+		return ferr
+	case lost != nil && !errors.Is(lost, ErrReleased):
+		return lost
+	}
+	return rerr
+}
