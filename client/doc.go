@@ -98,6 +98,8 @@
 //   - ErrPermissionDenied: the tenant's name policy refuses the name.
 //   - ErrNotOwner: a lock id, fencing token, request id or session id is
 //     not the caller's.
+//   - ErrUnauthenticated: the gateway refused the credentials (no or a
+//     wrong token, a TLS certificate refused or not trusted). Not retried.
 //   - ErrInternal: a gateway failed unexpectedly (internal, unknown,
 //     data_loss or unimplemented from the gateway itself). Not retried;
 //     the same failure connect reports for a connection broken mid-call is

@@ -56,6 +56,10 @@ var (
 	// cap holds until some of them end. The error is a *QuotaError, which
 	// names the cap.
 	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrUnauthenticated reports that a gateway refused the caller's
+	// credentials: no token, a token it does not accept, or a TLS
+	// certificate refused or not trusted on either side. Not retried.
+	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrInternal reports that a gateway answered with an unexpected
 	// failure of its own (internal, unknown, data_loss, unimplemented): a
 	// bug or a mismatch between the SDK and the gateway, not an outage.
@@ -224,6 +228,8 @@ func kindOf(err error) error {
 	switch ce.Code() {
 	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
 		return ErrInvalidArgument
+	case connect.CodeUnauthenticated:
+		return ErrUnauthenticated
 	case connect.CodePermissionDenied:
 		if Reason(err) == ReasonNotOwner {
 			return ErrNotOwner

@@ -61,11 +61,11 @@ func TestBearerTokenReachesASecuredGateway(t *testing.T) {
 		"no token":    g.SDK(t),
 		"wrong token": g.SDK(t, client.WithBearerToken("not-a-token-of-this-gateway")),
 	} {
-		if _, err := c.TryAcquire(ctx, "x"); connect.CodeOf(err) != connect.CodeUnauthenticated {
-			t.Errorf("%s: TryAcquire = %v; want unauthenticated", name, err)
+		if _, err := c.TryAcquire(ctx, "x"); connect.CodeOf(err) != connect.CodeUnauthenticated || !errors.Is(err, client.ErrUnauthenticated) {
+			t.Errorf("%s: TryAcquire = %v; want unauthenticated (client.ErrUnauthenticated)", name, err)
 		}
-		if _, err := c.Acquire(ctx, "x", client.WithWaitTimeout(10*time.Second)); connect.CodeOf(err) != connect.CodeUnauthenticated {
-			t.Errorf("%s: Acquire = %v; want unauthenticated", name, err)
+		if _, err := c.Acquire(ctx, "x", client.WithWaitTimeout(10*time.Second)); connect.CodeOf(err) != connect.CodeUnauthenticated || !errors.Is(err, client.ErrUnauthenticated) {
+			t.Errorf("%s: Acquire = %v; want unauthenticated (client.ErrUnauthenticated)", name, err)
 		}
 	}
 	// Tenants stay apart: the same name is free for another tenant.
@@ -189,11 +189,11 @@ func TestMutualTLS(t *testing.T) {
 		"foreign client cert":   withRoots(other.ClientTLS(t, "acme", "w"), pki),
 	} {
 		c := newClient(t, []string{g.URL}, client.WithTLSConfig(cfg))
-		if _, err := c.TryAcquire(ctx, "x"); connect.CodeOf(err) != connect.CodeUnauthenticated {
-			t.Errorf("%s: TryAcquire = %v; want unauthenticated", name, err)
+		if _, err := c.TryAcquire(ctx, "x"); !errors.Is(err, client.ErrUnauthenticated) {
+			t.Errorf("%s: TryAcquire = %v; want client.ErrUnauthenticated", name, err)
 		}
-		if _, err := c.Acquire(ctx, "x"); connect.CodeOf(err) != connect.CodeUnauthenticated {
-			t.Errorf("%s: Acquire = %v; want unauthenticated", name, err)
+		if _, err := c.Acquire(ctx, "x"); !errors.Is(err, client.ErrUnauthenticated) {
+			t.Errorf("%s: Acquire = %v; want client.ErrUnauthenticated", name, err)
 		}
 	}
 }
