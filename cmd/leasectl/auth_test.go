@@ -90,7 +90,7 @@ func TestBearerTokenCredentials(t *testing.T) {
 
 	// Another tenant's token may not release acme's lock: explained.
 	got := decode(t, runOK(t, append(ep, "--token", tokenAcme, "try", "denied")...))
-	wantFail(t, nil, exitError, []string{"permission denied:", "belong to the tenant"},
+	wantFail(t, nil, exitRefused, []string{"permission denied:", "belong to the tenant"},
 		append(ep, "--token", tokenOther, "release", got["lockId"].(string), fmtToken(got["fencingToken"]))...)
 }
 

@@ -7,9 +7,11 @@ package embedetcd
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -100,8 +102,22 @@ func (s *Server) Etcd() *embed.Etcd { return s.etcd }
 // has shut down.
 func (s *Server) Close() { s.etcd.Close() }
 
-// FreeAddr returns a loopback host:port that was free a moment ago.
+// FreeAddr returns a loopback host:port that was free a moment ago. It
+// picks below Linux's default ephemeral range (32768 and up), which is
+// where every listener on port 0 and every outgoing connection gets its
+// port: a member stopped and restarted on its address would otherwise find
+// it taken by one of those in the meantime, in this process or another.
 func FreeAddr() (string, error) {
+	for range 100 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken: draw again
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("embedetcd: find a free port: %w", err)
@@ -109,6 +125,15 @@ func FreeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
+
+// The range FreeAddr draws ports from: below the ephemeral ports, and below
+// the 12,000 ports under them that the chaos harness keeps for its own
+// restarted processes (loadtest/chaos/ports.go), so test packages running
+// side by side do not draw the same ones.
+const (
+	freePortLow  = 10000
+	freePortHigh = 20000
+)
 
 // quietLogger is etcd's JSON logger at level, minus the errors etcd logs
 // about its own listeners closing during a clean shutdown.
