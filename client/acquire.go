@@ -146,7 +146,15 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 			return l, err
 		}
 		if s != nil && recoveries < maxSessionRecoveries {
-			if handled, rerr := s.recover(ctx, op, err, view); handled {
+			// Covering the shard again is part of the wait: bounded by
+			// its deadline (plus grace) like an attempt.
+			rctx, cancelRecover := ctx, context.CancelFunc(func() {})
+			if cfg.wait > 0 {
+				rctx, cancelRecover = withTimeout(ctx, clk, waitUntil.Sub(clk.Now())+waitGrace)
+			}
+			handled, rerr := s.recover(rctx, op, err, view)
+			cancelRecover()
+			if handled {
 				recoveries++
 				req.RequestId = s.requestIDAfter(err, req.RequestId)
 				if rerr == nil {

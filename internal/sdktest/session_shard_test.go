@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/leasegate/leasegate/client/clienttest"
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/gwtest"
+	"github.com/leasegate/leasegate/internal/netfault"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -241,5 +243,50 @@ func TestSessionAcquireExtendsToMissingShard(t *testing.T) {
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A session acquire whose shard the session lacks, while the gateway's
+// link to that shard is silent, ends by its wait deadline (plus the SDK's
+// grace): extending the session to the shard is part of the wait, not an
+// extra round of calls bounded only by the request timeout.
+func TestSessionAcquireOnSilentShardEndsByItsWaitDeadline(t *testing.T) {
+	t.Parallel()
+	c1 := etcdtest.Start(t)
+	link, err := netfault.New("c1", strings.TrimPrefix(c1.Endpoint(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+	g := gwtest.Start(t, nil, gwtest.Clusters(
+		server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
+		server.Cluster{Name: "c1", Endpoints: []string{link.URL()}},
+	), gwtest.Configure(func(cfg *server.Config) {
+		cfg.Gateway.RequestTimeout = time.Second
+	}))
+	c := newClient(t, []string{g.URL}, client.WithRequestTimeout(4*time.Second))
+	ctx := ctxT(t)
+	link.Set(netfault.Fault{Blackhole: true})
+	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("OpenSession with c1 silent = %v; want a session on c0", err)
+	}
+	defer s.Close(ctx)
+	if got := s.Shards(); !reflect.DeepEqual(got, []string{"c0"}) {
+		t.Fatalf("Shards() = %v; want [c0]", got)
+	}
+	const wait = time.Second
+	start := time.Now()
+	_, err = s.Acquire(ctx, nameOn("c1", "silent"), client.WithWaitTimeout(wait))
+	took := time.Since(start)
+	t.Logf("Acquire returned after %s: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, client.ErrWaitTimeout) {
+		t.Fatalf("Acquire on a silent shard = %v; want a wait timeout", err)
+	}
+	// The grace is 500 ms; a further 500 ms covers this machine's noise.
+	// Unbounded, covering the shard takes the SDK's retries of a call the
+	// gateway fails after its 1 s request timeout each time.
+	if took > wait+time.Second {
+		t.Fatalf("Acquire with wait timeout %s on a silent shard returned after %s; want by %s", wait, took.Round(time.Millisecond), wait+time.Second)
 	}
 }
