@@ -182,7 +182,7 @@ func TestAttributeEarlyLosses(t *testing.T) {
 	if len(vs) != 2 {
 		t.Fatalf("early loss and overlap: got %v", vs)
 	}
-	attributeEarlyLosses(vs, ops, []Injection{pause})
+	attributeEarlyLosses(vs, ops, []Injection{pause}, nil)
 	for _, v := range vs {
 		if v.Known != knownPausedLeaderRevokes {
 			t.Errorf("%s: known = %q; want %q", v.Detail, v.Known, knownPausedLeaderRevokes)
@@ -192,11 +192,45 @@ func TestAttributeEarlyLosses(t *testing.T) {
 	// nothing.
 	for _, in := range []Injection{{Kind: kindLeaderPause, Clusters: []string{"c1"}, Heal: at(2900)}, {Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(500)}} {
 		vs := append(earlyLoss(ops), belief("x", ops)...)
-		attributeEarlyLosses(vs, ops, []Injection{in})
+		attributeEarlyLosses(vs, ops, []Injection{in}, nil)
 		for _, v := range vs {
 			if v.Known != "" {
 				t.Errorf("pause of %v healed at %s: %s put down to %q", in.Clusters, ts(in.Heal), v.Detail, v.Known)
 			}
+		}
+	}
+}
+
+// A holder that released its lock without noticing that etcd had deleted
+// its key is put down to the paused leader's revocations only when the
+// history proves the deletion came after the resumption, within 2 s of it,
+// and before the holder began to release.
+func TestAttributeDeletionUnderHolder(t *testing.T) {
+	pause := Injection{Kind: kindLeaderPause, Clusters: []string{"c0"}, Start: at(2000), Heal: at(2900)}
+	for _, tc := range []struct {
+		name   string
+		delRev int64 // revision r is committed at r×10 ms
+		end    int   // the holder's release began, ms
+		known  bool
+	}{
+		{"deleted 50 ms after the resumption, before the release", 295, 3100, true},
+		{"seen deleted before the resumption", 280, 3100, false},
+		{"deleted before the pause", 150, 3100, false},
+		{"deleted by the release itself", 315, 3100, false},
+		{"deleted 2.5 s after the resumption", 540, 5600, false},
+	} {
+		keys := append(keyEvents("c0", "x", "a", 1, 10, tc.delRev), keyEvents("c0", "x", "b", 1, 12, 700)...)
+		ix := buildKeyIndex(keys, clockEvery("c0", 800), []string{"c0"})
+		a := grant(0, "a", "x", 10, 0, 100, tc.end)
+		b := grant(1, "b", "x", 12, 100, tc.end-10, tc.end+100)
+		ops := []AcquireOp{a, b}
+		vs := belief("x", ops)
+		if len(vs) != 1 {
+			t.Fatalf("%s: belief = %v; want one overlap", tc.name, vs)
+		}
+		attributeEarlyLosses(vs, ops, []Injection{pause}, ix)
+		if got := vs[0].Known == knownPausedLeaderRevokes; got != tc.known {
+			t.Errorf("%s: known = %q; want put down to the bug: %v", tc.name, vs[0].Known, tc.known)
 		}
 	}
 }

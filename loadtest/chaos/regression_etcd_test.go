@@ -159,7 +159,7 @@ func TestRecordedPausedLeaderRevokes(t *testing.T) {
 	if len(vs) != 2 {
 		t.Fatalf("flagged %v; want the early loss and w1's overlap", vs)
 	}
-	attributeEarlyLosses(vs, rec.Acquires, rec.Injections)
+	attributeEarlyLosses(vs, rec.Acquires, rec.Injections, nil)
 	for _, v := range vs {
 		if v.Known != knownPausedLeaderRevokes {
 			t.Errorf("%s: known = %q; want %q", v.Detail, v.Known, knownPausedLeaderRevokes)

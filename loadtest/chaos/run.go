@@ -259,7 +259,7 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	vs = append(vs, checkRegister(regOps, out)...)
 	vs = append(vs, checkGrants(ops, ix)...)
 	vs = append(vs, earlyLoss(ops)...)
-	attributeEarlyLosses(vs, ops, injections)
+	attributeEarlyLosses(vs, ops, injections, ix)
 	vs = append(vs, checkThieves(ops, ix)...)
 	vs = append(vs, adversaryViolations(adv)...)
 	vs = append(vs, stuckWaiters(ops, stop)...)
