@@ -1,9 +1,10 @@
 package main
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/leasegate/leasegate/internal/depfence"
 )
 
 // TestDependencyFence keeps leasectl a client: like the SDK it uses
@@ -17,23 +18,11 @@ func TestDependencyFence(t *testing.T) {
 	allowed := []string{module + "client", module + "proto/", module + "cmd/leasectl", module + "internal/buildinfo"}
 	forbidden := []string{module, "go.etcd.io/"}
 
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	importers := map[string][]string{}
-	for _, line := range lines {
-		pkg, imports, _ := strings.Cut(line, ":")
-		for _, imp := range strings.Fields(imports) {
-			importers[imp] = append(importers[imp], pkg)
-		}
-	}
-	for _, line := range lines {
-		pkg, _, _ := strings.Cut(line, ":")
+	g := depfence.Deps(t, ".")
+	for _, pkg := range g.Packages {
 		if fenced(pkg, forbidden, allowed) {
 			t.Errorf("%s is imported by %s; cmd/leasectl may import only the SDK, the generated API, connect and public libraries",
-				pkg, strings.Join(importers[pkg], ", "))
+				pkg, g.ImportedBy(pkg))
 		}
 	}
 }

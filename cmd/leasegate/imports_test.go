@@ -1,9 +1,9 @@
 package main
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/leasegate/leasegate/internal/depfence"
 )
 
 // TestServerDependencyFence keeps the server binary lean: it links what it
@@ -36,25 +36,11 @@ func TestServerDependencyFence(t *testing.T) {
 		"testing",
 	}
 
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	importers := map[string][]string{}
-	for _, line := range lines {
-		pkg, imports, _ := strings.Cut(line, ":")
-		for _, imp := range strings.Fields(imports) {
-			importers[imp] = append(importers[imp], pkg)
-		}
-	}
-	for _, line := range lines {
-		pkg, _, _ := strings.Cut(line, ":")
+	g := depfence.Deps(t, ".")
+	for _, pkg := range g.Packages {
 		for _, f := range forbidden {
-			// f names a package tree: itself and everything under it.
-			if root := strings.TrimSuffix(f, "/"); pkg == root || strings.HasPrefix(pkg, root+"/") {
-				t.Errorf("cmd/leasegate links %s (imported by %s); the server binary must not carry %s",
-					pkg, strings.Join(importers[pkg], ", "), f)
+			if depfence.Under(pkg, f) {
+				t.Errorf("cmd/leasegate links %s (imported by %s); the server binary must not carry %s", pkg, g.ImportedBy(pkg), f)
 				break
 			}
 		}
