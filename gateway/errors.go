@@ -81,6 +81,9 @@ var errShuttingDown = errors.New("gateway is shutting down; retry with the same 
 type fieldError struct {
 	field string
 	err   error
+	// verbatim: field is a key exactly as the caller sent it, not an API
+	// field name the REST API would spell its own way.
+	verbatim bool
 }
 
 func (e *fieldError) Error() string { return e.err.Error() }

@@ -144,7 +144,9 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 			msg := ce.Message()
 			var fe *fieldError
 			if errors.As(err, &fe) {
-				field = restFields[fe.field]
+				if !fe.verbatim {
+					field = restFields[fe.field]
+				}
 				if field == "" {
 					field = fe.field
 				}
@@ -183,7 +185,13 @@ func decodeStrict(body []byte, v any) error {
 			return badField(f, "has the wrong JSON type %s; want %s", te.Value, te.Type)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return badField(f, "is not a known field")
+			fe := badField(f, "is not a known field").(*fieldError)
+			if camel := restFields[f]; camel != "" && camel != f {
+				// A gRPC/proto spelling: say how the REST API spells it.
+				fe = badField(f, "is not a known field; the REST API spells it %q", camel).(*fieldError)
+			}
+			fe.verbatim = true
+			return fe
 		default:
 			return badField("body", "is not valid JSON")
 		}

@@ -102,6 +102,8 @@ func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
 		{"acquire", `{"name":"x","ttlMs":90000000}`, 400, "ttlMs"},
 		{"acquire", `{"name":"x","ttlMs":-5}`, 400, "ttlMs"},
 		{"acquire", `{"name":"x","ttlMs":30000,"admin":true}`, 400, "admin"},
+		// A proto spelling is named as sent, with the REST spelling.
+		{"acquire", `{"name":"x","ttl_ms":30000}`, 400, "ttl_ms"},
 		{"acquire", `{"name":"x","ttlMs":30000} {"again":1}`, 400, "body"},
 		{"acquire", `{"name":"held","ttlMs":30000,"clientId":"` + strings.Repeat("c", 200) + `"}`, 400, "clientId"},
 		{"renew", `{"fencingToken":1}`, 400, "lockId"},
@@ -124,6 +126,9 @@ func TestRESTBadInputNamesTheFieldAndDisturbsNothing(t *testing.T) {
 		if tc.field != "" && e["field"] != tc.field {
 			t.Errorf("POST %s %.60q names field %v; want %q", tc.path, tc.body, e["field"], tc.field)
 		}
+	}
+	if _, body := postJSON(t, g, "/api/v1/locks/acquire", `{"name":"x","ttl_ms":30000}`); !strings.Contains(fmt.Sprint(body["error"]), `ttl_ms: is not a known field; the REST API spells it "ttlMs"`) {
+		t.Errorf("a proto spelling's error = %v; want it named as sent, with the REST spelling", body["error"])
 	}
 	// Oversized body: 413; wrong method: 405; unknown endpoint: 404.
 	big := `{"name":"x","ttlMs":30000,"clientId":"` + strings.Repeat("x", 70<<10) + `"}`
