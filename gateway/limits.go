@@ -84,6 +84,11 @@ type limitedError struct {
 }
 
 func (e *limitedError) Error() string {
+	if !e.rate {
+		// A cap holds until some of the tenant's locks or waits end: a
+		// retry alone does not help, so the message promises none.
+		return fmt.Sprintf("%s (a cap: it frees as locks or waits end, not with time)", e.what)
+	}
 	return fmt.Sprintf("%s; retry in %s", e.what, e.retry.Round(time.Millisecond))
 }
 func (e *limitedError) Unwrap() error { return ErrLimited }
