@@ -11,6 +11,7 @@ import (
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // ErrorDomain is the domain of the ErrorInfo detail on leasegate errors.
@@ -235,7 +236,21 @@ var errShardUnavailable = errors.New("shard unavailable")
 
 // ShardUnavailable wraps a router's fast-fail error so the gateway answers
 // unavailable with its message.
-func ShardUnavailable(err error) error { return fmt.Errorf("%w: %w", errShardUnavailable, err) }
+func ShardUnavailable(err error) error { return &shardUnavailableError{err: err} }
+
+// shardUnavailableError is a shard's failure the gateway answers with its
+// message: "shard unavailable: …", said once even when err says it already
+// (a breaker's shard.ErrShardUnavailable).
+type shardUnavailableError struct{ err error }
+
+func (e *shardUnavailableError) Error() string {
+	if errors.Is(e.err, shard.ErrShardUnavailable) {
+		return e.err.Error()
+	}
+	return errShardUnavailable.Error() + ": " + e.err.Error()
+}
+
+func (e *shardUnavailableError) Unwrap() []error { return []error{errShardUnavailable, e.err} }
 
 // httpStatus maps a Connect code to the REST API's status code.
 func httpStatus(code connect.Code) int {
