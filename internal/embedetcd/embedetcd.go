@@ -7,11 +7,12 @@ package embedetcd
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -102,28 +103,42 @@ func (s *Server) Etcd() *embed.Etcd { return s.etcd }
 // has shut down.
 func (s *Server) Close() { s.etcd.Close() }
 
-// FreeAddr returns a loopback host:port that was free a moment ago. It
-// picks below Linux's default ephemeral range (32768 and up), which is
-// where every listener on port 0 and every outgoing connection gets its
-// port: a member stopped and restarted on its address would otherwise find
-// it taken by one of those in the meantime, in this process or another.
+// FreeAddr returns a loopback host:port that was free a moment ago and
+// that this process has not handed out before. It picks below Linux's
+// default ephemeral range (32768 and up), which is where every listener on
+// port 0 and every outgoing connection gets its port: a member stopped and
+// restarted on its address would otherwise find it taken by one of those
+// in the meantime, in this process or another. Ports are handed out in
+// sequence from an offset drawn from the process id, so two test
+// processes running side by side walk different stretches of the range,
+// and one process never hands out a port twice.
 func FreeAddr() (string, error) {
-	for range 100 {
-		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	if freePorts.next == 0 {
+		freePorts.next = freePortLow + (os.Getpid()*7919)%(freePortHigh-freePortLow)
+	}
+	for range freePortHigh - freePortLow {
+		port := freePorts.next
+		freePorts.next++
+		if freePorts.next >= freePortHigh {
+			freePorts.next = freePortLow
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			continue // taken: draw again
+			continue // taken: try the next
 		}
 		addr := l.Addr().String()
 		l.Close()
 		return addr, nil
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("embedetcd: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("embedetcd: no free port in [%d, %d)", freePortLow, freePortHigh)
+}
+
+// freePorts is where FreeAddr goes on from.
+var freePorts struct {
+	sync.Mutex
+	next int
 }
 
 // The range FreeAddr draws ports from: below the ephemeral ports, and below
