@@ -27,6 +27,25 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	return holdFor(ctx, l, fn)
+}
+
+// Do acquires the lock on name in the session (as Session.Acquire, with
+// opts), runs fn while holding it, and releases it after, leaving the
+// session open. It is Client.Do for a session's locks: fn's context ends
+// when the lock is lost, which for a session lock includes the session's
+// lease on the lock's shard being lost, or the session being closed.
+func (s *Session) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	l, err := s.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	return holdFor(ctx, l, fn)
+}
+
+// holdFor runs fn while l is held and releases l after: Do's body, its
+// results as Client.Do says.
+func holdFor(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
 	defer func() {

@@ -107,8 +107,8 @@
 //
 // # Conveniences
 //
-// Do runs a function under a lock, with a context that ends when the lock
-// is lost. NewLocker adapts a lock to sync.Locker. WithManualRenew turns
-// the background renewal off, for callers that renew with Lock.Renew when
-// their work needs more time.
+// Client.Do and Session.Do run a function under a lock, with a context
+// that ends when the lock is lost. NewLocker adapts a lock to
+// sync.Locker. WithManualRenew turns the background renewal off, for
+// callers that renew with Lock.Renew when their work needs more time.
 package client

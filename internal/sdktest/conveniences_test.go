@@ -184,3 +184,53 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// Session.Do holds the lock in the session while fn runs, releases it
+// after and leaves the session open; closing the session under fn ends
+// fn's context.
+func TestSessionDo(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	c := newClient(t, []string{g.URL})
+	ctx := ctxT(t)
+	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	other := newClient(t, []string{g.URL})
+	err = s.Do(ctx, "session-do", func(ctx context.Context) error {
+		if _, err := other.TryAcquire(ctx, "session-do"); !errors.Is(err, client.ErrNotAcquired) {
+			t.Errorf("TryAcquire while Session.Do's fn runs = %v; want ErrNotAcquired", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Session.Do = %v", err)
+	}
+	l, err := other.TryAcquire(ctx, "session-do")
+	if err != nil {
+		t.Fatalf("TryAcquire after Session.Do = %v; want the name free", err)
+	}
+	l.Release(ctx)
+	if s.Err() != nil {
+		t.Fatalf("session after Do: %v; want it open", s.Err())
+	}
+	// Closing the session ends the lock, and so fn's context.
+	var cause error
+	err = s.Do(ctx, "session-do", func(fctx context.Context) error {
+		if err := s.Close(ctx); err != nil {
+			return err
+		}
+		<-fctx.Done()
+		cause = context.Cause(fctx)
+		return nil
+	})
+	if !errors.Is(cause, client.ErrReleased) {
+		t.Fatalf("fn's context cause after the session closed = %v; want ErrReleased", cause)
+	}
+	// The holder let go on purpose (it closed the session): not an error.
+	if err != nil {
+		t.Fatalf("Session.Do with the session closed under fn = %v; want nil", err)
+	}
+}
