@@ -188,6 +188,31 @@ func TestPermissionDeniedIsNotNotOwner(t *testing.T) {
 
 func TestRateLimitedRenewalWaitsTheGatewaysDelay(t *testing.T) {
 	t.Parallel()
+	rateLimitedRenewal(t, "a lock's renewal", func(ctx context.Context, c *client.Client) (time.Duration, func() error, func() error, error) {
+		l, err := c.Acquire(ctx, "renew-limited", client.WithTTL(3*time.Second))
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		return l.TTL(), l.Err, func() error { return l.Release(ctx) }, nil
+	})
+}
+
+func TestRateLimitedSessionKeepaliveWaitsTheGatewaysDelay(t *testing.T) {
+	t.Parallel()
+	rateLimitedRenewal(t, "a session's keepalive", func(ctx context.Context, c *client.Client) (time.Duration, func() error, func() error, error) {
+		s, err := c.OpenSession(ctx, client.WithTTL(3*time.Second))
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		return s.TTL(), s.Err, func() error { return s.Close(ctx) }, nil
+	})
+}
+
+// rateLimitedRenewal holds what open opens (its TTL, its loss and its
+// release) through a gateway whose renew rate refuses the second renewal
+// with a 500ms hint, and checks that the SDK retries after exactly that
+// delay, on its own clock, and keeps what it holds.
+func rateLimitedRenewal(t *testing.T, what string, open func(context.Context, *client.Client) (time.Duration, func() error, func() error, error)) {
 	gclk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	g := gwtest.Start(t, shared, gwtest.Configure(func(c *server.Config) {
 		// Two renewals a second, no burst: on a gateway clock that stands
@@ -198,18 +223,18 @@ func TestRateLimitedRenewalWaitsTheGatewaysDelay(t *testing.T) {
 	}))
 	c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 	ctx := ctxT(t)
-	l, err := c.Acquire(ctx, "renew-limited", client.WithTTL(3*time.Second))
+	ttl, lost, release, err := open(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(renewDue(l.TTL()))
+	clk.Advance(renewDue(ttl))
 	if r := await(t, renewals, "first renewal"); r.err != nil {
-		t.Fatalf("first renewal: %v", r.err)
+		t.Fatalf("%s: first renewal: %v", what, r.err)
 	}
-	clk.Advance(renewDue(l.TTL()))
+	clk.Advance(renewDue(ttl))
 	refused := await(t, renewals, "second renewal")
 	if connect.CodeOf(refused.err) != connect.CodeResourceExhausted || client.Reason(refused.err) != client.ReasonRateLimited {
-		t.Fatalf("second renewal = %v; want RATE_LIMITED", refused.err)
+		t.Fatalf("%s: second renewal = %v; want RATE_LIMITED", what, refused.err)
 	}
 	// The retry waits the gateway's 500ms on the client's clock, not the
 	// SDK's shorter backoff (100ms at first).
@@ -217,21 +242,21 @@ func TestRateLimitedRenewalWaitsTheGatewaysDelay(t *testing.T) {
 	clk.Advance(500*time.Millisecond - time.Nanosecond)
 	select {
 	case r := <-renewals:
-		t.Fatalf("renewal sent at %s, before the gateway's delay passed (refused at %s)", r.sent, refused.sent)
+		t.Fatalf("%s: renewal sent at %s, before the gateway's delay passed (refused at %s)", what, r.sent, refused.sent)
 	default:
 	}
 	clk.Advance(time.Nanosecond)
 	r := await(t, renewals, "the renewal after the delay")
 	if r.err != nil || !r.sent.Equal(refused.sent.Add(500*time.Millisecond)) {
-		t.Fatalf("renewal after the delay: sent %s, err %v; want sent at %s and confirmed", r.sent, r.err, refused.sent.Add(500*time.Millisecond))
+		t.Fatalf("%s: renewal after the delay: sent %s, err %v; want sent at %s and confirmed", what, r.sent, r.err, refused.sent.Add(500*time.Millisecond))
 	}
-	if l.Err() != nil {
-		t.Fatalf("lock lost: %v", l.Err())
+	if err := lost(); err != nil {
+		t.Fatalf("%s: lost: %v", what, err)
 	}
 	// Release is charged to the renew rate too: refill it first, or the
 	// release would wait for a gateway clock that stands still.
 	gclk.Advance(time.Second)
-	if err := l.Release(ctx); err != nil {
+	if err := release(); err != nil {
 		t.Fatal(err)
 	}
 }
