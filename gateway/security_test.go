@@ -7,13 +7,10 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -332,26 +329,15 @@ func with(c jwt.MapClaims, k string, v any) jwt.MapClaims {
 
 func TestMutualTLSIdentity(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ca, caKey := newCA(t)
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", ca.Raw)
-	srvCert, srvKey := issue(t, ca, caKey, pkix.Name{CommonName: "127.0.0.1"}, true)
-	writePEM(t, filepath.Join(dir, "srv.pem"), "CERTIFICATE", srvCert.Raw)
-	writeKey(t, filepath.Join(dir, "srv.key"), srvKey)
+	pki := gwtest.NewPKI(t)
 	g := startSecureGateway(t, func(c *server.Config) {
 		c.Gateway.Auth.TokensFile = ""
-		c.TLSCert, c.TLSKey = filepath.Join(dir, "srv.pem"), filepath.Join(dir, "srv.key")
-		c.TLSClientCA = filepath.Join(dir, "ca.pem")
+		c.TLSCert, c.TLSKey, c.TLSClientCA = pki.ServerCert, pki.ServerKey, pki.CAFile
 	})
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	clientCert, clientKey := issue(t, ca, caKey, pkix.Name{CommonName: "worker-1", Organization: []string{"acme"}}, false)
-	tlsClient := func(certs ...tls.Certificate) *http.Client {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}, ForceAttemptHTTP2: true}
-		return &http.Client{Transport: tr}
+	tlsClient := func(cfg *tls.Config) *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}}
 	}
-	with := tlsClient(tls.Certificate{Certificate: [][]byte{clientCert.Raw}, PrivateKey: clientKey})
-	c := leasegatev1connect.NewLockServiceClient(with, g.URL, connect.WithGRPC())
+	c := leasegatev1connect.NewLockServiceClient(tlsClient(pki.ClientTLS(t, "acme", "worker-1")), g.URL, connect.WithGRPC())
 	r, err := c.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "mtls", TtlMs: 5000}))
 	if err != nil || !r.Msg.Acquired {
 		t.Fatalf("TryAcquire with a client certificate = %v, %v", r, err)
@@ -361,7 +347,7 @@ func TestMutualTLSIdentity(t *testing.T) {
 	if _, err := c.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: id, FencingToken: r.Msg.Granted.FencingToken})); err != nil {
 		t.Fatal(err)
 	}
-	without := leasegatev1connect.NewLockServiceClient(tlsClient(), g.URL)
+	without := leasegatev1connect.NewLockServiceClient(tlsClient(pki.ClientTLS(t, "", "")), g.URL)
 	if _, err := without.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "mtls", TtlMs: 5000})); err == nil {
 		t.Fatal("TryAcquire without a client certificate succeeded")
 	}
@@ -397,53 +383,4 @@ func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
 			t.Errorf("a secret (%d chars) appears in logs or errors", len(secret))
 		}
 	}
-}
-
-func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, k
-}
-
-func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, subj pkix.Name, server bool) (*x509.Certificate, *ecdsa.PrivateKey) {
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: subj,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return c, k
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func writeKey(t *testing.T, path string, k *ecdsa.PrivateKey) {
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, path, "EC PRIVATE KEY", der)
 }
