@@ -44,6 +44,18 @@ func (l *Lock) Renew(ctx context.Context) (deadline time.Time, err error) {
 	}
 	k := l.keeper
 	clk := l.c.cfg.clock
+	// A renewal is worth trying only while the lock can still be proven
+	// held: the attempts (and any rate-limit pause) end at its deadline,
+	// or when the keeper stops.
+	ctx, cancel := withTimeout(ctx, clk, k.Deadline().Sub(clk.Now()))
+	defer cancel()
+	go func() { // ends with ctx, which the deferred cancel ends
+		select {
+		case <-k.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var r renewResult
 	r.err = l.c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
 		r.sent = clk.Now()

@@ -37,7 +37,7 @@ type Session struct {
 	mu   sync.Mutex
 	view *sessionView
 
-	extendMu sync.Mutex // one extension at a time, so none is wasted
+	extending chan struct{} // holds a token while an extension runs: one at a time, so none is wasted
 
 	kick     chan struct{} // wakes the renewer when the leases change
 	stopOnce sync.Once
@@ -90,6 +90,7 @@ func (c *Client) OpenSession(ctx context.Context, opts ...SessionOption) (*Sessi
 	s := &Session{
 		c: c, ttl: ms(resp.TtlMs), view: &sessionView{id: resp.SessionId, leases: leases},
 		kick: make(chan struct{}, 1), stopc: make(chan struct{}), done: make(chan struct{}),
+		extending: make(chan struct{}, 1),
 	}
 	if s.ttl <= 0 {
 		return nil, &opError{op: op, kind: ErrUnavailable, cause: errors.New("the gateway opened a session without a TTL")}
@@ -242,6 +243,9 @@ func (s *Session) Close(ctx context.Context) error {
 	s.stop()
 	s.mu.Lock()
 	lost := s.Err()
+	if errors.Is(lost, ErrClosed) {
+		lost = nil // an earlier Close that could not confirm: retry it
+	}
 	view := s.view
 	s.cancel(errSessionClosed)
 	free := false

@@ -22,8 +22,14 @@ const maxSessionRecoveries = 4
 // revived: the gateway revokes it first, so locks the holders were told
 // they lost are freed, and they stay lost.
 func (s *Session) cover(ctx context.Context, op, shard string) error {
-	s.extendMu.Lock()
-	defer s.extendMu.Unlock()
+	// Wait for another extension to end only as long as ctx allows: a
+	// caller's wait deadline bounds this wait too.
+	select {
+	case s.extending <- struct{}{}:
+	case <-ctx.Done():
+		return &opError{op: op, kind: ctx.Err(), cause: context.Cause(ctx)}
+	}
+	defer func() { <-s.extending }()
 	if err := s.check(op); err != nil {
 		return err
 	}

@@ -114,8 +114,12 @@ func (s *Session) run(anchor time.Time) {
 				renewT = clk.NewTimer(pause)
 			default:
 				// A shard or the gateway did not answer: try again soon,
-				// on the next gateway, until the deadlines pass.
-				s.c.failed(r.ep)
+				// until the deadlines pass; on the next gateway only when
+				// this one failed (a partial answer or a refusal is the
+				// shard's, not the gateway's).
+				if r.err != nil && !proofRefused(r.err) {
+					s.c.failed(r.ep)
+				}
 				renewT = clk.NewTimer(bo.next())
 			}
 			s.observe(r, partial)

@@ -119,7 +119,11 @@ func (e *Engine) forgetUnknown(ctx context.Context, key, value string, lease cli
 			if err == nil {
 				kv := firstKV(resp.Responses[0])
 				if lease != 0 && (resp.Succeeded || kv == nil || clientv3.LeaseID(kv.Lease) != lease) {
-					_, _ = e.cli.Revoke(ctx, lease)
+					// Bounded like every call: a lease not revoked lapses
+					// at its TTL anyway.
+					rctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
+					_, _ = e.cli.Revoke(rctx, lease)
+					cancel()
 				}
 				e.at(ctx, pointCleaned)
 				return

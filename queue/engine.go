@@ -62,10 +62,23 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 }
 
 // enter counts a call, wait or background task in progress until the
-// returned func runs.
+// returned func runs, and marks the engine used both when it starts and
+// when it ends: a wait that lasted longer than a cache's idle bound leaves
+// the engine fresh, so it is not closed under its caller's next step (a
+// grant's Abandon, a release).
 func (e *Engine) enter() func() {
-	e.busy.Add(1)
 	e.Touch()
+	exit := e.observe()
+	return func() {
+		e.Touch() // before busy drops, so Idle never sees the old time
+		exit()
+	}
+}
+
+// observe counts work in progress without marking the engine used: for
+// the metrics poller's counts, which must not keep an idle engine alive.
+func (e *Engine) observe() func() {
+	e.busy.Add(1)
 	var once sync.Once
 	return func() { once.Do(func() { e.busy.Add(-1) }) }
 }

@@ -63,7 +63,7 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 
 // CountLocks counts every waiter and holder key of this engine's prefix.
 func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
-	defer e.enter()()
+	defer e.observe()() // a metrics poll is not use: it must not keep the engine from idling
 	resp, err := e.cli.Get(ctx, LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, fmt.Errorf("queue: count keys: %w", err)
