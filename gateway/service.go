@@ -104,6 +104,9 @@ func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
 	if ms > hi {
 		return 0, badField(field, "%d is above %d (%s); want 0 (default %s) or %d to %d", ms, hi, queue.MaxLeaseTTL, s.cfg.DefaultTTL, lo, hi)
 	}
+	if ms < lo {
+		return 0, badField(field, "%d is below %d (%s, etcd's shortest lease); want 0 (default %s) or %d to %d", ms, lo, queue.MinLeaseTTL, s.cfg.DefaultTTL, lo, hi)
+	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
 

@@ -111,7 +111,14 @@ func TestWaitTimeoutIsDeadlineExceeded(t *testing.T) {
 	if p := <-w.positions; p != 1 {
 		t.Fatalf("waiter position = %d; want 1", p)
 	}
+	pending := clk.Pending()
 	clk.Advance(5*time.Second - time.Millisecond)
+	// Advance fires due timers before it returns: every timer still
+	// pending proves the wait's did not fire early (an early end would
+	// reach w.err only after the stream carried it).
+	if n := clk.Pending(); n != pending {
+		t.Fatalf("%d of %d timers fired a millisecond before the wait timeout", pending-n, pending)
+	}
 	select {
 	case err := <-w.err:
 		t.Fatalf("the wait ended %v before its timeout", err)

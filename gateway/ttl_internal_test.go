@@ -21,6 +21,7 @@ func TestTTLRange(t *testing.T) {
 	}{
 		{0, s.cfg.DefaultTTL},
 		{queue.MinLeaseTTL.Milliseconds(), queue.MinLeaseTTL},
+		{queue.MinLeaseTTL.Milliseconds() - 1, 0},
 		{hi, queue.MaxLeaseTTL},
 		{hi + 1, 0},
 		{-1, 0},

@@ -20,6 +20,12 @@ func TestWithTimeoutCauseOnFakeClock(t *testing.T) {
 		t.Error("a fake-clock timeout reports a wall-clock deadline")
 	}
 	clk.Advance(999 * time.Millisecond)
+	// Advance fires due timers before it returns: the timeout's timer still
+	// pending is the proof that it did not fire early (the context itself
+	// ends from another goroutine, so its Done alone could not show it).
+	if n := clk.Pending(); n != 1 {
+		t.Fatalf("%d timers pending a millisecond before the timeout; want the timeout's", n)
+	}
 	select {
 	case <-ctx.Done():
 		t.Fatal("the context ended before the fake clock reached its timeout")

@@ -188,9 +188,14 @@ func TestAttributeEarlyLosses(t *testing.T) {
 			t.Errorf("%s: known = %q; want %q", v.Detail, v.Known, knownPausedLeaderRevokes)
 		}
 	}
-	// Another cluster's pause, or one that resumed long before, explains
-	// nothing.
-	for _, in := range []Injection{{Kind: kindLeaderPause, Clusters: []string{"c1"}, Heal: at(2900)}, {Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(500)}} {
+	// Another cluster's pause, one that resumed long before or just over
+	// 2 s before, or one that resumed only after the loss, explains nothing.
+	for _, in := range []Injection{
+		{Kind: kindLeaderPause, Clusters: []string{"c1"}, Heal: at(2900)},
+		{Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(500)},
+		{Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(900)},
+		{Kind: kindLeaderPause, Clusters: []string{"c0"}, Heal: at(3100)},
+	} {
 		vs := append(earlyLoss(ops), belief("x", ops)...)
 		attributeEarlyLosses(vs, ops, []Injection{in}, nil)
 		for _, v := range vs {
