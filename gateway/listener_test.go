@@ -12,7 +12,14 @@ import (
 // cap is closed as soon as it is accepted, which the client sees as EOF.
 func accepted(t *testing.T, addr string) (net.Conn, bool) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	return acceptedFrom(t, "127.0.0.1", addr)
+}
+
+// acceptedFrom is accepted for a connection from the loopback address ip.
+func acceptedFrom(t *testing.T, ip, addr string) (net.Conn, bool) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +70,16 @@ func TestLimitListenerCapsConnections(t *testing.T) {
 	if !ok {
 		t.Fatal("a connection after one closed was not kept")
 	}
+	// Two connections from 127.0.0.1 are open; the total cap is 3, so one
+	// more from another address is kept and the next is not.
+	c4, ok := acceptedFrom(t, "127.0.0.2", addr)
+	if !ok {
+		t.Fatal("a first connection from another address was not kept under a total cap of 3")
+	}
+	if _, ok := acceptedFrom(t, "127.0.0.3", addr); ok {
+		t.Fatal("a fourth connection in all was kept under a total cap of 3")
+	}
 	c2.Close()
 	c3.Close()
+	c4.Close()
 }
