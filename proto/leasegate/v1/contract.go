@@ -20,4 +20,7 @@ const (
 	MaxNameBytes = 256
 	// MaxIDBytes is the longest client_id or request_id, in bytes.
 	MaxIDBytes = 128
+	// MaxValueBytes is the longest election value (CampaignRequest.value,
+	// ProclaimRequest.value), in bytes.
+	MaxValueBytes = 4096
 )
