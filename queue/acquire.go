@@ -63,10 +63,17 @@ type AcquireRequest struct {
 	// kept alive, the wait timeout and cancellation apply). The shard router
 	// uses it to hold a moved name until its previous cluster has let go.
 	BeforeGrant func(ctx context.Context) error
+	// Value is an election campaigner's value (at most MaxValueLen bytes),
+	// published as the leader's once it is first; only for a Name made by
+	// ElectionName.
+	Value []byte
 }
 
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
-	if err := ValidateName(r.Name); err != nil {
+	if err := ValidateKeyName(r.Name); err != nil {
+		return 0, err
+	}
+	if err := validateValue(r.Name, r.Value); err != nil {
 		return 0, err
 	}
 	if err := validateIDs(r.ClientID, r.RequestID); err != nil {
@@ -204,6 +211,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Owner:    r.binding(),
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
 		Attempt:  newAttempt(),
+		Value:    r.Value,
 	})
 
 	// A session waiter that may have to wait rides on the attempt lease

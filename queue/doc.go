@@ -47,6 +47,49 @@
 // (attempt.go), so it lapses within AttemptTTL once no live attempt serves
 // it, whatever the session does.
 //
+// # Elections
+//
+// An election (election.go) is a lock under a name no lock can have
+// (ElectionName: a NUL marker, which lock names never contain): the leader
+// is the holder, a term is a key, its fencing token is the key's. The
+// leader's value lives in its key's record, and Proclaim rewrites it.
+//
+// # Proclaim and attempt identity
+//
+// A proclaim writes the leader's key, so it moves the key's mod revision —
+// the identity of the attempt that wrote it last. Three facts keep every
+// compare of a mod revision right:
+//
+//  1. A proclaim acts only on a key whose term was granted. It compares the
+//     create revision, the lease the leader id names and the secret, and
+//     that no key of the election is older. The secret leaves the engine
+//     only in a grant, a key that was first stays first while it lives
+//     (later keys have later revisions), and a session campaigner's key
+//     rides on the attempt lease, not the session's, until its grant moves
+//     it: so no proclaim can land on a waiter, nor between a session
+//     grant's checks and its move (moveToSession).
+//  2. Revisions are never reused: a proclaim's write has a revision no
+//     attempt has recorded. A compare of an attempt's mod revision after a
+//     proclaim can only fail, never succeed for the wrong attempt. The
+//     attempts that can still be running on a granted key are the one that
+//     made the grant (whose remaining compare is Abandon, for a grant it
+//     could not deliver — but then nobody holds the leader id to proclaim
+//     with) and retries with the same request id; for them a failed
+//     compare means "leave the key alone": cleanup and Abandon delete
+//     nothing, and the term lives on with the caller that proclaimed, until
+//     it resigns or stops renewing. A retry that waits before its grant (a
+//     moved name's, behind BeforeGrant) may report ErrSuperseded: its
+//     caller already leads, through the id it proclaimed with.
+//  3. A proclaim compares the mod revision it read, so it never writes over
+//     a takeover's record (its nonce, its lease) with an older one, and a
+//     takeover compares the mod revision it read, so it never writes a
+//     proclaimed value back to an older one: each retries on a fresh read.
+//
+// Waiters behind the leader watch it for deletes only and compare its
+// create revision, which a proclaim keeps; the position feed follows
+// deletes only. Observe reports a put on the leader's key as a new value
+// of the same term, by the create revision the event carries.
+//
 // docs/safety.md takes every transaction in turn: what it compares, and
 // what a forged, stale, replayed or racing input can make it do. The
 // interleaving explorer (explore_test.go) runs actors against a real etcd

@@ -49,4 +49,10 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrClosed reports use of an engine after Close.
 	ErrClosed = errors.New("engine closed")
+	// ErrNoLeader reports an election that nobody leads.
+	ErrNoLeader = errors.New("no leader")
+	// ErrNotLeader reports a Proclaim by a caller whose term has ended; it
+	// comes joined with ErrExpired (nobody leads) or ErrStolen (another
+	// campaigner leads).
+	ErrNotLeader = errors.New("not the leader")
 )

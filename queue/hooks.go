@@ -14,21 +14,22 @@ import (
 // and chooses who goes next, so the orders that reviews find by luck are
 // enumerated on purpose against a real etcd.
 const (
-	pointEnqueue  = "enqueue.txn"      // before the acquire transaction
-	pointTakeover = "resume.takeover"  // before an attempt takes over its waiter key
-	pointRead     = "wait.read"        // before a waiter re-reads its queue
-	pointWatch    = "wait.watch"       // read, before the watches are created
-	pointCheck    = "wait.check"       // watches created, before the identity check
-	pointGrant    = "grant"            // first in the queue, before the grant is made
-	pointCleanup  = "cleanup.txn"      // before a waiter's key is removed
-	pointCleaned  = "cleanup.done"     // a removal ended (deleted or found the key not its own)
-	pointRelease  = "release.txn"      // before the release transaction
-	pointProve    = "renew.prove"      // before a renewal proves the holder
-	pointKeep     = "renew.keepalive"  // proven, before the keepalive
-	pointAbandon  = "abandon.txn"      // before an undelivered grant is given up
-	pointLeaseGet = "attempt.lease"    // before the attempt lease is granted
-	pointWatchEnd = "wait.woke"        // a parked waiter woke up
-	pointSpawned  = "background.start" // a background task of the caller begins
+	pointEnqueue  = "enqueue.txn"       // before the acquire transaction
+	pointTakeover = "resume.takeover"   // before an attempt takes over its waiter key
+	pointRead     = "wait.read"         // before a waiter re-reads its queue
+	pointWatch    = "wait.watch"        // read, before the watches are created
+	pointCheck    = "wait.check"        // watches created, before the identity check
+	pointGrant    = "grant"             // first in the queue, before the grant is made
+	pointCleanup  = "cleanup.txn"       // before a waiter's key is removed
+	pointCleaned  = "cleanup.done"      // a removal ended (deleted or found the key not its own)
+	pointRelease  = "release.txn"       // before the release transaction
+	pointProve    = "renew.prove"       // before a renewal proves the holder
+	pointKeep     = "renew.keepalive"   // proven, before the keepalive
+	pointAbandon  = "abandon.txn"       // before an undelivered grant is given up
+	pointLeaseGet = "attempt.lease"     // before the attempt lease is granted
+	pointWatchEnd = "wait.woke"         // a parked waiter woke up
+	pointSpawned  = "background.start"  // a background task of the caller begins
+	pointProclaim = "election.proclaim" // read the leader's key, before the proclaim transaction
 )
 
 // hooks observe and order the engine's interleaving points. All methods

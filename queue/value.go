@@ -34,6 +34,9 @@ type waiterMeta struct {
 	// so the exact value an attempt wrote identifies it even when the
 	// answer to its write was lost.
 	Attempt string `json:"a,omitempty"`
+	// Value is an election leader's value (ElectionName): what it
+	// campaigned with, or last proclaimed. Locks leave it empty.
+	Value []byte `json:"v,omitempty"`
 }
 
 // newAttempt draws an attempt nonce.
