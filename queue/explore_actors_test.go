@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,6 +22,10 @@ type world struct {
 	prefix  string
 	name    string
 	rng     *rand.Rand
+	// election is set when name is an election's (ElectionName): every
+	// holder proclaims before it lets go, and the checker follows values.
+	election   bool
+	proclaimed map[int64]string // by create revision: the value a holder proclaimed
 
 	specs []actorSpec
 	wg    sync.WaitGroup
@@ -49,7 +54,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 	return &world{
 		sch: sch, engines: engines, prefix: prefix, name: "n",
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
-		holding: map[string]Grant{}, expiredRev: map[int64]bool{},
+		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, proclaimed: map[int64]string{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
 	}
 }
@@ -77,6 +82,11 @@ func (w *world) cast() {
 		func(i int) { w.addImpatient(fmt.Sprintf("i%d", i)) },
 		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
+	}
+	if w.rng.IntN(3) == 0 {
+		// An election: the same queue under an election's name, and every
+		// leader proclaims before it resigns.
+		w.name, w.election = ElectionName(w.name), true
 	}
 	n := 2 + w.rng.IntN(3)
 	menu[w.rng.IntN(4)](0) // a lock taker first
@@ -130,12 +140,33 @@ func (w *world) letGo(client string) {
 	delete(w.holding, client)
 }
 
-// release lets client's grant go.
+// release lets client's grant go; in an election, the leader proclaims
+// first.
 func (w *world) release(ctx context.Context, client string, e *Engine, g Grant) {
+	if w.election {
+		w.proclaim(ctx, client, e, g)
+	}
 	w.step(ctx, "release")
 	w.letGo(client)
 	if _, err := e.Release(ctx, g.Handle, g.Token()); err != nil && !errors.Is(err, ErrNotOwner) {
 		w.violate("%s: release: %v", client, err)
+	}
+}
+
+// proclaim publishes a value for client's term. It must succeed unless an
+// expirer ended the term.
+func (w *world) proclaim(ctx context.Context, client string, e *Engine, g Grant) {
+	w.step(ctx, "proclaim")
+	v := fmt.Sprintf("%s@%d", client, g.Token())
+	err := e.Proclaim(ctx, g.Handle, []byte(v))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case err == nil:
+		w.proclaimed[g.Revision] = v
+	case w.expiredRev[g.Revision] && errors.Is(err, ErrNotLeader):
+	default:
+		w.violations = append(w.violations, fmt.Sprintf("%s: proclaim while leading: %v", client, err))
 	}
 }
 
@@ -405,6 +436,16 @@ func (w *world) adversary(name string) actorSpec {
 				if ok, err := e.Release(ctx, forged, mine.Token()); ok || !errors.Is(err, ErrNotOwner) {
 					w.violate("%s: release of its own lock id with %s's lease = %v, %v; want ErrNotOwner", name, clients[j], ok, err)
 				}
+				if w.election {
+					// The leader's key, named with the adversary's own
+					// secret: the value must not change hands. (The term
+					// may have ended since the snapshot: ErrNotLeader.)
+					stolen := v.Handle
+					stolen.Secret = mine.Secret
+					if err := e.Proclaim(ctx, stolen, []byte("mallory")); !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrNotLeader) {
+						w.violate("%s: proclaim for %s with its own secret = %v; want ErrNotOwner", name, clients[j], err)
+					}
+				}
 			}
 			// Another caller's request ids, as guessed, while its waiter
 			// exists: the waiter must not be handed over.
@@ -547,13 +588,49 @@ func (w *world) keys() string {
 	return strings.Join(out, " ")
 }
 
+// checkElection verifies, in an election, that every leader's key rides on
+// the lease its grant names (a proclaim must not move it off) and carries
+// the value it last proclaimed.
+func (w *world) checkElection(kvs []*mvccpb.KeyValue) error {
+	if !w.election {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for client, g := range w.holding {
+		for _, kv := range kvs {
+			if kv.CreateRevision != g.Revision {
+				continue
+			}
+			if clientv3.LeaseID(kv.Lease) != g.Lease {
+				return fmt.Errorf("%s leads (token %d) but its key rides on lease %x, not its grant's %x", client, g.Token(), kv.Lease, g.Lease)
+			}
+			_, meta, err := decodeValue(kv.Value)
+			if err != nil {
+				return err
+			}
+			if v, ok := w.proclaimed[g.Revision]; ok && string(meta.Value) != v {
+				return fmt.Errorf("%s leads (token %d) with value %q, not the %q it proclaimed", client, g.Token(), meta.Value, v)
+			}
+		}
+	}
+	return nil
+}
+
 // check verifies, between two steps, what etcd shows against what the
 // actors believe.
 func (w *world) check() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := w.sch.cli.Get(ctx, w.engines[0].keys.namePrefix(w.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if !w.election {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	resp, err := w.sch.cli.Get(ctx, w.engines[0].keys.namePrefix(w.name), opts...)
 	if err != nil {
+		return err
+	}
+	if err := w.checkElection(resp.Kvs); err != nil {
 		return err
 	}
 	live := map[int64]bool{}
