@@ -81,7 +81,20 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 }
 
 func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
-	op := fmt.Sprintf("acquire %q", name)
+	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (*v1.Granted, bool, error) {
+		return acquireOnce(ctx, ep.rpc, req, onQueued)
+	})
+}
+
+// streamOnce runs one attempt of a streaming acquire (LockService.Acquire,
+// ElectionService.Campaign) of req on ep to its end; queued reports whether
+// the gateway enqueued the caller before the stream ended.
+type streamOnce func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error)
+
+// acquireStream is Acquire's retry loop around once: the same request id
+// on every endpoint in turn, the wait timeout, session recovery, and the
+// grant turned into a Lock renewed in the background.
+func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session, opts []AcquireOption, once streamOnce) (*Lock, error) {
 	if err := c.checkOpen(op); err != nil {
 		return nil, err
 	}
@@ -132,7 +145,7 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 			actx, cancelAttempt = withTimeout(ctx, clk, waitUntil.Sub(clk.Now())+waitGrace)
 		}
 		sent := clk.Now()
-		g, queued, err := acquireOnce(actx, ep.rpc, req, cfg.onQueued)
+		g, queued, err := once(actx, ep, req, cfg.onQueued)
 		cancelAttempt()
 		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
 			c.letGo(ctx, g, waitUntil)

@@ -70,6 +70,8 @@ var (
 	// ErrInvalidArgument reports a bad option or request field; the message
 	// names the value and what is allowed.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNoLeader reports an election that nobody leads (Election.Leader).
+	ErrNoLeader = errors.New("no leader")
 )
 
 // Reasons a gateway gives in the ErrorInfo detail of its errors: the

@@ -14,6 +14,8 @@ import (
 	"connectrpc.com/connect"
 	connectcors "connectrpc.com/cors"
 	"github.com/rs/cors"
+
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 // The edge: what every request meets before a handler reads its body.
@@ -45,7 +47,11 @@ func isPublic(path string) bool {
 
 // streamingPaths answer with a stream whose messages are bounded one by
 // one rather than as a whole.
-const acquirePath = "/leasegate.v1.LockService/Acquire"
+var streamingPaths = map[string]bool{
+	leasegatev1connect.LockServiceAcquireProcedure:      true,
+	leasegatev1connect.ElectionServiceCampaignProcedure: true,
+	leasegatev1connect.ElectionServiceObserveProcedure:  true,
+}
 
 type senderKey struct{}
 
@@ -87,7 +93,7 @@ func (s *Service) edge(next http.Handler) http.Handler {
 		now := time.Now()
 		_ = rc.SetReadDeadline(now.Add(s.cfg.BodyReadTimeout))
 		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-		if r.URL.Path == acquirePath {
+		if streamingPaths[r.URL.Path] {
 			fw := &flushWriter{ResponseWriter: w, rc: rc}
 			ctx = context.WithValue(ctx, senderKey{}, fw)
 			w = fw

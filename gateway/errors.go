@@ -192,6 +192,12 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodeDeadlineExceeded, ReasonWaitTimeout, err.Error()
 	case errors.Is(err, queue.ErrLeaseLost):
 		return connect.CodeAborted, ReasonLeaseLost, "the waiter's lease was lost; acquire again"
+	case errors.Is(err, queue.ErrNotLeader) && errors.Is(err, queue.ErrStolen):
+		return connect.CodeFailedPrecondition, ReasonStolen, "not the leader: its term ended and another campaigner leads"
+	case errors.Is(err, queue.ErrNotLeader):
+		return connect.CodeFailedPrecondition, ReasonExpired, "not the leader: its term ended and nobody leads"
+	case errors.Is(err, queue.ErrNoLeader):
+		return connect.CodeNotFound, noReason, "nobody leads the election"
 	case errors.Is(err, queue.ErrExpired):
 		return connect.CodeFailedPrecondition, ReasonExpired, "the lock expired: its lease lapsed and the name is free"
 	case errors.Is(err, queue.ErrStolen):

@@ -135,7 +135,7 @@ func DecodeLockID(keys IDKeyring, s string) (LockID, error) {
 	if len(wid) != 16 || id.Handle.Revision <= 0 || id.Handle.Lease == 0 || id.Shard == "" || flags&^flagSession != 0 {
 		return LockID{}, fmt.Errorf("%w: lock id fields are out of range", ErrMalformedID)
 	}
-	if err := queue.ValidateName(id.Handle.Name); err != nil {
+	if err := queue.ValidateKeyName(id.Handle.Name); err != nil {
 		return LockID{}, fmt.Errorf("%w: lock id names an invalid lock", ErrMalformedID)
 	}
 	id.Handle.WaiterID = hex.EncodeToString([]byte(wid))

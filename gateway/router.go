@@ -6,18 +6,24 @@ import (
 	"fmt"
 
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
 )
 
 // ErrUnknownShard reports an id naming a shard this gateway does not know.
 var ErrUnknownShard = locks.ErrUnknownShard
 
-// route routes name for the caller, once per call: the tenant's policy
+// route routes name (a lock's, or an election's engine name) for the
+// caller, once per call: the tenant's policy
 // must allow the name, the target points at the tenant's keys, the
 // leasegate.route span records the router's choice and the call's record
 // its shard.
 func (s *Service) route(ctx context.Context, id Identity, name string) (locks.Target, error) {
-	if err := s.cfg.Policy.allows(id.Tenant, name); err != nil {
+	visible := name // an election is allowed by its own name
+	if n, ok := queue.ElectionOf(name); ok {
+		visible = n
+	}
+	if err := s.cfg.Policy.allows(id.Tenant, visible); err != nil {
 		return locks.Target{}, err
 	}
 	t, err := s.router.Route(name, id.Tenant)

@@ -15,7 +15,7 @@ import (
 )
 
 // Handler assembles everything the gateway serves on one port: the Connect
-// service (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection, the
+// services LockService and ElectionService (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection, the
 // REST API and GET /healthz.
 func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
@@ -30,8 +30,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	// telemetry's and the caller's, sees Connect errors.
 	opts = append(opts, connect.WithInterceptors(errorTranslator{}))
 	mux.Handle(leasegatev1connect.NewLockServiceHandler(s, opts...))
+	mux.Handle(leasegatev1connect.NewElectionServiceHandler(s.Elections(), opts...))
 	mux.Handle(grpchealth.NewHandler(s.Health()))
-	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, leasegatev1connect.ElectionServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/api/v1/", s.tel.restHandler(s.RESTHandler()))
@@ -104,9 +105,9 @@ func (s *Service) Health() *Health {
 }
 
 // Check implements grpchealth.Checker for the whole server and for
-// leasegate.v1.LockService.
+// leasegate.v1.LockService and leasegate.v1.ElectionService.
 func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
-	if req.Service != "" && req.Service != leasegatev1connect.LockServiceName {
+	if req.Service != "" && req.Service != leasegatev1connect.LockServiceName && req.Service != leasegatev1connect.ElectionServiceName {
 		return nil, connect.NewError(connect.CodeNotFound, nil)
 	}
 	select {

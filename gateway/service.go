@@ -200,12 +200,33 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
+	return s.streamAcquire(ctx, id, r, sess, m.WaitTimeoutMs, acquireSink{
+		queued: func(q *v1.Queued) error {
+			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: q}})
+		},
+		granted: func(g *v1.Granted) error {
+			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: g}})
+		},
+	})
+}
+
+// acquireSink writes the messages of a streaming acquire: LockService's
+// Acquire and ElectionService's Campaign.
+type acquireSink struct {
+	queued  func(*v1.Queued) error
+	granted func(*v1.Granted) error
+}
+
+// streamAcquire runs a streaming acquire of r for a validated request:
+// routing, limits, the wait with its positions and heartbeats, and the
+// delivery of the grant (given up when it does not reach the client).
+func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.AcquireRequest, sess *SessionID, waitTimeoutMs int64, sink acquireSink) error {
 	// Compare in milliseconds before converting: a huge value would
 	// overflow the conversion and pass the check.
-	if m.WaitTimeoutMs < 0 || m.WaitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
-		return badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", m.WaitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds())
+	if waitTimeoutMs < 0 || waitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
+		return badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", waitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds())
 	}
-	r.WaitTimeout = time.Duration(m.WaitTimeoutMs) * time.Millisecond
+	r.WaitTimeout = time.Duration(waitTimeoutMs) * time.Millisecond
 	t, err := s.target(ctx, id, &r, sess)
 	if err != nil {
 		return err
@@ -252,7 +273,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 		}
 		last = pos
 		sendErr = s.send(ctx, func() error {
-			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: &v1.Queued{Position: pos, RequestId: r.RequestID}}})
+			return sink.queued(&v1.Queued{Position: pos, RequestId: r.RequestID})
 		})
 		return sendErr
 	}
@@ -279,14 +300,14 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 			return errShuttingDown
 		}
 		if errors.Is(context.Cause(wctx), queue.ErrWaitTimeout) {
-			return fmt.Errorf("%w after %d ms", queue.ErrWaitTimeout, m.WaitTimeoutMs)
+			return fmt.Errorf("%w after %d ms", queue.ErrWaitTimeout, waitTimeoutMs)
 		}
 		return err
 	}
 	recordOf(ctx).setShard(t.Shard)
 	sendMu.Lock()
 	err = s.send(ctx, func() error {
-		return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Granted{Granted: s.granted(id, t, g)}})
+		return sink.granted(s.granted(id, t, g))
 	})
 	sendMu.Unlock()
 	if err != nil {

@@ -284,7 +284,7 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 			t.m.renew.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
 		}
 		t.lost(ctx, shard, lossReason(err))
-	case *v1.ReleaseRequest:
+	case *v1.ReleaseRequest, *v1.ResignRequest:
 		if t.m != nil {
 			t.m.release.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
 		}
@@ -314,11 +314,12 @@ func (c *callRecorder) WrapStreamingClient(next connect.StreamingClientFunc) con
 func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	t := (*telemetry)(c)
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if conn.Spec().Procedure != leasegatev1connect.LockServiceAcquireProcedure {
+		proc := conn.Spec().Procedure
+		if proc != leasegatev1connect.LockServiceAcquireProcedure && proc != leasegatev1connect.ElectionServiceCampaignProcedure {
 			return next(ctx, conn)
 		}
 		ctx, rec := withRecord(ctx)
-		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, rec: rec, start: time.Now()}
+		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, rec: rec, start: time.Now(), procedure: proc}
 		err := next(ctx, a)
 		a.done(err)
 		return err
@@ -337,10 +338,11 @@ type acquireConn struct {
 	start     time.Time
 	queuedAt  time.Time
 	waitShard string
+	procedure string // Acquire, or an election's Campaign
 }
 
 func (a *acquireConn) Send(msg any) error {
-	if m, ok := msg.(*v1.AcquireResponse); ok && a.queuedAt.IsZero() && m.GetQueued() != nil {
+	if a.queuedAt.IsZero() && isQueued(msg) {
 		a.queuedAt, a.waitShard = time.Now(), a.rec.currentShard()
 		if a.waitShard == "" {
 			a.waitShard = "unknown"
@@ -350,6 +352,17 @@ func (a *acquireConn) Send(msg any) error {
 		}
 	}
 	return a.StreamingHandlerConn.Send(msg)
+}
+
+// isQueued reports whether msg is a streaming acquire's queue position.
+func isQueued(msg any) bool {
+	switch m := msg.(type) {
+	case *v1.AcquireResponse:
+		return m.GetQueued() != nil
+	case *v1.CampaignResponse:
+		return m.GetQueued() != nil
+	}
+	return false
 }
 
 func (a *acquireConn) done(err error) {
@@ -369,5 +382,5 @@ func (a *acquireConn) done(err error) {
 	}
 	a.t.lost(a.ctx, shard, lossReason(err))
 	trace.SpanFromContext(a.ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
-	a.t.logCall(a.ctx, leasegatev1connect.LockServiceAcquireProcedure, shard, err, now.Sub(a.start))
+	a.t.logCall(a.ctx, a.procedure, shard, err, now.Sub(a.start))
 }
