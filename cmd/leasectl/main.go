@@ -1,16 +1,17 @@
 // Command leasectl is the command-line client of leasegate: it acquires,
 // renews, releases and describes locks, watches a name, and runs a command
-// while holding a lock (leasectl run).
+// while holding a lock (leasectl run) or while leading an election (leasectl
+// elect); leasectl leader and observe show an election's leader.
 //
 // Exit statuses: 0 success; 1 error (for example no gateway reachable);
 // 2 bad flags or arguments (including ones a gateway refuses); 3 the lock
-// was not acquired (held, or the wait timed out); 4 the lock was lost;
-// 5 refused: the tenant may not use the name, or the lock id is not the
-// caller's; 6 a rate limit or a quota refused the call (retry later, or
-// after some locks end); 7 a gateway failed unexpectedly (a bug or a
-// version mismatch, not an outage). leasectl run otherwise exits with the
-// command's status, or 128+N when stop signal N came before the command
-// started.
+// was not acquired (held, or the wait timed out; for leader: nobody leads);
+// 4 the lock (or leadership) was lost; 5 refused: the tenant may not use
+// the name, or the lock id is not the caller's; 6 a rate limit or a quota
+// refused the call (retry later, or after some locks end); 7 a gateway
+// failed unexpectedly (a bug or a version mismatch, not an outage).
+// leasectl run and elect otherwise exit with the command's status, or
+// 128+N when stop signal N came before the command started.
 package main
 
 import (
@@ -98,7 +99,7 @@ func classify(err error) (code int, hint string) {
 	switch {
 	case errors.As(err, &ue), errors.Is(err, client.ErrInvalidArgument):
 		return exitUsage, ""
-	case errors.Is(err, client.ErrNotAcquired), errors.Is(err, client.ErrWaitTimeout):
+	case errors.Is(err, client.ErrNotAcquired), errors.Is(err, client.ErrWaitTimeout), errors.Is(err, client.ErrNoLeader):
 		return exitNotAcquired, ""
 	case errors.Is(err, client.ErrLockLost):
 		return exitLost, ""
@@ -143,6 +144,8 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 		Short: "Command-line client for the leasegate lock gateway",
 		Long: `leasectl acquires, renews, releases and describes leasegate locks, watches a
 lock name, and runs a command while holding a lock (see "leasectl run --help").
+It also campaigns in elections and runs a command while leader ("leasectl
+elect"), and shows or follows an election's leader ("leader", "observe").
 
 Gateways come from --endpoint (repeatable) or, when no --endpoint is given,
 from LEASEGATE_ENDPOINT (URLs separated by commas or spaces); the default is
@@ -185,7 +188,7 @@ unexpectedly. "leasectl run" otherwise exits with the command's status, or
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("protocol", cobra.FixedCompletions([]string{"connect", "grpc", "grpcweb"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(newAcquireCmd(g), newTryCmd(g), newRenewCmd(g), newReleaseCmd(g),
-		newDescribeCmd(g), newWatchCmd(g), newRunCmd(g))
+		newDescribeCmd(g), newWatchCmd(g), newRunCmd(g), newElectCmd(g), newLeaderCmd(g), newObserveCmd(g))
 	// A refusal of the credentials is explained in leasectl's terms (which
 	// flag to pass), whichever command met it.
 	for _, sub := range cmd.Commands() {

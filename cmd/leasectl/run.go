@@ -157,18 +157,50 @@ var testHookGranted func(sigs <-chan os.Signal)
 
 // runLocked holds the lock while argv runs.
 func runLocked(ctx context.Context, g *globals, c *client.Client, name string, opts []client.AcquireOption, grace time.Duration, argv []string) error {
+	return runHeld(ctx, g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
+		l, err := c.Acquire(ctx, name, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &holding{term: l, release: l.Release, env: []string{
+			"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
+			"LEASEGATE_LOCK_NAME=" + name,
+			"LEASEGATE_LOCK_ID=" + l.ID(),
+		}}, nil
+	}, grace, argv)
+}
+
+// term is what CMD runs under: a Lock (run) or a Leadership (elect).
+type term interface {
+	Token() int64
+	Expires() time.Time
+	Done() <-chan struct{}
+	Err() error
+}
+
+// holding is a granted term with what ends it and what CMD's environment
+// gets from it.
+type holding struct {
+	term
+	release func(context.Context) error
+	env     []string
+}
+
+// runHeld waits for a term with acquire, then runs argv while it holds;
+// what names the term in messages ("lock \"x\"").
+func runHeld(ctx context.Context, g *globals, what string, acquire func(context.Context) (*holding, error), grace time.Duration, argv []string) error {
 	// Subscribe before the wait so that no signal is missed up to CMD's end.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, handledSignals()...)
 	defer signal.Stop(sigs)
 
-	lock, stop, err := acquireUnlessStopped(ctx, c, name, opts, sigs)
+	lock, stop, err := acquireUnlessStopped(ctx, acquire, sigs)
 	if lock != nil {
 		defer func() {
 			rctx, cancel := g.releaseCtx(ctx)
 			defer cancel()
-			if err := lock.Release(rctx); err != nil {
-				fmt.Fprintf(os.Stderr, "leasectl: release lock %q: %v (it lapses at its TTL)\n", name, firstLine(g.creds.explain(err).Error()))
+			if err := lock.release(rctx); err != nil {
+				fmt.Fprintf(os.Stderr, "leasectl: release %s: %v (it lapses at its TTL)\n", what, firstLine(g.creds.explain(err).Error()))
 			}
 		}()
 		if testHookGranted != nil {
@@ -182,45 +214,41 @@ func runLocked(ctx context.Context, g *globals, c *client.Client, name string, o
 	}
 	switch {
 	case stop != 0 && lock != nil:
-		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived after lock %q was granted; %s not started", int(stop), stop, name, argv[0])}
+		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived after %s was granted; %s not started", int(stop), stop, what, argv[0])}
 	case stop != 0:
-		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived while waiting for lock %q; %s not started", int(stop), stop, name, argv[0])}
+		return exitStatus{code: 128 + int(stop), err: fmt.Errorf("signal %d (%v) arrived while waiting for %s; %s not started", int(stop), stop, what, argv[0])}
 	case err != nil && ctx.Err() != nil:
-		return exitStatus{code: exitError, err: fmt.Errorf("interrupted while waiting for lock %q", name)}
+		return exitStatus{code: exitError, err: fmt.Errorf("interrupted while waiting for %s", what)}
 	case err != nil:
 		return err
 	}
 	if err := lock.Err(); err != nil {
-		return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was lost before %s started: %v", name, argv[0], firstLine(err.Error()))}
+		return exitStatus{code: exitLost, err: fmt.Errorf("%s was lost before %s started: %v", what, argv[0], firstLine(err.Error()))}
 	}
 
-	ch, err := startChild(argv, append(os.Environ(),
-		"LEASEGATE_FENCING_TOKEN="+strconv.FormatInt(lock.Token(), 10),
-		"LEASEGATE_LOCK_NAME="+name,
-		"LEASEGATE_LOCK_ID="+lock.ID(),
-	))
+	ch, err := startChild(argv, append(os.Environ(), lock.env...))
 	if err != nil {
 		return err
 	}
 	// Every path from here waits for CMD's end (and its group's) before
 	// the deferred release runs.
-	return watchChild(ch, lock, grace, sigs, argv[0])
+	return watchChild(ch, lock, what, grace, sigs, argv[0])
 }
 
-// acquireUnlessStopped waits for the lock until it is granted, the wait
-// fails, or a stop signal arrives on sigs; it returns the lock (nil unless
+// acquireUnlessStopped waits for a term until it is granted, the wait
+// fails, or a stop signal arrives on sigs; it returns the term (nil unless
 // granted) and the stop signal (0 if none). The grant can race a stop
-// signal, so both can be set: the caller must release the lock.
-func acquireUnlessStopped(ctx context.Context, c *client.Client, name string, opts []client.AcquireOption, sigs <-chan os.Signal) (*client.Lock, syscall.Signal, error) {
+// signal, so both can be set: the caller must release the term.
+func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*holding, error), sigs <-chan os.Signal) (*holding, syscall.Signal, error) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		lock *client.Lock
+		lock *holding
 		err  error
 	}
 	got := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(actx, name, opts...)
+		l, err := acquire(actx)
 		got <- result{l, err}
 	}()
 	var stop syscall.Signal

@@ -5,8 +5,6 @@ import (
 	"os"
 	"syscall"
 	"time"
-
-	"github.com/leasegate/leasegate/client"
 )
 
 // defaultGrace is --grace when it is not given, unless TTL/3 is shorter.
@@ -46,8 +44,7 @@ func graceFor(ttl, grace time.Duration, set bool) (time.Duration, error) {
 //     proof of loss means another holder may already run, and a loss by
 //     deadline means the deadline has come;
 //  3. on a stop signal: it is forwarded, and SIGKILL follows grace later.
-func watchChild(ch *child, lock *client.Lock, grace time.Duration, sigs <-chan os.Signal, cmdName string) error {
-	name := lock.Name()
+func watchChild(ch *child, lock term, what string, grace time.Duration, sigs <-chan os.Signal, cmdName string) error {
 	warn := time.NewTimer(time.Until(lock.Expires()) - grace)
 	defer warn.Stop()
 	kill := time.NewTimer(time.Hour)
@@ -82,9 +79,9 @@ func watchChild(ch *child, lock *client.Lock, grace time.Duration, sigs <-chan o
 		case res := <-ch.exited():
 			switch {
 			case lostErr != nil:
-				return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was lost while %s ran, so it was stopped: %v", name, cmdName, firstLine(lostErr.Error()))}
+				return exitStatus{code: exitLost, err: fmt.Errorf("%s was lost while %s ran, so it was stopped: %v", what, cmdName, firstLine(lostErr.Error()))}
 			case atRisk:
-				return exitStatus{code: exitLost, err: fmt.Errorf("lock %q was not confirmed within --grace %s of its deadline while %s ran, so it was stopped", name, grace, cmdName)}
+				return exitStatus{code: exitLost, err: fmt.Errorf("%s was not confirmed within --grace %s of its deadline while %s ran, so it was stopped", what, grace, cmdName)}
 			case res.err != nil:
 				return exitStatus{code: res.status, err: res.err}
 			}
@@ -106,8 +103,8 @@ func watchChild(ch *child, lock *client.Lock, grace time.Duration, sigs <-chan o
 				continue
 			}
 			atRisk = true
-			fmt.Fprintf(os.Stderr, "leasectl: lock %q not confirmed, deadline %s is within --grace %s: sending SIGTERM to %s, SIGKILL at the deadline\n",
-				name, deadline.Format(time.RFC3339Nano), grace, cmdName)
+			fmt.Fprintf(os.Stderr, "leasectl: %s not confirmed, deadline %s is within --grace %s: sending SIGTERM to %s, SIGKILL at the deadline\n",
+				what, deadline.Format(time.RFC3339Nano), grace, cmdName)
 			ch.signal(syscall.SIGTERM)
 			kill.Reset(time.Until(killAt()))
 		case <-kill.C:
@@ -120,7 +117,7 @@ func watchChild(ch *child, lock *client.Lock, grace time.Duration, sigs <-chan o
 			lost = nil
 			lostErr = lock.Err()
 			if !killed {
-				fmt.Fprintf(os.Stderr, "leasectl: lock %q lost: %v; sending SIGKILL to %s\n", name, firstLine(lostErr.Error()), cmdName)
+				fmt.Fprintf(os.Stderr, "leasectl: %s lost: %v; sending SIGKILL to %s\n", what, firstLine(lostErr.Error()), cmdName)
 			}
 			sigkill()
 		}
