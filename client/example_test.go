@@ -126,3 +126,58 @@ func ExampleSession() {
 	// partition/shard-2 shares the session's deadline: true
 	// leasegate: session: closed
 }
+
+// Lead an election, publish where the leader serves, and follow the
+// leader from elsewhere.
+func ExampleElection() {
+	url, stop := exampleGateway()
+	defer stop()
+	ctx := context.Background()
+	c, _ := client.New([]string{url}, client.WithClientID("scheduler-a"))
+	defer c.Close()
+	el := c.Election("scheduler")
+
+	// Observers see the state now, then every change.
+	octx, endObserve := context.WithCancel(ctx)
+	changes := make(chan string, 8)
+	go func() {
+		for leader, err := range el.Observe(octx) {
+			switch {
+			case err != nil:
+				changes <- "error: " + err.Error()
+			case leader == nil:
+				changes <- "nobody leads"
+			default:
+				changes <- fmt.Sprintf("%s leads at %s", leader.ClientID, leader.Value)
+			}
+		}
+	}()
+	fmt.Println(<-changes)
+
+	lead, err := el.Campaign(ctx, []byte("10.0.0.7:8080"), client.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(<-changes)
+	// Run the leader's work under lead.Context(): it ends the moment
+	// leadership is lost. Fence its writes with lead.Token().
+	if err := lead.Proclaim(ctx, []byte("10.0.0.7:9090")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(<-changes)
+	info, _ := el.Leader(ctx)
+	fmt.Println("Leader:", string(info.Value), "- same term:", info.Token == lead.Token())
+
+	_ = lead.Resign(ctx)
+	fmt.Println(<-changes)
+	endObserve()
+	_, err = el.Leader(ctx)
+	fmt.Println(errors.Is(err, client.ErrNoLeader))
+	// Output:
+	// nobody leads
+	// scheduler-a leads at 10.0.0.7:8080
+	// scheduler-a leads at 10.0.0.7:9090
+	// Leader: 10.0.0.7:9090 - same term: true
+	// nobody leads
+	// true
+}
