@@ -112,6 +112,10 @@ func (l *Leadership) ID() string { return l.lock.ID() }
 // Shard names the etcd cluster the election lives on.
 func (l *Leadership) Shard() string { return l.lock.Shard() }
 
+// RequestID is the request id the term was granted under; see
+// Lock.RequestID.
+func (l *Leadership) RequestID() string { return l.lock.RequestID() }
+
 // TTL is the lease's effective TTL.
 func (l *Leadership) TTL() time.Duration { return l.lock.TTL() }
 

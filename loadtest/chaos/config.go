@@ -19,6 +19,9 @@ type Config struct {
 	// acquire and acquire again the moment they release (every other one
 	// in a session). Default 2.
 	StableWorkers int
+	// Campaigners is how many more SDK clients campaign in elections
+	// (elections.go). Default 2.
+	Campaigners int
 	// AdversaryPause is the mean pause between two calls of an adversary
 	// (adversary.go). Default 300 ms in quick mode, 100 ms in long mode.
 	AdversaryPause time.Duration
@@ -45,7 +48,7 @@ type Config struct {
 
 // QuickConfig is the CI run: a few dozen injections in about two minutes.
 func QuickConfig() Config {
-	return Config{Injections: 20, Workers: 8, StableWorkers: 2, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
+	return Config{Injections: 20, Workers: 8, StableWorkers: 2, Campaigners: 2, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
 		TickMs: 100, ElectionMs: 1000, Gap: 500 * time.Millisecond, AttemptTTL: 2 * time.Second}
 }
 
@@ -67,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: Workers %d is outside 1 to 64", c.Workers)
 	case c.StableWorkers < 0 || c.StableWorkers > 16:
 		return fmt.Errorf("chaos: StableWorkers %d is outside 0 to 16", c.StableWorkers)
+	case c.Campaigners < 0 || c.Campaigners > 16:
+		return fmt.Errorf("chaos: Campaigners %d is outside 0 to 16", c.Campaigners)
 	case c.AdversaryPause < 10*time.Millisecond || c.AdversaryPause > 10*time.Second:
 		return fmt.Errorf("chaos: AdversaryPause %s is outside 10ms to 10s", c.AdversaryPause)
 	case c.NamesPerCluster < 1 || c.NamesPerCluster > 32:

@@ -81,6 +81,9 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	if err != nil {
 		return nil, err
 	}
+	if err := h.runCampaigners(wctx, wg); err != nil {
+		return nil, err
+	}
 	if err := h.runAdversaries(wctx, wg, cfg.Seed); err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/leasegate/leasegate/client"
 )
 
-// Attempt is one Acquire RPC of an op: the SDK retries an acquire on
-// another gateway when a stream fails.
+// Attempt is one Acquire (or Campaign) RPC of an op: the SDK retries an
+// acquire on another gateway when a stream fails.
 type Attempt struct {
 	// Start is when the RPC was sent; End when its stream was closed
 	// (right after the grant arrived, or on failure).
@@ -78,7 +78,7 @@ type attemptRecorder struct {
 // RoundTrip records an Acquire's start and, when its response body is
 // closed or the request fails, its end.
 func (a *attemptRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(req.URL.Path, "/Acquire") {
+	if !strings.HasSuffix(req.URL.Path, "/Acquire") && !strings.HasSuffix(req.URL.Path, "/Campaign") {
 		return a.rt.RoundTrip(req)
 	}
 	var i int

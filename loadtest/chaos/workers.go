@@ -88,14 +88,26 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 			}
 		}
 	}
+	h.complete(ctx, op, err, func() (int64, string, string) { return l.Token(), l.Shard(), l.RequestID() })
+	if l != nil {
+		h.followBelief(l, op)
+	}
+	return l, op
+}
+
+// complete records how op ended: granted (granted reports the token, the
+// shard and the request id of the grant) or why not.
+func (h *Harness) complete(ctx context.Context, op *AcquireOp, err error, granted func() (token int64, shard, rid string)) {
 	done := time.Now()
 	h.Hist.update(func() {
 		op.Complete = done
 		switch {
 		case err == nil:
-			op.Outcome, op.Token, op.Shard = outGranted, l.Token(), l.Shard()
-			if l.RequestID() != rid {
-				op.GrantedUnder = l.RequestID()
+			var rid string
+			op.Outcome = outGranted
+			op.Token, op.Shard, rid = granted()
+			if rid != op.RequestID {
+				op.GrantedUnder = rid
 			}
 		case errors.Is(err, client.ErrWaitTimeout):
 			op.Outcome, op.Err = outTimeout, err.Error()
@@ -112,15 +124,25 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 			op.Code, op.Reason = answerCode(err), answerReason(err)
 		}
 	})
-	if l != nil {
-		h.followBelief(l, op)
-	}
-	return l, op
+}
+
+// heldLock is what a holder of the workload holds: a *client.Lock, or an
+// election's leadership (leaderTerm).
+type heldLock interface {
+	Context() context.Context
+	Done() <-chan struct{}
+	Err() error
+	Expires() time.Time
+	Release(ctx context.Context) error
+	ID() string
+	Token() int64
+	Name() string
+	Shard() string
 }
 
 // followBelief records when l's Context is done: the moment its holder
 // stops believing it holds the lock, whether it notices at once or not.
-func (h *Harness) followBelief(l *client.Lock, op *AcquireOp) {
+func (h *Harness) followBelief(l heldLock, op *AcquireOp) {
 	context.AfterFunc(l.Context(), func() {
 		now := time.Now()
 		h.Hist.update(func() { op.DoneAt = now })
@@ -130,7 +152,7 @@ func (h *Harness) followBelief(l *client.Lock, op *AcquireOp) {
 // hold writes the lock's token to the register a few times, as a holder
 // that checks its lock before each write, then releases. It records when
 // the holder stopped believing it held the lock.
-func (h *Harness) hold(ctx context.Context, l *client.Lock, op *AcquireOp, who string, writes int, pause time.Duration) {
+func (h *Harness) hold(ctx context.Context, l heldLock, op *AcquireOp, who string, writes int, pause time.Duration) {
 	for i := 0; i < writes; i++ {
 		select {
 		case <-l.Done():
@@ -156,7 +178,7 @@ func (h *Harness) hold(ctx context.Context, l *client.Lock, op *AcquireOp, who s
 
 // lost records the loss of l, and how it was lost: a gateway's proof, or
 // the deadline passing unconfirmed.
-func (h *Harness) lost(l *client.Lock, op *AcquireOp) {
+func (h *Harness) lost(l heldLock, op *AcquireOp) {
 	now := time.Now()
 	err := l.Err()
 	proof := err != nil && !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrReleased)
@@ -169,7 +191,7 @@ func (h *Harness) lost(l *client.Lock, op *AcquireOp) {
 
 // release lets go of l and, once the gateway confirmed, offers its id to
 // the replaying adversary.
-func (h *Harness) release(l *client.Lock, op *AcquireOp) {
+func (h *Harness) release(l heldLock, op *AcquireOp) {
 	now := time.Now()
 	if l.Err() != nil {
 		h.lost(l, op)
