@@ -46,12 +46,22 @@ const (
 	attrPosition = "leasegate.queue.position"
 	attrToken    = "leasegate.fencing_token"
 	attrName     = "leasegate.lock.name"
+	attrElection = "leasegate.election.name"
 	attrEpoch    = "leasegate.epoch"
 	attrTTL      = "leasegate.lease.ttl_s"
 	attrSession  = "leasegate.session"
 )
 
 const scopeName = "github.com/leasegate/leasegate/queue"
+
+// nameAttr names a span's lock, or its election by the election's own name
+// (without the engine's marker).
+func nameAttr(name string) attribute.KeyValue {
+	if n, ok := ElectionOf(name); ok {
+		return attribute.String(attrElection, n)
+	}
+	return attribute.String(attrName, name)
+}
 
 // engineTel is an engine's instruments; nil fields record nothing.
 type engineTel struct {
@@ -171,7 +181,7 @@ func (e *Engine) traceEnqueue(ctx context.Context, r *AcquireRequest, try bool) 
 	if e.tel.tracer == nil {
 		return ctx, nil
 	}
-	return e.tel.start(ctx, spanEnqueue, attribute.String(attrName, r.Name), attribute.Int(attrEpoch, int(r.Epoch)),
+	return e.tel.start(ctx, spanEnqueue, nameAttr(r.Name), attribute.Int(attrEpoch, int(r.Epoch)),
 		attribute.Bool(attrSession, r.Session != 0), attribute.Bool("leasegate.try", try))
 }
 
@@ -246,7 +256,7 @@ func (e *Engine) traceHandle(ctx context.Context, name string, h Handle) (contex
 	if e.tel.tracer == nil {
 		return ctx, nil
 	}
-	return e.tel.start(ctx, name, attribute.String(attrName, h.Name), attribute.Int64(attrToken, h.Token()), attribute.Bool(attrSession, h.Session))
+	return e.tel.start(ctx, name, nameAttr(h.Name), attribute.Int64(attrToken, h.Token()), attribute.Bool(attrSession, h.Session))
 }
 
 // observeHandoff records the time from the predecessor's departure, as
