@@ -187,7 +187,8 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 
 // Observe calls fn with election's leader (nil when nobody leads) now, and
 // then whenever the leader or its value changes, until ctx ends or fn
-// returns an error, which Observe returns. It follows one etcd watch of the
+// returns an error, which Observe returns (ErrClosed when the engine
+// closes). It follows one etcd watch of the
 // election's keys and never polls: a watch starts at the revision of the
 // read before it, so nothing between the two is missed. When the leader's
 // key goes, or the watch fails (compaction, a member without a leader),
@@ -209,6 +210,10 @@ func (e *Engine) observeLeader(ctx context.Context, election string, fn func(*Le
 	if err := ValidateName(election); err != nil {
 		return err
 	}
+	// An observer ends with its engine too.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(e.ctx, func() { cancel(ErrClosed) })()
 	prefix := e.keys.namePrefix(ElectionName(election))
 	var last *Leader
 	reported := false
@@ -227,8 +232,8 @@ func (e *Engine) observeLeader(ctx context.Context, election string, fn func(*Le
 			cur, err = leaderOf(resp.Kvs[0])
 		}
 		if err != nil {
-			if werr := b.wait(ctx); werr != nil {
-				return werr
+			if b.wait(ctx) != nil {
+				return context.Cause(ctx)
 			}
 			continue
 		}
@@ -238,10 +243,10 @@ func (e *Engine) observeLeader(ctx context.Context, election string, fn func(*Le
 		if beforeWatch != nil {
 			beforeWatch(resp.Header.Revision)
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := e.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 		err = e.follow(wch, cur, report)
-		cancel()
+		stop()
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
@@ -249,8 +254,8 @@ func (e *Engine) observeLeader(ctx context.Context, election string, fn func(*Le
 			return err
 		}
 		if errors.Is(err, errWatchFailed) {
-			if werr := b.wait(ctx); werr != nil {
-				return werr
+			if b.wait(ctx) != nil {
+				return context.Cause(ctx)
 			}
 		} else {
 			b.reset()

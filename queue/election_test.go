@@ -351,3 +351,21 @@ func TestAtMostOneLeaderAcrossEngines(t *testing.T) {
 		t.Fatalf("%d keys left", n)
 	}
 }
+
+// An observer ends with ErrClosed when its engine closes.
+func TestObserveEndsWithItsEngine(t *testing.T) {
+	e, _ := newEngine(t)
+	seen := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Observe(context.Background(), "svc", func(*Leader) error {
+			seen <- struct{}{}
+			return nil
+		})
+	}()
+	<-seen
+	e.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Observe after Close = %v; want ErrClosed", err)
+	}
+}
