@@ -8,7 +8,9 @@
 // processes (`leasegate --etcd … --attempt-ttl 2s`) that reach every
 // member through a fault proxy (internal/netfault), and client workers
 // that reach the gateways through fault proxies too. Workers take locks with the Go SDK and write
-// their fencing tokens to a fenced register (fence.Memory); every operation
+// their fencing tokens to a fenced register (fence.Memory); campaigners
+// (elections.go) do the same as leaders of two elections, whose terms every
+// checker below judges as the locks they are; every operation
 // is recorded with its invoke and complete times. A recorder watches each
 // cluster's lock keys from the first revision, and compaction never passes
 // what it has seen, so the etcd history is complete even while the nemesis
