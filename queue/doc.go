@@ -79,7 +79,8 @@
 //     nothing, and the term lives on with the caller that proclaimed, until
 //     it resigns or stops renewing. A retry that waits before its grant (a
 //     moved name's, behind BeforeGrant) may report ErrSuperseded: its
-//     caller already leads, through the id it proclaimed with.
+//     caller already leads, through the id it proclaimed with, and a
+//     retry of the same request id takes the key over again.
 //  3. A proclaim compares the mod revision it read, so it never writes over
 //     a takeover's record (its nonce, its lease) with an older one, and a
 //     takeover compares the mod revision it read, so it never writes a

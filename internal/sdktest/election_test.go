@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/internal/gwtest"
+	"github.com/leasegate/leasegate/internal/server"
 )
 
 // Campaigns from clients of three gateways on one election: at most one
@@ -322,4 +324,33 @@ func TestElectionFailoverFigures(t *testing.T) {
 		resign[0].Round(time.Microsecond), resign[2].Round(time.Microsecond), resign[4].Round(time.Microsecond))
 	t.Logf("failover after the leader's process died, lease TTL %s (asked 1s; 2 runs): %s, %s",
 		ttl, killed[0].Round(time.Millisecond), killed[1].Round(time.Millisecond))
+}
+
+// A tenant's name policy allows or refuses an election by the election's
+// own name, as it does a lock's, for every call.
+func TestElectionNamePolicy(t *testing.T) {
+	t.Parallel()
+	g := gwtest.Start(t, shared, gwtest.Configure(func(c *server.Config) {
+		c.Gateway.Policy.NamePrefixes = map[string][]string{"": {"orders/"}}
+	}))
+	c := newClient(t, []string{g.URL})
+	ctx := ctxT(t)
+	if _, err := c.Election("jobs/1").Campaign(ctx, nil); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("Campaign for a name the policy refuses = %v; want ErrPermissionDenied", err)
+	}
+	if _, err := c.Election("jobs/1").Leader(ctx); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("Leader of a name the policy refuses = %v; want ErrPermissionDenied", err)
+	}
+	for _, err := range c.Election("jobs/1").Observe(ctx) {
+		if !errors.Is(err, client.ErrPermissionDenied) {
+			t.Fatalf("Observe of a name the policy refuses yielded %v; want ErrPermissionDenied", err)
+		}
+	}
+	l, err := c.Election("orders/1").Campaign(ctx, []byte("v"))
+	if err != nil {
+		t.Fatalf("Campaign for an allowed name: %v", err)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
