@@ -180,10 +180,12 @@ func TestElectionAndLockOfOneNameAreIndependent(t *testing.T) {
 }
 
 // observed runs Observe in the background and sends each state it yields
-// ("none" or "value@token"); the iterator's final error, if any, too.
+// ("none" or "value@token"); the iterator's final error, if any, too. The
+// channel closes when the iteration ends.
 func observed(ctx context.Context, el *client.Election) <-chan string {
 	out := make(chan string, 64)
 	go func() {
+		defer close(out)
 		for info, err := range el.Observe(ctx) {
 			switch {
 			case err != nil:
@@ -233,13 +235,15 @@ func TestElectionObserve(t *testing.T) {
 		t.Fatalf("state = %s; want %s", got, want)
 	}
 	b := make(chan *client.Leadership, 1)
+	bQueued := make(chan int64, 4)
 	go func() {
-		l, err := c.Election("svc").Campaign(ctx, []byte("b"), client.WithTTL(10*time.Second))
+		l, err := c.Election("svc").Campaign(ctx, []byte("b"), client.WithTTL(10*time.Second), client.WithOnQueued(func(p int64) { bQueued <- p }))
 		if err != nil {
 			t.Errorf("campaign b: %v", err)
 		}
 		b <- l
 	}()
+	await(t, bQueued, "b queued") // b waits behind a: a's resignation hands over at once
 	if err := a.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -254,12 +258,8 @@ func TestElectionObserve(t *testing.T) {
 		t.Fatalf("state = %s; want none", got)
 	}
 	stop()
-	select {
-	case got, ok := <-obs:
-		if ok {
-			t.Fatalf("after its context ended Observe yielded %s", got)
-		}
-	case <-time.After(100 * time.Millisecond):
+	for got := range obs { // the iteration ends with its context
+		t.Fatalf("after its context ended Observe yielded %s", got)
 	}
 }
 
