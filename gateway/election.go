@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -163,10 +164,18 @@ func leaderMsg(l *queue.Leader) *v1.Leader {
 
 // Observe streams the election's leader now and every change after. It
 // counts as one of the tenant's open waits while it runs, and ends with
-// unavailable (SHUTTING_DOWN) when the gateway shuts down. It follows the
-// shard the name lives on when the call begins.
+// unavailable (SHUTTING_DOWN) when the gateway shuts down.
+//
+// It follows the name across shard-map changes: whenever the router applies
+// a new map it routes the name again and observes where it lives now. While
+// the name drains from its previous shard, the leader is there until that
+// shard has no key of the election left (a campaigner on the new shard is
+// elected only then), so it observes the previous shard until it reports
+// nobody, then the new one. A state equal to the last one sent is not sent
+// again.
 func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.ObserveRequest], stream *connect.ServerStream[v1.ObserveResponse]) error {
 	s := el.s
+	changed := s.router.Changed() // before routing: a map applied in between re-routes
 	id, t, err := el.electionTarget(ctx, req.Msg.Name)
 	if err != nil {
 		return err
@@ -185,11 +194,80 @@ func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.Observe
 		case <-octx.Done():
 		}
 	}()
-	err = t.Engine.Observe(octx, req.Msg.Name, func(l *queue.Leader) error {
-		return s.send(ctx, func() error { return stream.Send(&v1.ObserveResponse{Leader: leaderMsg(l)}) })
-	})
+	var last *v1.Leader
+	sent := false
+	send := func(l *queue.Leader) error {
+		m := leaderMsg(l)
+		if sent && proto.Equal(m, last) {
+			return nil
+		}
+		last, sent = m, true
+		return s.send(ctx, func() error { return stream.Send(&v1.ObserveResponse{Leader: m}) })
+	}
+	for {
+		err = el.observeTarget(octx, t, req.Msg.Name, changed, send)
+		if errors.Is(err, queue.ErrClosed) && octx.Err() == nil {
+			// The shard's engine closed: the map that removed it is
+			// being applied.
+			select {
+			case <-changed:
+				err = errRouteChanged
+			case <-octx.Done():
+			}
+		}
+		if !errors.Is(err, errRouteChanged) || octx.Err() != nil {
+			break
+		}
+		changed = s.router.Changed()
+		if t, err = s.route(octx, id, queue.ElectionName(req.Msg.Name)); err != nil {
+			break
+		}
+	}
 	if errors.Is(context.Cause(octx), errShuttingDown) {
 		return errShuttingDown
+	}
+	return err
+}
+
+// errRouteChanged ends an observation of one target: the shard map changed.
+var errRouteChanged = errors.New("the shard map changed")
+
+// errDrained ends an observation of a draining shard: nobody leads there.
+var errDrained = errors.New("the previous shard has no leader")
+
+// observeTarget observes name on t (its previous shard first, while one
+// leads there) until ctx ends, send fails or changed closes
+// (errRouteChanged).
+func (el Elections) observeTarget(ctx context.Context, t locks.Target, name string, changed <-chan struct{}, send func(*queue.Leader) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-changed:
+			cancel(errRouteChanged)
+		case <-stop:
+		}
+	}()
+	if p := t.Previous; p != nil {
+		err := p.Engine.Observe(ctx, name, func(l *queue.Leader) error {
+			if l == nil {
+				return errDrained
+			}
+			return send(l)
+		})
+		if !errors.Is(err, errDrained) {
+			return causeOr(ctx, err)
+		}
+	}
+	return causeOr(ctx, t.Engine.Observe(ctx, name, send))
+}
+
+// causeOr is ctx's cause once ctx has ended, err otherwise.
+func causeOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
 	return err
 }

@@ -2,14 +2,18 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
 func electionClient(g *gw, opts ...connect.ClientOption) leasegatev1connect.ElectionServiceClient {
@@ -125,5 +129,96 @@ func TestObserveStreamsUntilShutdown(t *testing.T) {
 	}
 	if err := stream.Err(); codeOf(err) != connect.CodeUnavailable || reasonOf(err) != "SHUTTING_DOWN" {
 		t.Fatalf("Observe ended with %v (reason %q); want unavailable, SHUTTING_DOWN", err, reasonOf(err))
+	}
+}
+
+// An observer follows its election when the shard map moves it: it keeps
+// reporting the leader on the draining shard, and the first leader on the
+// new one.
+func TestObserveFollowsAnElectionThatMoves(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 2)
+	f.gateway(t, nil, 0) // the first gateway stores the map: c0 alone
+	g := f.gateway(t, nil, 0, 1)
+	next, _ := shard.NewRing([]string{"c0", "c1"})
+	var name string
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("moving-%d", i); next.Locate(queue.ElectionName(n)) == "c1" {
+			name = n
+		}
+	}
+	ec := electionClient(g)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	stream, err := ec.Observe(ctx, connect.NewRequest(&v1.ObserveRequest{Name: name}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	observed := make(chan *v1.Leader, 16)
+	go func() {
+		defer close(observed)
+		for stream.Receive() {
+			observed <- stream.Msg().Leader
+		}
+	}()
+	next1 := func(what string) *v1.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-observed:
+			if !ok {
+				t.Fatalf("Observe ended while waiting for %s: %v", what, stream.Err())
+			}
+			return l
+		case <-time.After(20 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		return nil
+	}
+	if l := next1("the first state"); l != nil {
+		t.Fatalf("first state = %v; want nobody leading", l)
+	}
+	a := campaign(t, ec, &v1.CampaignRequest{Name: name, Value: []byte("a"), TtlMs: 10000})
+	if l := next1("a elected"); l.GetFencingToken() != a.FencingToken || a.Shard != "c0" {
+		t.Fatalf("state = %v (a on %s); want a, on c0", l, a.Shard)
+	}
+	m, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitMap(t, g, m)
+	// b campaigns on c1, where it is elected only once c0 has let go.
+	bStream, err := ec.Campaign(ctx, connect.NewRequest(&v1.CampaignRequest{Name: name, Value: []byte("b"), TtlMs: 10000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bStream.Close()
+	if !bStream.Receive() || bStream.Msg().GetQueued() == nil {
+		t.Fatalf("b's first message = %v, %v; want queued behind a", bStream.Msg(), bStream.Err())
+	}
+	if _, err := ec.Resign(ctx, connect.NewRequest(&v1.ResignRequest{LeaderId: a.LeaderId})); err != nil {
+		t.Fatal(err)
+	}
+	var b *v1.Elected
+	for b == nil && bStream.Receive() {
+		b = bStream.Msg().GetElected()
+	}
+	if b == nil || b.Shard != "c1" || b.FencingToken <= a.FencingToken {
+		t.Fatalf("b elected = %v, %v; want on c1 with a token above a's %d", b, bStream.Err(), a.FencingToken)
+	}
+	// An observer that had not routed again yet may report the moment
+	// between the two terms; then it must find b on c1.
+	l := next1("b elected")
+	if l == nil {
+		l = next1("b elected, after nobody")
+	}
+	if l.GetFencingToken() != b.FencingToken || string(l.GetValue()) != "b" {
+		t.Fatalf("state = %v; want b at token %d", l, b.FencingToken)
+	}
+	if _, err := ec.Resign(ctx, connect.NewRequest(&v1.ResignRequest{LeaderId: b.LeaderId})); err != nil {
+		t.Fatal(err)
+	}
+	if l := next1("b resigned"); l != nil {
+		t.Fatalf("state after b resigned = %v; want nobody leading", l)
 	}
 }

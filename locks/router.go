@@ -276,6 +276,15 @@ func (r *Router) Map() shard.Map {
 	return r.m
 }
 
+// Changed returns a channel that is closed when the next map is applied
+// (the router follows the stored map by a watch). It does not block; a
+// long-lived reader of one name routes again when it closes.
+func (r *Router) Changed() <-chan struct{} {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.changed
+}
+
 // AwaitNewer is called after a cluster refused an enqueue routed by epoch:
 // it reloads the stored map and returns once a map newer than epoch is in
 // force, or ctx ends. Between a cluster's epoch bump and the new map's
