@@ -232,21 +232,29 @@ func acquireOnce(ctx context.Context, rpc leasegatev1connect.LockServiceClient, 
 	if err != nil {
 		return nil, false, err
 	}
+	return receiveGrant(stream, onQueued, func(m *v1.AcquireResponse) (*v1.Queued, *v1.Granted) {
+		return m.GetQueued(), m.GetGranted()
+	})
+}
+
+// receiveGrant reads a streaming acquire (Acquire, Campaign) to its grant,
+// reporting positions on the way; event picks a message's position or
+// grant.
+func receiveGrant[M any](stream *connect.ServerStreamForClient[M], onQueued func(int64), event func(*M) (*v1.Queued, *v1.Granted)) (g *v1.Granted, queued bool, err error) {
 	defer stream.Close()
 	last := int64(-1)
 	for stream.Receive() {
-		switch ev := stream.Msg().Event.(type) {
-		case *v1.AcquireResponse_Queued:
+		q, g := event(stream.Msg())
+		if g != nil {
+			return g, queued, nil
+		}
+		if q != nil {
 			queued = true
 			// The gateway repeats the position as a heartbeat; report
 			// only changes (and the first, on every attempt).
-			if p := ev.Queued.GetPosition(); onQueued != nil && p != last {
+			if p := q.GetPosition(); onQueued != nil && p != last {
 				last = p
 				onQueued(p)
-			}
-		case *v1.AcquireResponse_Granted:
-			if ev.Granted != nil {
-				return ev.Granted, queued, nil
 			}
 		}
 	}

@@ -68,27 +68,14 @@ func campaignOnce(ctx context.Context, rpc leasegatev1connect.ElectionServiceCli
 	if err != nil {
 		return nil, false, err
 	}
-	defer stream.Close()
-	last := int64(-1)
-	for stream.Receive() {
-		switch ev := stream.Msg().Event.(type) {
-		case *v1.CampaignResponse_Queued:
-			queued = true
-			if p := ev.Queued.GetPosition(); onQueued != nil && p != last {
-				last = p
-				onQueued(p)
-			}
-		case *v1.CampaignResponse_Elected:
-			if m := ev.Elected; m != nil {
-				return &v1.Granted{LockId: m.LeaderId, FencingToken: m.FencingToken, ExpiresAt: m.ExpiresAt,
-					TtlMs: m.TtlMs, Shard: m.Shard, ValidForMs: m.ValidForMs}, queued, nil
-			}
+	return receiveGrant(stream, onQueued, func(m *v1.CampaignResponse) (*v1.Queued, *v1.Granted) {
+		el := m.GetElected()
+		if el == nil {
+			return m.GetQueued(), nil
 		}
-	}
-	if err := stream.Err(); err != nil {
-		return nil, queued, err
-	}
-	return nil, queued, errStreamEnded
+		return nil, &v1.Granted{LockId: el.LeaderId, FencingToken: el.FencingToken, ExpiresAt: el.ExpiresAt,
+			TtlMs: el.TtlMs, Shard: el.Shard, ValidForMs: el.ValidForMs}
+	})
 }
 
 // Leadership is a term as an election's leader. It is a lock underneath:

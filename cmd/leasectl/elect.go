@@ -49,15 +49,7 @@ CMD.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
-			opts, err := a.waitOptions(g, name)
-			if err != nil {
-				return err
-			}
-			grace, err := graceFor(a.ttl, grace, cmd.Flags().Changed("grace"))
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, opts, grace, err := a.supervised(g, cmd, name, grace)
 			if err != nil {
 				return err
 			}

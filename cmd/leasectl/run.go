@@ -87,15 +87,7 @@ is granted within --wait, run exits with status 3 without running CMD.`,
 			if name == "" {
 				return usagef("--lock is required")
 			}
-			opts, err := a.waitOptions(g, name)
-			if err != nil {
-				return err
-			}
-			grace, err := graceFor(a.ttl, grace, cmd.Flags().Changed("grace"))
-			if err != nil {
-				return err
-			}
-			c, err := g.client()
+			c, opts, grace, err := a.supervised(g, cmd, name, grace)
 			if err != nil {
 				return err
 			}
@@ -110,6 +102,20 @@ is granted within --wait, run exits with status 3 without running CMD.`,
 	// Everything after CMD belongs to CMD, even without "--".
 	cmd.Flags().SetInterspersed(false)
 	return cmd
+}
+
+// supervised is what run and elect need before they wait: the wait's
+// options, the --grace to use, and a client.
+func (a *acquireFlags) supervised(g *globals, cmd *cobra.Command, name string, grace time.Duration) (*client.Client, []client.AcquireOption, time.Duration, error) {
+	opts, err := a.waitOptions(g, name)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if grace, err = graceFor(a.ttl, grace, cmd.Flags().Changed("grace")); err != nil {
+		return nil, nil, 0, err
+	}
+	c, err := g.client()
+	return c, opts, grace, err
 }
 
 // superviseArg, as leasectl's first argument, makes it CMD's supervisor
