@@ -1,7 +1,8 @@
-// Package gateway is leasegate's wire API: the Connect service
-// leasegate.v1.LockService (Connect, gRPC and gRPC-Web on one port), the
-// REST JSON API (/api/v1/locks/acquire|renew|release), health checks and
-// server reflection.
+// Package gateway is leasegate's wire API: the Connect services
+// leasegate.v1.LockService and leasegate.v1.ElectionService (Connect, gRPC
+// and gRPC-Web on one port; an election is a lock underneath, see
+// Elections), the REST JSON API (/api/v1/locks/acquire|renew|release),
+// health checks and server reflection.
 //
 // The gateway keeps no state that a restart loses. A lock id carries the
 // shard, lease, key revision and the holder's 128-bit secret, so any gateway
