@@ -354,3 +354,50 @@ func TestElectionNamePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A campaign in a session rides on the session's lease: the term ends when
+// the session closes, and the next campaigner leads.
+func TestElectionInASession(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	c := newClient(t, []string{g.URL})
+	s, err := c.OpenSession(ctx, client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Election("svc").Campaign(ctx, []byte("in-session"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Expires().Equal(s.Expires()) {
+		t.Fatalf("the leadership's deadline %s is not its session's %s", l.Expires(), s.Expires())
+	}
+	if err := l.Proclaim(ctx, []byte("still")); err != nil {
+		t.Fatalf("Proclaim in a session: %v", err)
+	}
+	queued := make(chan int64, 4)
+	next := make(chan *client.Leadership, 1)
+	go func() {
+		n, err := c.Election("svc").Campaign(ctx, []byte("next"), client.WithTTL(10*time.Second), client.WithOnQueued(func(p int64) { queued <- p }))
+		if err != nil {
+			t.Errorf("campaign: %v", err)
+		}
+		next <- n
+	}()
+	await(t, queued, "the next campaigner queued")
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	await(t, l.Done(), "the session's leadership ending")
+	n := await(t, next, "the next campaigner elected")
+	if n == nil || n.Token() <= l.Token() {
+		t.Fatalf("next term = %v; want a token above %d", n, l.Token())
+	}
+	if info, err := c.Election("svc").Leader(ctx); err != nil || string(info.Value) != "next" {
+		t.Fatalf("Leader = %+v, %v; want next", info, err)
+	}
+	if err := n.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
