@@ -1,0 +1,137 @@
+package gateway_test
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// A CPU sample belongs to the layer of the innermost frame on its stack
+// that some layer owns: a protobuf marshal belongs to whoever called it,
+// an allocation to the code that allocated. Frames of the runtime and of
+// shared libraries (protobuf, JSON, crypto, sync) own nothing, so a stack
+// of only those — the garbage collector's workers, the scheduler — is
+// "runtime".
+type layer struct {
+	name string
+	owns func(fn, stack string) bool
+}
+
+func prefixed(prefixes ...string) func(fn, stack string) bool {
+	return func(fn, _ string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(fn, p) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// serverSide reports whether an HTTP or gRPC frame's stack is a server's.
+func serverSide(stack string) bool {
+	for _, s := range []string{"serverConn", "(*conn).serve", "http2Server", "grpc.(*Server)", "(*Handler).ServeHTTP", "etcdserver"} {
+		if strings.Contains(stack, s) {
+			return true
+		}
+	}
+	return false
+}
+
+const lg = "github.com/leasegate/leasegate/"
+
+var layers = []layer{
+	{"benchmark driver", prefixed(lg + "gateway_test.")},
+	{"SDK (client)", prefixed(lg + "client.")},
+	{"gateway telemetry (otel, metrics)", prefixed("go.opentelemetry.io/", "connectrpc.com/otelconnect", "github.com/prometheus/",
+		lg+"gateway.(*telemetry)", lg+"gateway.(*callRecorder)", lg+"gateway.(*acquireConn)", lg+"gateway.(*callRecord)",
+		lg+"gateway.withRecord", lg+"gateway.recordOf", lg+"gateway.outcomeOf", lg+"gateway.lossReason")},
+	{"gateway id HMAC", prefixed(lg+"gateway.EncodeLockID", lg+"gateway.DecodeLockID", lg+"gateway.DecodeSessionID", lg+"gateway.EncodeSessionID",
+		lg+"gateway.(*IDKeys)", lg+"gateway.seal", lg+"gateway.tag", lg+"gateway.open", lg+"gateway.(*reader)", lg+"gateway.appendString")},
+	{"gateway REST JSON", prefixed(lg+"gateway.decodeStrict", lg+"gateway.writeJSON", lg+"gateway.(*Service).restPost", lg+"gateway.(*Service).rest")},
+	{"gateway edge (auth, CORS, deadlines)", prefixed(lg+"gateway.(*Service).edge", lg+"gateway.(*Authenticator)", lg+"gateway.checkEncodings",
+		lg+"gateway.isPublic", lg+"gateway.(*deadlineBody)", lg+"gateway.(*flushWriter)", lg+"gateway.loopbackHost", "github.com/rs/cors")},
+	{"gateway logic (validation, routing, limits)", prefixed(lg + "gateway.")},
+	{"engine (queue, locks, shard, breaker)", prefixed(lg+"queue.", lg+"locks.", lg+"shard.", "github.com/sony/gobreaker")},
+	{"etcd server", func(fn, stack string) bool {
+		return strings.HasPrefix(fn, "go.etcd.io/etcd/server/") || strings.HasPrefix(fn, "go.etcd.io/raft/") ||
+			strings.HasPrefix(fn, "go.etcd.io/bbolt") || (strings.HasPrefix(fn, "google.golang.org/grpc") && serverSide(stack))
+	}},
+	{"etcd client", prefixed("go.etcd.io/etcd/client/", "google.golang.org/grpc")},
+	{"HTTP/2 + Connect, gateway side", func(fn, stack string) bool {
+		return (strings.HasPrefix(fn, "net/http.") || strings.HasPrefix(fn, "golang.org/x/net/http2") || strings.HasPrefix(fn, "connectrpc.com/")) && serverSide(stack)
+	}},
+	{"HTTP/2 + Connect, caller side", prefixed("net/http.", "golang.org/x/net/http2", "connectrpc.com/")},
+}
+
+// layerTable reads a CPU profile and tabulates its samples by layer, per
+// cycle, scaled so the total is the process's measured CPU (cpu).
+func layerTable(r io.Reader, cpu time.Duration, cycles int) (string, error) {
+	p, err := profile.Parse(r)
+	if err != nil {
+		return "", err
+	}
+	idx := len(p.SampleType) - 1 // cpu nanoseconds
+	by := map[string]int64{}
+	detail := map[string]int64{} // innermost gateway function, for the gateway's own layers
+	var total int64
+	for _, s := range p.Sample {
+		v := s.Value[idx]
+		total += v
+		var fns []string
+		for _, loc := range s.Location {
+			for _, ln := range loc.Line { // innermost first
+				if ln.Function != nil {
+					fns = append(fns, ln.Function.Name)
+				}
+			}
+		}
+		stack := strings.Join(fns, "\n")
+		name := "runtime (GC, scheduler)"
+	find:
+		for _, fn := range fns {
+			for _, l := range layers {
+				if l.owns(fn, stack) {
+					name = l.name
+					if strings.HasPrefix(name, "gateway") {
+						detail[strings.TrimPrefix(fn, lg)] += v
+					}
+					break find
+				}
+			}
+		}
+		by[name] += v
+	}
+	if total == 0 {
+		return "", fmt.Errorf("the profile holds no samples")
+	}
+	scale := float64(cpu.Nanoseconds()) / float64(total) / float64(cycles) / 1e3 // µs per cycle
+	var sb strings.Builder
+	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "layer\tµs/cycle\tshare\t\n")
+	names := make([]string, 0, len(by))
+	for n := range by {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(by[b] - by[a]) })
+	for _, n := range names {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t\n", n, float64(by[n])*scale, 100*float64(by[n])/float64(total))
+	}
+	fmt.Fprintf(tw, "total (process CPU)\t%.0f\t100%%\t\n", float64(total)*scale)
+	tw.Flush()
+	sb.WriteString("\ngateway's own functions (innermost), top 12:\n")
+	fns := make([]string, 0, len(detail))
+	for f := range detail {
+		fns = append(fns, f)
+	}
+	slices.SortFunc(fns, func(a, b string) int { return int(detail[b] - detail[a]) })
+	for _, f := range fns[:min(12, len(fns))] {
+		fmt.Fprintf(&sb, "  %6.1f µs  %s\n", float64(detail[f])*scale, f)
+	}
+	return sb.String(), nil
+}
