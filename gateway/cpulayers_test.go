@@ -33,14 +33,33 @@ func prefixed(prefixes ...string) func(fn, stack string) bool {
 	}
 }
 
-// serverSide reports whether an HTTP or gRPC frame's stack is a server's.
-func serverSide(stack string) bool {
-	for _, s := range []string{"serverConn", "(*conn).serve", "http2Server", "grpc.(*Server)", "(*Handler).ServeHTTP", "etcdserver"} {
+// httpServer reports whether an HTTP or Connect frame's stack is the
+// gateway's (else the caller's).
+func httpServer(stack string) bool {
+	for _, s := range []string{"http2serverConn", "(*conn).serve", "connect.(*Handler)"} {
 		if strings.Contains(stack, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// grpcServer reports whether a gRPC frame's stack is etcd's server (else
+// the gateway's etcd client).
+func grpcServer(stack string) bool {
+	for _, s := range []string{"transport.(*http2Server)", "transport.NewServerTransport", "grpc.(*Server)", "grpc.(*serverStream)", "go.etcd.io/etcd/server/"} {
+		if strings.Contains(stack, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// grpcFrame reports whether fn is gRPC's, or the HTTP/2 framing gRPC uses
+// (golang.org/x/net/http2; net/http bundles its own).
+func grpcFrame(fn, stack string) bool {
+	return strings.HasPrefix(fn, "google.golang.org/grpc") ||
+		(strings.HasPrefix(fn, "golang.org/x/net/http2") && strings.Contains(stack, "google.golang.org/grpc"))
 }
 
 const lg = "github.com/leasegate/leasegate/"
@@ -60,13 +79,15 @@ var layers = []layer{
 	{"engine (queue, locks, shard, breaker)", prefixed(lg+"queue.", lg+"locks.", lg+"shard.", "github.com/sony/gobreaker")},
 	{"etcd server", func(fn, stack string) bool {
 		return strings.HasPrefix(fn, "go.etcd.io/etcd/server/") || strings.HasPrefix(fn, "go.etcd.io/raft/") ||
-			strings.HasPrefix(fn, "go.etcd.io/bbolt") || (strings.HasPrefix(fn, "google.golang.org/grpc") && serverSide(stack))
+			strings.HasPrefix(fn, "go.etcd.io/bbolt") || (grpcFrame(fn, stack) && grpcServer(stack))
 	}},
-	{"etcd client", prefixed("go.etcd.io/etcd/client/", "google.golang.org/grpc")},
+	{"etcd client", func(fn, stack string) bool {
+		return strings.HasPrefix(fn, "go.etcd.io/etcd/client/") || grpcFrame(fn, stack)
+	}},
 	{"HTTP/2 + Connect, gateway side", func(fn, stack string) bool {
-		return (strings.HasPrefix(fn, "net/http.") || strings.HasPrefix(fn, "golang.org/x/net/http2") || strings.HasPrefix(fn, "connectrpc.com/")) && serverSide(stack)
+		return (strings.HasPrefix(fn, "net/http.") || strings.HasPrefix(fn, "connectrpc.com/connect")) && httpServer(stack)
 	}},
-	{"HTTP/2 + Connect, caller side", prefixed("net/http.", "golang.org/x/net/http2", "connectrpc.com/")},
+	{"HTTP/2 + Connect, caller side", prefixed("net/http.", "connectrpc.com/connect")},
 }
 
 // layerTable reads a CPU profile and tabulates its samples by layer, per
