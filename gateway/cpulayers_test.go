@@ -16,7 +16,8 @@ import (
 // an allocation to the code that allocated. Frames of the runtime and of
 // shared libraries (protobuf, JSON, crypto, sync) own nothing, so a stack
 // of only those — the garbage collector's workers, the scheduler — is
-// "runtime".
+// "runtime". (Prometheus's client belongs to whoever calls it: the
+// gateway's metrics go through OpenTelemetry, etcd's own are etcd's.)
 type layer struct {
 	name string
 	owns func(fn, stack string) bool
@@ -67,7 +68,7 @@ const lg = "github.com/leasegate/leasegate/"
 var layers = []layer{
 	{"benchmark driver", prefixed(lg + "gateway_test.")},
 	{"SDK (client)", prefixed(lg + "client.")},
-	{"gateway telemetry (otel, metrics)", prefixed("go.opentelemetry.io/", "connectrpc.com/otelconnect", "github.com/prometheus/",
+	{"gateway telemetry (otel, metrics)", prefixed("go.opentelemetry.io/", "connectrpc.com/otelconnect", "github.com/felixge/httpsnoop",
 		lg+"gateway.(*telemetry)", lg+"gateway.(*callRecorder)", lg+"gateway.(*acquireConn)", lg+"gateway.(*callRecord)",
 		lg+"gateway.withRecord", lg+"gateway.recordOf", lg+"gateway.outcomeOf", lg+"gateway.lossReason")},
 	{"gateway id HMAC", prefixed(lg+"gateway.EncodeLockID", lg+"gateway.DecodeLockID", lg+"gateway.DecodeSessionID", lg+"gateway.EncodeSessionID",
