@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"testing"
 	"time"
@@ -126,10 +127,14 @@ func measureCycles(b *testing.B, cycle func(i int) error) {
 			b.Fatal(err)
 		}
 	}
-	var prof bytes.Buffer
 	// The first run of a benchmark is one cycle: too short to sample.
-	layers := os.Getenv("LEASEGATE_BENCH_LAYERS") == "1" && b.N >= 100
+	layers := layersWanted && b.N >= 100
+	var prof, allocs0 bytes.Buffer
 	if layers {
+		runtime.GC() // the allocs profile is as of the last collection
+		if err := pprof.Lookup("allocs").WriteTo(&allocs0, 0); err != nil {
+			b.Fatal(err)
+		}
 		if err := pprof.StartCPUProfile(&prof); err != nil {
 			b.Fatal(err)
 		}
@@ -144,14 +149,35 @@ func measureCycles(b *testing.B, cycle func(i int) error) {
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/cycle")
-	if layers {
-		pprof.StopCPUProfile()
-		table, err := layerTable(&prof, cpu, b.N)
-		if err != nil {
-			b.Fatal(err)
-		}
-		// Printed, not logged: the testing package cuts a benchmark's log
-		// short.
-		fmt.Printf("%s: CPU by layer, %d cycles:\n%s\n", b.Name(), b.N, table)
+	if !layers {
+		return
 	}
+	pprof.StopCPUProfile()
+	runtime.GC()
+	var allocs1 bytes.Buffer
+	if err := pprof.Lookup("allocs").WriteTo(&allocs1, 0); err != nil {
+		b.Fatal(err)
+	}
+	ct, err := cpuTable(&prof, cpu, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at, err := allocTable(&allocs0, &allocs1, b.N)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Printed, not logged: the testing package cuts a benchmark's log
+	// short.
+	fmt.Printf("%s: CPU by layer, %d cycles:\n%s\n%s: allocations by layer:\n%s\n", b.Name(), b.N, ct, b.Name(), at)
 }
+
+// layersWanted is LEASEGATE_BENCH_LAYERS=1. It samples allocations finely
+// (every 4 KiB on average) for the whole process, so that the allocations
+// table of a few thousand cycles is not noise.
+var layersWanted = func() bool {
+	if os.Getenv("LEASEGATE_BENCH_LAYERS") != "1" {
+		return false
+	}
+	runtime.MemProfileRate = 4 << 10
+	return true
+}()

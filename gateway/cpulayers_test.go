@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -85,20 +86,56 @@ var layers = []layer{
 	{"etcd client", func(fn, stack string) bool {
 		return strings.HasPrefix(fn, "go.etcd.io/etcd/client/") || grpcFrame(fn, stack)
 	}},
-	{"HTTP/2 + Connect, gateway side", func(fn, stack string) bool {
+	{"HTTP + Connect, gateway side", func(fn, stack string) bool {
 		return (strings.HasPrefix(fn, "net/http.") || strings.HasPrefix(fn, "connectrpc.com/connect")) && httpServer(stack)
 	}},
-	{"HTTP/2 + Connect, caller side", prefixed("net/http.", "connectrpc.com/connect")},
+	{"HTTP + Connect, caller side", prefixed("net/http.", "connectrpc.com/connect")},
 }
 
-// layerTable reads a CPU profile and tabulates its samples by layer, per
-// cycle, scaled so the total is the process's measured CPU (cpu).
-func layerTable(r io.Reader, cpu time.Duration, cycles int) (string, error) {
+// cpuTable tabulates a CPU profile by layer, per cycle, scaled so the total
+// is the process's measured CPU (cpu).
+func cpuTable(r io.Reader, cpu time.Duration, cycles int) (string, error) {
 	p, err := profile.Parse(r)
 	if err != nil {
 		return "", err
 	}
 	idx := len(p.SampleType) - 1 // cpu nanoseconds
+	var total int64
+	for _, s := range p.Sample {
+		total += s.Value[idx]
+	}
+	if total == 0 {
+		return "", fmt.Errorf("the profile holds no samples")
+	}
+	scale := float64(cpu.Nanoseconds()) / float64(total) / float64(cycles) / 1e3
+	return layerTable(p, idx, scale, "µs/cycle", "%.0f"), nil
+}
+
+// allocTable tabulates the allocations made between two allocs profiles by
+// layer, per cycle.
+func allocTable(before, after io.Reader, cycles int) (string, error) {
+	b, err := profile.Parse(before)
+	if err != nil {
+		return "", err
+	}
+	a, err := profile.Parse(after)
+	if err != nil {
+		return "", err
+	}
+	b.Scale(-1)
+	d, err := profile.Merge([]*profile.Profile{a, b})
+	if err != nil {
+		return "", err
+	}
+	idx := slices.IndexFunc(d.SampleType, func(t *profile.ValueType) bool { return t.Type == "alloc_objects" })
+	if idx < 0 {
+		return "", fmt.Errorf("the allocs profile has no alloc_objects")
+	}
+	return layerTable(d, idx, 1/float64(cycles), "allocs/cycle", "%.1f"), nil
+}
+
+// layerTable sums the samples' values at index idx by layer, times scale.
+func layerTable(p *profile.Profile, idx int, scale float64, unit, format string) string {
 	by := map[string]int64{}
 	detail := map[string]int64{} // innermost gateway function, for the gateway's own layers
 	var total int64
@@ -129,31 +166,28 @@ func layerTable(r io.Reader, cpu time.Duration, cycles int) (string, error) {
 		}
 		by[name] += v
 	}
-	if total == 0 {
-		return "", fmt.Errorf("the profile holds no samples")
-	}
-	scale := float64(cpu.Nanoseconds()) / float64(total) / float64(cycles) / 1e3 // µs per cycle
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "layer\tµs/cycle\tshare\t\n")
+	fmt.Fprintf(tw, "layer\t%s\tshare\t\n", unit)
 	names := make([]string, 0, len(by))
 	for n := range by {
 		names = append(names, n)
 	}
-	slices.SortFunc(names, func(a, b string) int { return int(by[b] - by[a]) })
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(by[b], by[a]) })
+	share := func(v int64) float64 { return 100 * float64(v) / float64(max(total, 1)) }
 	for _, n := range names {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t\n", n, float64(by[n])*scale, 100*float64(by[n])/float64(total))
+		fmt.Fprintf(tw, "%s\t"+format+"\t%.1f%%\t\n", n, float64(by[n])*scale, share(by[n]))
 	}
-	fmt.Fprintf(tw, "total (process CPU)\t%.0f\t100%%\t\n", float64(total)*scale)
+	fmt.Fprintf(tw, "total\t"+format+"\t100%%\t\n", float64(total)*scale)
 	tw.Flush()
 	sb.WriteString("\ngateway's own functions (innermost), top 12:\n")
 	fns := make([]string, 0, len(detail))
 	for f := range detail {
 		fns = append(fns, f)
 	}
-	slices.SortFunc(fns, func(a, b string) int { return int(detail[b] - detail[a]) })
+	slices.SortFunc(fns, func(a, b string) int { return cmp.Compare(detail[b], detail[a]) })
 	for _, f := range fns[:min(12, len(fns))] {
-		fmt.Fprintf(&sb, "  %6.1f µs  %s\n", float64(detail[f])*scale, f)
+		fmt.Fprintf(&sb, "  "+format+" %s  %s\n", float64(detail[f])*scale, unit, f)
 	}
-	return sb.String(), nil
+	return sb.String()
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -34,18 +35,21 @@ const (
 // seal appends the version, key number and tag around body.
 func seal(keys IDKeyring, domain string, version byte, body []byte) string {
 	k := keys.Signing()
-	b := make([]byte, 0, 2+len(body)+tagLen)
+	b := make([]byte, 0, 2+len(body)+sha256.Size)
 	b = append(b, version, k.ID)
 	b = append(b, body...)
-	b = append(b, tag(k, domain, b)...)
+	b = appendTag(b, k, domain, b)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func tag(k IDKey, domain string, b []byte) []byte {
-	m := hmac.New(sha256.New, k.Secret)
-	m.Write([]byte(domain))
+// appendTag appends the tag of b under k and domain to dst.
+func appendTag(dst []byte, k IDKey, domain string, b []byte) []byte {
+	m, done := k.mac()
+	defer done()
+	_, _ = io.WriteString(m, domain)
 	m.Write(b)
-	return m.Sum(nil)[:tagLen]
+	n := len(dst)
+	return m.Sum(dst)[:n+tagLen]
 }
 
 // open checks an id's version and tag and returns its body. what names the
@@ -72,7 +76,8 @@ func open(keys IDKeyring, domain string, version byte, what, s string) ([]byte, 
 		return nil, fmt.Errorf("%w: %s is signed with id key %d, which this gateway does not have (retired, or not yet rolled out)", ErrMalformedID, what, b[1])
 	}
 	n := len(b) - tagLen
-	if !hmac.Equal(tag(k, domain, b[:n]), b[n:]) {
+	var sum [sha256.Size]byte
+	if !hmac.Equal(appendTag(sum[:0], k, domain, b[:n]), b[n:]) {
 		return nil, fmt.Errorf("%w: %s failed its integrity check: this fleet did not issue it, or it was altered", ErrMalformedID, what)
 	}
 	return b[2:n], nil
