@@ -44,15 +44,21 @@ type IDKey struct {
 	macs *sync.Pool
 }
 
-// mac returns an HMAC-SHA256 keyed with k's secret, reset, and the
-// function that gives it back once its sum is taken.
-func (k IDKey) mac() (hash.Hash, func()) {
+// mac returns an HMAC-SHA256 keyed with k's secret, reset; give it back
+// with putMAC once its sum is taken.
+func (k IDKey) mac() hash.Hash {
 	if k.macs == nil {
-		return hmac.New(sha256.New, k.Secret), func() {}
+		return hmac.New(sha256.New, k.Secret)
 	}
 	m := k.macs.Get().(hash.Hash)
 	m.Reset()
-	return m, func() { k.macs.Put(m) }
+	return m
+}
+
+func (k IDKey) putMAC(m hash.Hash) {
+	if k.macs != nil {
+		k.macs.Put(m)
+	}
 }
 
 // MinIDKeyLen is the shortest accepted key secret, in bytes.

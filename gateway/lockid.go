@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,13 +26,13 @@ const (
 )
 
 // Domains keep a lock id's tag from ever verifying as a session id's.
-const (
-	lockIDDomain    = "leasegate lock id\x00"
-	sessionIDDomain = "leasegate session id\x00"
+var (
+	lockIDDomain    = []byte("leasegate lock id\x00")
+	sessionIDDomain = []byte("leasegate session id\x00")
 )
 
 // seal appends the version, key number and tag around body.
-func seal(keys IDKeyring, domain string, version byte, body []byte) string {
+func seal(keys IDKeyring, domain []byte, version byte, body []byte) string {
 	k := keys.Signing()
 	b := make([]byte, 0, 2+len(body)+sha256.Size)
 	b = append(b, version, k.ID)
@@ -43,18 +42,19 @@ func seal(keys IDKeyring, domain string, version byte, body []byte) string {
 }
 
 // appendTag appends the tag of b under k and domain to dst.
-func appendTag(dst []byte, k IDKey, domain string, b []byte) []byte {
-	m, done := k.mac()
-	defer done()
-	_, _ = io.WriteString(m, domain)
+func appendTag(dst []byte, k IDKey, domain, b []byte) []byte {
+	m := k.mac()
+	m.Write(domain)
 	m.Write(b)
 	n := len(dst)
-	return m.Sum(dst)[:n+tagLen]
+	dst = m.Sum(dst)[:n+tagLen]
+	k.putMAC(m)
+	return dst
 }
 
 // open checks an id's version and tag and returns its body. what names the
 // id in errors ("lock id", "session id"); errors never echo the id.
-func open(keys IDKeyring, domain string, version byte, what, s string) ([]byte, error) {
+func open(keys IDKeyring, domain []byte, version byte, what, s string) ([]byte, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w: %s is empty", ErrMalformedID, what)
 	}
