@@ -3,12 +3,16 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Id integrity.
@@ -33,6 +37,28 @@ type IDKey struct {
 	ID uint8
 	// Secret is the HMAC key: at least MinIDKeyLen random bytes.
 	Secret []byte
+
+	// macs holds HMACs keyed with Secret, set by NewIDKeys: a new one
+	// per id costs allocations and two hashed key blocks. nil in a key
+	// made by hand, which then keys a new HMAC each time.
+	macs *sync.Pool
+}
+
+// mac returns an HMAC-SHA256 keyed with k's secret, reset; give it back
+// with putMAC once its sum is taken.
+func (k IDKey) mac() hash.Hash {
+	if k.macs == nil {
+		return hmac.New(sha256.New, k.Secret)
+	}
+	m := k.macs.Get().(hash.Hash)
+	m.Reset()
+	return m
+}
+
+func (k IDKey) putMAC(m hash.Hash) {
+	if k.macs != nil {
+		k.macs.Put(m)
+	}
 }
 
 // MinIDKeyLen is the shortest accepted key secret, in bytes.
@@ -70,7 +96,12 @@ func NewIDKeys(keys ...IDKey) (*IDKeys, error) {
 		}
 		seen[k.ID] = true
 	}
-	return &IDKeys{keys: append([]IDKey(nil), keys...)}, nil
+	out := &IDKeys{keys: make([]IDKey, len(keys))}
+	for i, k := range keys {
+		secret := bytes.Clone(k.Secret)
+		out.keys[i] = IDKey{ID: k.ID, Secret: secret, macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+	}
+	return out, nil
 }
 
 // GenerateIDKey draws a new key numbered id from crypto/rand.

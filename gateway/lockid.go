@@ -26,31 +26,35 @@ const (
 )
 
 // Domains keep a lock id's tag from ever verifying as a session id's.
-const (
-	lockIDDomain    = "leasegate lock id\x00"
-	sessionIDDomain = "leasegate session id\x00"
+var (
+	lockIDDomain    = []byte("leasegate lock id\x00")
+	sessionIDDomain = []byte("leasegate session id\x00")
 )
 
 // seal appends the version, key number and tag around body.
-func seal(keys IDKeyring, domain string, version byte, body []byte) string {
+func seal(keys IDKeyring, domain []byte, version byte, body []byte) string {
 	k := keys.Signing()
-	b := make([]byte, 0, 2+len(body)+tagLen)
+	b := make([]byte, 0, 2+len(body)+sha256.Size)
 	b = append(b, version, k.ID)
 	b = append(b, body...)
-	b = append(b, tag(k, domain, b)...)
+	b = appendTag(b, k, domain, b)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func tag(k IDKey, domain string, b []byte) []byte {
-	m := hmac.New(sha256.New, k.Secret)
-	m.Write([]byte(domain))
+// appendTag appends the tag of b under k and domain to dst.
+func appendTag(dst []byte, k IDKey, domain, b []byte) []byte {
+	m := k.mac()
+	m.Write(domain)
 	m.Write(b)
-	return m.Sum(nil)[:tagLen]
+	n := len(dst)
+	dst = m.Sum(dst)[:n+tagLen]
+	k.putMAC(m)
+	return dst
 }
 
 // open checks an id's version and tag and returns its body. what names the
 // id in errors ("lock id", "session id"); errors never echo the id.
-func open(keys IDKeyring, domain string, version byte, what, s string) ([]byte, error) {
+func open(keys IDKeyring, domain []byte, version byte, what, s string) ([]byte, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w: %s is empty", ErrMalformedID, what)
 	}
@@ -72,7 +76,8 @@ func open(keys IDKeyring, domain string, version byte, what, s string) ([]byte, 
 		return nil, fmt.Errorf("%w: %s is signed with id key %d, which this gateway does not have (retired, or not yet rolled out)", ErrMalformedID, what, b[1])
 	}
 	n := len(b) - tagLen
-	if !hmac.Equal(tag(k, domain, b[:n]), b[n:]) {
+	var sum [sha256.Size]byte
+	if !hmac.Equal(appendTag(sum[:0], k, domain, b[:n]), b[n:]) {
 		return nil, fmt.Errorf("%w: %s failed its integrity check: this fleet did not issue it, or it was altered", ErrMalformedID, what)
 	}
 	return b[2:n], nil

@@ -94,16 +94,25 @@ var restFields = map[string]string{
 	"lock_id": "lockId", "fencing_token": "fencingToken", "name": "name",
 }
 
-// RESTHandler serves the REST API over the service.
+// RESTHandler serves the REST API over the service, with its telemetry.
 func (s *Service) RESTHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/api/v1/locks/acquire", s.restPost(s.restAcquire))
-	mux.HandleFunc("/api/v1/locks/renew", s.restPost(s.restRenew))
-	mux.HandleFunc("/api/v1/locks/release", s.restPost(s.restRelease))
+	s.handleREST(mux)
+	return mux
+}
+
+// handleREST registers the REST API on mux: each lock call on its own path,
+// so the mux routes a call once and its telemetry knows which call it is,
+// and a 404 for any other path under /api/v1/.
+func (s *Service) handleREST(mux *http.ServeMux) {
+	for op, h := range map[string]func(ctx context.Context, body []byte) (int, any, error){
+		"acquire": s.restAcquire, "renew": s.restRenew, "release": s.restRelease,
+	} {
+		mux.Handle(restPrefix+op, s.tel.restCall(op, s.restPost(h)))
+	}
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeRESTError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no such endpoint %s; see /api/v1/locks/acquire, renew, release", r.URL.Path))
 	})
-	return mux
 }
 
 // restPost decodes a bounded JSON body strictly and hands it to h.

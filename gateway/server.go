@@ -35,7 +35,7 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, leasegatev1connect.ElectionServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle("/api/v1/", s.tel.restHandler(s.RESTHandler()))
+	s.handleREST(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Health().ping(r.Context()); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{

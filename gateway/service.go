@@ -34,6 +34,11 @@ type Service struct {
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
+	// stopping ends, with errShuttingDown (and queue.ErrDetached) as its
+	// cause, when Shutdown runs: open waits follow it with
+	// context.AfterFunc rather than a goroutine each.
+	stopping context.Context
+	stop     context.CancelCauseFunc
 
 	healthOnce sync.Once
 	health     *Health
@@ -62,6 +67,7 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 		return nil, err
 	}
 	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
+	s.stopping, s.stop = context.WithCancelCause(context.Background())
 	if s.keys == nil {
 		k, err := GenerateIDKey(1)
 		if err != nil {
@@ -89,6 +95,7 @@ func (s *Service) ReloadCredentials() error { return s.auth.Reload() }
 func (s *Service) Shutdown() {
 	s.shutdownOnce.Do(func() {
 		close(s.shutdown)
+		s.stop(errors.Join(queue.ErrDetached, errShuttingDown))
 		s.auth.Close()
 	})
 }
@@ -250,13 +257,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 		defer stop()
 		r.WaitTimeout = 0
 	}
-	go func() {
-		select {
-		case <-s.shutdown:
-			cancel(errors.Join(queue.ErrDetached, errShuttingDown))
-		case <-wctx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
 	// Positions and heartbeats are sent from two goroutines; a stream
 	// takes one message at a time. Every message must be written within
 	// SendTimeout, or the client is taken to be gone.

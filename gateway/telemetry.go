@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -69,6 +70,38 @@ type telemetry struct {
 	trace  connect.Interceptor // nil without tracing
 	rest   []otelhttp.Option   // the REST calls' spans and HTTP metrics
 	m      *instruments        // nil without metrics
+	sets   sync.Map            // labelKey → metric.MeasurementOption
+}
+
+// labelKey is one combination of a measurement's labels; an empty field is
+// a label the measurement does not have.
+type labelKey struct{ shard, outcome, mode, reason string }
+
+// labels returns the measurement option of one combination of labels,
+// built the first time it is seen: a new attribute set per call is a sort,
+// a hash and allocations, and the combinations are few (shards × outcomes
+// × modes).
+func (t *telemetry) labels(shard, outcome, mode string) metric.MeasurementOption {
+	return t.labelsOf(labelKey{shard: shard, outcome: outcome, mode: mode})
+}
+
+func (t *telemetry) labelsOf(k labelKey) metric.MeasurementOption {
+	if o, ok := t.sets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	kv := make([]attribute.KeyValue, 0, 3)
+	kv = append(kv, attribute.String("shard", k.shard))
+	if k.outcome != "" {
+		kv = append(kv, attribute.String("outcome", k.outcome))
+	}
+	if k.mode != "" {
+		kv = append(kv, attribute.String("mode", k.mode))
+	}
+	if k.reason != "" {
+		kv = append(kv, attribute.String("reason", k.reason))
+	}
+	o, _ := t.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
+	return o.(metric.MeasurementOption)
 }
 
 type instruments struct {
@@ -232,7 +265,7 @@ func lossReason(err error) string {
 
 func (t *telemetry) lost(ctx context.Context, shard, reason string) {
 	if reason != "" && t.m != nil {
-		t.m.losses.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard), attribute.String("reason", reason)))
+		t.m.losses.Add(ctx, 1, t.labelsOf(labelKey{shard: shard, reason: reason}))
 	}
 }
 
@@ -277,16 +310,16 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 	switch req.Any().(type) {
 	case *v1.TryAcquireRequest:
 		if t.m != nil {
-			t.m.acquire.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome), attribute.String("mode", "try")))
+			t.m.acquire.Record(ctx, secs, t.labels(shard, outcome, "try"))
 		}
 	case *v1.RenewRequest:
 		if t.m != nil {
-			t.m.renew.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
+			t.m.renew.Record(ctx, secs, t.labels(shard, outcome, ""))
 		}
 		t.lost(ctx, shard, lossReason(err))
 	case *v1.ReleaseRequest, *v1.ResignRequest:
 		if t.m != nil {
-			t.m.release.Record(ctx, secs, metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome)))
+			t.m.release.Record(ctx, secs, t.labels(shard, outcome, ""))
 		}
 	case *v1.KeepAliveSessionRequest:
 		if err != nil {
@@ -303,7 +336,9 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 	default:
 		shard = rec.currentShard()
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	}
 	t.logCall(ctx, req.Spec().Procedure, shard, err, d)
 }
 
@@ -348,7 +383,7 @@ func (a *acquireConn) Send(msg any) error {
 			a.waitShard = "unknown"
 		}
 		if a.t.m != nil {
-			a.t.m.waiters.Add(a.ctx, 1, metric.WithAttributes(attribute.String("shard", a.waitShard)))
+			a.t.m.waiters.Add(a.ctx, 1, a.t.labels(a.waitShard, "", ""))
 		}
 	}
 	return a.StreamingHandlerConn.Send(msg)
@@ -372,15 +407,16 @@ func (a *acquireConn) done(err error) {
 	if !a.queuedAt.IsZero() {
 		mode = "queued"
 		if a.t.m != nil {
-			at := metric.WithAttributes(attribute.String("shard", a.waitShard))
-			a.t.m.waiters.Add(a.ctx, -1, at)
-			a.t.m.wait.Record(a.ctx, now.Sub(a.queuedAt).Seconds(), metric.WithAttributes(attribute.String("shard", a.waitShard), attribute.String("outcome", outcome)))
+			a.t.m.waiters.Add(a.ctx, -1, a.t.labels(a.waitShard, "", ""))
+			a.t.m.wait.Record(a.ctx, now.Sub(a.queuedAt).Seconds(), a.t.labels(a.waitShard, outcome, ""))
 		}
 	}
 	if a.t.m != nil {
-		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), metric.WithAttributes(attribute.String("shard", shard), attribute.String("outcome", outcome), attribute.String("mode", mode)))
+		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), a.t.labels(shard, outcome, mode))
 	}
 	a.t.lost(a.ctx, shard, lossReason(err))
-	trace.SpanFromContext(a.ctx).SetAttributes(attribute.String("leasegate.outcome", outcome))
+	if span := trace.SpanFromContext(a.ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	}
 	a.t.logCall(a.ctx, a.procedure, shard, err, now.Sub(a.start))
 }

@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
@@ -29,46 +29,45 @@ func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
 	if cfg.MeterProvider != nil {
 		mp = cfg.MeterProvider
 	}
-	opts := []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(t.prop)}
+	// Without tracing a caller's trace context has nothing to join: it is
+	// not read (as the Connect calls, which have no tracing interceptor
+	// then, do not read it).
+	var prop propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator()
+	if cfg.TracerProvider != nil {
+		prop = t.prop
+	}
+	opts := []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(prop)}
 	if cfg.PublicEndpoint {
 		opts = append(opts, otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }))
 	}
 	return opts
 }
 
-// restHandler wraps the REST lock calls in otelhttp — a server span named
+// restCall wraps the REST lock call op ("acquire", "renew", "release"),
+// which the mux routed once by its path, in otelhttp — a server span named
 // "POST /api/v1/locks/acquire" … with the HTTP semantic-convention
-// attributes, and the http.server.request.duration metric — and records
-// the same leasegate metrics as the Connect calls. The handler records the
-// shard it routed to, the outcome and any lost lease in the call's record;
-// this wrapper adds them to the span and reads neither the request body
-// nor the response body.
-func (t *telemetry) restHandler(next http.Handler) http.Handler {
+// attributes, and the http.server.request.duration metric, both taking
+// http.route from the pattern the mux matched — and records the same
+// leasegate metrics as the Connect calls. The handler records the shard it
+// routed to, the outcome and any lost lease in the call's record; this
+// wrapper adds them to the span and reads neither the request body nor the
+// response body, nor matches the path again.
+func (t *telemetry) restCall(op string, next http.Handler) http.Handler {
 	if t == nil {
 		return next
 	}
-	traced := otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.serveREST(w, r, next)
+	hist, mode := t.m.histogram(op), ""
+	if op == "acquire" {
+		mode = "try"
+	}
+	path := restPrefix + op
+	return otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.serveREST(w, r, path, hist, mode, next)
 	}), "leasegate.rest", t.rest...)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch strings.TrimPrefix(r.URL.Path, restPrefix) {
-		case "acquire", "renew", "release":
-		default:
-			next.ServeHTTP(w, r)
-			return
-		}
-		// The route is the path itself: otelhttp takes http.route and the
-		// span name from the pattern, which the outer mux left at its
-		// catch-all "/api/v1/".
-		r = r.WithContext(r.Context())
-		r.Pattern = r.URL.Path
-		traced.ServeHTTP(w, r)
-	})
 }
 
 // serveREST runs one REST lock call inside otelhttp's span.
-func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	op := strings.TrimPrefix(r.URL.Path, restPrefix)
+func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path string, hist metric.Float64Histogram, mode string, next http.Handler) {
 	ctx, rec := withRecord(r.Context())
 	start := time.Now()
 	next.ServeHTTP(w, r.WithContext(ctx))
@@ -81,15 +80,13 @@ func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, next http.
 		outcome = "ok"
 	}
 	t.lost(ctx, shard, loss)
-	if hist := t.m.histogram(op); hist != nil {
-		attrs := []attribute.KeyValue{attribute.String("shard", shard), attribute.String("outcome", outcome)}
-		if op == "acquire" {
-			attrs = append(attrs, attribute.String("mode", "try"))
-		}
-		hist.Record(ctx, d.Seconds(), metric.WithAttributes(attrs...))
+	if hist != nil {
+		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, mode))
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("leasegate.outcome", outcome), attribute.String("leasegate.shard", shard))
-	t.logCall(ctx, r.URL.Path, shard, err, d)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("leasegate.outcome", outcome), attribute.String("leasegate.shard", shard))
+	}
+	t.logCall(ctx, path, shard, err, d)
 }
 
 func (m *instruments) histogram(op string) metric.Float64Histogram {

@@ -103,6 +103,11 @@ type Config struct {
 	// on how long it can block its name once nobody serves it. Default
 	// queue.DefaultConfig's (10 s); 2 s to 5 min in whole seconds.
 	AttemptTTL time.Duration
+	// DebugListen, when set, serves the Go profiler (net/http/pprof) on
+	// this address, apart from the API. A loopback address answers without
+	// credentials; any other needs bearer authentication (a tokens file or
+	// JWTs) and a valid bearer token on every request. Default "" (off).
+	DebugListen string
 }
 
 // DefaultConfig returns the documented defaults.
@@ -174,6 +179,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("refusing to serve %s without authentication: anyone who can connect could take or steal any lock. "+
 			"Configure --auth-tokens, --jwt-keys, --jwt-jwks-url or --tls-client-ca, listen on loopback, or pass --allow-insecure-remote", c.Listen)
 	}
+	if err := c.validateDebug(); err != nil {
+		return err
+	}
 	if err := c.EtcdTLS.validate(); err != nil {
 		return err
 	}
@@ -229,6 +237,8 @@ type Server struct {
 	ln       net.Listener
 	served   chan error
 	tlsPair  *reload.Value[*tls.Certificate] // nil without TLS
+	debug    *http.Server                    // nil without DebugListen
+	debugLn  net.Listener
 
 	// transitions counts breaker state changes; nil without metrics.
 	transitions *shard.TransitionCounter
@@ -306,6 +316,10 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		s.http.TLSConfig = tlsCfg
 		s.ln = tls.NewListener(s.ln, tlsCfg)
 	}
+	if err := s.startDebug(tlsCfg); err != nil {
+		s.ln.Close()
+		return nil, err
+	}
 	go func() { s.served <- s.http.Serve(s.ln) }()
 	s.log.Info("leasegate serving", "addr", s.ln.Addr().String(), "shards", s.router.Map().ClusterNames(), "epoch", s.router.Map().Epoch, "embedded", len(s.embedded) > 0)
 	return s, nil
@@ -378,6 +392,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.service.Shutdown()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout)
 	defer cancel()
+	if s.debug != nil {
+		// A profile in progress is cut short rather than waited for.
+		_ = s.debug.Close()
+	}
 	err := s.http.Shutdown(ctx)
 	if err != nil {
 		_ = s.http.Close()

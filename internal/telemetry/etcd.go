@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
@@ -55,13 +57,28 @@ func (p *Providers) EtcdDialOptions(shard string) []grpc.DialOption {
 			metric.WithDescription("Latency of unary etcd requests, by shard, method and gRPC code."),
 			metric.WithExplicitBucketBoundaries(LatencyBuckets...))
 		if err == nil && h.Enabled(context.Background()) {
-			shardAttr := attribute.String("shard", shard)
+			// The label sets are built once per method and code: a new set
+			// per call is a sort, a hash and allocations on every etcd
+			// request.
+			type key struct {
+				method string
+				code   codes.Code
+			}
+			var sets sync.Map // key → metric.MeasurementOption
+			labels := func(method string, code codes.Code) metric.MeasurementOption {
+				k := key{method, code}
+				if o, ok := sets.Load(k); ok {
+					return o.(metric.MeasurementOption)
+				}
+				o, _ := sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attribute.String("shard", shard),
+					attribute.String("method", method[strings.LastIndexByte(method, '/')+1:]),
+					attribute.String("code", code.String()))))
+				return o.(metric.MeasurementOption)
+			}
 			opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 				start := time.Now()
 				err := invoker(ctx, method, req, reply, cc, callOpts...)
-				h.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(shardAttr,
-					attribute.String("method", method[strings.LastIndexByte(method, '/')+1:]),
-					attribute.String("code", status.Code(err).String())))
+				h.Record(ctx, time.Since(start).Seconds(), labels(method, status.Code(err)))
 				return err
 			}))
 		}
