@@ -55,14 +55,18 @@ type window struct {
 	cpu0            atomic.Int64
 	extraCPU        func() time.Duration
 	cpuTimer        *time.Timer
+	prof            *Profiler
 }
 
 func (e *Env) newWindow(p phase, sysName string) *window {
 	now := time.Now()
-	w := &window{start: now.Add(p.warmup), limit: p.maxOps, extraCPU: e.extraCPU(sysName)}
+	w := &window{start: now.Add(p.warmup), limit: p.maxOps, extraCPU: e.extraCPU(sysName), prof: e.Prof}
 	w.deadline = w.start.Add(p.duration)
 	w.cpu0.Store(int64(w.cpu()))
-	w.cpuTimer = time.AfterFunc(p.warmup, func() { w.cpu0.Store(int64(w.cpu())) })
+	w.cpuTimer = time.AfterFunc(p.warmup, func() {
+		w.cpu0.Store(int64(w.cpu()))
+		w.prof.start(p.label)
+	})
 	return w
 }
 
@@ -114,6 +118,11 @@ func newTally() *tally { return &tally{hist: stats.NewHistogram(), errs: &errSam
 // (appended after the earlier rounds' on one time axis) and its CPU.
 func (t *tally) close(w *window, hs []*stats.Histogram, tl *stats.Timeline) {
 	w.cpuTimer.Stop()
+	var ops int64
+	for _, h := range hs {
+		ops += h.Count()
+	}
+	w.prof.stop(ops)
 	t.busy += w.cpu() - time.Duration(w.cpu0.Load())
 	for _, h := range hs {
 		t.hist.Merge(h)

@@ -93,9 +93,11 @@ func (e *Env) renewal(ctx context.Context, m renewMode) (RenewalRun, string, err
 		return r, "", err
 	}
 	cpu0 := testbed.CPU()
+	e.Prof.start(fmt.Sprintf("renewal %s %d locks (per keepalive)", m.system, m.locks))
 	pause(ctx, w)
 	k1, err := e.Bed.Keepalives(ctx)
 	cpu1 := testbed.CPU()
+	e.Prof.stop(int64(k1 - k0))
 	e.Bar.Done()
 	if err != nil {
 		return r, "", err
