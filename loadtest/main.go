@@ -42,6 +42,8 @@ type options struct {
 	progress  bool
 	redis     bool
 	command   string
+	// cpuProfile is the directory for per-phase CPU profiles ("" none).
+	cpuProfile string
 }
 
 type stringList []string
@@ -71,6 +73,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.Names, "names", d.Names, "contended: names")
 	fs.IntVar(&o.cfg.Waiters, "waiters", d.Waiters, "contended: clients per name")
 	fs.DurationVar(&o.cfg.Hold, "hold", d.Hold, "contended: how long a holder keeps the lock")
+	fs.DurationVar(&o.cfg.ReleaseDelay, "release-delay", d.ReleaseDelay, "contended, delayed handoff: release this long after the waiter's enqueue is confirmed")
+	fs.IntVar(&o.cfg.DrainWaiters, "drain-waiters", d.DrainWaiters, "contended, drain: waiters queued behind the holder")
+	fs.IntVar(&o.cfg.MemWaiters, "mem-waiters", d.MemWaiters, "contended, waiter memory: queued waiters measured")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "directory: profile each measured window's CPU, write one merged profile per phase and a CPU-by-layer table (layers.md)")
 	fs.IntVar(&o.cfg.RenewLocks, "locks", d.RenewLocks, "renewal: locks held (K)")
 	fs.IntVar(&o.cfg.RenewClients, "clients", d.RenewClients, "renewal: clients (sessions) holding them")
 	fs.DurationVar(&o.cfg.RenewTTL, "renew-ttl", d.RenewTTL, "renewal: lease TTL")
@@ -115,7 +121,9 @@ func overlay(q *scenario.Config, c scenario.Config, set map[string]bool) {
 		"warmup": func() { q.Warmup = c.Warmup }, "rate": func() { q.Rate = c.Rate }, "rounds": func() { q.Rounds = c.Rounds },
 		"max-requests": func() { q.MaxRequests = c.MaxRequests }, "names": func() { q.Names = c.Names },
 		"waiters": func() { q.Waiters = c.Waiters }, "hold": func() { q.Hold = c.Hold },
-		"locks": func() { q.RenewLocks = c.RenewLocks }, "clients": func() { q.RenewClients = c.RenewClients },
+		"release-delay": func() { q.ReleaseDelay = c.ReleaseDelay }, "drain-waiters": func() { q.DrainWaiters = c.DrainWaiters },
+		"mem-waiters": func() { q.MemWaiters = c.MemWaiters },
+		"locks":       func() { q.RenewLocks = c.RenewLocks }, "clients": func() { q.RenewClients = c.RenewClients },
 		"renew-ttl": func() { q.RenewTTL = c.RenewTTL }, "session-ttl": func() { q.SessionTTL = c.SessionTTL },
 		"lock-ttl": func() { q.LockTTL = c.LockTTL }, "capacity-target": func() { q.CapacityTarget = c.CapacityTarget },
 		"capacity-duration": func() { q.CapacityDuration = c.CapacityDuration },
@@ -159,6 +167,14 @@ func parseScenarios(s string) ([]string, error) {
 }
 
 func main() {
+	if spec := os.Getenv(scenario.WaiterChildEnv); spec != "" {
+		// A child of the waiter-memory measurement (see scenario.WaiterMemory).
+		if err := scenario.RunWaiterChild(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest waiter child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	o, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

@@ -39,6 +39,7 @@ func Markdown(r *Results, charts []Chart) []byte {
 		}
 		p("\n")
 	}
+	figuresSection(&b, r)
 	byFile := map[string]Chart{}
 	for _, c := range charts {
 		byFile[c.File] = c
@@ -101,6 +102,10 @@ func Markdown(r *Results, charts []Chart) []byte {
 		img("contended-handoff.svg")
 		img("contended-handoff-spectrum.svg")
 		notes(&b, c.Notes)
+		contendedExtra(&b, c)
+		if c.Delayed != nil {
+			collect(systems, c.Delayed.Runs)
+		}
 	}
 	if rn := r.Renewal; rn != nil && len(rn.Runs) == 0 {
 		p("## Renewal\n\n")
@@ -127,6 +132,10 @@ func Markdown(r *Results, charts []Chart) []byte {
 		if len(cp.ErrorSample) > 0 {
 			p("First errors: %s\n\n", strings.Join(quoteAll(cp.ErrorSample), "; "))
 		}
+	}
+	if len(r.Layers) > 0 {
+		p("## CPU by layer\n\n")
+		layersSection(&b, r)
 	}
 	if len(systems) > 0 {
 		p("## Systems\n\n")
@@ -211,7 +220,7 @@ func collect(dst map[string]string, runs []scenario.Run) {
 	}
 }
 
-var systemOrder = []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.Mutex, scenario.RedsyncAlways, scenario.RedsyncEverysec}
+var systemOrder = []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.GatewayREST, scenario.Mutex, scenario.EtcdPut, scenario.RedsyncAlways, scenario.RedsyncEverysec}
 
 func order(m map[string]string) []string {
 	var out []string

@@ -93,6 +93,11 @@ type Contended struct {
 	HoldMs  float64        `json:"hold_ms"`
 	Runs    []ContendedRun `json:"runs"`
 	Notes   []string       `json:"notes,omitempty"`
+	// Delayed, Drain and WaiterMemory are the contended measurements
+	// beyond the closed loop of holders and waiters.
+	Delayed      *DelayedHandoff `json:"delayed_handoff,omitempty"`
+	Drain        *Drain          `json:"drain,omitempty"`
+	WaiterMemory *WaiterMemory   `json:"waiter_memory,omitempty"`
 }
 
 // RenewalRun is K locks held by one mode for a window.
