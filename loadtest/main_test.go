@@ -103,6 +103,20 @@ func TestSmoke(t *testing.T) {
 		t.Fatal("no uncontested results")
 	}
 	checkRuns(t, "uncontested", u.Concurrent, wantSystems)
+	// The floor is two raft writes a cycle (enqueue, release); a Put is one.
+	for _, c := range []struct {
+		sys      string
+		min, max float64
+	}{{scenario.Direct, 1.5, 4}, {scenario.EtcdPut, 0.8, 2}} {
+		r := pick(u.Concurrent, c.sys)
+		got := -1.0
+		if len(r) == 1 && r[0].EtcdWritesPerOp != nil {
+			got = *r[0].EtcdWritesPerOp
+		}
+		if got < c.min || got > c.max {
+			t.Errorf("uncontested %s: etcd writes per op %v; want within [%g, %g]", c.sys, got, c.min, c.max)
+		}
+	}
 	// One client for a fifth of a second may see no cycle of a slow system
 	// end on a loaded machine; the ratios need only these two.
 	checkRuns(t, "uncontested, 1 client", pick(u.Serial, scenario.Direct, scenario.GatewaySession), []string{scenario.Direct, scenario.GatewaySession})
