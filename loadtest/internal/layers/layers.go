@@ -25,6 +25,7 @@ const (
 	LoadGen   = "load generator"
 	SDK       = "SDK"
 	HTTP      = "HTTP/2 + Connect"
+	HTTPCli   = "HTTP client"
 	Gateway   = "gateway logic"
 	EtcdCli   = "etcd client"
 	EtcdSrv   = "etcd server"
@@ -35,7 +36,7 @@ const (
 )
 
 // Order lists every layer in table order.
-var Order = []string{LoadGen, SDK, HTTP, Gateway, EtcdCli, EtcdSrv, Redis, GC, Runtime, Unclaimed}
+var Order = []string{LoadGen, SDK, HTTPCli, HTTP, Gateway, EtcdCli, EtcdSrv, Redis, GC, Runtime, Unclaimed}
 
 const module = "github.com/leasegate/leasegate/"
 
@@ -103,6 +104,9 @@ func Classify(stack []string) string {
 			if o.layer == HTTP && grpc {
 				break // gRPC's own HTTP/2 framing: the caller's
 			}
+			if o.layer == HTTP && clientSide(f) {
+				return HTTPCli
+			}
 			if o.layer != "" {
 				return o.layer
 			}
@@ -119,6 +123,15 @@ func Classify(stack []string) string {
 		return Unclaimed
 	}
 	return Runtime
+}
+
+// clientSide reports whether an HTTP, HTTP/2 or Connect frame is a
+// client's (the SDK's transport, the REST client's) rather than the
+// gateway's server.
+func clientSide(f string) bool {
+	l := strings.ToLower(f)
+	return strings.Contains(l, "client") || strings.Contains(l, "transport") || strings.Contains(l, "persistconn") ||
+		strings.Contains(l, "duplexhttpcall") || strings.HasPrefix(l, "net/http.send") || strings.HasPrefix(l, "net/http.(*request)")
 }
 
 // Breakdown sums a profile's samples by layer, in the profile's last

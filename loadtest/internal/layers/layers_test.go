@@ -25,6 +25,9 @@ func TestClassify(t *testing.T) {
 		{[]string{"runtime.futex", "runtime.schedule", "runtime.mcall"}, Runtime},
 		{[]string{"runtime.mallocgc", "github.com/leasegate/leasegate/loadtest/internal/scenario.cycle"}, LoadGen},
 		{[]string{"github.com/leasegate/leasegate/client.(*Session).Acquire"}, SDK},
+		{[]string{"syscall.Syscall", "net.(*conn).Read", "net/http.(*http2clientConnReadLoop).run", "net/http.(*http2ClientConn).readLoop"}, HTTPCli},
+		{[]string{"compress/flate.(*compressor).write", "connectrpc.com/connect.(*duplexHTTPCall).Send", "github.com/leasegate/leasegate/client.(*Client).Acquire"}, HTTPCli},
+		{[]string{"net/http.(*persistConn).writeLoop"}, HTTPCli},
 		{[]string{"syscall.Syscall6", "os.(*File).Write"}, Unclaimed},
 	} {
 		if got := Classify(c.stack); got != c.want {

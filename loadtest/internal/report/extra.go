@@ -12,7 +12,8 @@ import (
 const layersIntro = "CPU per operation by layer, from a CPU profile of each measured window (after its warmup; every round of a phase merged). " +
 	"The profile covers the whole process — load generator, gateway and the embedded etcd members — so each row is everything that system's load cost. " +
 	"A sample is charged to the innermost frame of a package that names a layer: the load generator (`loadtest/…`), the SDK (`client`), " +
-	"HTTP/2 + Connect (`net/http`, `golang.org/x/net/http2`, `connectrpc.com`), the gateway's logic (the module's other packages: `gateway`, `locks`, `shard`, `queue`, `internal/server` …), " +
+	"the HTTP client under the SDK or the REST client (`net/http`, HTTP/2 and Connect frames of a client, a transport or a connection pool), " +
+	"HTTP/2 + Connect on the gateway's side (the other `net/http`, `golang.org/x/net/http2` and `connectrpc.com` frames), the gateway's logic (the module's other packages: `gateway`, `locks`, `shard`, `queue`, `internal/server` …), " +
 	"the etcd client (`go.etcd.io/etcd/client`, and gRPC's client transport), the etcd server (`go.etcd.io/etcd/server`, `raft`, `bbolt`, `etcd/pkg`, gRPC's server transport); " +
 	"library code below them (crypto, JSON, protobuf, syscalls) is charged to its caller. *runtime GC* is every sample under the collector's workers or an allocation's assist; " +
 	"*runtime other* is the scheduler and stacks with no other frame; *other* is code no rule claims. The profiler samples at 100 Hz: a row of a few hundred samples is good to about 10 %. " +
