@@ -30,7 +30,7 @@ import (
 )
 
 // Scenario names, in the order a run performs them.
-var allScenarios = []string{"uncontested", "openloop", "contended", "renewal", "capacity"}
+var allScenarios = []string{"uncontested", "openloop", "contended", "renewal", "mixed", "capacity"}
 
 // options is the command line, resolved.
 type options struct {
@@ -63,11 +63,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var maxRSSMiB int64
 	fs.Var(&endpoints, "endpoint", "gateway base URL on loopback, e.g. http://127.0.0.1:7070 (repeatable); none: start an embedded setup")
 	fs.StringVar(&o.etcd, "etcd", "", "with --endpoint: the home etcd cluster for the baselines, as shard-name=http://127.0.0.1:2379[,…]")
-	fs.StringVar(&scn, "scenario", "all", "uncontested, openloop, contended, renewal, capacity or all (a comma-separated list works)")
+	fs.StringVar(&scn, "scenario", "all", "uncontested, openloop, contended, renewal, mixed, capacity or all (a comma-separated list works)")
 	fs.IntVar(&o.cfg.Workers, "workers", d.Workers, "concurrent clients in the uncontested and open-loop scenarios")
 	fs.DurationVar(&o.cfg.Duration, "duration", d.Duration, "measured time per system and phase")
 	fs.DurationVar(&o.cfg.Warmup, "warmup", d.Warmup, "unrecorded warmup before each measured phase")
-	fs.Float64Var(&o.cfg.Rate, "rate", d.Rate, "open-loop arrival rate, cycles per second")
+	fs.Float64Var(&o.cfg.Rate, "rate", d.Rate, "open-loop and mixed arrival rate, cycles per second")
 	fs.IntVar(&o.cfg.Rounds, "rounds", d.Rounds, "interleaved slices each system's measured time is split into")
 	fs.Int64Var(&o.cfg.MaxRequests, "max-requests", d.MaxRequests, "cap on operations measured per system and phase")
 	fs.IntVar(&o.cfg.Names, "names", d.Names, "contended: names")
@@ -77,9 +77,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.cfg.DrainWaiters, "drain-waiters", d.DrainWaiters, "contended, drain: waiters queued behind the holder")
 	fs.IntVar(&o.cfg.MemWaiters, "mem-waiters", d.MemWaiters, "contended, waiter memory: queued waiters measured")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "directory: profile each measured window's CPU, write one merged profile per phase and a CPU-by-layer table (layers.md)")
-	fs.IntVar(&o.cfg.RenewLocks, "locks", d.RenewLocks, "renewal: locks held (K)")
-	fs.IntVar(&o.cfg.RenewClients, "clients", d.RenewClients, "renewal: clients (sessions) holding them")
-	fs.DurationVar(&o.cfg.RenewTTL, "renew-ttl", d.RenewTTL, "renewal: lease TTL")
+	fs.IntVar(&o.cfg.RenewLocks, "locks", d.RenewLocks, "renewal and mixed: locks held (K)")
+	fs.IntVar(&o.cfg.RenewClients, "clients", d.RenewClients, "renewal and mixed: clients (sessions) holding them")
+	fs.DurationVar(&o.cfg.RenewTTL, "renew-ttl", d.RenewTTL, "renewal and mixed: lease TTL")
 	fs.DurationVar(&o.cfg.SessionTTL, "session-ttl", d.SessionTTL, "session TTL in the cycle scenarios")
 	fs.DurationVar(&o.cfg.LockTTL, "lock-ttl", d.LockTTL, "per-lock lease TTL and Redis lock expiry")
 	fs.Int64Var(&o.cfg.CapacityTarget, "capacity-target", d.CapacityTarget, "capacity: locks to hold")

@@ -172,6 +172,17 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("renewal %s: keepalives %v, lost %d, errors %d; want > 0, 0, 0", r.Mode, r.Keepalives, r.Lost, r.Errors)
 		}
 	}
+	mx := res.Mixed
+	if mx == nil || len(mx.Runs) != 2 {
+		t.Fatalf("mixed: %+v; want session and per-lock runs", mx)
+	}
+	for _, r := range mx.Runs {
+		checkRun(t, "mixed "+r.Mode, r.Cycles.Run)
+		if r.Locks != o.cfg.RenewLocks || r.Lost != 0 || r.Errors != 0 || r.CPUPerSec <= 0 || r.WritesPerSec <= 0 {
+			t.Errorf("mixed %s: %d locks, %d lost, %d errors, CPU %v s/s, %v writes/s; want %d locks, none lost, no errors, CPU and writes",
+				r.Mode, r.Locks, r.Lost, r.Errors, r.CPUPerSec, r.WritesPerSec, o.cfg.RenewLocks)
+		}
+	}
 	cp := res.Capacity
 	if cp == nil || cp.Held <= 0 || cp.EtcdDBPerLock <= 0 {
 		t.Fatalf("capacity: %+v; want locks held and a database size per lock", cp)
@@ -190,7 +201,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## Headline ratios", "## Performance figures", "### Handoff after a settled enqueue", "### Drain of a long queue",
-		"### Gateway memory per queued waiter", "## CPU by layer", "## Uncontested", "## Open loop", "## Contended", "## Renewal", "## Capacity", "p99.9"} {
+		"### Gateway memory per queued waiter", "## CPU by layer", "## Uncontested", "## Open loop", "## Contended", "## Renewal", "## Mixed load", "## Capacity", "p99.9"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
@@ -259,7 +270,7 @@ func checkLayers(t *testing.T, res *report.Results, out string) {
 			t.Errorf("layers %q: %v", r.Label, err)
 		}
 	}
-	for _, scn := range []string{"uncontested", "openloop", "contended", "renewal"} {
+	for _, scn := range []string{"uncontested", "openloop", "contended", "renewal", "mixed"} {
 		if !seen[scn] {
 			t.Errorf("no CPU-by-layer row for %s", scn)
 		}

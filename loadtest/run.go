@@ -63,6 +63,8 @@ func run(ctx context.Context, o options, stderr io.Writer) ([]string, error) {
 			res.Contended, err = env.Contended(ctx)
 		case "renewal":
 			res.Renewal, err = env.Renewal(ctx)
+		case "mixed":
+			res.Mixed, err = env.Mixed(ctx)
 		case "capacity":
 			res.Capacity, err = env.Capacity(ctx)
 		}
@@ -120,6 +122,8 @@ func planned(o options) time.Duration {
 				time.Duration(2*c.Rounds*c.DrainWaiters)*20*time.Millisecond + 20*time.Second
 		case "renewal":
 			d += 4 * (renewWindow + 2*time.Second)
+		case "mixed":
+			d += 2 * (c.Warmup + c.Duration + max(c.RenewTTL/3, 2*time.Second) + 2*time.Second)
 		case "capacity":
 			d += c.CapacityDuration
 		}

@@ -84,13 +84,13 @@ func contendedExtra(b *bytes.Buffer, c *scenario.Contended) {
 	if m := c.WaiterMemory; m != nil {
 		p("### Gateway memory per queued waiter\n\n%s\n\n", m.Method)
 		if len(m.Runs) > 0 {
-			p("| connections | waiters | heap B | stacks B | KiB per waiter | goroutines | RSS KiB | heap by layer (B) | goroutines by layer |\n|---|---|---|---|---|---|---|---|---|\n")
+			p("| connections | waiters | heap B | stacks B | KiB per waiter | gateway KiB | goroutines | RSS KiB | heap by layer (B) | goroutines by layer |\n|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, x := range m.Runs {
 				if x.Error != "" {
-					p("| %s | %d | failed: %s ||||||\n", x.Connections, x.Waiters, x.Error)
+					p("| %s | %d | failed: %s |||||||\n", x.Connections, x.Waiters, x.Error)
 					continue
 				}
-				p("| %s | %d | %.0f | %.0f | %.1f | %.2f | %.1f | %s | %s |\n", x.Connections, x.Waiters, x.HeapB, x.StackB, x.TotalKiB, x.Goroutines, x.RSSKiB,
+				p("| %s | %d | %.0f | %.0f | %.1f | %.1f | %.2f | %.1f | %s | %s |\n", x.Connections, x.Waiters, x.HeapB, x.StackB, x.TotalKiB, x.GatewayKiB, x.Goroutines, x.RSSKiB,
 					byLayer(x.HeapByLayerB, "%.0f"), byLayer(x.GoroutinesByLayer, "%.2f"))
 			}
 			p("\n")
@@ -107,4 +107,20 @@ func byLayer(m map[string]float64, format string) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// mixedSection renders the mixed load: held locks renewing with cycles on
+// top.
+func mixedSection(b *bytes.Buffer, m *scenario.Mixed) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Mixed load (the capacity model's check)\n\nK locks held and renewing, and acquire+release cycles offered at a fixed rate on top, by the same mode, on names spread over every cluster. " +
+		"*Held only* is the window before the cycles start. CPU is this process's (load generator, gateway and etcd); writes are raft entries and keepalives etcd's lease renewals, over every cluster.\n\n")
+	p("| mode | locks | TTL | cycles/s offered / done | p50 / p99 | CPU s/s held only / with cycles | etcd writes/s held only / with cycles | keepalives/s held only / with cycles | lost | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, x := range m.Runs {
+		c := x.Cycles
+		p("| %s | %d | %.0f s | %.0f / %.0f | %s / %s | %.3f / %.3f | %.0f / %.0f | %.0f / %.0f | %d | %d |\n", x.Mode, x.Locks, x.TTLs, c.Rate, c.PerSec,
+			msf(c.Latency.P50Ms), msf(c.Latency.P99Ms), x.IdleCPUPerSec, x.CPUPerSec, x.IdleWritesPerSec, x.WritesPerSec, x.IdleKeepalives, x.KeepalivesPerSec, x.Lost, x.Errors)
+	}
+	p("\n")
+	notes(b, m.Notes)
 }

@@ -122,6 +122,9 @@ func Markdown(r *Results, charts []Chart) []byte {
 		p("\n")
 		notes(&b, rn.Notes)
 	}
+	if mx := r.Mixed; mx != nil {
+		mixedSection(&b, mx)
+	}
 	if cp := r.Capacity; cp != nil {
 		p("## Capacity\n\nSession locks on distinct names over every cluster (%d TryAcquire calls in flight over %d sessions) until the target, the time bound or the memory bound.\n\n", cp.Workers, cp.Sessions)
 		p("| target | held | time | locks/s | stopped because | heap B/lock | RSS B/lock | etcd DB B/lock | RSS at end | TryAcquire p50 / p99 | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")

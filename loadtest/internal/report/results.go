@@ -25,6 +25,7 @@ type Results struct {
 	OpenLoop    *scenario.OpenLoop    `json:"open_loop,omitempty"`
 	Contended   *scenario.Contended   `json:"contended,omitempty"`
 	Renewal     *scenario.Renewal     `json:"renewal,omitempty"`
+	Mixed       *scenario.Mixed       `json:"mixed,omitempty"`
 	Capacity    *scenario.Capacity    `json:"capacity,omitempty"`
 
 	// Ratios are the headline figures of DESIGN.md §9.

@@ -58,6 +58,9 @@ type WaiterMemRun struct {
 	HeapB    float64 `json:"heap_bytes_per_waiter"`
 	StackB   float64 `json:"stack_bytes_per_waiter"`
 	TotalKiB float64 `json:"total_kib_per_waiter"`
+	// GatewayKiB leaves out the embedded etcd server's share: its heap
+	// (by the heap profile) and its goroutines' part of the stacks.
+	GatewayKiB float64 `json:"gateway_kib_per_waiter"`
 	// RSSKiB is the resident set's growth per waiter (coarse: the Go
 	// runtime keeps freed memory for reuse).
 	RSSKiB float64 `json:"rss_kib_per_waiter"`
@@ -76,7 +79,8 @@ const waiterMemMethod = "The gateway and the embedded etcd members run in this p
 	"and reports when every one has its place confirmed (the gateway's Queued message). The figures are the growth of this process's live heap " +
 	"(runtime/metrics /memory/classes/heap/objects, after two GCs) and goroutine stacks (/memory/classes/heap/stacks) from before the child started to " +
 	"that moment, divided by the waiters. That growth includes the embedded etcd server's share (a key, a lease and a watcher per waiter); " +
-	"the by-layer split (a heap profile sampled every 4 KiB during the phase) tells the gateway's part from etcd's."
+	"the by-layer split (a heap profile sampled every 4 KiB during the phase, and the goroutine profile) tells the gateway's part from etcd's, " +
+	"and *gateway KiB* leaves etcd's out."
 
 // WaiterMemory measures the gateway's memory per queued streaming waiter,
 // its connection included (one connection per waiter) and with all
@@ -112,10 +116,14 @@ type memSnap struct {
 	heap, stacks uint64
 	goroutines   uint64
 	rss          int64
-	heapProf     *profile.Profile
-	gorProf      *profile.Profile
+	// The heap and goroutine profiles, kept encoded (a few KiB) so that
+	// the snapshot itself does not count as growth.
+	heapProf, gorProf []byte
 }
 
+// snapshot reads the process's memory after two GCs, and only then takes
+// the profiles, so that neither the earlier snapshot's profiles nor this
+// one's count in the figures.
 func snapshot() (memSnap, error) {
 	runtime.GC()
 	runtime.GC()
@@ -127,19 +135,17 @@ func snapshot() (memSnap, error) {
 	metrics.Read(s)
 	m := memSnap{heap: s[0].Value.Uint64(), stacks: s[1].Value.Uint64(), goroutines: s[2].Value.Uint64(), rss: testbed.RSS()}
 	var err error
-	if m.heapProf, err = lookup("heap"); err != nil {
+	if m.heapProf, err = encoded("heap"); err != nil {
 		return m, err
 	}
-	m.gorProf, err = lookup("goroutine")
+	m.gorProf, err = encoded("goroutine")
 	return m, err
 }
 
-func lookup(name string) (*profile.Profile, error) {
+func encoded(name string) ([]byte, error) {
 	var b bytes.Buffer
-	if err := pprof.Lookup(name).WriteTo(&b, 0); err != nil {
-		return nil, err
-	}
-	return profile.Parse(&b)
+	err := pprof.Lookup(name).WriteTo(&b, 0)
+	return b.Bytes(), err
 }
 
 func (e *Env) waiterMem(ctx context.Context, exe string, own bool) (WaiterMemRun, error) {
@@ -217,22 +223,41 @@ func (e *Env) waiterMem(ctx context.Context, exe string, own bool) (WaiterMemRun
 	r.TotalKiB = (r.HeapB + r.StackB) / 1024
 	r.RSSKiB = float64(after.rss-before.rss) / 1024 / float64(n)
 	r.Goroutines = per(after.goroutines, before.goroutines)
-	r.GoroutinesByLayer = deltaByLayer(after.gorProf, before.gorProf, n)
-	r.HeapByLayerB = deltaByLayer(after.heapProf, before.heapProf, n)
+	if r.GoroutinesByLayer, err = deltaByLayer(after.gorProf, before.gorProf, n); err != nil {
+		return r, err
+	}
+	if r.HeapByLayerB, err = deltaByLayer(after.heapProf, before.heapProf, n); err != nil {
+		return r, err
+	}
+	// The gateway's own share: everything but what the embedded etcd
+	// server allocated and the stacks of its goroutines.
+	stackShare := 1.0
+	if r.Goroutines > 0 {
+		stackShare = max(0, 1-r.GoroutinesByLayer[layers.EtcdSrv]/r.Goroutines)
+	}
+	r.GatewayKiB = (r.HeapB - r.HeapByLayerB[layers.EtcdSrv] + r.StackB*stackShare) / 1024
 	return r, nil
 }
 
 // deltaByLayer is (after − before) by layer, per waiter, for layers that
 // moved.
-func deltaByLayer(after, before *profile.Profile, n int) map[string]float64 {
-	a, b := layers.Breakdown(after), layers.Breakdown(before)
+func deltaByLayer(after, before []byte, n int) (map[string]float64, error) {
+	pa, err := profile.ParseData(after)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := profile.ParseData(before)
+	if err != nil {
+		return nil, err
+	}
+	a, b := layers.Breakdown(pa), layers.Breakdown(pb)
 	out := map[string]float64{}
 	for _, l := range layers.Order {
 		if d := float64(a[l]-b[l]) / float64(n); d > 0.005 || d < -0.005 {
 			out[l] = d
 		}
 	}
-	return out
+	return out, nil
 }
 
 func lastLines(s string, n int) string {
