@@ -80,19 +80,19 @@ func Classify(stack []string) string {
 	}
 	allRuntime := true
 	for _, f := range stack {
-		if !strings.HasPrefix(f, "runtime.") {
+		if !isRuntime(f) {
 			allRuntime = false
 		}
 		if strings.HasPrefix(f, "google.golang.org/grpc") {
 			// gRPC carries etcd's traffic both ways; its transport tells
 			// which end it is. Other gRPC frames are the caller's.
 			switch {
-			case strings.Contains(f, "http2Client") || strings.Contains(f, "grpc.(*ClientConn)") ||
-				strings.Contains(f, "grpc.(*clientStream)") || strings.Contains(f, "grpc.(*addrConn)") ||
+			case strings.Contains(f, "http2Client") || strings.Contains(f, "HTTP2Client") || strings.Contains(f, "clientHeaderHandler") ||
+				strings.Contains(f, "grpc.(*ClientConn)") || strings.Contains(f, "grpc.(*clientStream)") || strings.Contains(f, "grpc.(*addrConn)") ||
 				strings.Contains(f, "grpc.invoke") || strings.Contains(f, "grpc.newClientStream"):
 				return EtcdCli
-			case strings.Contains(f, "http2Server") || strings.Contains(f, "grpc.(*Server)") ||
-				strings.Contains(f, "grpc.(*serverStream)"):
+			case strings.Contains(f, "http2Server") || strings.Contains(f, "ServerTransport") || strings.Contains(f, "serverHeaderHandler") ||
+				strings.Contains(f, "grpc.(*Server)") || strings.Contains(f, "grpc.(*serverStream)"):
 				return EtcdSrv
 			}
 			continue
@@ -117,12 +117,18 @@ func Classify(stack []string) string {
 		return Runtime
 	}
 	for _, f := range stack {
-		if strings.HasPrefix(f, "runtime.") || strings.HasPrefix(f, "syscall.") || strings.HasPrefix(f, "internal/runtime") {
+		if isRuntime(f) || strings.HasPrefix(f, "syscall.") {
 			continue
 		}
 		return Unclaimed
 	}
 	return Runtime
+}
+
+// isRuntime reports whether f is the runtime's: its packages, or an
+// assembly routine (no package path at all, as indexbytebody).
+func isRuntime(f string) bool {
+	return strings.HasPrefix(f, "runtime.") || strings.HasPrefix(f, "internal/runtime") || !strings.Contains(f, ".")
 }
 
 // clientSide reports whether an HTTP, HTTP/2 or Connect frame is a

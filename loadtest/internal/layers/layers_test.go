@@ -28,6 +28,9 @@ func TestClassify(t *testing.T) {
 		{[]string{"syscall.Syscall", "net.(*conn).Read", "net/http.(*http2clientConnReadLoop).run", "net/http.(*http2ClientConn).readLoop"}, HTTPCli},
 		{[]string{"compress/flate.(*compressor).write", "connectrpc.com/connect.(*duplexHTTPCall).Send", "github.com/leasegate/leasegate/client.(*Client).Acquire"}, HTTPCli},
 		{[]string{"net/http.(*persistConn).writeLoop"}, HTTPCli},
+		{[]string{"syscall.write", "net.(*conn).Write", "google.golang.org/grpc/internal/transport.(*bufWriter).Flush", "google.golang.org/grpc/internal/transport.(*loopyWriter).run", "google.golang.org/grpc/internal/transport.NewServerTransport.func3"}, EtcdSrv},
+		{[]string{"google.golang.org/grpc/internal/transport.(*loopyWriter).run", "google.golang.org/grpc/internal/transport.NewHTTP2Client.func6"}, EtcdCli},
+		{[]string{"indexbytebody", "runtime.findnull", "runtime.goexit0", "runtime.mcall"}, Runtime},
 		{[]string{"syscall.Syscall6", "os.(*File).Write"}, Unclaimed},
 	} {
 		if got := Classify(c.stack); got != c.want {
