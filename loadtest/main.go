@@ -7,6 +7,15 @@
 //	go run ./loadtest --quick                  # everything, small (under a minute)
 //	go run ./loadtest --scenario contended --duration 20s
 //	go run ./loadtest --endpoint http://127.0.0.1:7070 --etcd shard-0=http://127.0.0.1:2379
+//	go run ./loadtest --scenario uncontested,contended --duration 5s   # the performance figures
+//	go run ./loadtest --scenario uncontested,openloop,contended,renewal --duration 5s --cpuprofile DIR
+//
+// The contended scenario also measures the handoff after a settled enqueue,
+// the drain of a long queue and the gateway's memory per queued waiter; the
+// mixed scenario holds locks renewing with cycles on top (the capacity
+// model's check, docs/capacity.md). --cpuprofile writes a CPU profile per
+// measured phase and a table of CPU per operation by layer (layers.md;
+// go run ./loadtest/layers reads the profiles again).
 //
 // Without --endpoint it starts three embedded etcd clusters and a gateway
 // in this process (internal/server), and the baselines share the gateway's

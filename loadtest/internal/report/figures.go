@@ -92,7 +92,7 @@ func Figures(r *Results) []Figure {
 			put := p50(find(dh.Runs, scenario.EtcdPut))
 			ratio(fmt.Sprintf("handoff p50, release %.0f ms after the waiter's enqueue: gateway ÷ one etcd Put", dh.DelayMs), "contended",
 				p50(find(dh.Runs, scenario.GatewaySession)), put, "ms", 2)
-			ratio(fmt.Sprintf("… the same for concurrency.Mutex ÷ one etcd Put"), "contended",
+			ratio("… the same for concurrency.Mutex ÷ one etcd Put", "contended",
 				p50(find(dh.Runs, scenario.Mutex)), put, "ms", 2)
 		}
 		if dr := c.Drain; dr != nil {
