@@ -275,15 +275,16 @@ func checkLayers(t *testing.T, res *report.Results, out string) {
 			t.Errorf("no CPU-by-layer row for %s", scn)
 		}
 	}
-	var gw *float64
+	// At 100 samples a second a tiny run's phase may catch none of the
+	// gateway's frames; all of its gateway phases together do.
+	gw := 0.0
 	for _, r := range res.Layers {
-		if r.Label == "uncontested gateway-session ×4" && r.Ops > 0 {
-			v := r.UsPerOp["gateway logic"] + r.UsPerOp["HTTP/2 + Connect"]
-			gw = &v
+		if strings.Contains(r.Label, "gateway") {
+			gw += r.UsPerOp["gateway logic"] + r.UsPerOp["HTTP/2 + Connect"]
 		}
 	}
-	if gw == nil || *gw <= 0 {
-		t.Errorf("uncontested gateway-session: gateway and HTTP/2 CPU %v; want some", gw)
+	if gw <= 0 {
+		t.Error("no phase of the gateway's shows CPU in the gateway's logic or its HTTP/2 server")
 	}
 	if _, err := os.Stat(filepath.Join(out, report.LayersFile)); err != nil {
 		t.Error(err)

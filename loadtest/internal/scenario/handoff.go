@@ -49,7 +49,10 @@ func (e *Env) DelayedHandoff(ctx context.Context) (*DelayedHandoff, error) {
 	}
 	out.Notes = notes
 	tallies := map[*opened]*tally{}
-	err = e.rounds(ctx, systems, e.Cfg.Duration, func(ctx context.Context, o *opened, p phase) error {
+	// A Mutex handoff after a settled enqueue can take 100 ms (see
+	// docs/benchmarks.md): give every system a second at least, so that
+	// even a short run sees a few.
+	err = e.rounds(ctx, systems, max(e.Cfg.Duration, time.Second), func(ctx context.Context, o *opened, p phase) error {
 		t := tallies[o]
 		if t == nil {
 			t = newTally()
