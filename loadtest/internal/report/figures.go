@@ -58,19 +58,16 @@ func Figures(r *Results) []Figure {
 	if u := r.Uncontested; u != nil {
 		c := u.Concurrent
 		d, m := find(c, scenario.Direct), find(c, scenario.Mutex)
-		for _, s := range []struct{ sys, what string }{
+		gateways := []struct{ sys, what string }{
 			{scenario.GatewaySession, "session (Connect SDK)"},
 			{scenario.GatewayPerLock, "per-lock (Connect SDK)"},
 			{scenario.GatewayREST, "per-lock (REST)"},
-		} {
+		}
+		for _, s := range gateways {
 			ratio(fmt.Sprintf("CPU per uncontested cycle, %d clients: gateway %s ÷ direct etcd txns", w, s.what), "uncontested",
 				cpu(find(c, s.sys)), cpu(d), "µs", 0)
 		}
-		for _, s := range []struct{ sys, what string }{
-			{scenario.GatewaySession, "session (Connect SDK)"},
-			{scenario.GatewayPerLock, "per-lock (Connect SDK)"},
-			{scenario.GatewayREST, "per-lock (REST)"},
-		} {
+		for _, s := range gateways {
 			ratio(fmt.Sprintf("cycles/s, %d workers: gateway %s ÷ concurrency.Mutex", w, s.what), "uncontested",
 				perSec(find(c, s.sys)), perSec(m), "/s", 0)
 		}
