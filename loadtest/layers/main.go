@@ -77,6 +77,8 @@ func main() {
 	}
 	if *top == "" {
 		layers.Table(os.Stdout, rows, "ops")
+		fmt.Println()
+		layers.SidesTable(os.Stdout, rows)
 	}
 }
 

@@ -209,3 +209,54 @@ func Table(w io.Writer, rows []Row, unit string) {
 		fmt.Fprintf(w, " %.0f |\n", r.TotalUs)
 	}
 }
+
+// The sides of a cycle: what runs on the users' machines, in a gateway
+// process, and in etcd.
+const (
+	SideClient  = "client"
+	SideGateway = "gateway"
+	SideEtcd    = "etcd"
+)
+
+// sideOf maps the layers that belong to one process to their side.
+var sideOf = map[string]string{
+	LoadGen: SideClient, SDK: SideClient, HTTPCli: SideClient, Redis: SideClient,
+	HTTP: SideGateway, Gateway: SideGateway, EtcdCli: SideGateway,
+	EtcdSrv: SideEtcd,
+}
+
+// Sides folds a row into client, gateway and etcd µs per operation, the
+// runtime's layers (GC, scheduler, unclaimed) shared out in proportion to
+// each side's own CPU: the per-unit costs of docs/capacity.md. The etcd
+// client counts as the gateway's, as it runs in the gateway's process for
+// every gateway system (for the direct and Mutex baselines it is the
+// client's own).
+func Sides(r Row) map[string]float64 {
+	own := map[string]float64{}
+	var sum, shared float64
+	for l, v := range r.UsPerOp {
+		if s, ok := sideOf[l]; ok {
+			own[s] += v
+			sum += v
+		} else {
+			shared += v
+		}
+	}
+	out := map[string]float64{}
+	for _, s := range []string{SideClient, SideGateway, SideEtcd} {
+		out[s] = own[s]
+		if sum > 0 {
+			out[s] += shared * own[s] / sum
+		}
+	}
+	return out
+}
+
+// SidesTable writes rows folded by Sides as a Markdown table.
+func SidesTable(w io.Writer, rows []Row) {
+	fmt.Fprint(w, "| phase | client | gateway | etcd | total |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		s := Sides(r)
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.0f | %.0f |\n", r.Label, s[SideClient], s[SideGateway], s[SideEtcd], r.TotalUs)
+	}
+}

@@ -75,3 +75,16 @@ func TestRowOf(t *testing.T) {
 		t.Errorf("table:\n%s", b.String())
 	}
 }
+
+// TestSides checks the fold of a session cycle's layers: the runtime's
+// share goes to each side in proportion to its own CPU.
+func TestSides(t *testing.T) {
+	r := Row{UsPerOp: map[string]float64{SDK: 10, HTTP: 40, Gateway: 20, EtcdCli: 20, EtcdSrv: 10, GC: 50}}
+	got := Sides(r)
+	want := map[string]float64{SideClient: 15, SideGateway: 120, SideEtcd: 15}
+	for s, v := range want {
+		if d := got[s] - v; d > 1e-9 || d < -1e-9 {
+			t.Errorf("Sides(%v)[%s] = %v; want %v", r.UsPerOp, s, got[s], v)
+		}
+	}
+}

@@ -30,6 +30,9 @@ func LayersMarkdown(r *Results) []byte {
 func layersSection(b *bytes.Buffer, r *Results) {
 	fmt.Fprintf(b, "%s\n\n", layersIntro)
 	layers.Table(b, r.Layers, "ops")
+	b.WriteString("\nThe same by side — *client* (load generator, SDK, its HTTP client), *gateway* (HTTP/2 + Connect, the gateway's logic, the etcd client) and *etcd* (the etcd server), " +
+		"the runtime's CPU shared out in proportion to each side's own (docs/capacity.md takes its per-unit costs from here; for the direct and Mutex baselines the etcd client is the client's):\n\n")
+	layers.SidesTable(b, r.Layers)
 	b.WriteString("\nµs of CPU per operation. Profiles: ")
 	var files []string
 	for _, f := range r.ProfileFiles {
