@@ -68,7 +68,7 @@ func (e *Env) openSystem(name string, poolSize int) (system.System, string, erro
 		g, err := system.NewGateway(b.Gateways, true, e.Cfg.LockTTL)
 		return g, "", err
 	case GatewayREST:
-		return system.NewREST(b.Gateways[0], e.Cfg.LockTTL, poolSize), "", nil
+		return system.NewRESTPerLock(b.Gateways[0], e.Cfg.LockTTL, poolSize), "", nil
 	case EtcdPut:
 		if len(b.HomeEtcd) == 0 {
 			return nil, "etcd-put: skipped, the home etcd is unknown (give --etcd)", nil

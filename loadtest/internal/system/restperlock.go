@@ -12,21 +12,21 @@ import (
 	"time"
 )
 
-// REST drives the gateway's REST JSON API (POST /api/v1/locks/acquire and
+// RESTPerLock drives the gateway's REST JSON API (POST /api/v1/locks/acquire and
 // /release) with plain net/http over HTTP/1.1 keep-alive connections, one
 // per client at most: what a caller without the SDK does. Every lock has a
 // lease of its own (the REST API has no sessions). Its acquire never waits,
 // so a held name is ErrBusy.
-type REST struct {
+type RESTPerLock struct {
 	base string
 	hc   *http.Client
 	ttl  time.Duration
 }
 
-// NewREST returns the REST system for the gateway at base, with up to
+// NewRESTPerLock returns the REST per-lock system for the gateway at base, with up to
 // conns idle connections kept for reuse.
-func NewREST(base string, ttl time.Duration, conns int) *REST {
-	return &REST{base: strings.TrimSuffix(base, "/"), ttl: ttl, hc: &http.Client{
+func NewRESTPerLock(base string, ttl time.Duration, conns int) *RESTPerLock {
+	return &RESTPerLock{base: strings.TrimSuffix(base, "/"), ttl: ttl, hc: &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
@@ -38,24 +38,24 @@ func NewREST(base string, ttl time.Duration, conns int) *REST {
 }
 
 // Name implements System.
-func (r *REST) Name() string { return "gateway-rest" }
+func (r *RESTPerLock) Name() string { return "gateway-rest" }
 
 // Describe implements System.
-func (r *REST) Describe() string {
-	return fmt.Sprintf("leasegate's REST JSON API over HTTP/1.1 keep-alive (net/http, no SDK); a lease of its own per lock, TTL %s", r.ttl)
+func (r *RESTPerLock) Describe() string {
+	return fmt.Sprintf("leasegate's RESTPerLock JSON API over HTTP/1.1 keep-alive (net/http, no SDK); a lease of its own per lock, TTL %s", r.ttl)
 }
 
 // NewClient implements System.
-func (r *REST) NewClient(context.Context) (Client, error) { return restClient{r}, nil }
+func (r *RESTPerLock) NewClient(context.Context) (Client, error) { return restPerLockClient{r}, nil }
 
 // Close implements System.
-func (r *REST) Close() error { r.hc.CloseIdleConnections(); return nil }
+func (r *RESTPerLock) Close() error { r.hc.CloseIdleConnections(); return nil }
 
-type restClient struct{ r *REST }
+type restPerLockClient struct{ r *RESTPerLock }
 
 // post sends body to path and decodes a JSON answer into out (when not
 // nil), expecting status want.
-func (r *REST) post(ctx context.Context, path string, body any, want int, out any) error {
+func (r *RESTPerLock) post(ctx context.Context, path string, body any, want int, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func (r *REST) post(ctx context.Context, path string, body any, want int, out an
 	return nil
 }
 
-func (c restClient) Acquire(ctx context.Context, name string, onEnqueued func()) (Held, error) {
+func (c restPerLockClient) Acquire(ctx context.Context, name string, onEnqueued func()) (Held, error) {
 	var out struct {
 		Acquired     bool   `json:"acquired"`
 		LockID       string `json:"lockId"`
@@ -97,19 +97,19 @@ func (c restClient) Acquire(ctx context.Context, name string, onEnqueued func())
 	if !out.Acquired {
 		return nil, ErrBusy
 	}
-	return &restHeld{r: c.r, id: out.LockID, token: out.FencingToken}, nil
+	return &restPerLockHeld{r: c.r, id: out.LockID, token: out.FencingToken}, nil
 }
 
-func (c restClient) Close(context.Context) error { return nil }
+func (c restPerLockClient) Close(context.Context) error { return nil }
 
-type restHeld struct {
-	r     *REST
+type restPerLockHeld struct {
+	r     *RESTPerLock
 	id    string
 	token int64
 }
 
-func (h *restHeld) Release(ctx context.Context) error {
+func (h *restPerLockHeld) Release(ctx context.Context) error {
 	return h.r.post(ctx, "/api/v1/locks/release", map[string]any{"lockId": h.id, "fencingToken": h.token}, http.StatusNoContent, nil)
 }
 
-func (h *restHeld) Order() int64 { return h.token & revisionMask }
+func (h *restPerLockHeld) Order() int64 { return h.token & revisionMask }
