@@ -23,6 +23,14 @@ func TestParseFlags(t *testing.T) {
 	if want := []string{"uncontested", "contended"}; !slices.Equal(o.scenarios, want) {
 		t.Errorf("scenarios = %v; want %v (run order)", o.scenarios, want)
 	}
+	o, err = parseFlags([]string{"--quick", "--drain-waiters", "50", "--mem-waiters", "40", "--release-delay", "3ms", "--cpuprofile", "/tmp/p"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.DrainWaiters != 50 || o.cfg.MemWaiters != 40 || o.cfg.ReleaseDelay != 3*time.Millisecond || o.cpuProfile != "/tmp/p" {
+		t.Errorf("--drain-waiters 50 --mem-waiters 40 --release-delay 3ms --cpuprofile /tmp/p gave %d, %d, %s, %q",
+			o.cfg.DrainWaiters, o.cfg.MemWaiters, o.cfg.ReleaseDelay, o.cpuProfile)
+	}
 	o, err = parseFlags([]string{"--quick", "--duration", "4s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +59,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"--workers", "0"}, "workers 0"},
 		{[]string{"--waiters", "1"}, "1 waiters"},
 		{[]string{"--renew-ttl", "1s"}, "renew TTL 1s"},
+		{[]string{"--drain-waiters", "0"}, "drain waiters 0"},
+		{[]string{"--release-delay", "2s"}, "release delay 2s"},
 		{[]string{"extra"}, "unexpected arguments"},
 	} {
 		_, err := parseFlags(c.args, io.Discard)

@@ -7,6 +7,15 @@
 //	go run ./loadtest --quick                  # everything, small (under a minute)
 //	go run ./loadtest --scenario contended --duration 20s
 //	go run ./loadtest --endpoint http://127.0.0.1:7070 --etcd shard-0=http://127.0.0.1:2379
+//	go run ./loadtest --scenario uncontested,contended --duration 5s   # the performance figures
+//	go run ./loadtest --scenario uncontested,openloop,contended,renewal --duration 5s --cpuprofile DIR
+//
+// The contended scenario also measures the handoff after a settled enqueue,
+// the drain of a long queue and the gateway's memory per queued waiter; the
+// mixed scenario holds locks renewing with cycles on top (the capacity
+// model's check, docs/capacity.md). --cpuprofile writes a CPU profile per
+// measured phase and a table of CPU per operation by layer (layers.md;
+// go run ./loadtest/layers reads the profiles again).
 //
 // Without --endpoint it starts three embedded etcd clusters and a gateway
 // in this process (internal/server), and the baselines share the gateway's
@@ -30,7 +39,7 @@ import (
 )
 
 // Scenario names, in the order a run performs them.
-var allScenarios = []string{"uncontested", "openloop", "contended", "renewal", "capacity"}
+var allScenarios = []string{"uncontested", "openloop", "contended", "renewal", "mixed", "capacity"}
 
 // options is the command line, resolved.
 type options struct {
@@ -42,6 +51,8 @@ type options struct {
 	progress  bool
 	redis     bool
 	command   string
+	// cpuProfile is the directory for per-phase CPU profiles ("" none).
+	cpuProfile string
 }
 
 type stringList []string
@@ -61,19 +72,23 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var maxRSSMiB int64
 	fs.Var(&endpoints, "endpoint", "gateway base URL on loopback, e.g. http://127.0.0.1:7070 (repeatable); none: start an embedded setup")
 	fs.StringVar(&o.etcd, "etcd", "", "with --endpoint: the home etcd cluster for the baselines, as shard-name=http://127.0.0.1:2379[,…]")
-	fs.StringVar(&scn, "scenario", "all", "uncontested, openloop, contended, renewal, capacity or all (a comma-separated list works)")
+	fs.StringVar(&scn, "scenario", "all", "uncontested, openloop, contended, renewal, mixed, capacity or all (a comma-separated list works)")
 	fs.IntVar(&o.cfg.Workers, "workers", d.Workers, "concurrent clients in the uncontested and open-loop scenarios")
 	fs.DurationVar(&o.cfg.Duration, "duration", d.Duration, "measured time per system and phase")
 	fs.DurationVar(&o.cfg.Warmup, "warmup", d.Warmup, "unrecorded warmup before each measured phase")
-	fs.Float64Var(&o.cfg.Rate, "rate", d.Rate, "open-loop arrival rate, cycles per second")
+	fs.Float64Var(&o.cfg.Rate, "rate", d.Rate, "open-loop and mixed arrival rate, cycles per second")
 	fs.IntVar(&o.cfg.Rounds, "rounds", d.Rounds, "interleaved slices each system's measured time is split into")
 	fs.Int64Var(&o.cfg.MaxRequests, "max-requests", d.MaxRequests, "cap on operations measured per system and phase")
 	fs.IntVar(&o.cfg.Names, "names", d.Names, "contended: names")
 	fs.IntVar(&o.cfg.Waiters, "waiters", d.Waiters, "contended: clients per name")
 	fs.DurationVar(&o.cfg.Hold, "hold", d.Hold, "contended: how long a holder keeps the lock")
-	fs.IntVar(&o.cfg.RenewLocks, "locks", d.RenewLocks, "renewal: locks held (K)")
-	fs.IntVar(&o.cfg.RenewClients, "clients", d.RenewClients, "renewal: clients (sessions) holding them")
-	fs.DurationVar(&o.cfg.RenewTTL, "renew-ttl", d.RenewTTL, "renewal: lease TTL")
+	fs.DurationVar(&o.cfg.ReleaseDelay, "release-delay", d.ReleaseDelay, "contended, delayed handoff: release this long after the waiter's enqueue is confirmed")
+	fs.IntVar(&o.cfg.DrainWaiters, "drain-waiters", d.DrainWaiters, "contended, drain: waiters queued behind the holder")
+	fs.IntVar(&o.cfg.MemWaiters, "mem-waiters", d.MemWaiters, "contended, waiter memory: queued waiters measured")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "directory: profile each measured window's CPU, write one merged profile per phase and a CPU-by-layer table (layers.md)")
+	fs.IntVar(&o.cfg.RenewLocks, "locks", d.RenewLocks, "renewal and mixed: locks held (K)")
+	fs.IntVar(&o.cfg.RenewClients, "clients", d.RenewClients, "renewal and mixed: clients (sessions) holding them")
+	fs.DurationVar(&o.cfg.RenewTTL, "renew-ttl", d.RenewTTL, "renewal and mixed: lease TTL")
 	fs.DurationVar(&o.cfg.SessionTTL, "session-ttl", d.SessionTTL, "session TTL in the cycle scenarios")
 	fs.DurationVar(&o.cfg.LockTTL, "lock-ttl", d.LockTTL, "per-lock lease TTL and Redis lock expiry")
 	fs.Int64Var(&o.cfg.CapacityTarget, "capacity-target", d.CapacityTarget, "capacity: locks to hold")
@@ -115,7 +130,9 @@ func overlay(q *scenario.Config, c scenario.Config, set map[string]bool) {
 		"warmup": func() { q.Warmup = c.Warmup }, "rate": func() { q.Rate = c.Rate }, "rounds": func() { q.Rounds = c.Rounds },
 		"max-requests": func() { q.MaxRequests = c.MaxRequests }, "names": func() { q.Names = c.Names },
 		"waiters": func() { q.Waiters = c.Waiters }, "hold": func() { q.Hold = c.Hold },
-		"locks": func() { q.RenewLocks = c.RenewLocks }, "clients": func() { q.RenewClients = c.RenewClients },
+		"release-delay": func() { q.ReleaseDelay = c.ReleaseDelay }, "drain-waiters": func() { q.DrainWaiters = c.DrainWaiters },
+		"mem-waiters": func() { q.MemWaiters = c.MemWaiters },
+		"locks":       func() { q.RenewLocks = c.RenewLocks }, "clients": func() { q.RenewClients = c.RenewClients },
 		"renew-ttl": func() { q.RenewTTL = c.RenewTTL }, "session-ttl": func() { q.SessionTTL = c.SessionTTL },
 		"lock-ttl": func() { q.LockTTL = c.LockTTL }, "capacity-target": func() { q.CapacityTarget = c.CapacityTarget },
 		"capacity-duration": func() { q.CapacityDuration = c.CapacityDuration },
@@ -159,6 +176,14 @@ func parseScenarios(s string) ([]string, error) {
 }
 
 func main() {
+	if spec := os.Getenv(scenario.WaiterChildEnv); spec != "" {
+		// A child of the waiter-memory measurement (see scenario.WaiterMemory).
+		if err := scenario.RunWaiterChild(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest waiter child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	o, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

@@ -23,6 +23,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(scenario.WaiterChildEnv); spec != "" {
+		// Re-executed as the waiter-memory measurement's child.
+		if err := scenario.RunWaiterChild(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "waiter child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
@@ -46,6 +54,8 @@ func tiny() scenario.Config {
 	c.RenewWindow = time.Second
 	c.Rate = 40
 	c.Names, c.Waiters = 2, 2
+	c.ReleaseDelay = 5 * time.Millisecond
+	c.DrainWaiters, c.MemWaiters = 5, 5
 	c.RenewLocks, c.RenewClients = 12, 2
 	c.RenewTTL = 2 * time.Second
 	c.CapacityTarget = 300
@@ -60,7 +70,7 @@ func tiny() scenario.Config {
 // nothing failed, and every ratio that could be computed is finite.
 func TestSmoke(t *testing.T) {
 	out := t.TempDir()
-	o := options{scenarios: allScenarios, cfg: tiny(), out: out, redis: true, command: "go test ./loadtest"}
+	o := options{scenarios: allScenarios, cfg: tiny(), out: out, redis: true, command: "go test ./loadtest", cpuProfile: filepath.Join(out, "prof")}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	paths, err := run(ctx, o, testWriter{t})
@@ -83,7 +93,7 @@ func TestSmoke(t *testing.T) {
 	if !redis {
 		t.Log("redis-server is not installed: the Redis baseline is skipped (apt-get install -y redis-server to cover it)")
 	}
-	wantSystems := []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.Mutex}
+	wantSystems := []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.GatewayREST, scenario.Mutex, scenario.EtcdPut}
 	if redis {
 		wantSystems = append(wantSystems, scenario.RedsyncAlways, scenario.RedsyncEverysec)
 	}
@@ -93,6 +103,20 @@ func TestSmoke(t *testing.T) {
 		t.Fatal("no uncontested results")
 	}
 	checkRuns(t, "uncontested", u.Concurrent, wantSystems)
+	// The floor is two raft writes a cycle (enqueue, release); a Put is one.
+	for _, c := range []struct {
+		sys      string
+		min, max float64
+	}{{scenario.Direct, 1.5, 4}, {scenario.EtcdPut, 0.8, 2}} {
+		r := pick(u.Concurrent, c.sys)
+		got := -1.0
+		if len(r) == 1 && r[0].EtcdWritesPerOp != nil {
+			got = *r[0].EtcdWritesPerOp
+		}
+		if got < c.min || got > c.max {
+			t.Errorf("uncontested %s: etcd writes per op %v; want within [%g, %g]", c.sys, got, c.min, c.max)
+		}
+	}
 	// One client for a fifth of a second may see no cycle of a slow system
 	// end on a loaded machine; the ratios need only these two.
 	checkRuns(t, "uncontested, 1 client", pick(u.Serial, scenario.Direct, scenario.GatewaySession), []string{scenario.Direct, scenario.GatewaySession})
@@ -126,6 +150,16 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("contended %s: %d FIFO violations; want 0 from a queue", r.System, r.FIFOViolations)
 		}
 	}
+	checkContendedExtras(t, c, o.cfg)
+	checkLayers(t, &res, out)
+	if len(res.Figures) != 13 {
+		t.Errorf("got %d figures; want 13", len(res.Figures))
+	}
+	for _, f := range res.Figures {
+		if f.Value == nil || math.IsNaN(*f.Value) || math.IsInf(*f.Value, 0) || *f.Value <= 0 {
+			t.Errorf("figure %q = %v (%s, %s); want a finite positive number", f.Name, f.Value, f.Shown, f.Detail)
+		}
+	}
 	rn := res.Renewal
 	if rn == nil || len(rn.Runs) == 0 {
 		t.Fatal("no renewal results")
@@ -136,6 +170,17 @@ func TestSmoke(t *testing.T) {
 		}
 		if r.Keepalives <= 0 || r.Lost != 0 || r.Errors != 0 {
 			t.Errorf("renewal %s: keepalives %v, lost %d, errors %d; want > 0, 0, 0", r.Mode, r.Keepalives, r.Lost, r.Errors)
+		}
+	}
+	mx := res.Mixed
+	if mx == nil || len(mx.Runs) != 2 {
+		t.Fatalf("mixed: %+v; want session and per-lock runs", mx)
+	}
+	for _, r := range mx.Runs {
+		checkRun(t, "mixed "+r.Mode, r.Cycles.Run)
+		if r.Locks != o.cfg.RenewLocks || r.Lost != 0 || r.Errors != 0 || r.CPUPerSec <= 0 || r.WritesPerSec <= 0 {
+			t.Errorf("mixed %s: %d locks, %d lost, %d errors, CPU %v s/s, %v writes/s; want %d locks, none lost, no errors, CPU and writes",
+				r.Mode, r.Locks, r.Lost, r.Errors, r.CPUPerSec, r.WritesPerSec, o.cfg.RenewLocks)
 		}
 	}
 	cp := res.Capacity
@@ -155,7 +200,8 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## Headline ratios", "## Uncontested", "## Open loop", "## Contended", "## Renewal", "## Capacity", "p99.9"} {
+	for _, want := range []string{"## Headline ratios", "## Performance figures", "### Handoff after a settled enqueue", "### Drain of a long queue",
+		"### Gateway memory per queued waiter", "## CPU by layer", "## Uncontested", "## Open loop", "## Contended", "## Renewal", "## Mixed load", "## Capacity", "p99.9"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
@@ -175,6 +221,73 @@ func TestSmoke(t *testing.T) {
 		if !strings.Contains(string(md), "]("+name+")") {
 			t.Errorf("report.md does not show %s", name)
 		}
+	}
+}
+
+// checkContendedExtras checks the delayed handoff, the drains and the
+// waiter memory: each system measured, without errors.
+func checkContendedExtras(t *testing.T, c *scenario.Contended, cfg scenario.Config) {
+	t.Helper()
+	if c.Delayed == nil {
+		t.Fatal("no delayed-handoff results")
+	}
+	checkRuns(t, "delayed handoff", c.Delayed.Runs, []string{scenario.GatewaySession, scenario.Mutex, scenario.EtcdPut})
+	if c.Drain == nil || len(c.Drain.Runs) != 2 {
+		t.Fatalf("drain: %+v; want the gateway and Mutex", c.Drain)
+	}
+	for _, r := range c.Drain.Runs {
+		if r.Errors != 0 || len(r.Seconds) != cfg.Rounds || r.MedianS <= 0 {
+			t.Errorf("drain %s: %d drains, median %v s, errors %d %v; want %d drains, no errors", r.System, len(r.Seconds), r.MedianS, r.Errors, r.ErrorSample, cfg.Rounds)
+		}
+	}
+	wm := c.WaiterMemory
+	if wm == nil || len(wm.Runs) != 2 {
+		t.Fatalf("waiter memory: %+v; want own and shared connections", wm)
+	}
+	for _, r := range wm.Runs {
+		// A few waiters' growth can be lost in the heap's noise, but the
+		// goroutines serving them cannot: each streaming waiter holds at
+		// least one in the gateway.
+		if r.Error != "" || r.Waiters != cfg.MemWaiters || r.Goroutines < 1 {
+			t.Errorf("waiter memory, %s connections: %+v; want %d waiters measured, at least a goroutine each", r.Connections, r, cfg.MemWaiters)
+		}
+	}
+}
+
+// checkLayers checks the CPU profiles: a row per profiled phase with CPU
+// in it, the merged profiles on disk, and layers.md.
+func checkLayers(t *testing.T, res *report.Results, out string) {
+	t.Helper()
+	if len(res.Layers) == 0 {
+		t.Fatal("--cpuprofile gave no CPU-by-layer rows")
+	}
+	seen := map[string]bool{}
+	for _, r := range res.Layers {
+		seen[strings.Fields(r.Label)[0]] = true
+		if r.File == "" {
+			t.Errorf("layers %q: no profile file", r.Label)
+		} else if _, err := os.Stat(r.File); err != nil {
+			t.Errorf("layers %q: %v", r.Label, err)
+		}
+	}
+	for _, scn := range []string{"uncontested", "openloop", "contended", "renewal", "mixed"} {
+		if !seen[scn] {
+			t.Errorf("no CPU-by-layer row for %s", scn)
+		}
+	}
+	// At 100 samples a second a tiny run's phase may catch none of the
+	// gateway's frames; all of its gateway phases together do.
+	gw := 0.0
+	for _, r := range res.Layers {
+		if strings.Contains(r.Label, "gateway") {
+			gw += r.UsPerOp["gateway logic"] + r.UsPerOp["HTTP/2 + Connect"]
+		}
+	}
+	if gw <= 0 {
+		t.Error("no phase of the gateway's shows CPU in the gateway's logic or its HTTP/2 server")
+	}
+	if _, err := os.Stat(filepath.Join(out, report.LayersFile)); err != nil {
+		t.Error(err)
 	}
 }
 

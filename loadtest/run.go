@@ -40,6 +40,11 @@ func run(ctx context.Context, o options, stderr io.Writer) ([]string, error) {
 	res.Notes = append(res.Notes, bed.Notes...)
 	showBar := (o.progress || progress.IsTerminal(os.Stderr)) && plan > 3*time.Second
 	env := &scenario.Env{Bed: bed, Cfg: o.cfg, Bar: progress.New(stderr, showBar, plan), Log: stderr}
+	if o.cpuProfile != "" {
+		if env.Prof, err = scenario.NewProfiler(o.cpuProfile); err != nil {
+			return nil, err
+		}
+	}
 	fmt.Fprintf(stderr, "running %s (planned about %s)\n", strings.Join(o.scenarios, ", "), plan.Round(time.Second))
 
 	var runErr error
@@ -58,6 +63,8 @@ func run(ctx context.Context, o options, stderr io.Writer) ([]string, error) {
 			res.Contended, err = env.Contended(ctx)
 		case "renewal":
 			res.Renewal, err = env.Renewal(ctx)
+		case "mixed":
+			res.Mixed, err = env.Mixed(ctx)
 		case "capacity":
 			res.Capacity, err = env.Capacity(ctx)
 		}
@@ -68,6 +75,18 @@ func run(ctx context.Context, o options, stderr io.Writer) ([]string, error) {
 		}
 	}
 	res.Finished = time.Now()
+	if env.Prof != nil {
+		var notes []string
+		res.Layers, notes = env.Prof.Rows()
+		for _, n := range notes {
+			res.Notes = append(res.Notes, "CPU profile: "+n)
+		}
+		for _, r := range res.Layers {
+			if r.File != "" {
+				res.ProfileFiles = append(res.ProfileFiles, r.File)
+			}
+		}
+	}
 	paths, err := report.Write(o.out, res)
 	if err != nil {
 		return paths, err
@@ -93,13 +112,18 @@ func planned(o options) time.Duration {
 	for _, s := range o.scenarios {
 		switch s {
 		case "uncontested":
-			d += 6*share(max(c.Duration/2, c.Warmup)) + 6*share(c.Duration)
+			d += 8*share(max(c.Duration/2, c.Warmup)) + 8*share(c.Duration)
 		case "openloop":
 			d += 5 * share(c.Duration)
 		case "contended":
-			d += 4 * share(c.Duration)
+			// The closed loop, the delayed handoff, the drains (about 20 ms
+			// a handoff) and the waiter-memory children.
+			d += 4*share(c.Duration) + 3*share(c.Duration) +
+				time.Duration(2*c.Rounds*c.DrainWaiters)*20*time.Millisecond + 20*time.Second
 		case "renewal":
 			d += 4 * (renewWindow + 2*time.Second)
+		case "mixed":
+			d += 2 * (c.Warmup + c.Duration + max(c.RenewTTL/3, 2*time.Second) + 2*time.Second)
 		case "capacity":
 			d += c.CapacityDuration
 		}

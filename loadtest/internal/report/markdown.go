@@ -39,6 +39,7 @@ func Markdown(r *Results, charts []Chart) []byte {
 		}
 		p("\n")
 	}
+	figuresSection(&b, r)
 	byFile := map[string]Chart{}
 	for _, c := range charts {
 		byFile[c.File] = c
@@ -69,12 +70,12 @@ func Markdown(r *Results, charts []Chart) []byte {
 			p("Cycles arrive at %.0f/s on a fixed schedule, whatever the latency, and are served by a pool of %d clients; "+
 				"latency counts from each cycle's intended start, so a stall shows in the tail instead of slowing the load (no coordinated omission). "+
 				"*Service* counts from the actual start; *delayed* cycles started over 1 ms after their intended time (every client busy, or the load generator itself waiting for a CPU).\n\n", o.Runs[0].Rate, o.Runs[0].Workers)
-			p("| system | done/s | p50 | p90 | p99 | p99.9 | max | service p50 / p99 | delayed | unfinished | CPU µs/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			p("| system | done/s | p50 | p90 | p99 | p99.9 | max | service p50 / p99 | delayed | unfinished | CPU µs/op | etcd writes/op | keepalives/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 			for _, x := range o.Runs {
 				l := x.Latency
-				p("| %s | %.0f | %s | %s | %s | %s | %s | %s / %s | %d | %d | %s | %d |\n", x.System, x.PerSec,
+				p("| %s | %.0f | %s | %s | %s | %s | %s | %s / %s | %d | %d | %s | %s | %s | %d |\n", x.System, x.PerSec,
 					msf(l.P50Ms), msf(l.P90Ms), msf(l.P99Ms), msf(l.P999Ms), msf(l.MaxMs), msf(x.Service.P50Ms), msf(x.Service.P99Ms),
-					x.Delayed, x.Unfinished, cpuText(x.CPUPerOpUs), x.Errors)
+					x.Delayed, x.Unfinished, cpuText(x.CPUPerOpUs), perOp(x.EtcdWritesPerOp), perOp(x.KeepalivesPerOp), x.Errors)
 				systems[x.System] = x.Describe
 			}
 			p("\n")
@@ -101,6 +102,10 @@ func Markdown(r *Results, charts []Chart) []byte {
 		img("contended-handoff.svg")
 		img("contended-handoff-spectrum.svg")
 		notes(&b, c.Notes)
+		contendedExtra(&b, c)
+		if c.Delayed != nil {
+			collect(systems, c.Delayed.Runs)
+		}
 	}
 	if rn := r.Renewal; rn != nil && len(rn.Runs) == 0 {
 		p("## Renewal\n\n")
@@ -109,13 +114,16 @@ func Markdown(r *Results, charts []Chart) []byte {
 		p("## Renewal\n\nK locks held through a window of at least two renew intervals; *keepalives* are the lease renewals etcd's leader counted (%s). "+
 			"Session locks are renewed through their session (one lease per session per cluster); per-lock locks each renew their own lease (TTL/3 apart). "+
 			"CPU is this process's (load generator, gateway and etcd together).\n\n", rn.Scope)
-		p("| mode | clients | locks | TTL | keepalives/s | ÷ locks | clients ÷ locks | CPU s/s | lost | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| mode | clients | locks | TTL | keepalives/s | ÷ locks | clients ÷ locks | etcd writes/s | CPU s/s | lost | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range rn.Runs {
-			p("| %s | %d | %d | %.0f s | %.2f | %.3g | %.3g | %.3f | %d | %d |\n", x.Mode, x.Clients, x.Locks, x.TTLs,
-				x.KeepalivesPerSec, x.PerLock, x.Bound, x.CPUPerSec, x.Lost, x.Errors)
+			p("| %s | %d | %d | %.0f s | %.2f | %.3g | %.3g | %.2f | %.3f | %d | %d |\n", x.Mode, x.Clients, x.Locks, x.TTLs,
+				x.KeepalivesPerSec, x.PerLock, x.Bound, x.WritesPerSec, x.CPUPerSec, x.Lost, x.Errors)
 		}
 		p("\n")
 		notes(&b, rn.Notes)
+	}
+	if mx := r.Mixed; mx != nil {
+		mixedSection(&b, mx)
 	}
 	if cp := r.Capacity; cp != nil {
 		p("## Capacity\n\nSession locks on distinct names over every cluster (%d TryAcquire calls in flight over %d sessions) until the target, the time bound or the memory bound.\n\n", cp.Workers, cp.Sessions)
@@ -127,6 +135,10 @@ func Markdown(r *Results, charts []Chart) []byte {
 		if len(cp.ErrorSample) > 0 {
 			p("First errors: %s\n\n", strings.Join(quoteAll(cp.ErrorSample), "; "))
 		}
+	}
+	if len(r.Layers) > 0 {
+		p("## CPU by layer\n\n")
+		layersSection(&b, r)
 	}
 	if len(systems) > 0 {
 		p("## Systems\n\n")
@@ -158,13 +170,20 @@ func Markdown(r *Results, charts []Chart) []byte {
 }
 
 func runTable(b *bytes.Buffer, runs []scenario.Run, unit string) {
-	fmt.Fprintf(b, "| system | %s | p50 | p90 | p99 | p99.9 | max | CPU µs/op | errors |\n|---|---|---|---|---|---|---|---|---|\n", unit)
+	fmt.Fprintf(b, "| system | %s | p50 | p90 | p99 | p99.9 | max | CPU µs/op | etcd writes/op | keepalives/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n", unit)
 	for _, x := range runs {
 		l := x.Latency
-		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %d |\n", x.System, x.PerSec,
-			msf(l.P50Ms), msf(l.P90Ms), msf(l.P99Ms), msf(l.P999Ms), msf(l.MaxMs), cpuText(x.CPUPerOpUs), x.Errors)
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", x.System, x.PerSec,
+			msf(l.P50Ms), msf(l.P90Ms), msf(l.P99Ms), msf(l.P999Ms), msf(l.MaxMs), cpuText(x.CPUPerOpUs), perOp(x.EtcdWritesPerOp), perOp(x.KeepalivesPerOp), x.Errors)
 	}
 	b.WriteString("\n")
+}
+
+func perOp(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", *v)
 }
 
 func cpuText(v *float64) string {
@@ -211,7 +230,7 @@ func collect(dst map[string]string, runs []scenario.Run) {
 	}
 }
 
-var systemOrder = []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.Mutex, scenario.RedsyncAlways, scenario.RedsyncEverysec}
+var systemOrder = []string{scenario.Direct, scenario.GatewaySession, scenario.GatewayPerLock, scenario.GatewayREST, scenario.Mutex, scenario.EtcdPut, scenario.RedsyncAlways, scenario.RedsyncEverysec}
 
 func order(m map[string]string) []string {
 	var out []string

@@ -6,6 +6,7 @@ package report
 import (
 	"time"
 
+	"github.com/leasegate/leasegate/loadtest/internal/layers"
 	"github.com/leasegate/leasegate/loadtest/internal/scenario"
 	"github.com/leasegate/leasegate/loadtest/internal/testbed"
 )
@@ -24,10 +25,17 @@ type Results struct {
 	OpenLoop    *scenario.OpenLoop    `json:"open_loop,omitempty"`
 	Contended   *scenario.Contended   `json:"contended,omitempty"`
 	Renewal     *scenario.Renewal     `json:"renewal,omitempty"`
+	Mixed       *scenario.Mixed       `json:"mixed,omitempty"`
 	Capacity    *scenario.Capacity    `json:"capacity,omitempty"`
 
 	// Ratios are the headline figures of DESIGN.md §9.
 	Ratios []Ratio `json:"ratios"`
+	// Figures are the ratios the performance work is judged by (Figures).
+	Figures []Figure `json:"figures"`
+	// Layers is CPU per operation by layer, per profiled phase (with
+	// --cpuprofile); ProfileFiles are the merged profiles behind it.
+	Layers       []layers.Row `json:"layers,omitempty"`
+	ProfileFiles []string     `json:"profile_files,omitempty"`
 }
 
 // Settings echoes the configuration in readable units.
@@ -41,6 +49,9 @@ type Settings struct {
 	Names            int      `json:"names"`
 	Waiters          int      `json:"waiters"`
 	Hold             string   `json:"hold"`
+	ReleaseDelay     string   `json:"release_delay"`
+	DrainWaiters     int      `json:"drain_waiters"`
+	MemWaiters       int      `json:"mem_waiters"`
 	RenewLocks       int      `json:"renew_locks"`
 	RenewClients     int      `json:"renew_clients"`
 	RenewTTL         string   `json:"renew_ttl"`
@@ -58,6 +69,7 @@ func SettingsOf(scenarios []string, c scenario.Config) Settings {
 	return Settings{
 		Scenarios: scenarios, Workers: c.Workers, Duration: c.Duration.String(), Warmup: c.Warmup.String(),
 		MaxRequests: c.MaxRequests, Rate: c.Rate, Names: c.Names, Waiters: c.Waiters, Hold: c.Hold.String(),
+		ReleaseDelay: c.ReleaseDelay.String(), DrainWaiters: c.DrainWaiters, MemWaiters: c.MemWaiters,
 		RenewLocks: c.RenewLocks, RenewClients: c.RenewClients, RenewTTL: c.RenewTTL.String(),
 		SessionTTL: c.SessionTTL.String(), LockTTL: c.LockTTL.String(),
 		CapacityTarget: c.CapacityTarget, CapacityDuration: c.CapacityDuration.String(),

@@ -11,6 +11,7 @@ import (
 const (
 	JSONFile     = "results.json"
 	MarkdownFile = "report.md"
+	LayersFile   = "layers.md"
 )
 
 // Write computes the ratios and writes results.json, report.md and the
@@ -20,6 +21,7 @@ func Write(dir string, r *Results) ([]string, error) {
 		return nil, err
 	}
 	r.Ratios = Ratios(r)
+	r.Figures = Figures(r)
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode results: %w", err)
@@ -28,6 +30,9 @@ func Write(dir string, r *Results) ([]string, error) {
 	files := map[string][]byte{JSONFile: append(js, '\n'), MarkdownFile: Markdown(r, charts)}
 	for _, c := range charts {
 		files[c.File] = c.SVG
+	}
+	if len(r.Layers) > 0 {
+		files[LayersFile] = LayersMarkdown(r)
 	}
 	var paths []string
 	for name, data := range files {

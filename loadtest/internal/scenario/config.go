@@ -42,6 +42,15 @@ type Config struct {
 	Names, Waiters int
 	// Hold is how long a contended holder keeps the lock. Default 1 ms.
 	Hold time.Duration
+	// ReleaseDelay is, in the delayed handoff, the time from the waiter's
+	// confirmed enqueue to the holder's release. Default 5 ms.
+	ReleaseDelay time.Duration
+	// DrainWaiters is the queue drained in the drain measurement. Default
+	// 300.
+	DrainWaiters int
+	// MemWaiters is the number of queued waiters the gateway's memory per
+	// waiter is measured over. Default 300.
+	MemWaiters int
 	// RenewLocks (K) and RenewClients size the renewal scenario. Default
 	// 2,000 locks over 8 clients.
 	RenewLocks, RenewClients int
@@ -83,6 +92,9 @@ func Default() Config {
 		Names:            8,
 		Waiters:          4,
 		Hold:             time.Millisecond,
+		ReleaseDelay:     5 * time.Millisecond,
+		DrainWaiters:     300,
+		MemWaiters:       300,
 		RenewLocks:       2000,
 		RenewClients:     8,
 		RenewTTL:         10 * time.Second,
@@ -105,6 +117,7 @@ func Quick() Config {
 	c.Rounds = 2
 	c.Rate = 200
 	c.Names, c.Waiters = 4, 3
+	c.DrainWaiters, c.MemWaiters = 100, 100
 	c.RenewLocks, c.RenewClients = 300, 4
 	c.RenewTTL = 3 * time.Second
 	c.CapacityTarget = 20_000
@@ -136,6 +149,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("contended %d names × %d waiters: want at least 1 name, 2 waiters and at most 4096 clients", c.Names, c.Waiters)
 	case c.Hold < 0 || c.Hold > time.Second:
 		return fmt.Errorf("hold %s is outside [0, 1s]", c.Hold)
+	case c.ReleaseDelay < 0 || c.ReleaseDelay > time.Second:
+		return fmt.Errorf("release delay %s is outside [0, 1s]", c.ReleaseDelay)
+	case c.DrainWaiters < 1 || c.DrainWaiters > 900 || c.MemWaiters < 1 || c.MemWaiters > 900:
+		return fmt.Errorf("drain waiters %d / memory waiters %d: want each within 1 to 900 (the gateway's per-address connection cap is 1000)", c.DrainWaiters, c.MemWaiters)
 	case c.RenewLocks < 1 || c.RenewClients < 1 || c.RenewClients > c.RenewLocks:
 		return fmt.Errorf("renewal %d locks over %d clients: want 1 ≤ clients ≤ locks", c.RenewLocks, c.RenewClients)
 	case c.RenewTTL < 2*time.Second:

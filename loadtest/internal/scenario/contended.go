@@ -19,7 +19,9 @@ var contendedSystems = []string{GatewaySession, Mutex, RedsyncAlways, RedsyncEve
 // acquires its name, holds it for Hold, releases it and queues again. It
 // measures handoffs (a release until the next waiter holds), FIFO order,
 // mutual exclusion as the clients see it, and how evenly the grants spread
-// over the clients.
+// over the clients. Then it runs the delayed-release handoff
+// (DelayedHandoff), the drain of a long queue (Drain) and the gateway's
+// memory per queued waiter (WaiterMemory).
 func (e *Env) Contended(ctx context.Context) (*Contended, error) {
 	out := &Contended{Names: e.Cfg.Names, Waiters: e.Cfg.Waiters, HoldMs: float64(e.Cfg.Hold) / float64(time.Millisecond)}
 	names, err := e.Bed.HomeNames(ctx, "c", e.Cfg.Names)
@@ -58,6 +60,15 @@ func (e *Env) Contended(ctx context.Context) (*Contended, error) {
 	}
 	if err != nil {
 		return out, err
+	}
+	if out.Delayed, err = e.DelayedHandoff(ctx); err != nil {
+		return out, fmt.Errorf("delayed handoff: %w", err)
+	}
+	if out.Drain, err = e.Drain(ctx); err != nil {
+		return out, fmt.Errorf("drain: %w", err)
+	}
+	if out.WaiterMemory, err = e.WaiterMemory(ctx); err != nil {
+		return out, fmt.Errorf("waiter memory: %w", err)
 	}
 	return out, ctx.Err()
 }

@@ -17,6 +17,8 @@ const (
 	Direct          = "direct"
 	GatewaySession  = "gateway-session"
 	GatewayPerLock  = "gateway-perlock"
+	GatewayREST     = "gateway-rest"
+	EtcdPut         = "etcd-put"
 	Mutex           = "mutex"
 	RedsyncAlways   = "redsync-always"
 	RedsyncEverysec = "redsync-everysec"
@@ -26,6 +28,7 @@ const (
 const (
 	directPrefix = "/lgdirect"
 	mutexPrefix  = "/lgmutex"
+	putPrefix    = "/lgput"
 )
 
 // Env is what the scenarios run with.
@@ -35,6 +38,9 @@ type Env struct {
 	Bar *progress.Bar
 	// Log receives one line per phase; nil discards.
 	Log io.Writer
+
+	// Prof, when set, profiles every measured window's CPU (see Profiler).
+	Prof *Profiler
 
 	// IdleCPU collects, per set of rounds, the CPU seconds per second the
 	// process burnt with every system open and idle (see measureIdle).
@@ -61,6 +67,17 @@ func (e *Env) openSystem(name string, poolSize int) (system.System, string, erro
 	case GatewayPerLock:
 		g, err := system.NewGateway(b.Gateways, true, e.Cfg.LockTTL)
 		return g, "", err
+	case GatewayREST:
+		return system.NewRESTPerLock(b.Gateways[0], e.Cfg.LockTTL, poolSize), "", nil
+	case EtcdPut:
+		if len(b.HomeEtcd) == 0 {
+			return nil, "etcd-put: skipped, the home etcd is unknown (give --etcd)", nil
+		}
+		cli, err := shard.DialCluster("home", b.HomeEtcd)
+		if err != nil {
+			return nil, "", err
+		}
+		return system.NewPut(cli, putPrefix), "", nil
 	case Direct:
 		if len(b.HomeEtcd) == 0 {
 			return nil, "direct: skipped, the home etcd is unknown (give --etcd)", nil

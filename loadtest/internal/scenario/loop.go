@@ -55,14 +55,51 @@ type window struct {
 	cpu0            atomic.Int64
 	extraCPU        func() time.Duration
 	cpuTimer        *time.Timer
+	prof            *Profiler
+	bed             *testbed.Bed
+
+	// etcd's counts at the window's start (set once warmup ends); ok is
+	// false when they cannot be read.
+	countMu sync.Mutex
+	count0  etcdCounts
+}
+
+// etcdCounts are etcd's raft entries and lease keepalives so far.
+type etcdCounts struct {
+	writes, keepalives float64
+	ok                 bool
+}
+
+func readCounts(b *testbed.Bed) etcdCounts {
+	if b == nil {
+		return etcdCounts{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w, err := b.RaftIndex(ctx)
+	if err != nil {
+		return etcdCounts{}
+	}
+	k, err := b.Keepalives(ctx)
+	if err != nil {
+		return etcdCounts{}
+	}
+	return etcdCounts{writes: float64(w), keepalives: k, ok: true}
 }
 
 func (e *Env) newWindow(p phase, sysName string) *window {
 	now := time.Now()
-	w := &window{start: now.Add(p.warmup), limit: p.maxOps, extraCPU: e.extraCPU(sysName)}
+	w := &window{start: now.Add(p.warmup), limit: p.maxOps, extraCPU: e.extraCPU(sysName), prof: e.Prof, bed: e.Bed}
 	w.deadline = w.start.Add(p.duration)
 	w.cpu0.Store(int64(w.cpu()))
-	w.cpuTimer = time.AfterFunc(p.warmup, func() { w.cpu0.Store(int64(w.cpu())) })
+	w.cpuTimer = time.AfterFunc(p.warmup, func() {
+		c := readCounts(w.bed)
+		w.countMu.Lock()
+		w.count0 = c
+		w.countMu.Unlock()
+		w.cpu0.Store(int64(w.cpu()))
+		w.prof.start(p.label)
+	})
 	return w
 }
 
@@ -106,15 +143,37 @@ type tally struct {
 	seconds  float64
 	busy     time.Duration // CPU in the windows
 	timeline []stats.RatePoint
+	// etcd's raft entries and keepalives in the windows, while every
+	// window could read them (countsOK), over countedOps operations.
+	writes, keepalives float64
+	countedOps         int64
+	countsOK           bool
 }
 
-func newTally() *tally { return &tally{hist: stats.NewHistogram(), errs: &errSamples{}} }
+func newTally() *tally {
+	return &tally{hist: stats.NewHistogram(), errs: &errSamples{}, countsOK: true}
+}
 
 // close adds a finished round: the workers' histograms, its timeline
 // (appended after the earlier rounds' on one time axis) and its CPU.
 func (t *tally) close(w *window, hs []*stats.Histogram, tl *stats.Timeline) {
 	w.cpuTimer.Stop()
+	var ops int64
+	for _, h := range hs {
+		ops += h.Count()
+	}
+	w.prof.stop(ops)
 	t.busy += w.cpu() - time.Duration(w.cpu0.Load())
+	w.countMu.Lock()
+	c0 := w.count0
+	w.countMu.Unlock()
+	if c1 := readCounts(w.bed); c0.ok && c1.ok && t.countsOK {
+		t.writes += c1.writes - c0.writes
+		t.keepalives += c1.keepalives - c0.keepalives
+		t.countedOps += ops
+	} else {
+		t.countsOK = false
+	}
 	for _, h := range hs {
 		t.hist.Merge(h)
 	}
@@ -137,6 +196,10 @@ func (t *tally) run(name, describe string, workers int) Run {
 	if r.Ops > 0 {
 		v := float64(t.busy.Microseconds()) / float64(r.Ops)
 		r.CPUPerOpUs = &v
+	}
+	if t.countsOK && t.countedOps > 0 {
+		w, k := t.writes/float64(t.countedOps), t.keepalives/float64(t.countedOps)
+		r.EtcdWritesPerOp, r.KeepalivesPerOp = &w, &k
 	}
 	return r
 }

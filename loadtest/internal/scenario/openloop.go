@@ -39,6 +39,7 @@ func (e *Env) OpenLoop(ctx context.Context) (*OpenLoop, error) {
 			t = &openTally{tally: newTally(), svc: stats.NewHistogram()}
 			acc[o] = t
 		}
+		p.label = fmt.Sprintf("openloop %s %.0f/s", o.name, e.Cfg.Rate)
 		e.openLoop(ctx, o, names, p, t)
 		return nil
 	})

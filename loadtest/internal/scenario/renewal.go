@@ -92,10 +92,13 @@ func (e *Env) renewal(ctx context.Context, m renewMode) (RenewalRun, string, err
 		e.Bar.Done()
 		return r, "", err
 	}
+	w0 := readCounts(e.Bed)
 	cpu0 := testbed.CPU()
+	e.Prof.start(fmt.Sprintf("renewal %s %d locks (per keepalive)", m.system, m.locks))
 	pause(ctx, w)
 	k1, err := e.Bed.Keepalives(ctx)
 	cpu1 := testbed.CPU()
+	e.Prof.stop(int64(k1 - k0))
 	e.Bar.Done()
 	if err != nil {
 		return r, "", err
@@ -109,6 +112,9 @@ func (e *Env) renewal(ctx context.Context, m renewMode) (RenewalRun, string, err
 		r.Bound = float64(r.Clients) / float64(r.Locks)
 	}
 	r.CPUPerSec = (cpu1 - cpu0).Seconds() / w.Seconds()
+	if w1 := readCounts(e.Bed); w0.ok && w1.ok {
+		r.WritesPerSec = (w1.writes - w0.writes) / w.Seconds()
+	}
 	for _, h := range held {
 		if l, ok := h.(interface{ Err() error }); ok && l.Err() != nil {
 			r.Lost++

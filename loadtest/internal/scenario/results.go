@@ -27,6 +27,12 @@ type Run struct {
 	// background (etcd's ticks, idle sessions' keepalives), which dominates
 	// at low operation rates; see the idle CPU notes.
 	CPUPerOpUs *float64 `json:"cpu_us_per_op,omitempty"`
+	// EtcdWritesPerOp is the raft entries etcd agreed on per operation, over
+	// every cluster (background included: lease revokes of closing
+	// sessions, expiring leases); KeepalivesPerOp the lease renewals etcd
+	// counted per operation. Nil when etcd's counts cannot be read.
+	EtcdWritesPerOp *float64 `json:"etcd_writes_per_op,omitempty"`
+	KeepalivesPerOp *float64 `json:"keepalives_per_op,omitempty"`
 }
 
 // Uncontested is acquire+release cycles on names no one else takes.
@@ -93,6 +99,11 @@ type Contended struct {
 	HoldMs  float64        `json:"hold_ms"`
 	Runs    []ContendedRun `json:"runs"`
 	Notes   []string       `json:"notes,omitempty"`
+	// Delayed, Drain and WaiterMemory are the contended measurements
+	// beyond the closed loop of holders and waiters.
+	Delayed      *DelayedHandoff `json:"delayed_handoff,omitempty"`
+	Drain        *Drain          `json:"drain,omitempty"`
+	WaiterMemory *WaiterMemory   `json:"waiter_memory,omitempty"`
 }
 
 // RenewalRun is K locks held by one mode for a window.
@@ -112,6 +123,9 @@ type RenewalRun struct {
 	Bound   float64 `json:"clients_per_lock"`
 	// CPUPerSec is process CPU seconds per second in the window.
 	CPUPerSec float64 `json:"cpu_s_per_s"`
+	// WritesPerSec is the raft entries per second etcd agreed on in the
+	// window, over every cluster.
+	WritesPerSec float64 `json:"etcd_writes_per_s"`
 	// Lost counts locks lost during the window (expected 0).
 	Lost   int    `json:"lost"`
 	Errors int64  `json:"errors"`

@@ -8,7 +8,7 @@ import (
 )
 
 // uncontestedSystems are compared in the uncontested scenario.
-var uncontestedSystems = []string{Direct, GatewaySession, GatewayPerLock, Mutex, RedsyncAlways, RedsyncEverysec}
+var uncontestedSystems = []string{Direct, GatewaySession, GatewayPerLock, GatewayREST, Mutex, EtcdPut, RedsyncAlways, RedsyncEverysec}
 
 // Uncontested measures acquire+release cycles on names nobody else takes:
 // first one client at a time (the latency of a cycle, each system for

@@ -11,7 +11,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/server"
@@ -54,6 +57,9 @@ type Bed struct {
 	dir   string
 	probe *client.Client
 	log   io.Writer
+
+	statusMu sync.Mutex
+	status   map[string]*clientv3.Client // by cluster, for RaftIndex
 }
 
 // Embedded reports whether the bed runs its own gateway and etcd in this
@@ -215,6 +221,12 @@ func (b *Bed) onHome(ctx context.Context, name string) (bool, error) {
 // Close stops what Start started: redis-servers, the gateway and its etcd
 // clusters, and removes their data.
 func (b *Bed) Close() {
+	b.statusMu.Lock()
+	for _, c := range b.status {
+		_ = c.Close()
+	}
+	b.status = nil
+	b.statusMu.Unlock()
 	for _, r := range b.Redis {
 		r.Close()
 	}

@@ -126,3 +126,39 @@ func (b *Bed) EtcdDBSize(ctx context.Context) (bytes, inUse int64, err error) {
 func dialQuiet(eps []string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: dialTimeout, Logger: nopLogger})
 }
+
+// RaftIndex sums the raft log's applied index over every known cluster:
+// its growth is the raft entries (writes: transactions, puts, deletes,
+// lease grants and revokes) the clusters agreed on. Lease keepalives are
+// not raft entries.
+func (b *Bed) RaftIndex(ctx context.Context) (int64, error) {
+	b.statusMu.Lock()
+	defer b.statusMu.Unlock()
+	if len(b.Clusters) == 0 {
+		return 0, ErrNoCounts
+	}
+	if b.status == nil {
+		b.status = map[string]*clientv3.Client{}
+	}
+	var sum int64
+	for name, eps := range b.Clusters {
+		cli := b.status[name]
+		if cli == nil {
+			var err error
+			if cli, err = dialQuiet(eps); err != nil {
+				return 0, err
+			}
+			b.status[name] = cli
+		}
+		for _, ep := range eps {
+			st, err := cli.Status(ctx, strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
+			if err != nil {
+				return 0, err
+			}
+			if st.Leader == st.Header.MemberId {
+				sum += int64(st.RaftAppliedIndex)
+			}
+		}
+	}
+	return sum, nil
+}
