@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // world is one schedule's actors, the lock name they contend for and what
@@ -24,6 +26,7 @@ type world struct {
 
 	specs []actorSpec
 	wg    sync.WaitGroup
+	clock *clock.Fake
 
 	mu         sync.Mutex
 	holding    map[string]Grant // by client: the grant it believes it holds
@@ -36,6 +39,9 @@ type world struct {
 	killed     map[string]bool
 	ctxs       []context.CancelFunc
 	after      []func() // run once the schedule has ended
+	// takenAt is, per lease, the etcd revision when an acquire last took
+	// it from a pool: a key created before it no longer owns the lease.
+	takenAt map[clientv3.LeaseID]int64
 }
 
 // actorSpec is one actor of a schedule.
@@ -51,6 +57,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
 		holding: map[string]Grant{}, expiredRev: map[int64]bool{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
+		takenAt: map[clientv3.LeaseID]int64{},
 	}
 }
 
@@ -78,11 +85,13 @@ func (w *world) cast() {
 		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
 	}
+	menu = append(menu, func(i int) { w.addStale(fmt.Sprintf("y%d", i)) })
 	n := 2 + w.rng.IntN(3)
 	menu[w.rng.IntN(4)](0) // a lock taker first
 	for i := 1; i < n; i++ {
 		menu[w.rng.IntN(len(menu))](i)
 	}
+	w.add(w.ticker("k"))
 }
 
 func (w *world) add(s actorSpec) { w.specs = append(w.specs, s) }
@@ -588,4 +597,138 @@ func (w *world) check() error {
 		return fmt.Errorf("two holders at once: %s", strings.Join(believers, ", "))
 	}
 	return nil
+}
+
+// explorePool is the engines' LeasePool in the explorer: small, so that
+// the leases given back are soon handed out again; exploreTTL is every
+// per-lock acquire's TTL there.
+const (
+	explorePool = 2
+	exploreTTL  = 10 * time.Minute
+)
+
+// prefill grants the pool's leases of ttlSec at once (the explorer fills
+// its engines' pools before a run).
+func (p *leasePool) prefill(ctx context.Context, ttlSec int64) error {
+	p.mu.Lock()
+	p.classLocked(ttlSec)
+	p.mu.Unlock()
+	for i := 0; i < p.size; i++ {
+		id, ttl, deadline, err := p.e.grantLease(ctx, ttlSec)
+		if err != nil {
+			return err
+		}
+		p.giveBack(ctx, pooledLease{id: id, ttlSec: ttlSec, ttl: ttl, deadline: deadline})
+	}
+	return nil
+}
+
+// leaseEvent checks a lease event against what etcd showed when the lease
+// was last taken from a pool: a renewal's keepalive is sent only for a
+// lease that has not been handed to another lock since the renewed key was
+// created. Otherwise a stale lock id would keep a lease alive for a lock
+// that is not its own, and a dead holder would block its name past its TTL.
+func (w *world) leaseEvent(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
+	switch event {
+	case leaseTaken:
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		resp, err := w.sch.cli.Get(rctx, w.prefix+"/clock")
+		cancel()
+		if err != nil {
+			w.violate("read the revision at a pool take: %v", err)
+			return
+		}
+		w.mu.Lock()
+		w.takenAt[id] = resp.Header.Revision
+		w.mu.Unlock()
+	case leaseRenewProof:
+		w.mu.Lock()
+		at := w.takenAt[id]
+		w.mu.Unlock()
+		if at > rev {
+			w.violate("%s: a renewal of the lock created at %d sent a keepalive for lease %x after an acquire took that lease from a pool (at revision %d)",
+				actorOf(ctx), rev, int64(id), at)
+		}
+	}
+}
+
+// ticker moves the gateways' clock past a pool quarantine and a renewal's
+// proof window, twice, at moments the scheduler picks, and lets the pools
+// refresh what has come out of quarantine (as their next acquire would).
+func (w *world) ticker(name string) actorSpec {
+	return actorSpec{name: name, run: func(ctx context.Context) {
+		for i := 0; i < 2; i++ {
+			w.step(ctx, "tick")
+			w.clock.Advance(poolQuarantine + proofWindow)
+			for _, e := range w.engines {
+				e.pool.kick(ctx)
+			}
+		}
+	}}
+}
+
+// addStale adds a holder whose lock id outlives its lock: it takes the
+// lock, lets it go and takes it again under another request id, while a
+// second actor of the same client renews the first lock id, on either
+// gateway, at moments the scheduler picks — before the release, between a
+// proof and its keepalive, after the lease went back to a pool and was
+// handed out again — and replays its release once it is released. None of
+// it may free, or keep alive, anyone else's lock.
+func (w *world) addStale(name string) {
+	e := w.engine()
+	var (
+		mu       sync.Mutex
+		stale    *Grant
+		released bool
+	)
+	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		for i := 0; i < 2; i++ {
+			w.step(ctx, "acquire")
+			g, err := w.acquire(ctx, name, e, w.request(name, fmt.Sprintf("%s-req%d", name, i)))
+			if err != nil {
+				if !expectedEnd(err) {
+					w.violate("%s: acquire %d: %v", name, i, err)
+				}
+				return
+			}
+			believed := w.believe(name, *g)
+			if i == 0 {
+				mu.Lock()
+				stale = g
+				mu.Unlock()
+			}
+			if believed {
+				w.release(ctx, name, e, *g)
+			} else if _, err := e.Release(ctx, g.Handle, g.Token()); err != nil && !errors.Is(err, ErrNotOwner) {
+				w.violate("%s: release: %v", name, err)
+			}
+			if i == 0 {
+				mu.Lock()
+				released = true
+				mu.Unlock()
+			}
+		}
+	}})
+	w.add(actorSpec{name: name + "-stale", run: func(ctx context.Context) {
+		for i := 0; i < 3; i++ {
+			w.step(ctx, "stale")
+			mu.Lock()
+			g, done := stale, released
+			mu.Unlock()
+			if g == nil {
+				continue
+			}
+			re := w.engine()
+			if i == 2 && done {
+				if ok, err := re.Release(ctx, g.Handle, g.Token()); ok || err != nil {
+					w.violate("%s: replayed release of a released lock = %v, %v; want false, nil", name, ok, err)
+				}
+				continue
+			}
+			if _, err := re.Renew(ctx, g.Handle, g.Token()); err != nil &&
+				!errors.Is(err, ErrExpired) && !errors.Is(err, ErrStolen) {
+				w.violate("%s: renewal of its first lock id: %v", name, err)
+			}
+		}
+	}})
 }

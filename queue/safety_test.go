@@ -37,10 +37,11 @@ func (h *pointHooks) at(ctx context.Context, point string) {
 		h.fn(ctx, point)
 	}
 }
-func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context { return ctx }
-func (h *pointHooks) end(context.Context)                                 {}
-func (h *pointHooks) park(context.Context, parked)                        {}
-func (h *pointHooks) unpark(context.Context)                              {}
+func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context    { return ctx }
+func (h *pointHooks) end(context.Context)                                    {}
+func (h *pointHooks) park(context.Context, parked)                           {}
+func (h *pointHooks) unpark(context.Context)                                 {}
+func (h *pointHooks) lease(context.Context, string, clientv3.LeaseID, int64) {}
 
 // gate blocks the first arrival of actor at point until opened, and
 // reports the arrival.
