@@ -196,7 +196,9 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 		if keep != nil {
 			ttl, deadline, kerr := keep.wait()
 			switch {
-			case errors.Is(kerr, errLeaseNotFound) || errors.Is(err, errLeaseGone):
+			case errors.Is(kerr, errLeaseNotFound) && !errors.Is(err, errUnknownOutcome) || errors.Is(err, errLeaseGone):
+				// (An unknown outcome is forgetUnknown's to clean up,
+				// and the caller's to retry.)
 				gone = true
 				if err == nil && mine == nil && q.h.Revision != 0 {
 					// The key went onto a lease that had expired and

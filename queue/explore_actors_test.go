@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -85,9 +86,14 @@ func (w *world) cast() {
 		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
 	}
-	menu = append(menu, func(i int) { w.addStale(fmt.Sprintf("y%d", i)) })
+	stale := func(i int) { w.addStale(fmt.Sprintf("y%d", i)) }
+	menu = append(menu, stale, func(i int) { w.add(w.poolExpirer(fmt.Sprintf("p%d", i))) })
 	n := 2 + w.rng.IntN(3)
-	menu[w.rng.IntN(4)](0) // a lock taker first
+	if w.rng.IntN(4) == 0 {
+		stale(0)
+	} else {
+		menu[w.rng.IntN(4)](0) // a lock taker first
+	}
 	for i := 1; i < n; i++ {
 		menu[w.rng.IntN(len(menu))](i)
 	}
@@ -602,6 +608,12 @@ func (w *world) check() error {
 // explorePool is the engines' LeasePool in the explorer: small, so that
 // the leases given back are soon handed out again; exploreTTL is every
 // per-lock acquire's TTL there.
+// exploreRecycled counts the pool takes of a lease taken before (handed
+// out again after a release gave it back), exploreRenewedRecycled the
+// renewals of locks on such leases: the explorer reports both, so a run
+// shows it exercised recycling.
+var exploreRecycled, exploreRenewedRecycled, exploreStaleSends, exploreStaleSendsTaken atomic.Int64
+
 const (
 	explorePool = 2
 	exploreTTL  = 10 * time.Minute
@@ -639,12 +651,30 @@ func (w *world) leaseEvent(ctx context.Context, event string, id clientv3.LeaseI
 			return
 		}
 		w.mu.Lock()
+		if w.takenAt[id] != 0 {
+			exploreRecycled.Add(1)
+		}
 		w.takenAt[id] = resp.Header.Revision
 		w.mu.Unlock()
 	case leaseRenewProof:
 		w.mu.Lock()
 		at := w.takenAt[id]
 		w.mu.Unlock()
+		if at != 0 && at < rev {
+			exploreRenewedRecycled.Add(1)
+		}
+		if r, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix()); err == nil {
+			found := false
+			for _, kv := range r.Kvs {
+				found = found || kv.CreateRevision == rev
+			}
+			if !found {
+				exploreStaleSends.Add(1)
+				if at != 0 {
+					exploreStaleSendsTaken.Add(1)
+				}
+			}
+		}
 		if at > rev {
 			w.violate("%s: a renewal of the lock created at %d sent a keepalive for lease %x after an acquire took that lease from a pool (at revision %d)",
 				actorOf(ctx), rev, int64(id), at)
@@ -675,14 +705,17 @@ func (w *world) ticker(name string) actorSpec {
 // handed out again — and replays its release once it is released. None of
 // it may free, or keep alive, anyone else's lock.
 func (w *world) addStale(name string) {
-	e := w.engine()
+	e, other := w.engines[0], w.engines[1]
+	if w.rng.IntN(2) == 0 {
+		e, other = other, e
+	}
 	var (
 		mu       sync.Mutex
 		stale    *Grant
 		released bool
 	)
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
-		for i := 0; i < 2; i++ {
+		for i := 0; i < 3; i++ {
 			w.step(ctx, "acquire")
 			g, err := w.acquire(ctx, name, e, w.request(name, fmt.Sprintf("%s-req%d", name, i)))
 			if err != nil {
@@ -710,7 +743,7 @@ func (w *world) addStale(name string) {
 		}
 	}})
 	w.add(actorSpec{name: name + "-stale", run: func(ctx context.Context) {
-		for i := 0; i < 3; i++ {
+		for i := 0; i < 4; i++ {
 			w.step(ctx, "stale")
 			mu.Lock()
 			g, done := stale, released
@@ -718,8 +751,11 @@ func (w *world) addStale(name string) {
 			if g == nil {
 				continue
 			}
-			re := w.engine()
-			if i == 2 && done {
+			re := other // mostly another gateway: its renewals are invisible to e's pool
+			if w.rng.IntN(3) == 0 {
+				re = e
+			}
+			if i == 3 && done {
 				if ok, err := re.Release(ctx, g.Handle, g.Token()); ok || err != nil {
 					w.violate("%s: replayed release of a released lock = %v, %v; want false, nil", name, ok, err)
 				}
@@ -731,4 +767,25 @@ func (w *world) addStale(name string) {
 			}
 		}
 	}})
+}
+
+// poolExpirer revokes the lease a gateway's pool would hand out next, as if
+// it had lapsed in the pool: the acquire that takes it must fall back to a
+// lease granted inline, never fail.
+func (w *world) poolExpirer(name string) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, run: func(ctx context.Context) {
+		for i := 0; i < 2; i++ {
+			w.step(ctx, "expire-pooled")
+			e.pool.mu.Lock()
+			var id clientv3.LeaseID
+			if c := e.pool.classes[int64(exploreTTL/time.Second)]; c != nil && len(c.free) > 0 {
+				id = c.free[len(c.free)-1].id
+			}
+			e.pool.mu.Unlock()
+			if id != 0 {
+				_, _ = w.sch.cli.Revoke(ctx, id)
+			}
+		}
+	}}
 }

@@ -465,8 +465,10 @@ func TestExplore(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("explorer: %d schedules, %d steps, %d violations, in %s",
-		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("explorer: %d schedules, %d steps, %d violations, in %s; %d pooled leases handed out again, %d renewals of locks on them",
+		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), time.Since(began).Round(time.Millisecond),
+		exploreRecycled.Load(), exploreRenewedRecycled.Load())
+	t.Logf("stale sends %d, on taken %d", exploreStaleSends.Load(), exploreStaleSendsTaken.Load())
 }
 
 // runSchedule runs one seeded schedule and returns its step count.

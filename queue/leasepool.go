@@ -15,11 +15,14 @@ import (
 // A lock with a lease of its own used to cost two raft writes beside its
 // transactions: a LeaseGrant on the acquire's path and a LeaseRevoke at
 // its release. The pool takes both off: per TTL class (the TTL in whole
-// seconds the caller asked for) it keeps up to Config.LeasePool leases
-// granted ahead of need, in batches, by a background pass; an acquire takes
-// one and sends its keepalive beside the enqueue transaction, so the
-// grant's deadline is measured from that keepalive's send; a clean release
-// gives the lease back instead of revoking it.
+// seconds the caller asked for, which the waiter's value records) it keeps
+// up to Config.LeasePool free leases, granted ahead of need in batches by a
+// background pass that a take starts when the class runs below half; an
+// acquire takes one and sends its keepalive beside the enqueue
+// transaction, so the grant's deadline is measured from that keepalive's
+// send; a clean release gives the lease back instead of revoking it, into
+// a quarantine of up to poolHeld × LeasePool leases, from which passes
+// refresh them into the free pool.
 //
 // A pooled lease is handed out only with at least half its TTL left by its
 // conservative deadline (the send time of its grant or last keepalive plus
@@ -56,6 +59,11 @@ const (
 	maxPoolClasses = 16
 	// poolBatch bounds the grants and keepalives one pass has in flight.
 	poolBatch = 16
+	// poolHeld is how many leases in quarantine a class keeps per lease
+	// of LeasePool: a class reuses every released lease while releases
+	// come at most poolHeld × LeasePool per poolQuarantine (1,024 a second
+	// by default).
+	poolHeld = 16
 )
 
 // leasePool is an engine's pool of per-lock leases.
@@ -145,9 +153,9 @@ func (p *leasePool) duePassLocked(c *leaseClass, now time.Time) bool {
 	if c.filling || p.closed {
 		return false
 	}
-	due := len(c.free) < p.low()
+	due := len(c.free) < p.low() && len(c.free)+len(c.held) < p.size
 	for _, l := range c.held {
-		due = due || !l.usable.After(now)
+		due = due || len(c.free) < p.size && !l.usable.After(now)
 	}
 	for _, l := range c.free {
 		due = due || l.deadline.Sub(now) < 2*l.ttl/3
@@ -188,15 +196,6 @@ func (p *leasePool) pass(ctx context.Context, c *leaseClass) {
 		now := p.e.cfg.Clock.Now()
 		var refresh []pooledLease
 		p.mu.Lock()
-		held := c.held[:0]
-		for _, l := range c.held {
-			if l.usable.After(now) {
-				held = append(held, l)
-			} else {
-				refresh = append(refresh, l)
-			}
-		}
-		c.held = held
 		free := c.free[:0]
 		for _, l := range c.free {
 			switch left := l.deadline.Sub(now); {
@@ -208,10 +207,28 @@ func (p *leasePool) pass(ctx context.Context, c *leaseClass) {
 			}
 		}
 		c.free = free
-		grants := max(0, p.size-len(c.free)-len(c.held)-len(refresh))
+		// Out of quarantine, as many as the free pool has room for; the
+		// others wait for a later pass (and are dropped then if they
+		// lapsed meanwhile).
+		room := p.size - len(c.free) - len(refresh)
+		held := c.held[:0]
+		for _, l := range c.held {
+			if now.Sub(l.usable) > 2*time.Duration(l.ttlSec)*time.Second {
+				continue // it lapsed long ago, or soon will: leave it
+			}
+			if room > 0 && !l.usable.After(now) {
+				refresh = append(refresh, l)
+				room--
+			} else {
+				held = append(held, l)
+			}
+		}
+		c.held = held
+		grants := max(0, room-len(c.held))
 		p.mu.Unlock()
 
-		got := make([]pooledLease, len(refresh)+grants)
+		// got holds the grants first, then the refreshed leases.
+		got := make([]pooledLease, grants+len(refresh))
 		ok := make([]bool, len(got))
 		sem := make(chan struct{}, poolBatch)
 		var wg sync.WaitGroup
@@ -219,8 +236,8 @@ func (p *leasePool) pass(ctx context.Context, c *leaseClass) {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if i < len(refresh) {
-					l := refresh[i]
+				if i >= grants {
+					l := refresh[i-grants]
 					ttl, deadline, err := p.e.renewLease(ctx, l.id)
 					l.ttl, l.deadline = ttl, deadline
 					got[i], ok[i] = l, err == nil
@@ -231,6 +248,9 @@ func (p *leasePool) pass(ctx context.Context, c *leaseClass) {
 			})
 		}
 		wg.Wait()
+		// The refreshed last: they are handed out first (the newest at
+		// the end), so leases given back are reused before fresh grants
+		// are.
 		for i, l := range got {
 			if ok[i] {
 				p.giveBack(ctx, l)
@@ -245,7 +265,7 @@ func (p *leasePool) pass(ctx context.Context, c *leaseClass) {
 func (p *leasePool) giveBack(ctx context.Context, l pooledLease) {
 	p.mu.Lock()
 	c := p.classes[l.ttlSec]
-	room := !p.closed && c != nil && len(c.free)+len(c.held) < p.size && l.deadline.After(p.e.cfg.Clock.Now())
+	room := !p.closed && c != nil && len(c.free) < p.size && l.deadline.After(p.e.cfg.Clock.Now())
 	if room {
 		c.free = append(c.free, l)
 	}
@@ -278,7 +298,7 @@ func (p *leasePool) giveBackReleased(ctx context.Context, prev *mvccpb.KeyValue,
 		return false
 	}
 	c := p.classes[meta.TTL]
-	if p.closed || c == nil || len(c.free)+len(c.held) >= p.size {
+	if p.closed || c == nil || len(c.held) >= poolHeld*p.size {
 		return false
 	}
 	c.held = append(c.held, pooledLease{id: id, ttlSec: meta.TTL, usable: p.e.cfg.Clock.Now().Add(poolQuarantine)})
