@@ -39,10 +39,10 @@ func (h *pointHooks) at(ctx context.Context, point string) {
 		h.fn(ctx, point)
 	}
 }
-func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context    { return ctx }
-func (h *pointHooks) end(context.Context)                                    {}
-func (h *pointHooks) park(context.Context, parked)                           {}
-func (h *pointHooks) unpark(context.Context)                                 {}
+func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context { return ctx }
+func (h *pointHooks) end(context.Context)                                 {}
+func (h *pointHooks) park(context.Context, parked)                        {}
+func (h *pointHooks) unpark(context.Context)                              {}
 func (h *pointHooks) lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
 	if h.onLease != nil {
 		h.onLease(ctx, event, id, rev)
