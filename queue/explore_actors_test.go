@@ -608,10 +608,11 @@ func (w *world) check() error {
 // explorePool is the engines' LeasePool in the explorer: small, so that
 // the leases given back are soon handed out again; exploreTTL is every
 // per-lock acquire's TTL there.
-// exploreRecycled counts the pool takes of a lease taken before (handed
-// out again after a release gave it back), exploreRenewedRecycled the
-// renewals of locks on such leases: the explorer reports both, so a run
-// shows it exercised recycling.
+// The explorer reports how much it exercised recycling: pool takes of a
+// lease taken before (handed out again after a release gave it back),
+// renewals of locks on such leases, and renewals whose keepalive went out
+// after the renewed key was deleted (of those, for a lease some acquire
+// had taken from a pool).
 var exploreRecycled, exploreRenewedRecycled, exploreStaleSends, exploreStaleSendsTaken atomic.Int64
 
 const (
@@ -663,7 +664,7 @@ func (w *world) leaseEvent(ctx context.Context, event string, id clientv3.LeaseI
 		if at != 0 && at < rev {
 			exploreRenewedRecycled.Add(1)
 		}
-		if r, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix()); err == nil {
+		if r, err := w.sch.cli.Get(context.WithoutCancel(ctx), w.prefix+"/", clientv3.WithPrefix()); err == nil {
 			found := false
 			for _, kv := range r.Kvs {
 				found = found || kv.CreateRevision == rev
