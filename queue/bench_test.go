@@ -63,7 +63,8 @@ const (
 //
 //   - engine-session: one OpenSession; every Acquire names it.
 //   - engine-perlock: every Acquire gets a lease of its own (TTL 10 s),
-//     from the engine's lease pool (the default LeasePool, 64). The timed
+//     from the engine's lease pool (the default LeasePool, 64), warmed up
+//     for 1.5 s first so the pool is in its steady state. The timed
 //     region ends only after the background revokes and pool passes that
 //     cycles leave behind have finished: they are part of a cycle's cost.
 //   - engine-perlock-nopool: the same with LeasePool 0: every acquire
@@ -96,6 +97,7 @@ func benchCycles(b *testing.B, workers int) {
 	perLock := func(pool int) func(b *testing.B) {
 		return func(b *testing.B) {
 			e, _ := newEngine(b, func(c *Config) { c.LeasePool = pool })
+			warmUp(b, e, workers)
 			runCycles(b, workers, func(w int) cycleFunc {
 				name := workerName(w)
 				return func(ctx context.Context) error {
@@ -244,6 +246,34 @@ func runCycles(b *testing.B, workers int, newCycle func(w int) cycleFunc, drain 
 	}
 	reportPercentiles(b, slices.Concat(lat...))
 	b.ReportMetric(float64(raftIndex(b)-raft0)/float64(b.N), "raft/op")
+}
+
+// warmUp runs per-lock cycles on workers goroutines for a pool quarantine
+// and a half before the timed region, so that it measures a pool in its
+// steady state (releases coming back out of quarantine), not one filling
+// up. An engine without a pool is warmed up alike.
+func warmUp(b *testing.B, e *Engine, workers int) {
+	b.Helper()
+	ctx := benchCtx(b)
+	end := time.Now().Add(poolQuarantine * 3 / 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				if err := engineCycle(ctx, e, AcquireRequest{Name: workerName(w), TTL: benchLockTTL, ClientID: "bench", RequestID: benchRequestID()}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
 }
 
 // raftIndex is the shared member's raft index: it grows by one with every

@@ -61,9 +61,10 @@ const (
 	poolBatch = 16
 	// poolHeld is how many leases in quarantine a class keeps per lease
 	// of LeasePool: a class reuses every released lease while releases
-	// come at most poolHeld × LeasePool per poolQuarantine (1,024 a second
-	// by default).
-	poolHeld = 16
+	// come at most poolHeld × LeasePool per poolQuarantine (4,096 a second
+	// by default). Each is a live etcd lease with no key, a few hundred
+	// bytes of the leader's memory.
+	poolHeld = 64
 )
 
 // leasePool is an engine's pool of per-lock leases.
