@@ -349,7 +349,7 @@ func (p *leasePool) close() {
 	wg.Wait()
 }
 
-// size reports the leases the pool holds of ttlSec: free and quarantined.
+// count reports the leases the pool holds of ttlSec: free and quarantined.
 func (p *leasePool) count(ttlSec int64) (free, held int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
