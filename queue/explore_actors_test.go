@@ -611,9 +611,9 @@ func (w *world) check() error {
 // The explorer reports how much it exercised recycling: pool takes of a
 // lease taken before (handed out again after a release gave it back),
 // renewals of locks on such leases, and renewals whose keepalive went out
-// after the renewed key was deleted (of those, for a lease some acquire
-// had taken from a pool).
-var exploreRecycled, exploreRenewedRecycled, exploreStaleSends, exploreStaleSendsTaken atomic.Int64
+// after the renewed key was deleted (stale, but not for a recycled lease:
+// leaseEvent fails the schedule on those).
+var exploreRecycled, exploreRenewedRecycled, exploreStaleSends atomic.Int64
 
 const (
 	explorePool = 2
@@ -671,9 +671,6 @@ func (w *world) leaseEvent(ctx context.Context, event string, id clientv3.LeaseI
 			}
 			if !found {
 				exploreStaleSends.Add(1)
-				if at != 0 {
-					exploreStaleSendsTaken.Add(1)
-				}
 			}
 		}
 		if at > rev {

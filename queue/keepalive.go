@@ -154,10 +154,10 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 	}
 }
 
-// pending reports whether a keepalive for id is unanswered on any open
+// inFlight reports whether a keepalive for id is unanswered on any open
 // stream: the latest request per lease is the last of them answered on its
 // stream, so byLease names it until every one is.
-func (k *keepAliver) pending(id clientv3.LeaseID) bool {
+func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, s := range k.streams {

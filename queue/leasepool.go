@@ -295,7 +295,7 @@ func (p *leasePool) giveBackReleased(ctx context.Context, prev *mvccpb.KeyValue,
 	// renewing first, then the streams: a renewal that ended (and left
 	// the map) before this look left its keepalive on a stream if it is
 	// unanswered; one that begins after it cannot prove the deleted key.
-	if p.renewing[id] > 0 || p.e.ka.pending(id) {
+	if p.renewing[id] > 0 || p.e.ka.inFlight(id) {
 		return false
 	}
 	c := p.classes[meta.TTL]

@@ -126,12 +126,34 @@ func TestRenewInFlightKeepsLeaseOutOfPool(t *testing.T) {
 	if err := within(t, done, 10*time.Second, "the renewal"); err != nil && !errors.Is(err, ErrExpired) {
 		t.Errorf("renewal racing the release: %v; want nil or ErrExpired", err)
 	}
+	requireRevoked(t, e, cli, g.Lease, inPool, "a release with a renewal in flight")
+}
+
+// filledPool runs one cycle on e, waits for the pool pass it starts, and
+// returns the free leases of req's TTL class.
+func filledPool(t *testing.T, e *Engine) []clientv3.LeaseID {
+	t.Helper()
+	mustRelease(t, e, mustAcquire(t, e, req("fill")))
+	settle(e)
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	var ids []clientv3.LeaseID
+	for _, l := range e.pool.classes[poolTTL].free {
+		ids = append(ids, l.id)
+	}
+	return ids
+}
+
+// requireRevoked fails the test unless a released lock's lease id stayed
+// out of the pool (inPool, as seen right after the release) and is revoked.
+func requireRevoked(t *testing.T, e *Engine, cli *clientv3.Client, id clientv3.LeaseID, inPool bool, what string) {
+	t.Helper()
 	if inPool {
-		t.Fatalf("a lease with a renewal in flight went back to the pool")
+		t.Fatalf("the lease of %s went back to the pool", what)
 	}
 	settle(e)
-	if leaseAlive(t, cli, g.Lease) {
-		t.Errorf("the lease of a release with a renewal in flight is still alive; want it revoked")
+	if leaseAlive(t, cli, id) {
+		t.Errorf("the lease of %s is still alive; want it revoked", what)
 	}
 }
 
@@ -149,13 +171,7 @@ func TestTakenOverKeyLeaseIsRevoked(t *testing.T) {
 		t.Fatalf("the retry did not resume the waiter")
 	}
 	mustRelease(t, e, g)
-	if pooled(e, g.Lease) {
-		t.Fatalf("the lease of a key taken over went back to the pool")
-	}
-	settle(e)
-	if leaseAlive(t, cli, g.Lease) {
-		t.Errorf("the lease of a released key that was taken over is still alive; want it revoked")
-	}
+	requireRevoked(t, e, cli, g.Lease, pooled(e, g.Lease), "a released key that was taken over")
 }
 
 // TestPooledLeaseGoneFallsBackToGrant: when the pooled lease is gone (it
@@ -163,14 +179,7 @@ func TestTakenOverKeyLeaseIsRevoked(t *testing.T) {
 // and succeeds; the caller never sees the miss.
 func TestPooledLeaseGoneFallsBackToGrant(t *testing.T) {
 	e, cli, _ := newPoolEngine(t, 2)
-	mustRelease(t, e, mustAcquire(t, e, req("fill")))
-	settle(e)
-	e.pool.mu.Lock()
-	var pooled []clientv3.LeaseID
-	for _, l := range e.pool.classes[poolTTL].free {
-		pooled = append(pooled, l.id)
-	}
-	e.pool.mu.Unlock()
+	pooled := filledPool(t, e)
 	for _, id := range pooled {
 		if _, err := cli.Revoke(testCtx(t), id); err != nil {
 			t.Fatal(err)
@@ -224,14 +233,7 @@ func TestClosedEngineRevokesPooledLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustRelease(t, e, mustAcquire(t, e, req("a")))
-	settle(e)
-	e.pool.mu.Lock()
-	var ids []clientv3.LeaseID
-	for _, l := range e.pool.classes[poolTTL].free {
-		ids = append(ids, l.id)
-	}
-	e.pool.mu.Unlock()
+	ids := filledPool(t, e)
 	if len(ids) != 3 {
 		t.Fatalf("pool holds %d leases; want 3", len(ids))
 	}

@@ -41,6 +41,12 @@ func checkToken(h Handle, token int64) error {
 // can only go away — released by its owner or expired — and a lapsed lease
 // is not revived by a keepalive.)
 //
+// The keepalive goes out within proofWindow (500 ms) of the proof's send,
+// or the proof is made again first: another gateway may recycle the lease
+// once a quarantine longer than that has passed since the lock's release
+// (leasepool.go). Against an etcd that answers no proof within it, Renew
+// ends with ctx.
+//
 // It answers ErrExpired when the key is gone and nobody holds the name,
 // ErrStolen when another waiter holds it now, and ErrNotOwner when the
 // secret, lease or fencing token does not match.
