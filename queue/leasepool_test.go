@@ -321,3 +321,26 @@ func TestStaleRenewOnAnotherGatewayNeverReachesRecycledLease(t *testing.T) {
 	}
 	mustRelease(t, a, next)
 }
+
+// TestSessionLeaseIsNeverPooled: releasing a session's lock leaves the
+// session lease alone; it never goes to the pool, where another lock would
+// ride on it.
+func TestSessionLeaseIsNeverPooled(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 4)
+	filledPool(t, e)
+	s, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("a")
+	r.TTL, r.Session, r.SessionSecret = 0, s.Lease, s.Secret
+	g := mustAcquire(t, e, r)
+	mustRelease(t, e, g)
+	if pooled(e, s.Lease) {
+		t.Fatalf("a session's lease went to the pool when one of its locks was released")
+	}
+	// (No settle: the attempt lease's keeper runs until it idles out.)
+	if !leaseAlive(t, cli, s.Lease) {
+		t.Errorf("the session's lease died with the release of one of its locks")
+	}
+}
