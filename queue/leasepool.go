@@ -27,9 +27,9 @@ import (
 // A pooled lease is handed out only with at least half its TTL left by its
 // conservative deadline (the send time of its grant or last keepalive plus
 // its TTL): the keepalive beside the enqueue must land before the lease
-// lapses, and half a TTL (at least a second, etcd's shortest lease being
-// longer than two) is far above one round trip, while a lease below it is
-// kept alive by the pool's next pass rather than dropped. A lease that
+// lapses, and half a TTL (half a second at the least) is far above one
+// round trip, while a lease below it is kept alive by the pool's next pass
+// (which refreshes those below two thirds) rather than dropped. A lease that
 // lapses anyway is caught by that keepalive (or the enqueue itself fails
 // with lease-not-found): the acquire removes the key it put on it, grants a
 // lease inline and tries once more. A pool miss is never the caller's
