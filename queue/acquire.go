@@ -141,30 +141,87 @@ var errRaced = errors.New("queue: the waiter key changed under the attempt")
 // been applied (its answer was lost).
 var errUnknownOutcome = errors.New("outcome unknown")
 
+// errLeaseGone reports an enqueue transaction refused because its
+// per-lock lease no longer exists: nothing was written.
+var errLeaseGone = errors.New("queue: the lock's lease is gone")
+
+// errPoolMiss reports that the lease an enqueue put its key on was gone
+// (a pooled lease that lapsed): the enqueue wrote nothing that stays, and
+// is tried again on a lease granted inline.
+var errPoolMiss = errors.New("queue: the pooled lease was gone")
+
 // enqueue runs the acquire transaction, or takes over the key of an
 // earlier attempt with the same request id. When onlyIfFree is set the key
 // is created only if no other waiter exists (TryAcquire).
+//
+// A lock with a lease of its own takes a lease from the pool when it has
+// one (leasepool.go) and grants one inline otherwise, or when the pooled
+// lease turns out to be gone: a pool miss costs a grant, never an error.
 func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, onlyIfFree bool) (*enqueued, error) {
-	var (
-		lease    clientv3.LeaseID
-		ttl      time.Duration
-		deadline time.Time
-	)
-	if r.Session == 0 {
-		var err error
-		if lease, ttl, deadline, err = e.grantLease(ctx, ttlSec); err != nil {
-			return nil, err
+	if r.Session != 0 {
+		return e.enqueueOn(ctx, r, ttlSec, onlyIfFree, pooledLease{}, false)
+	}
+	if l, ok := e.pool.take(ctx, ttlSec); ok {
+		q, err := e.enqueueOn(ctx, r, ttlSec, onlyIfFree, l, true)
+		if !errors.Is(err, errPoolMiss) {
+			return q, err
 		}
 	}
-	used := false
+	id, ttl, deadline, err := e.grantLease(ctx, ttlSec)
+	if err != nil {
+		return nil, err
+	}
+	return e.enqueueOn(ctx, r, ttlSec, onlyIfFree, pooledLease{id: id, ttlSec: ttlSec, ttl: ttl, deadline: deadline}, false)
+}
+
+// enqueueOn is enqueue on the per-lock lease l (zero for a session
+// waiter). A pooled lease gets a keepalive beside the first enqueue
+// transaction, and its deadline from that keepalive; when the keepalive
+// or the transaction says the lease is gone, the key put on it (if any) is
+// removed and enqueueOn reports errPoolMiss. A lease no key was put on
+// goes back to the pool.
+func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64, onlyIfFree bool, l pooledLease, pooled bool) (q *enqueued, err error) {
+	lease := l.id
+	var keep *besideKeep
+	if pooled {
+		keep = &besideKeep{e: e, id: lease}
+		e.at(ctx, pointPoolKeep)
+	}
+	used, gone := false, false
 	defer func() {
-		if lease != 0 && !used {
-			e.revokeLater(ctx, lease) // the fresh lease is not needed
+		switch {
+		case lease == 0 || used || gone:
+		case errors.Is(err, ErrQueueFull):
+			e.revokeLater(ctx, lease) // its key was put on it and removed
+		default:
+			e.pool.giveBack(ctx, l) // no key of this attempt is on it
 		}
 	}()
 
 	for try := 0; ; try++ {
-		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree)
+		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree, keep)
+		if keep != nil {
+			ttl, deadline, kerr := keep.wait()
+			switch {
+			case errors.Is(kerr, errLeaseNotFound) && !errors.Is(err, errUnknownOutcome) || errors.Is(err, errLeaseGone):
+				// (An unknown outcome is forgetUnknown's to clean up,
+				// and the caller's to retry.)
+				gone = true
+				if err == nil && mine == nil && q.h.Revision != 0 {
+					// The key went onto a lease that had expired and
+					// is not yet revoked: take it off again.
+					e.deleteOwned(ctx, r.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+				}
+				return nil, errPoolMiss
+			case kerr == nil:
+				l.ttl, l.deadline = ttl, deadline
+			}
+			keep = nil
+		}
+		if errors.Is(err, errLeaseGone) {
+			gone = true
+			return nil, err
+		}
 		if err != nil {
 			if errors.Is(err, errRaced) && try < 3 {
 				continue
@@ -179,7 +236,7 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 		if mine == nil {
 			if q.h.Revision != 0 && r.Session == 0 {
 				used = true
-				q.ttl, q.deadline = ttl, deadline
+				q.ttl, q.deadline = l.ttl, l.deadline
 			}
 			return q, nil
 		}
@@ -194,7 +251,10 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 // enqueueTxn runs the acquire transaction on lease (per-lock) or for the
 // session. It returns the enqueued waiter, or the key of an earlier attempt
 // with the same request id (mine) for the caller to take over.
-func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, onlyIfFree bool) (*enqueued, *mvccpb.KeyValue, error) {
+//
+// keep, when set, is started right before the transaction is sent, so the
+// keepalive of a pooled lease runs beside it.
+func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, onlyIfFree bool, keep *besideKeep) (*enqueued, *mvccpb.KeyValue, error) {
 	secret, err := NewSecret()
 	if err != nil {
 		return nil, nil, err
@@ -261,8 +321,13 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
 	}
 	e.at(ctx, pointEnqueue)
+	keep.start(ctx)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
 	if err != nil {
+		if lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// Nothing was written: the per-lock lease is gone.
+			return nil, nil, errLeaseGone
+		}
 		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			e.att.release(att)
 			e.att.invalidate(att.id) // it lapsed behind our back: take a new one

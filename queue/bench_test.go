@@ -56,12 +56,19 @@ const (
 // cycle ever waits for another's lock (the goroutines do compete for the
 // client connection and for etcd). ns/op is wall time divided by cycles,
 // the inverse of throughput; p50-ns and p99-ns are the latency of one cycle,
-// which at 64 workers is mostly queueing in etcd.
+// which at 64 workers is mostly queueing in etcd. raft/op is the growth
+// of the member's raft index per cycle over the timed region: every write
+// etcd made for it (transactions, lease grants and revocations; a
+// keepalive is not a raft write).
 //
 //   - engine-session: one OpenSession; every Acquire names it.
-//   - engine-perlock: every Acquire gets a lease of its own (TTL 10 s). The
-//     timed region ends only after the background revokes that releases
-//     leave behind have finished: they are part of a cycle's cost.
+//   - engine-perlock: every Acquire gets a lease of its own (TTL 10 s),
+//     from the engine's lease pool (the default LeasePool, 64), warmed up
+//     for 1.5 s first so the pool is in its steady state. The timed
+//     region ends only after the background revokes and pool passes that
+//     cycles leave behind have finished: they are part of a cycle's cost.
+//   - engine-perlock-nopool: the same with LeasePool 0: every acquire
+//     grants a lease and every release revokes it.
 //   - mutex: one concurrency.Session; a concurrency.Mutex per cycle.
 //   - direct-txn: the engine's enqueue and release transactions (the same
 //     compares and operations, on a fresh key per cycle) issued with
@@ -87,18 +94,23 @@ func benchCycles(b *testing.B, workers int) {
 		}, nil)
 		requireNoLocks(b, e)
 	})
-	b.Run("engine-perlock", func(b *testing.B) {
-		e, _ := newEngine(b)
-		runCycles(b, workers, func(w int) cycleFunc {
-			name := workerName(w)
-			return func(ctx context.Context) error {
-				return engineCycle(ctx, e, AcquireRequest{
-					Name: name, TTL: benchLockTTL, ClientID: "bench", RequestID: benchRequestID(),
-				})
-			}
-		}, e.wg.Wait)
-		requireNoLocks(b, e)
-	})
+	perLock := func(pool int) func(b *testing.B) {
+		return func(b *testing.B) {
+			e, _ := newEngine(b, func(c *Config) { c.LeasePool = pool })
+			warmUp(b, e, workers)
+			runCycles(b, workers, func(w int) cycleFunc {
+				name := workerName(w)
+				return func(ctx context.Context) error {
+					return engineCycle(ctx, e, AcquireRequest{
+						Name: name, TTL: benchLockTTL, ClientID: "bench", RequestID: benchRequestID(),
+					})
+				}
+			}, e.wg.Wait)
+			requireNoLocks(b, e)
+		}
+	}
+	b.Run("engine-perlock", perLock(DefaultConfig().LeasePool))
+	b.Run("engine-perlock-nopool", perLock(0))
 	b.Run("mutex", func(b *testing.B) {
 		cli := shared.ClientFor(b)
 		s := openMutexSession(b, cli)
@@ -209,6 +221,7 @@ func runCycles(b *testing.B, workers int, newCycle func(w int) cycleFunc, drain 
 		firstErr error
 	)
 	lat := make([][]time.Duration, workers)
+	raft0 := raftIndex(b)
 	b.ResetTimer()
 	for w := range workers {
 		wg.Go(func() {
@@ -232,6 +245,46 @@ func runCycles(b *testing.B, workers int, newCycle func(w int) cycleFunc, drain 
 		b.Fatal(firstErr)
 	}
 	reportPercentiles(b, slices.Concat(lat...))
+	b.ReportMetric(float64(raftIndex(b)-raft0)/float64(b.N), "raft/op")
+}
+
+// warmUp runs per-lock cycles on workers goroutines for a pool quarantine
+// and a half before the timed region, so that it measures a pool in its
+// steady state (releases coming back out of quarantine), not one filling
+// up. An engine without a pool is warmed up alike.
+func warmUp(b *testing.B, e *Engine, workers int) {
+	b.Helper()
+	ctx := benchCtx(b)
+	end := time.Now().Add(poolQuarantine * 3 / 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				if err := engineCycle(ctx, e, AcquireRequest{Name: workerName(w), TTL: benchLockTTL, ClientID: "bench", RequestID: benchRequestID()}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// raftIndex is the shared member's raft index: it grows by one with every
+// entry etcd commits.
+func raftIndex(b *testing.B) uint64 {
+	b.Helper()
+	resp, err := shared.ClientFor(b).Status(testCtx(b), shared.Endpoint())
+	if err != nil {
+		b.Fatalf("etcd status: %v", err)
+	}
+	return resp.RaftIndex
 }
 
 func engineCycle(ctx context.Context, e *Engine, r AcquireRequest) error {

@@ -87,6 +87,21 @@ func (e *Engine) revokeOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
 	e.revokeLater(ctx, clientv3.LeaseID(prev.Lease))
 }
 
+// recycleOwnLease is revokeOwnLease for a clean release: the lease goes
+// back to the pool when the pool may reuse it, and is revoked otherwise.
+func (e *Engine) recycleOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
+	if prev == nil || prev.Lease == 0 {
+		return
+	}
+	_, meta, err := decodeValue(prev.Value)
+	if err != nil || meta.Session {
+		return
+	}
+	if !e.pool.giveBackReleased(ctx, prev, meta) {
+		e.revokeLater(ctx, clientv3.LeaseID(prev.Lease))
+	}
+}
+
 // deletedKV is the key a delete with WithPrevKV at response index i removed.
 func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	if len(resp.Responses) <= i {

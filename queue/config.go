@@ -22,6 +22,9 @@ const (
 	MaxLeaseTTL = 24 * time.Hour
 )
 
+// MaxLeasePool is the largest Config.LeasePool.
+const MaxLeasePool = 4096
+
 // Config configures an Engine.
 type Config struct {
 	// Prefix is the etcd key prefix of every key the engine writes.
@@ -43,6 +46,12 @@ type Config struct {
 	// keeps its place for a retry elsewhere, and the bound on how long it
 	// can block the name once nobody serves it. Default 10 s; 2 s to 5 min.
 	AttemptTTL time.Duration
+	// LeasePool is how many per-lock leases the engine keeps granted ahead
+	// of need, per TTL (leasepool.go): an acquire takes one instead of
+	// granting a lease on its path, and a clean release gives it back
+	// instead of revoking it. Default 64; 0 disables the pool (every
+	// acquire grants, every release revokes); at most MaxLeasePool.
+	LeasePool int
 	// Clock is the time source for deadlines and wait timeouts. Default the
 	// wall clock.
 	Clock clock.Clock
@@ -59,6 +68,7 @@ func DefaultConfig() Config {
 		MaxTTL:         MaxLeaseTTL,
 		RequestTimeout: 5 * time.Second,
 		AttemptTTL:     10 * time.Second,
+		LeasePool:      64,
 		Clock:          clock.Real,
 	}
 }
@@ -78,6 +88,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: RequestTimeout %s must be positive", c.RequestTimeout)
 	case c.AttemptTTL < 2*time.Second || c.AttemptTTL > 5*time.Minute || c.AttemptTTL%time.Second != 0:
 		return fmt.Errorf("queue: AttemptTTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
+	case c.LeasePool < 0 || c.LeasePool > MaxLeasePool:
+		return fmt.Errorf("queue: LeasePool %d is outside 0 (off) to %d", c.LeasePool, MaxLeasePool)
 	case c.Clock == nil:
 		return fmt.Errorf("queue: Clock is nil")
 	}

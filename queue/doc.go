@@ -24,9 +24,9 @@
 // request id takes the waiter's key over by writing it again, and from
 // then on the replaced attempt's cleanup, grant and give-up compare a mod
 // revision that is no longer theirs and touch nothing; and release deletes
-// by create revision, lease and secret and revokes only the lease it reads
-// back from the deleted key, and only when the key's own value says the
-// lease is the lock's.
+// by create revision, lease and secret and revokes (or gives back to the
+// lease pool) only the lease it reads back from the deleted key, and only
+// when the key's own value says the lease is the lock's.
 //
 // # Claims
 //
@@ -90,6 +90,50 @@
 // create revision, which a proclaim keeps; the position feed follows
 // deletes only. Observe reports a put on the leader's key as a new value
 // of the same term, by the create revision the event carries.
+//
+// # Recycled leases
+//
+// A lock with a lease of its own takes that lease from a pool granted ahead
+// of need (leasepool.go) and a clean release gives it back, so one etcd
+// lease serves many locks in turn. Reuse is sound because nothing acts on a
+// lease by its id alone: renew and release compare the key's create
+// revision, lease and secret inside etcd, and a cleanup revokes (a release
+// pools) only the lease read back from the key it deleted. A stale lock id
+// naming a recycled lease matches no key of the lease's new lock.
+//
+// The trap is the keepalive after Renew's proof: it is not a transaction.
+// Sent for the old lock after its lease went to a new one, it would keep
+// the new lock alive for up to a TTL after its holder died. So a release
+// gives the lease back only when no such keepalive can come:
+//
+//  1. The key was never taken over (its mod revision is its create
+//     revision), so no other attempt of it — a zombie about to renew at its
+//     grant — exists. Otherwise the lease is revoked.
+//  2. No renewal of it runs on this engine: Renew registers from before its
+//     proof until its keepalive is answered, and no keepalive for the lease
+//     is unanswered on the engine's streams. A renewal that registers later
+//     sends its proof after the delete, and fails it.
+//  3. Another gateway's renewal is bounded in time: Renew sends its
+//     keepalive within proofWindow (500 ms) of sending its proof, or proves
+//     again; a lease given back waits out poolQuarantine (1 s) before the
+//     pool refreshes it and hands it out. The proof was sent before the
+//     release was applied, the release before the lease came back, so a
+//     stale keepalive is sent at least 500 ms before the new lock's first.
+//
+// What 3 orders is sends, not arrivals. A stale keepalive that etcd applies
+// after the new lock's own — held more than 500 ms on a stream behind a
+// renewal of an expired lease (which waits for etcd's rate-limited revoke),
+// or in a partition — extends the new lock's lease once, by at most one TTL
+// from when it lands. It never shortens a lease, so it never makes two
+// holders and never moves a holder's deadline; it can delay the freeing of
+// a dead holder's name by at most one TTL, and only after a lock was
+// renewed and released at the same moment on two gateways.
+//
+// An expired lease is never pooled: a lease given back is refreshed by a
+// keepalive after its quarantine and dropped if etcd says it is gone, and a
+// pooled lease is handed out only with half its TTL left by its
+// conservative deadline. Waiters that give up, undelivered grants and
+// enqueues with an unknown outcome revoke as before.
 //
 // docs/safety.md takes every transaction in turn: what it compares, and
 // what a forged, stale, replayed or racing input can make it do. The

@@ -20,6 +20,7 @@ type Engine struct {
 	pos  *positionHub
 	tel  *engineTel
 	att  attemptLease
+	pool *leasePool
 
 	// hooks order the engine's interleaving points in the explorer's
 	// tests; nil in production.
@@ -57,6 +58,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	}
 	e.pos = newPositionHub(e)
 	e.att.e = e
+	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.Touch()
 	return e, nil
 }
@@ -108,10 +110,13 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // Close stops background work (lease revocations and cleanups in flight
 // are abandoned; the leases expire on their own) and blocks until it has
-// stopped. It does not revoke the attempt lease: waiters detached from
-// their attempts keep their places for about an AttemptTTL, for a retry on
-// another gateway to take over.
+// stopped. It revokes the pooled leases, spending at most a second on it
+// (any left lapse within their TTL; no key rides on them). It does not
+// revoke the attempt lease: waiters detached from their attempts keep
+// their places for about an AttemptTTL, for a retry on another gateway to
+// take over.
 func (e *Engine) Close() {
+	e.pool.close()
 	e.cancel()
 	e.ka.close()
 	e.pos.close()

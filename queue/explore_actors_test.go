@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // world is one schedule's actors, the lock name they contend for and what
@@ -29,6 +31,7 @@ type world struct {
 
 	specs []actorSpec
 	wg    sync.WaitGroup
+	clock *clock.Fake
 
 	mu         sync.Mutex
 	holding    map[string]Grant // by client: the grant it believes it holds
@@ -41,6 +44,9 @@ type world struct {
 	killed     map[string]bool
 	ctxs       []context.CancelFunc
 	after      []func() // run once the schedule has ended
+	// takenAt is, per lease, the etcd revision when an acquire last took
+	// it from a pool: a key created before it no longer owns the lease.
+	takenAt map[clientv3.LeaseID]int64
 }
 
 // actorSpec is one actor of a schedule.
@@ -56,6 +62,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
 		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, proclaimed: map[int64]string{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
+		takenAt: map[clientv3.LeaseID]int64{},
 	}
 }
 
@@ -88,11 +95,18 @@ func (w *world) cast() {
 		// leader proclaims before it resigns.
 		w.name, w.election = ElectionName(w.name), true
 	}
+	stale := func(i int) { w.addStale(fmt.Sprintf("y%d", i)) }
+	menu = append(menu, stale, func(i int) { w.add(w.poolExpirer(fmt.Sprintf("p%d", i))) })
 	n := 2 + w.rng.IntN(3)
-	menu[w.rng.IntN(4)](0) // a lock taker first
+	if w.rng.IntN(4) == 0 {
+		stale(0)
+	} else {
+		menu[w.rng.IntN(4)](0) // a lock taker first
+	}
 	for i := 1; i < n; i++ {
 		menu[w.rng.IntN(len(menu))](i)
 	}
+	w.add(w.ticker("k"))
 }
 
 func (w *world) add(s actorSpec) { w.specs = append(w.specs, s) }

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Interleaving points.
@@ -30,6 +32,17 @@ const (
 	pointWatchEnd = "wait.woke"         // a parked waiter woke up
 	pointSpawned  = "background.start"  // a background task of the caller begins
 	pointProclaim = "election.proclaim" // read the leader's key, before the proclaim transaction
+	pointPoolTake = "pool.take"         // before an acquire takes a pooled lease
+	pointPoolKeep = "pool.keepalive"    // before the enqueue and the keepalive beside it of a pooled lease
+	pointPoolBack = "pool.return"       // before a released key's lease is given back to the pool
+	pointPoolFill = "pool.fill"         // before the pool's pass grants and refreshes leases
+)
+
+// Lease events: what the explorer learns about a lease's users, beyond the
+// points (the scheduler checks them against etcd).
+const (
+	leaseTaken      = "pool.taken"  // an acquire took the lease from the pool
+	leaseRenewProof = "renew.proof" // a Renew proved the key of rev rides on the lease, and now sends its keepalive
 )
 
 // hooks observe and order the engine's interleaving points. All methods
@@ -46,6 +59,9 @@ type hooks interface {
 	// waits behind; unpark when it returns.
 	park(ctx context.Context, p parked)
 	unpark(ctx context.Context)
+	// lease reports a lease event (above) of the lease id, for the key
+	// created at rev when there is one.
+	lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64)
 }
 
 // parked describes a waiter blocked on its watches: it wakes when the key
@@ -57,6 +73,12 @@ type parked struct {
 	own     string
 	ownMod  int64
 	session string
+}
+
+func (e *Engine) leaseEvent(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
+	if e.hooks != nil {
+		e.hooks.lease(ctx, event, id, rev)
+	}
 }
 
 func (e *Engine) at(ctx context.Context, point string) {

@@ -154,6 +154,20 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 	}
 }
 
+// inFlight reports whether a keepalive for id is unanswered on any open
+// stream: the latest request per lease is the last of them answered on its
+// stream, so byLease names it until every one is.
+func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, s := range k.streams {
+		if s.byLease[int64(id)] != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // pending reports whether f still waits for its answer on s.
 func pending(s *kaStream, f *inflight) bool {
 	for _, g := range s.fifo {

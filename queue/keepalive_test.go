@@ -41,18 +41,6 @@ func proxiedEngine(t *testing.T) (*Engine, *netfault.Link) {
 	return e, l
 }
 
-// inFlight reports whether a keepalive for id is in flight.
-func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, s := range k.streams {
-		if s.byLease[int64(id)] != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // Hole 6: a renewal joined a keepalive already in flight, and was answered
 // with that older request's send time as if it were its own. A client that
 // measured its deadline from its own (later) send then outlived the lease.

@@ -41,6 +41,12 @@ func checkToken(h Handle, token int64) error {
 // can only go away — released by its owner or expired — and a lapsed lease
 // is not revived by a keepalive.)
 //
+// The keepalive goes out within proofWindow (500 ms) of the proof's send,
+// or the proof is made again first: another gateway may recycle the lease
+// once a quarantine longer than that has passed since the lock's release
+// (leasepool.go). Against an etcd that answers no proof within it, Renew
+// ends with ctx.
+//
 // It answers ErrExpired when the key is gone and nobody holds the name,
 // ErrStolen when another waiter holds it now, and ErrNotOwner when the
 // secret, lease or fencing token does not match.
@@ -52,11 +58,23 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 	if err := checkToken(h, token); err != nil {
 		return Renewal{}, err
 	}
-	e.at(ctx, pointProve)
-	if err := e.proveHolder(ctx, h); err != nil {
-		return Renewal{}, err
+	// The lease is not given back to this engine's pool while the renewal
+	// runs, and a proof older than proofWindow is made again before the
+	// keepalive goes out: another gateway's pool hands a lease out again
+	// only after a quarantine longer than that (leasepool.go, doc.go).
+	defer e.pool.renew(h.Lease)()
+	for {
+		sent := e.cfg.Clock.Now()
+		e.at(ctx, pointProve)
+		if err := e.proveHolder(ctx, h); err != nil {
+			return Renewal{}, err
+		}
+		e.at(ctx, pointKeep)
+		if e.cfg.Clock.Now().Sub(sent) <= proofWindow {
+			break
+		}
 	}
-	e.at(ctx, pointKeep)
+	e.leaseEvent(ctx, leaseRenewProof, h.Lease, h.Revision)
 	ttl, deadline, err := e.renewLease(ctx, h.Lease)
 	if errors.Is(err, errLeaseNotFound) {
 		// The lease died between the check and the keepalive.
@@ -124,7 +142,8 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 // the key's own value says it is the lock's own lease: the lease a lock id
 // names is a claim, and revoking it unchecked would let a caller who edits
 // its own lock id revoke any lease of the cluster — another client's lock,
-// another tenant's session.
+// another tenant's session. That lease is given back to the engine's lease
+// pool instead when the pool may reuse it (leasepool.go).
 func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released bool, err error) {
 	defer e.enter()()
 	ctx, sp := e.traceHandle(ctx, spanRelease, h)
@@ -143,7 +162,7 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 		return false, fmt.Errorf("queue: release: %w", err)
 	}
 	if resp.Succeeded {
-		e.revokeOwnLease(ctx, deletedKV(resp, 0))
+		e.recycleOwnLease(ctx, deletedKV(resp, 0))
 		return true, nil
 	}
 	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {

@@ -30,6 +30,8 @@ func actorOf(ctx context.Context) string {
 // pointHooks calls fn at every interleaving point; fn may block.
 type pointHooks struct {
 	fn func(ctx context.Context, point string)
+	// onLease, when set, receives the engine's lease events.
+	onLease func(ctx context.Context, event string, id clientv3.LeaseID, rev int64)
 }
 
 func (h *pointHooks) at(ctx context.Context, point string) {
@@ -41,6 +43,11 @@ func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context { retu
 func (h *pointHooks) end(context.Context)                                 {}
 func (h *pointHooks) park(context.Context, parked)                        {}
 func (h *pointHooks) unpark(context.Context)                              {}
+func (h *pointHooks) lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
+	if h.onLease != nil {
+		h.onLease(ctx, event, id, rev)
+	}
+}
 
 // gate blocks the first arrival of actor at point until opened, and
 // reports the arrival.

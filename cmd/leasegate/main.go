@@ -98,6 +98,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.Int64Var(&cfg.Gateway.MaxBodyBytes, "max-body-bytes", cfg.Gateway.MaxBodyBytes, "largest request body or message (1 KiB to 16 MiB)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
 	f.DurationVar(&cfg.AttemptTTL, "attempt-ttl", cfg.AttemptTTL, "how long a session waiter whose gateway stopped keeps its place (and can block its name): 2s to 5m, whole seconds")
+	f.IntVar(&cfg.LeasePool, "lease-pool", cfg.LeasePool, "per-lock leases each engine keeps granted ahead of need, per TTL, and reuses after a release (0 disables)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addSecurityFlags(f, &cfg, &sec)
 	addTelemetryFlags(f, &cfg, &tf)

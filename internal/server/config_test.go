@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // TestAttemptTTL: the configured attempt TTL reaches every engine, and one
@@ -24,6 +25,28 @@ func TestAttemptTTL(t *testing.T) {
 		err := cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), "attempt TTL") {
 			t.Errorf("Validate with AttemptTTL %s = %v; want an attempt TTL error", bad, err)
+		}
+	}
+}
+
+// TestLeasePool: the configured lease pool size reaches every engine, 0
+// turns the pool off, and a size outside the engine's range is refused.
+func TestLeasePool(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 7} {
+		srv := startGateway(t, nil, func(c *server.Config) { c.LeasePool = size })
+		for _, e := range srv.Engines() {
+			if got := e.Config().LeasePool; got != size {
+				t.Errorf("engine LeasePool = %d; want %d", got, size)
+			}
+		}
+	}
+	for _, bad := range []int{-1, queue.MaxLeasePool + 1} {
+		cfg := server.DefaultConfig()
+		cfg.LeasePool = bad
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "lease pool") {
+			t.Errorf("Validate with LeasePool %d = %v; want a lease pool error", bad, err)
 		}
 	}
 }

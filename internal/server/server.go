@@ -108,6 +108,11 @@ type Config struct {
 	// credentials; any other needs bearer authentication (a tokens file or
 	// JWTs) and a valid bearer token on every request. Default "" (off).
 	DebugListen string
+	// LeasePool is how many per-lock leases each engine keeps granted
+	// ahead of need per TTL, so an acquire takes one instead of granting
+	// it and a clean release gives it back instead of revoking it. Default
+	// queue.DefaultConfig's (64); 0 disables; at most queue.MaxLeasePool.
+	LeasePool int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -123,6 +128,7 @@ func DefaultConfig() Config {
 		MaxConns:          10_000,
 		MaxConnsPerIP:     1_000,
 		AttemptTTL:        queue.DefaultConfig().AttemptTTL,
+		LeasePool:         queue.DefaultConfig().LeasePool,
 	}
 }
 
@@ -159,6 +165,9 @@ func (c Config) Validate() error {
 	q.AttemptTTL = c.AttemptTTL
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("attempt TTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
+	}
+	if c.LeasePool < 0 || c.LeasePool > queue.MaxLeasePool {
+		return fmt.Errorf("lease pool %d is outside 0 (off) to %d", c.LeasePool, queue.MaxLeasePool)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout %s must be positive", c.ShutdownTimeout)
@@ -450,6 +459,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Watch = !s.cfg.NoMapWatch
 	rc.Dial = dial
 	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
+	rc.Queue.LeasePool = s.cfg.LeasePool
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}

@@ -1,0 +1,346 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
+)
+
+// poolTTL is req's TTL in whole seconds: the class its leases are pooled in.
+const poolTTL = 10
+
+// newPoolEngine returns an engine with a pool of size leases per TTL on a
+// fake clock.
+func newPoolEngine(t *testing.T, size int) (*Engine, *clientv3.Client, *clock.Fake) {
+	t.Helper()
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock, c.LeasePool = clk, size })
+	return e, cli, clk
+}
+
+// leaseAlive reports whether etcd still knows lease id.
+func leaseAlive(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) bool {
+	t.Helper()
+	resp, err := cli.TimeToLive(testCtx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.TTL > 0
+}
+
+// settle waits for the engine's background work (pool passes, revocations).
+func settle(e *Engine) { e.wg.Wait() }
+
+func poolCount(e *Engine) (free, held int) { return e.pool.count(poolTTL) }
+
+// pooled reports whether the engine's pool holds lease id, free or in
+// quarantine.
+func pooled(e *Engine, id clientv3.LeaseID) bool {
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	for _, c := range e.pool.classes {
+		for _, l := range slices.Concat(c.free, c.held) {
+			if l.id == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestPooledLeaseIsReusedAfterQuarantine: a released lock's lease goes back
+// to the pool and is handed out again only after the quarantine, with its
+// deadline measured from the keepalive sent beside the enqueue.
+func TestPooledLeaseIsReusedAfterQuarantine(t *testing.T) {
+	e, _, clk := newPoolEngine(t, 2)
+	first := mustAcquire(t, e, req("a")) // a miss: granted inline; the pass fills the pool
+	settle(e)
+	if free, held := poolCount(e); free != 2 || held != 0 {
+		t.Fatalf("after the first acquire the pool has %d free, %d held; want 2, 0", free, held)
+	}
+	mustRelease(t, e, first)
+	g := mustAcquire(t, e, req("b"))
+	mustRelease(t, e, g)
+	if free, held := poolCount(e); free != 1 || held != 2 {
+		t.Fatalf("after two releases the pool has %d free, %d held; want 1, 2", free, held)
+	}
+	released := []clientv3.LeaseID{first.Lease, g.Lease}
+	g2 := mustAcquire(t, e, req("c")) // the last free one: the released are in quarantine
+	settle(e)
+	if slices.Contains(released, g2.Lease) {
+		t.Fatalf("a released lease was handed out again before its quarantine ended")
+	}
+	mustRelease(t, e, g2)
+
+	clk.Advance(poolQuarantine)
+	mustRelease(t, e, mustAcquire(t, e, req("d"))) // a miss, and the pass that refreshes the released leases
+	settle(e)
+	g4 := mustAcquire(t, e, req("e"))
+	if !slices.Contains(released, g4.Lease) {
+		t.Fatalf("acquire after the quarantine got lease %x; want one of the released %x", int64(g4.Lease), released)
+	}
+	if want := clk.Now().Add(g4.TTL); !g4.Deadline.Equal(want) {
+		t.Errorf("deadline of a pooled lease = %s; want the keepalive's send time plus TTL, %s", g4.Deadline, want)
+	}
+	if _, err := e.Renew(testCtx(t), g4.Handle, g4.Token()); err != nil {
+		t.Errorf("Renew of a lock on a recycled lease: %v", err)
+	}
+	// The earlier lock's id names the same lease: it renews and releases
+	// nothing.
+	if _, err := e.Renew(testCtx(t), g.Handle, g.Token()); !errors.Is(err, ErrExpired) {
+		t.Errorf("Renew with the released lock id = %v; want ErrExpired", err)
+	}
+	if ok, err := e.Release(testCtx(t), g.Handle, g.Token()); ok || err != nil {
+		t.Errorf("Release with the released lock id = %v, %v; want false, nil", ok, err)
+	}
+	mustRelease(t, e, g4)
+}
+
+// TestRenewInFlightKeepsLeaseOutOfPool: a lease whose renewal is between
+// its proof and its keepalive on this engine is revoked at release, not
+// pooled, so that keepalive can never land on another lock.
+func TestRenewInFlightKeepsLeaseOutOfPool(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 4)
+	mustRelease(t, e, mustAcquire(t, e, req("fill")))
+	settle(e)
+	g := mustAcquire(t, e, req("a"))
+	gate := newGate("renew", pointKeep)
+	e.hooks = &pointHooks{fn: gate.hook}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Renew(withActor(testCtx(t), "renew"), g.Handle, g.Token())
+		done <- err
+	}()
+	within(t, gate.arrived, 10*time.Second, "the renewal's proof")
+	mustRelease(t, e, g)
+	inPool := pooled(e, g.Lease)
+	close(gate.open)
+	if err := within(t, done, 10*time.Second, "the renewal"); err != nil && !errors.Is(err, ErrExpired) {
+		t.Errorf("renewal racing the release: %v; want nil or ErrExpired", err)
+	}
+	requireRevoked(t, e, cli, g.Lease, inPool, "a release with a renewal in flight")
+}
+
+// filledPool runs one cycle on e, waits for the pool pass it starts, and
+// returns the free leases of req's TTL class.
+func filledPool(t *testing.T, e *Engine) []clientv3.LeaseID {
+	t.Helper()
+	mustRelease(t, e, mustAcquire(t, e, req("fill")))
+	settle(e)
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	var ids []clientv3.LeaseID
+	for _, l := range e.pool.classes[poolTTL].free {
+		ids = append(ids, l.id)
+	}
+	return ids
+}
+
+// requireRevoked fails the test unless a released lock's lease id stayed
+// out of the pool (inPool, as seen right after the release) and is revoked.
+func requireRevoked(t *testing.T, e *Engine, cli *clientv3.Client, id clientv3.LeaseID, inPool bool, what string) {
+	t.Helper()
+	if inPool {
+		t.Fatalf("the lease of %s went back to the pool", what)
+	}
+	settle(e)
+	if leaseAlive(t, cli, id) {
+		t.Errorf("the lease of %s is still alive; want it revoked", what)
+	}
+}
+
+// TestTakenOverKeyLeaseIsRevoked: the lease of a key a retry took over is
+// revoked at release, never pooled: the attempt it replaced may still be
+// about to renew it.
+func TestTakenOverKeyLeaseIsRevoked(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 4)
+	mustRelease(t, e, mustAcquire(t, e, req("fill")))
+	settle(e)
+	r := req("a")
+	mustAcquire(t, e, r)
+	g := mustAcquire(t, e, r) // the retry takes the key over
+	if !g.Resumed {
+		t.Fatalf("the retry did not resume the waiter")
+	}
+	mustRelease(t, e, g)
+	requireRevoked(t, e, cli, g.Lease, pooled(e, g.Lease), "a released key that was taken over")
+}
+
+// TestPooledLeaseGoneFallsBackToGrant: when the pooled lease is gone (it
+// was revoked behind the pool's back), the acquire grants a lease inline
+// and succeeds; the caller never sees the miss.
+func TestPooledLeaseGoneFallsBackToGrant(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 2)
+	pooled := filledPool(t, e)
+	for _, id := range pooled {
+		if _, err := cli.Revoke(testCtx(t), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := mustAcquire(t, e, req("a"))
+	if slices.Contains(pooled, g.Lease) {
+		t.Fatalf("the grant rides on a revoked pooled lease %x", int64(g.Lease))
+	}
+	if !leaseAlive(t, cli, g.Lease) {
+		t.Fatalf("the grant's lease %x is not alive", int64(g.Lease))
+	}
+	if n := keyCount(t, e, cli, "a"); n != 1 {
+		t.Errorf("%d keys under the name; want 1", n)
+	}
+	mustRelease(t, e, g)
+}
+
+// TestRenewProvesAgainAfterProofWindow: a renewal whose proof is older
+// than proofWindow when its keepalive would go out proves again first.
+func TestRenewProvesAgainAfterProofWindow(t *testing.T) {
+	e, _, clk := newPoolEngine(t, 2)
+	g := mustAcquire(t, e, req("a"))
+	var proofs, keeps atomic.Int32
+	e.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		switch p {
+		case pointProve:
+			proofs.Add(1)
+		case pointKeep:
+			if keeps.Add(1) == 1 {
+				clk.Advance(proofWindow + time.Millisecond)
+			}
+		}
+	}}
+	if _, err := e.Renew(testCtx(t), g.Handle, g.Token()); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if n := proofs.Load(); n != 2 {
+		t.Errorf("a renewal whose proof outlived the window proved %d times; want 2", n)
+	}
+}
+
+// TestClosedEngineRevokesPooledLeases: Close revokes the leases in the
+// pool; after it a release revokes.
+func TestClosedEngineRevokesPooledLeases(t *testing.T) {
+	cli := shared.ClientFor(t)
+	cfg := DefaultConfig()
+	cfg.Prefix = "/test/closed-pool"
+	cfg.LeasePool = 3
+	e, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := filledPool(t, e)
+	if len(ids) != 3 {
+		t.Fatalf("pool holds %d leases; want 3", len(ids))
+	}
+	e.Close()
+	for _, id := range ids {
+		if leaseAlive(t, cli, id) {
+			t.Errorf("pooled lease %x outlived Close", int64(id))
+		}
+	}
+}
+
+// TestLeasePoolOff: with LeasePool 0 every acquire grants and every release
+// revokes.
+func TestLeasePoolOff(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 0)
+	g := mustAcquire(t, e, req("a"))
+	mustRelease(t, e, g)
+	settle(e)
+	if leaseAlive(t, cli, g.Lease) {
+		t.Errorf("with the pool off a released lease is still alive")
+	}
+	if free, held := poolCount(e); free+held != 0 {
+		t.Errorf("with the pool off it holds %d leases", free+held)
+	}
+}
+
+// TestLeasePoolConfig: Validate names a pool size out of range.
+func TestLeasePoolConfig(t *testing.T) {
+	for _, n := range []int{-1, MaxLeasePool + 1} {
+		c := DefaultConfig()
+		c.LeasePool = n
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "LeasePool") {
+			t.Errorf("Validate with LeasePool %d = %v; want a LeasePool error", n, err)
+		}
+	}
+	if got := DefaultConfig().LeasePool; got != 64 {
+		t.Errorf("DefaultConfig().LeasePool = %d; want 64", got)
+	}
+}
+
+// TestStaleRenewOnAnotherGatewayNeverReachesRecycledLease: a renewal on
+// gateway B proves a lock, the lock is released on gateway A, and A's pool
+// hands the lease to another lock after the quarantine. B's renewal, whose
+// proof is now older than proofWindow, proves again, fails, and never sends
+// its keepalive for the lease.
+func TestStaleRenewOnAnotherGatewayNeverReachesRecycledLease(t *testing.T) {
+	a, cli, clk := newPoolEngine(t, 2)
+	b := peer(t, a, cli)
+	mustRelease(t, a, mustAcquire(t, a, req("fill")))
+	settle(a)
+	g := mustAcquire(t, a, req("a"))
+
+	gate := newGate("renew", pointKeep)
+	var kept atomic.Int32
+	b.hooks = &pointHooks{fn: gate.hook, onLease: func(_ context.Context, event string, id clientv3.LeaseID, _ int64) {
+		if event == leaseRenewProof && id == g.Lease {
+			kept.Add(1)
+		}
+	}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Renew(withActor(testCtx(t), "renew"), g.Handle, g.Token())
+		done <- err
+	}()
+	within(t, gate.arrived, 10*time.Second, "the renewal's proof")
+	mustRelease(t, a, g)
+	clk.Advance(2 * poolQuarantine) // past the quarantine, and past the proof window (half of it)
+	var next Grant
+	for i := 0; i < 4 && next.Lease != g.Lease; i++ {
+		next = mustAcquire(t, a, req("b"))
+		settle(a)
+		if next.Lease != g.Lease {
+			mustRelease(t, a, next)
+		}
+	}
+	if next.Lease != g.Lease {
+		t.Fatalf("the released lease %x was never handed out again", int64(g.Lease))
+	}
+	close(gate.open)
+	if err := within(t, done, 10*time.Second, "the renewal"); !errors.Is(err, ErrExpired) {
+		t.Errorf("stale renewal on the other gateway = %v; want ErrExpired", err)
+	}
+	if n := kept.Load(); n != 0 {
+		t.Errorf("the stale renewal sent %d keepalives for a lease handed to another lock", n)
+	}
+	mustRelease(t, a, next)
+}
+
+// TestSessionLeaseIsNeverPooled: releasing a session's lock leaves the
+// session lease alone; it never goes to the pool, where another lock would
+// ride on it.
+func TestSessionLeaseIsNeverPooled(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 4)
+	filledPool(t, e)
+	s, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("a")
+	r.TTL, r.Session, r.SessionSecret = 0, s.Lease, s.Secret
+	g := mustAcquire(t, e, r)
+	mustRelease(t, e, g)
+	if pooled(e, s.Lease) {
+		t.Fatalf("a session's lease went to the pool when one of its locks was released")
+	}
+	// (No settle: the attempt lease's keeper runs until it idles out.)
+	if !leaseAlive(t, cli, s.Lease) {
+		t.Errorf("the session's lease died with the release of one of its locks")
+	}
+}
