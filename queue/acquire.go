@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -102,7 +103,8 @@ type enqueued struct {
 	modRev   int64            // the revision of this attempt's last write to its key
 	value    string           // the key's value as this attempt wrote it
 	ttl      time.Duration
-	deadline time.Time // zero when unknown (resumed waiter, session lock)
+	mu       sync.Mutex // guards deadline once the wait renews the lease
+	deadline time.Time  // last confirmed: send time + TTL; zero when unknown (resumed waiter, session lock)
 	resumed  bool
 	first    *mvccpb.KeyValue
 	ahead    int64 // keys ahead when enqueued; -1 when unknown

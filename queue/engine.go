@@ -17,7 +17,8 @@ type Engine struct {
 	cfg  Config
 	keys keys
 	ka   *keepAliver
-	pos  *positionHub
+	hubs *hubSet
+	sess *sessionWatch
 	tel  *engineTel
 	att  attemptLease
 
@@ -34,9 +35,9 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// testHookBeforeFeedWatch runs before the position feed opens its
-	// watch from a past revision (tests compact history at that moment).
-	testHookBeforeFeedWatch func()
+	// testHookBeforeViewRead runs before a name hub reads its view at the
+	// revision its watch started at (tests compact history at that moment).
+	testHookBeforeViewRead func()
 }
 
 // New returns an engine over cli. The engine does not own cli: Close leaves
@@ -55,7 +56,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	e.pos = newPositionHub(e)
+	e.hubs, e.sess = newHubSet(e), newSessionWatch(e)
 	e.att.e = e
 	e.Touch()
 	return e, nil
@@ -114,7 +115,8 @@ func (e *Engine) Config() Config { return e.cfg }
 func (e *Engine) Close() {
 	e.cancel()
 	e.ka.close()
-	e.pos.close()
+	e.hubs.close()
+	e.sess.close()
 	e.wg.Wait()
 }
 

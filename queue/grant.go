@@ -11,14 +11,18 @@ import (
 
 // granted turns an attempt whose key is first into a Grant.
 //
-// A lock with a lease of its own keeps the deadline of its fresh lease, or,
-// after a wait, renews the lease so that the holder starts with a full TTL.
-// A session waiter's key still rides on the attempt lease: one transaction
-// moves it onto the session lease, comparing the key's identity (create
-// revision), this attempt's ownership of it (mod revision) and the
-// session's secret. Failures that say nothing about the lock — a leader
-// change, a timeout — are retried until ctx ends, so a waiter at the head
-// never loses its place to a transient error.
+// A lock with a lease of its own reports the deadline of the last
+// confirmation of its lease — the enqueue's grant of it or a renewal while
+// it waited: that request's send time plus the TTL, which the lease
+// outlives. Only when less than half the TTL would be left does the grant
+// renew the lease first, so the holder starts with at least half a TTL and
+// a grant after a short wait costs no round trip. A session waiter's key
+// still rides on the attempt lease: one transaction moves it onto the
+// session lease, comparing the key's identity (create revision), this
+// attempt's ownership of it (mod revision) and the session's secret.
+// Failures that say nothing about the lock — a leader change, a timeout —
+// are retried until ctx ends, so a waiter at the head never loses its
+// place to a transient error.
 func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (out Grant, err error) {
 	ctx, sp := e.traceGrant(ctx, q)
 	defer func() { sp.endGrant(out, err) }()
@@ -31,8 +35,9 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 		}
 		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev}, nil
 	}
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: q.deadline, Resumed: q.resumed, attempt: q.modRev}
-	if q.deadline.IsZero() {
+	deadline := q.confirmed()
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev}
+	if deadline.IsZero() || deadline.Sub(e.cfg.Clock.Now()) < q.ttl/2 {
 		b := newBackoff(e.cfg.Clock)
 		for {
 			ttl, deadline, err := e.renewLease(ctx, q.h.Lease)
@@ -41,6 +46,7 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 			if err == nil {
 				g.TTL, g.Deadline = ttl, deadline
+				q.confirm(deadline)
 				break
 			}
 			if werr := b.wait(ctx); werr != nil {
@@ -50,6 +56,23 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 	}
 	g.Valid = g.Deadline.Sub(began)
 	return g, nil
+}
+
+// confirm records a later confirmed deadline of the waiter's own lease.
+func (q *enqueued) confirm(deadline time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if deadline.After(q.deadline) {
+		q.deadline = deadline
+	}
+}
+
+// confirmed is the latest confirmed deadline of the waiter's own lease;
+// zero when none is known (a resumed waiter).
+func (q *enqueued) confirmed() time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.deadline
 }
 
 // moveToSession moves a granted session waiter's key from the attempt
