@@ -110,6 +110,7 @@ type enqueued struct {
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
+	firstAt  int64 // a revision the key was known first at, if later than modRev
 }
 
 // onSession reports whether a session waiter's key already rides on the

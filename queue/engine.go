@@ -166,6 +166,9 @@ type Grant struct {
 	// attempt is the mod revision of the granting attempt's last write to
 	// the key: Abandon removes the key only if it is still that.
 	attempt int64
+	// asOf is a revision at which the key was first and carried the
+	// attempt's write: what the grant rests on (the explorer checks it).
+	asOf int64
 }
 
 // Holder describes the current holder of a name.

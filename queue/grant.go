@@ -27,16 +27,20 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 	ctx, sp := e.traceGrant(ctx, q)
 	defer func() { sp.endGrant(out, err) }()
 	e.at(ctx, pointGrant)
+	// An attempt first when it wrote its key (enqueue, takeover) read the
+	// first key in that same transaction.
+	asOf := max(q.firstAt, q.modRev)
 	if q.h.Session {
 		if !q.onSession() {
 			if err := e.moveToSession(ctx, r, q); err != nil {
 				return Grant{}, err
 			}
+			asOf = q.modRev
 		}
-		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev}, nil
+		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}, nil
 	}
 	deadline := q.confirmed()
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev}
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}
 	if deadline.IsZero() || deadline.Sub(e.cfg.Clock.Now()) < q.ttl/2 {
 		b := newBackoff(e.cfg.Clock)
 		for {

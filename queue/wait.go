@@ -193,8 +193,15 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 		// While it waits, at least the key it waits behind is ahead.
 		rep.offer(max(q.ahead, 1))
 	}
-	var pred int64     // the key right ahead when last looked at
-	var woke time.Time // when the wait last woke
+	// The key right ahead (its create revision), for the wait span's
+	// "predecessor.left" event: known from the enqueue when one key was
+	// ahead, unknown (but some) when more were.
+	var pred int64
+	predUnknown := q.ahead > 1
+	if q.ahead == 1 && q.first != nil {
+		pred = q.first.CreateRevision
+	}
+	waited := q.ahead > 0 // someone was ahead: a grant is a handoff
 	for {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
@@ -204,13 +211,19 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 			return Grant{}, st.err
 		}
 		if st.rev != 0 {
-			if pred != 0 && st.pred != pred {
+			if pred != 0 && st.pred != pred || predUnknown && st.ahead == 0 {
 				e.predecessorLeft(ctx)
 			}
-			pred = st.pred
+			pred, predUnknown = st.pred, false
 			if st.ahead == 0 {
-				return e.grantFirst(ctx, r, q, hw, st, began, woke)
+				if st.left == "" && q.ahead == 1 && q.first != nil {
+					// It left before the hub's view was built: the one key
+					// ahead at the enqueue is the one that made it first.
+					st.left = string(q.first.Key)
+				}
+				return e.grantFirst(ctx, r, q, hw, st, began, waited)
 			}
+			waited = true
 			hw.setPaced(rep.offer(st.ahead))
 		}
 		parkedNow := false
@@ -235,14 +248,14 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 		if err != nil {
 			return Grant{}, err
 		}
-		woke = e.cfg.Clock.Now()
 	}
 }
 
 // grantFirst grants a waiter the hub found first at revision st.rev: no key
 // created before its own existed then, and none can be created later, so it
 // stays first until its own key goes (doc.go, "The name hub").
-func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began, woke time.Time) (Grant, error) {
+func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began time.Time, waited bool) (Grant, error) {
+	seen := e.cfg.Clock.Now() // when this waiter saw the last key ahead go
 	if r.BeforeGrant != nil {
 		if err := r.BeforeGrant(ctx); err != nil {
 			return Grant{}, err
@@ -252,9 +265,10 @@ func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued,
 		}
 	}
 	q.handoff = e.handoffOf(ctx, r.Name, st.left, q.h.Revision)
+	q.firstAt = st.rev
 	g, err := e.granted(ctx, r, q, began)
-	if err == nil && st.left != "" {
-		e.observeHandoff(ctx, woke)
+	if err == nil && waited {
+		e.observeHandoff(ctx, seen)
 	}
 	return g, err
 }
