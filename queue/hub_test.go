@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -122,4 +123,61 @@ func TestPositionReportsArePaced(t *testing.T) {
 		t.Fatalf("%d reports in %s for %d grants ahead; want at most %d", len(reports), elapsed, n+1, max)
 	}
 	t.Logf("%d grants ahead drained in %s: %d reports", n+1, elapsed, len(reports))
+}
+
+// A session that ends after its waiter enqueued but before the waiter
+// registers with the engine's session watch, which has already delivered
+// the end, is not missed: the waiter learns it at once, not when it
+// reaches the head.
+func TestSessionEndBeforeRegistrationIsNotMissed(t *testing.T) {
+	g := newGate("B", pointRegister)
+	e, _ := newEngine(t)
+	e.hooks = &pointHooks{fn: g.hook}
+	ctx := testCtx(t)
+	holder := mustAcquire(t, e, req("sess-late"))
+	s, err := e.OpenSession(ctx, "b", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A, on a session of its own, keeps the session watch running.
+	other, err := e.OpenSession(ctx, "a", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := req("sess-late")
+	a.Session, a.SessionSecret = other.Lease, other.Secret
+	onA, posA := queuedSignal()
+	a.OnQueued = onA
+	aCtx, stopA := context.WithCancel(ctx)
+	defer stopA()
+	go func() { _, _ = e.Acquire(aCtx, a) }()
+	<-posA
+	r := req("sess-late")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	// C, on B's session, registers before B and learns the end first.
+	onQ, pos := queuedSignal()
+	c := r
+	c.RequestID, c.OnQueued = "c-"+r.RequestID, onQ
+	cDone := make(chan error, 1)
+	go func() { _, err := e.Acquire(ctx, c); cDone <- err }()
+	<-pos
+	b, err := e.Enqueue(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bDone := make(chan error, 1)
+	go func() { _, err := b.Wait(withActor(ctx, "B")); bDone <- err }()
+	within(t, g.arrived, 10*time.Second, "B before it registers")
+	if err := e.CloseSession(ctx, s.Lease, s.Secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, cDone, 10*time.Second, "C's end"); !errors.Is(err, ErrSessionLost) {
+		t.Fatalf("C after its session closed = %v; want ErrSessionLost", err)
+	}
+	close(g.open) // the watch delivered the end before B registered
+	if err := within(t, bDone, 10*time.Second, "B's end"); !errors.Is(err, ErrSessionLost) {
+		t.Fatalf("B after its session closed = %v; want ErrSessionLost", err)
+	}
+	stopA()
+	mustRelease(t, e, holder)
 }
