@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -45,8 +46,9 @@ type AcquireRequest struct {
 	// WaitTimeout bounds the wait; zero waits until ctx is done.
 	WaitTimeout time.Duration
 	// OnQueued, when set, receives the number of keys ahead of the waiter
-	// (the holder plus earlier waiters) when it is first known and whenever
-	// it changes. It is called from the acquiring goroutine.
+	// (the holder plus earlier waiters) when it is first known and when it
+	// changes: at most one report per 250 ms, but the move to 1 at once. It
+	// is called from the acquiring goroutine.
 	OnQueued func(position int64)
 	// MaxKeys, when positive, caps the keys (holder and waiters) of the
 	// name: a new waiter beyond it is removed at once and refused with
@@ -109,12 +111,14 @@ type enqueued struct {
 	modRev   int64            // the revision of this attempt's last write to its key
 	value    string           // the key's value as this attempt wrote it
 	ttl      time.Duration
-	deadline time.Time // zero when unknown (resumed waiter, session lock)
+	mu       sync.Mutex // guards deadline once the wait renews the lease
+	deadline time.Time  // last confirmed: send time + TTL; zero when unknown (resumed waiter, session lock)
 	resumed  bool
 	first    *mvccpb.KeyValue
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
+	firstAt  int64 // a revision the key was known first at, if later than modRev
 }
 
 // onSession reports whether a session waiter's key already rides on the

@@ -9,10 +9,10 @@
 // Acquire is one transaction that puts the caller's key if it is absent and
 // reads the first-created key in the same round trip, so an uncontested
 // acquire costs exactly one transaction on top of the lease. A waiter that
-// is not first watches only its immediate predecessor (the key with the
-// largest create revision below its own) and re-reads when it goes; nobody
-// else wakes. A waiter's own key vanishing (its lease died) takes it out of
-// the queue: it is never granted.
+// is not first waits on its name's hub (below): one watch per name and
+// engine, however many local waiters it serves. A waiter's own key
+// vanishing (its lease died) takes it out of the queue: it is never
+// granted.
 //
 // # Identities, not existence
 //
@@ -38,6 +38,50 @@
 // and release compare its SHA-256 inside the same transaction that acts,
 // so knowing a lock's name and fencing token, which protected resources
 // see, is never enough to renew or release it.
+//
+// # The name hub
+//
+// Each engine watches each name that has local waiters once (hub.go) and
+// keeps an ordered view of its queue that is exactly etcd's state of the
+// name's prefix at a known revision R: a read at R0 and then every event
+// of the watch, which etcd delivers gaplessly and in revision order from
+// R0+1 (a failed watch — compaction, cancellation, a lost leader — is
+// replaced and the view read afresh, never patched). A waiter is granted,
+// with no read of its own, when at some R of the view:
+//
+//  1. its key exists with its create revision (its identity),
+//  2. its key carries its attempt's mod revision (its ownership), and
+//  3. no key with a lower create revision exists.
+//
+// Then it is first at R, and stays first at every later revision until its
+// own key is deleted or written again: a key created after R has a create
+// revision above R, above the waiter's own, so nothing can appear ahead of
+// it later. That monotony is the whole argument; it is why the view
+// compares create revisions and never key names (a name deleted and
+// created again is a new key, behind), and why the test is "no key
+// created earlier" and never "the key ahead went". A grant after R is
+// therefore as safe as one after a read at R, which is what the
+// per-waiter read of earlier versions was: between that read and the
+// grant the own key could also be written by a retry, and the per-lock
+// grant did not compare then either. What a stale own key can do is
+// unchanged: a superseded attempt's give-up and Abandon compare its mod
+// revision and touch nothing, and a session waiter's grant moves its key
+// in a transaction comparing both revisions and the session's secret.
+//
+// Conditions 1 and 2 also end the wait: the key written by another attempt
+// is ErrSuperseded, the key gone or created anew ErrLeaseLost, judged from
+// the view as the re-read judged them before. A session waiter also needs
+// its session: the grant's move onto the session lease proves it
+// (OwnerCmps), so a waiter whose session ended is never granted; the
+// engine's one watch of session records (sessions.go) makes it learn the
+// end while it waits, within the watch's latency (and, after a failed
+// watch, at the re-read that replaces it), not when it reaches the head.
+//
+// A per-lock grant renews nothing when its lease was confirmed recently:
+// its Deadline is the send time of the last confirmed keepalive (the
+// enqueue's grant of the lease or a renewal while it waited) plus the TTL,
+// which the lease outlives; only with less than half the TTL left does the
+// grant renew first.
 //
 // # Every waiter dies without its attempt
 //
@@ -86,10 +130,12 @@
 //     takeover compares the mod revision it read, so it never writes a
 //     proclaimed value back to an older one: each retries on a fresh read.
 //
-// Waiters behind the leader watch it for deletes only and compare its
-// create revision, which a proclaim keeps; the position feed follows
-// deletes only. Observe reports a put on the leader's key as a new value
-// of the same term, by the create revision the event carries.
+// Waiters behind the leader wait on their name's hub, whose view orders
+// keys by create revision, which a proclaim keeps: a proclaim moves the
+// leader's mod revision in the view and nothing else, so it neither frees
+// the name nor moves a position. Observe reports a put on the leader's key
+// as a new value of the same term, by the create revision the event
+// carries.
 //
 // # Recycled leases
 //

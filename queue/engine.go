@@ -17,7 +17,8 @@ type Engine struct {
 	cfg  Config
 	keys keys
 	ka   *keepAliver
-	pos  *positionHub
+	hubs *hubSet
+	sess *sessionWatch
 	tel  *engineTel
 	att  attemptLease
 	pool *leasePool
@@ -35,9 +36,9 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// testHookBeforeFeedWatch runs before the position feed opens its
-	// watch from a past revision (tests compact history at that moment).
-	testHookBeforeFeedWatch func()
+	// testHookBeforeViewRead runs before a name hub reads its view at the
+	// revision its watch started at (tests compact history at that moment).
+	testHookBeforeViewRead func()
 }
 
 // New returns an engine over cli. The engine does not own cli: Close leaves
@@ -56,7 +57,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	e.pos = newPositionHub(e)
+	e.hubs, e.sess = newHubSet(e), newSessionWatch(e)
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.Touch()
@@ -110,16 +111,18 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // Close stops background work (lease revocations and cleanups in flight
 // are abandoned; the leases expire on their own) and blocks until it has
-// stopped. It revokes the pooled leases, spending at most a second on it
-// (any left lapse within their TTL; no key rides on them). It does not
-// revoke the attempt lease: waiters detached from their attempts keep
-// their places for about an AttemptTTL, for a retry on another gateway to
-// take over.
+// stopped. A wait still in progress ends with ErrClosed: its name's watch
+// stops with the engine. It revokes the pooled leases, spending at most a
+// second on it (any left lapse within their TTL; no key rides on them). It
+// does not revoke the attempt lease: waiters detached from their attempts
+// keep their places for about an AttemptTTL, for a retry on another
+// gateway to take over.
 func (e *Engine) Close() {
 	e.pool.close()
 	e.cancel()
 	e.ka.close()
-	e.pos.close()
+	e.hubs.close()
+	e.sess.close()
 	e.wg.Wait()
 }
 
@@ -169,6 +172,9 @@ type Grant struct {
 	// attempt is the mod revision of the granting attempt's last write to
 	// the key: Abandon removes the key only if it is still that.
 	attempt int64
+	// asOf is a revision at which the key was first and carried the
+	// attempt's write: what the grant rests on (the explorer checks it).
+	asOf int64
 }
 
 // Holder describes the current holder of a name.

@@ -89,6 +89,7 @@ func (w *world) cast() {
 		func(i int) { w.addImpatient(fmt.Sprintf("i%d", i)) },
 		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
+		func(i int) { w.addGhost(fmt.Sprintf("g%d", i)) },
 	}
 	if w.rng.IntN(3) == 0 {
 		// An election: the same queue under an election's name, and every
@@ -194,7 +195,34 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	if err != nil {
 		return nil, err
 	}
+	w.certify(who, g)
 	return &g, nil
+}
+
+// certify checks what every grant rests on, whoever receives it (a zombie
+// attempt's grant too): at the revision the engine says it knew the key
+// first (g.asOf), etcd had the key with the grant's identity, carrying the
+// granting attempt's write, and no key created before it.
+func (w *world) certify(who string, g Grant) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prefix := w.engines[0].keys.namePrefix(w.name)
+	resp, err := w.sch.cli.Txn(ctx).Then(
+		clientv3.OpGet(prefix+g.WaiterID, clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf)),
+		clientv3.OpGet(prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf))...)).Commit()
+	if err != nil {
+		w.violate("%s: certify grant at %d: %v", who, g.asOf, err)
+		return
+	}
+	own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+	switch {
+	case own == nil || own.CreateRevision != g.Revision:
+		w.violate("%s granted (token %d) as of revision %d, when its key was not there", who, g.Token(), g.asOf)
+	case own.ModRevision != g.attempt:
+		w.violate("%s granted (token %d) as of revision %d, when its key carried another attempt's write (%d, not %d)", who, g.Token(), g.asOf, own.ModRevision, g.attempt)
+	case first == nil || first.CreateRevision != g.Revision:
+		w.violate("%s granted (token %d) as of revision %d, when a key created at %d was ahead", who, g.Token(), g.asOf, first.GetCreateRevision())
+	}
 }
 
 // expectedEnd reports the errors of a wait that ends without a grant by
@@ -356,36 +384,13 @@ func (w *world) undelivered(name string) actorSpec {
 // same request id on the other gateway, while the first attempt may still
 // run there: the first attempt's grant, if any, reaches nobody.
 func (w *world) addImpatient(name string) {
-	first, second := w.engines[0], w.engines[1]
-	if w.rng.IntN(2) == 0 {
-		first, second = second, first
-	}
-	r := w.request(name, name+"-req")
-	if w.rng.IntN(2) == 0 {
-		// A session lock: the session is opened before the schedule
-		// starts and closed after it ends.
-		s, err := first.OpenSession(context.Background(), name, 10*time.Minute)
-		if err != nil {
-			w.violate("%s: open session: %v", name, err)
-			return
-		}
-		w.after = append(w.after, func() { _ = first.CloseSession(context.Background(), s.Lease, s.Secret) })
-		r.Session, r.SessionSecret = s.Lease, s.Secret
+	first, second, r, ok := w.twoGateways(name)
+	if !ok {
+		return
 	}
 	var delivered, killed bool
 	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
-	retry := actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
-		w.step(ctx, "retry")
-		g, err := w.acquire(ctx, name, second, r)
-		if err != nil {
-			if !expectedEnd(err) {
-				w.violate("%s: retry: %v", name, err)
-			}
-			return
-		}
-		w.believe(name, *g)
-		w.release(ctx, name, second, *g)
-	}}
+	retry := w.retrier(name, second, r)
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		defer cancel(nil)
 		w.step(ctx, "acquire")
@@ -418,6 +423,78 @@ func (w *world) addImpatient(name string) {
 		cancel(context.Canceled)
 		w.sch.markWake(name)
 		w.start(retry)
+	}})
+}
+
+// twoGateways picks the gateway a client's first attempt runs on and the
+// one it retries on, and its request: half the time a session lock, whose
+// session is opened before the schedule starts and closed after it ends.
+func (w *world) twoGateways(name string) (first, second *Engine, r AcquireRequest, ok bool) {
+	first, second = w.engines[0], w.engines[1]
+	if w.rng.IntN(2) == 0 {
+		first, second = second, first
+	}
+	r = w.request(name, name+"-req")
+	if w.rng.IntN(2) == 0 {
+		s, err := first.OpenSession(context.Background(), name, 10*time.Minute)
+		if err != nil {
+			w.violate("%s: open session: %v", name, err)
+			return nil, nil, r, false
+		}
+		w.after = append(w.after, func() { _ = first.CloseSession(context.Background(), s.Lease, s.Secret) })
+		r.Session, r.SessionSecret = s.Lease, s.Secret
+	}
+	return first, second, r, true
+}
+
+// retrier is a client's retry of r on e, started by another actor.
+func (w *world) retrier(name string, e *Engine, r AcquireRequest) actorSpec {
+	return actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
+		w.step(ctx, "retry")
+		g, err := w.acquire(ctx, name, e, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: retry: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		w.release(ctx, name, e, *g)
+	}}
+}
+
+// addGhost adds a client whose stream dies unnoticed once it has
+// enqueued: its first attempt goes on waiting on one gateway (nothing
+// cancels it) while, at a moment the scheduler picks, the client retries
+// with the same request id on the other and takes the waiter over. From
+// then on the first attempt owns nothing: it must end superseded, and a
+// grant it was given before the takeover reaches nobody and is given up.
+func (w *world) addGhost(name string) {
+	first, second, r, ok := w.twoGateways(name)
+	if !ok {
+		return
+	}
+	retry := w.retrier(name, second, r)
+	w.add(actorSpec{name: name, run: func(ctx context.Context) {
+		w.step(ctx, "acquire")
+		wt, err := first.Enqueue(ctx, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: enqueue: %v", name, err)
+			}
+			return
+		}
+		// The stream dies once the attempt has enqueued; the retry goes
+		// when the scheduler picks it.
+		w.start(retry)
+		g, err := wt.Wait(ctx)
+		switch {
+		case err == nil:
+			w.certify(name+" (unnoticed)", g)
+			first.Abandon(ctx, g) // its stream is gone: nobody receives it
+		case !zombieEnd(err):
+			w.violate("%s: the unnoticed attempt: %v", name, err)
+		}
 	}})
 }
 

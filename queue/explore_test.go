@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/internal/clock"
@@ -293,35 +294,75 @@ func (s *scheduler) anyRunning() bool {
 	return false
 }
 
-// dueByEtcd reports why etcd shows a parked actor must wake, or "".
+// dueByEtcd reports why etcd shows a parked actor must wake, or "". A
+// waiter is judged at its hub's view revision, so a hub that has not yet
+// applied an event does not make its waiters due; the hub is due instead,
+// while etcd shows a change under its prefix past its view.
 func (s *scheduler) dueByEtcd(as []*actor) (string, error) {
-	var ops []clientv3.Op
-	for _, a := range as {
-		sess := a.parked.own // a key that exists: a waiter without a session has none to lose
-		if a.parked.session != "" {
-			sess = a.parked.session
-		}
-		ops = append(ops, clientv3.OpGet(a.parked.pred, clientv3.WithKeysOnly()), clientv3.OpGet(a.parked.own, clientv3.WithKeysOnly()),
-			clientv3.OpGet(sess, clientv3.WithKeysOnly()))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return "", err
-	}
-	for i, a := range as {
-		pred, own, sess := firstKV(resp.Responses[3*i]), firstKV(resp.Responses[3*i+1]), firstKV(resp.Responses[3*i+2])
+	for _, a := range as {
+		p := a.parked
+		if p.hub {
+			if p.closing() {
+				return fmt.Sprintf("%s has no waiters left", a.name), nil
+			}
+			rev := p.viewRev()
+			now, err := s.cli.Get(ctx, p.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				return "", err
+			}
+			then, err := s.cli.Get(ctx, p.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))
+			if err != nil {
+				return "", err
+			}
+			if !sameKeys(now.Kvs, then.Kvs) {
+				return fmt.Sprintf("%s's view at %d is behind etcd", a.name, rev), nil
+			}
+			continue
+		}
+		if p.session != "" {
+			resp, err := s.cli.Get(ctx, p.session, clientv3.WithCountOnly())
+			if err != nil {
+				return "", err
+			}
+			if resp.Count == 0 {
+				return fmt.Sprintf("%s's session is gone", a.name), nil
+			}
+		}
+		rev := p.viewRev()
+		if rev < p.ownMod {
+			continue // its hub has not seen its own write yet: the hub is due
+		}
+		resp, err := s.cli.Txn(ctx).Then(
+			clientv3.OpGet(p.own, clientv3.WithKeysOnly(), clientv3.WithRev(rev)),
+			clientv3.OpGet(p.prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))...)).Commit()
+		if err != nil {
+			return "", err
+		}
+		own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
 		switch {
-		case pred == nil || pred.CreateRevision != a.parked.predRev:
-			return fmt.Sprintf("%s's predecessor created at %d is gone", a.name, a.parked.predRev), nil
-		case own == nil || own.ModRevision != a.parked.ownMod:
-			return fmt.Sprintf("%s's own key changed since %d (now %v)", a.name, a.parked.ownMod, own), nil
-		case sess == nil:
-			return fmt.Sprintf("%s's session is gone", a.name), nil
+		case own == nil || own.CreateRevision != p.myRev || own.ModRevision != p.ownMod:
+			return fmt.Sprintf("%s's own key changed since %d (at %d: %v)", a.name, p.ownMod, rev, own), nil
+		case first != nil && first.CreateRevision == p.myRev:
+			return fmt.Sprintf("%s is first at %d", a.name, rev), nil
 		}
 	}
 	return "", nil
+}
+
+// sameKeys reports whether two keys-only reads found the same keys with
+// the same identities and writes.
+func sameKeys(a, b []*mvccpb.KeyValue) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if string(a[i].Key) != string(b[i].Key) || a[i].CreateRevision != b[i].CreateRevision || a[i].ModRevision != b[i].ModRevision {
+			return false
+		}
+	}
+	return true
 }
 
 // next chooses the actor that goes next and lets it go. It returns false
@@ -399,8 +440,10 @@ func (s *scheduler) describeLocked() string {
 		if a.state == actReady {
 			fmt.Fprintf(&b, " at %s", a.point)
 		}
-		if a.state == actParked {
-			fmt.Fprintf(&b, " behind %s@%d", a.parked.pred[strings.LastIndexByte(a.parked.pred, '/')+1:], a.parked.predRev)
+		if a.state == actParked && a.parked.hub {
+			fmt.Fprintf(&b, " (hub) at view %d", a.parked.viewRev())
+		} else if a.state == actParked {
+			fmt.Fprintf(&b, " as %s@%d, hub view at %d", a.parked.own[strings.LastIndexByte(a.parked.own, '/')+1:], a.parked.myRev, a.parked.viewRev())
 		}
 	}
 	return b.String()

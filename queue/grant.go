@@ -11,28 +11,37 @@ import (
 
 // granted turns an attempt whose key is first into a Grant.
 //
-// A lock with a lease of its own keeps the deadline of its fresh lease, or,
-// after a wait, renews the lease so that the holder starts with a full TTL.
-// A session waiter's key still rides on the attempt lease: one transaction
-// moves it onto the session lease, comparing the key's identity (create
-// revision), this attempt's ownership of it (mod revision) and the
-// session's secret. Failures that say nothing about the lock — a leader
-// change, a timeout — are retried until ctx ends, so a waiter at the head
-// never loses its place to a transient error.
+// A lock with a lease of its own reports the deadline of the last
+// confirmation of its lease — the enqueue's grant of it or a renewal while
+// it waited: that request's send time plus the TTL, which the lease
+// outlives. Only when less than half the TTL would be left does the grant
+// renew the lease first, so the holder starts with at least half a TTL and
+// a grant after a short wait costs no round trip. A session waiter's key
+// still rides on the attempt lease: one transaction moves it onto the
+// session lease, comparing the key's identity (create revision), this
+// attempt's ownership of it (mod revision) and the session's secret.
+// Failures that say nothing about the lock — a leader change, a timeout —
+// are retried until ctx ends, so a waiter at the head never loses its
+// place to a transient error.
 func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (out Grant, err error) {
 	ctx, sp := e.traceGrant(ctx, q)
 	defer func() { sp.endGrant(out, err) }()
 	e.at(ctx, pointGrant)
+	// An attempt first when it wrote its key (enqueue, takeover) read the
+	// first key in that same transaction.
+	asOf := max(q.firstAt, q.modRev)
 	if q.h.Session {
 		if !q.onSession() {
 			if err := e.moveToSession(ctx, r, q); err != nil {
 				return Grant{}, err
 			}
+			asOf = q.modRev
 		}
-		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev}, nil
+		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}, nil
 	}
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: q.deadline, Resumed: q.resumed, attempt: q.modRev}
-	if q.deadline.IsZero() {
+	deadline := q.confirmed()
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}
+	if deadline.IsZero() || deadline.Sub(e.cfg.Clock.Now()) < q.ttl/2 {
 		b := newBackoff(e.cfg.Clock)
 		for {
 			ttl, deadline, err := e.renewLease(ctx, q.h.Lease)
@@ -41,6 +50,7 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 			if err == nil {
 				g.TTL, g.Deadline = ttl, deadline
+				q.confirm(deadline)
 				break
 			}
 			if werr := b.wait(ctx); werr != nil {
@@ -50,6 +60,23 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 	}
 	g.Valid = g.Deadline.Sub(began)
 	return g, nil
+}
+
+// confirm records a later confirmed deadline of the waiter's own lease.
+func (q *enqueued) confirm(deadline time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if deadline.After(q.deadline) {
+		q.deadline = deadline
+	}
+}
+
+// confirmed is the latest confirmed deadline of the waiter's own lease;
+// zero when none is known (a resumed waiter).
+func (q *enqueued) confirmed() time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.deadline
 }
 
 // moveToSession moves a granted session waiter's key from the attempt
@@ -91,9 +118,10 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 
 // endAttempt cleans up after an attempt that ended without a grant.
 func (e *Engine) endAttempt(ctx context.Context, q *enqueued, err error) {
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) {
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) || errors.Is(err, ErrClosed) {
 		// The key is gone, or another attempt owns it: nothing here to
-		// remove.
+		// remove. A closed engine starts no work: its waiter's key lapses
+		// with its lease, as after a crash.
 		e.att.release(q.att)
 		return
 	}

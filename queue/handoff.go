@@ -24,10 +24,10 @@ import (
 // granted in the background and replaced every handoffRotate, so records
 // vanish on their own without a revocation each.
 //
-// The waiter reads the record in the same transaction as its last re-read
-// (no extra round trip) and links its grant span to the release only when
-// the record names the very key it waited behind and was written after the
-// waiter enqueued; an expired holder, or a release not traced, leaves no
+// A traced waiter reads the record when its name's hub (hub.go) finds it
+// first — an untraced one never does — and links its grant span to the
+// release only when the record names the very key whose deletion made it
+// first and was written after the waiter enqueued; an expired holder, or a release not traced, leaves no
 // link. Untraced releases write nothing: with tracing off, the release
 // transaction is exactly the compare-and-delete.
 const (
@@ -130,20 +130,26 @@ func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps [
 	return resp, err
 }
 
-// handoffRead adds the read of name's handoff record to a waiter's re-read
-// when tracing is on.
-func (e *Engine) handoffRead(ops []clientv3.Op, name string) []clientv3.Op {
-	if e.tel.tracer == nil {
-		return ops
+// handoffOf reads name's handoff record for a waiter granted after the
+// key left (the last key ahead of it to go) was deleted, and returns it
+// when it describes that release, after the waiter's own enqueue at myRev.
+// It reads only when the wait is traced (its span is sampled): an
+// untraced grant reads nothing.
+func (e *Engine) handoffOf(ctx context.Context, name, left string, myRev int64) *handoffRecord {
+	if e.tel.tracer == nil || left == "" || !trace.SpanContextFromContext(ctx).IsSampled() {
+		return nil
 	}
-	return append(ops, clientv3.OpGet(e.keys.handoff(name)))
+	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(e.keys.handoff(name))).Commit()
+	if err != nil {
+		return nil
+	}
+	return e.handoffFrom(resp, 0, left, myRev)
 }
 
-// handoffFrom decodes the record read by handoffRead (response index i) if
-// it describes the release of pred, the key the waiter last waited behind,
-// after the waiter's own enqueue at myRev.
+// handoffFrom decodes the record read at response index i if it describes
+// the release of pred after the waiter's own enqueue at myRev.
 func (e *Engine) handoffFrom(resp *clientv3.TxnResponse, i int, pred string, myRev int64) *handoffRecord {
-	if e.tel.tracer == nil || pred == "" || len(resp.Responses) <= i {
+	if len(resp.Responses) <= i {
 		return nil
 	}
 	kv := firstKV(resp.Responses[i])

@@ -18,9 +18,8 @@ import (
 const (
 	pointEnqueue  = "enqueue.txn"       // before the acquire transaction
 	pointTakeover = "resume.takeover"   // before an attempt takes over its waiter key
-	pointRead     = "wait.read"         // before a waiter re-reads its queue
-	pointWatch    = "wait.watch"        // read, before the watches are created
-	pointCheck    = "wait.check"        // watches created, before the identity check
+	pointRegister = "wait.register"     // enqueued, before the waiter registers with its name's hub
+	pointHubEvent = "hub.event"         // a name hub has a revision's watch events, before it applies them to its view
 	pointGrant    = "grant"             // first in the queue, before the grant is made
 	pointCleanup  = "cleanup.txn"       // before a waiter's key is removed
 	pointCleaned  = "cleanup.done"      // a removal ended (deleted or found the key not its own)
@@ -29,7 +28,6 @@ const (
 	pointKeep     = "renew.keepalive"   // proven, before the keepalive
 	pointAbandon  = "abandon.txn"       // before an undelivered grant is given up
 	pointLeaseGet = "attempt.lease"     // before the attempt lease is granted
-	pointWatchEnd = "wait.woke"         // a parked waiter woke up
 	pointSpawned  = "background.start"  // a background task of the caller begins
 	pointProclaim = "election.proclaim" // read the leader's key, before the proclaim transaction
 	pointPoolTake = "pool.take"         // before an acquire takes a pooled lease
@@ -55,8 +53,8 @@ type hooks interface {
 	// the task has finished.
 	spawn(ctx context.Context, task string) context.Context
 	end(ctx context.Context)
-	// park is called when a waiter blocks on its watches, with what it
-	// waits behind; unpark when it returns.
+	// park is called when a waiter blocks waiting for its hub, or a hub
+	// for its watch, with what it waits for; unpark when it returns.
 	park(ctx context.Context, p parked)
 	unpark(ctx context.Context)
 	// lease reports a lease event (above) of the lease id, for the key
@@ -64,15 +62,22 @@ type hooks interface {
 	lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64)
 }
 
-// parked describes a waiter blocked on its watches: it wakes when the key
-// it waits behind (pred, created at predRev) goes, its own key (own, last
-// written at ownMod) changes, or its session record (session, if any) goes.
+// parked describes an actor blocked on etcd. A waiter (hub false) wakes
+// when its name's hub judges it at the hub's view revision (viewRev): first
+// (no key under prefix created before myRev), its own key (own) no longer
+// carrying its attempt's write (ownMod), or — from the session watch, at
+// any revision — its session record (session, if any) gone. A hub wakes
+// when etcd has an event under prefix past its view revision, or when it
+// has no waiters left (closing).
 type parked struct {
-	pred    string
-	predRev int64
+	hub     bool
+	prefix  string
 	own     string
+	myRev   int64
 	ownMod  int64
 	session string
+	viewRev func() int64
+	closing func() bool
 }
 
 func (e *Engine) leaseEvent(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {

@@ -463,10 +463,14 @@ func TestCompactionDuringWait(t *testing.T) {
 	holder := mustAcquire(t, e, req("compact"))
 	feedWatches := make(chan struct{}, 16)
 	var compacted atomic.Bool
-	e.testHookBeforeFeedWatch = func() {
-		// The first feed watch starts from a revision compaction removes,
-		// so it fails with ErrCompacted and must start over from a re-read.
+	e.testHookBeforeViewRead = func() {
+		// The hub's first read of its view is at a revision compaction
+		// removes (a write moves the revision on first), so it fails with
+		// ErrCompacted and the hub must start over with a new watch.
 		if compacted.CompareAndSwap(false, true) {
+			if _, err := cli.Put(context.Background(), e.cfg.Prefix+"/bump", "x"); err != nil {
+				t.Errorf("put: %v", err)
+			}
 			if _, err := etcdtestCompact(cli); err != nil {
 				t.Errorf("compact: %v", err)
 			}
@@ -493,13 +497,16 @@ func TestCompactionDuringWait(t *testing.T) {
 	}
 	<-feedWatches // failed on the compacted revision
 	<-feedWatches // started over
+	if _, err := cli.Delete(testCtx(t), e.cfg.Prefix+"/bump"); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 3; i++ {
 		if _, err := etcdtestCompact(cli); err != nil { // more compaction while they wait
 			t.Fatal(err)
 		}
 	}
 	// The first waiter leaves; it is not the last one's predecessor, so only
-	// the feed can tell the last waiter its new position.
+	// the hub's view can tell the last waiter its new position.
 	cancels[0]()
 	if p := <-positions[2]; p != 2 {
 		t.Fatalf("last waiter position after the first left = %d; want 2", p)

@@ -27,9 +27,11 @@ func actorOf(ctx context.Context) string {
 	return s
 }
 
-// pointHooks calls fn at every interleaving point; fn may block.
+// pointHooks calls fn at every interleaving point, and onPark whenever an
+// actor parks; both may block.
 type pointHooks struct {
-	fn func(ctx context.Context, point string)
+	fn     func(ctx context.Context, point string)
+	onPark func(ctx context.Context, p parked)
 	// onLease, when set, receives the engine's lease events.
 	onLease func(ctx context.Context, event string, id clientv3.LeaseID, rev int64)
 }
@@ -41,8 +43,12 @@ func (h *pointHooks) at(ctx context.Context, point string) {
 }
 func (h *pointHooks) spawn(ctx context.Context, _ string) context.Context { return ctx }
 func (h *pointHooks) end(context.Context)                                 {}
-func (h *pointHooks) park(context.Context, parked)                        {}
-func (h *pointHooks) unpark(context.Context)                              {}
+func (h *pointHooks) park(ctx context.Context, p parked) {
+	if h.onPark != nil {
+		h.onPark(ctx, p)
+	}
+}
+func (h *pointHooks) unpark(context.Context) {}
 func (h *pointHooks) lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
 	if h.onLease != nil {
 		h.onLease(ctx, event, id, rev)
@@ -157,17 +163,27 @@ func TestForgedLeaseInHandleRevokesNothing(t *testing.T) {
 
 // Hole 2: a waiter checked only that its predecessor still existed. A
 // predecessor released and enqueued again under the same request id is a
-// new key behind the waiter; waiting on it deadlocked the two.
+// new key behind the waiter; waiting on it deadlocked the two. The hub's
+// view keys identity by create revision: here the deletion and the new
+// key reach the view while the hub is held before applying the deletion.
 func TestPredecessorReenqueuedUnderSameRequestIDIsNotWaitedOn(t *testing.T) {
-	g := newGate("W", pointCheck)
+	g := newGate("W", pointHubEvent)
 	e, _ := newEngine(t, func(c *Config) {})
-	e.hooks = &pointHooks{fn: g.hook}
+	hubReady := make(chan struct{})
+	var ready sync.Once
+	e.hooks = &pointHooks{fn: g.hook, onPark: func(_ context.Context, p parked) {
+		if p.hub {
+			ready.Do(func() { close(hubReady) })
+		}
+	}}
 	ctx := testCtx(t)
 	pr := AcquireRequest{Name: "aba", TTL: 10 * time.Second, ClientID: "p", RequestID: "stable-p"}
 	p := mustAcquire(t, e, pr)
 
 	wr := req("aba")
 	wr.WaitTimeout = 5 * time.Second
+	onQ, pos := queuedSignal()
+	wr.OnQueued = onQ
 	granted := make(chan error, 1)
 	go func() {
 		g, err := e.Acquire(withActor(ctx, "W"), wr)
@@ -176,10 +192,13 @@ func TestPredecessorReenqueuedUnderSameRequestIDIsNotWaitedOn(t *testing.T) {
 		}
 		granted <- err
 	}()
-	within(t, g.arrived, 10*time.Second, "the waiter to create its watches")
-	// Between the waiter's read and its check, P lets go and enqueues
-	// again with the same request id: same key name, new identity, behind W.
+	<-pos // enqueued behind P
+	within(t, hubReady, 10*time.Second, "the hub's view")
+	// P lets go and enqueues again with the same request id: same key
+	// name, new identity, behind W. The hub holds the deletion at its
+	// first event until both are in etcd.
 	mustRelease(t, e, p)
+	within(t, g.arrived, 10*time.Second, "the hub at its first event")
 	p2, err := e.Enqueue(ctx, pr)
 	if err != nil {
 		t.Fatal(err)

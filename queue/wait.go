@@ -4,44 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
-// wait blocks until the waiter is first, then grants. It watches only its
-// immediate predecessor and its own key; it re-reads on the predecessor's
-// deletion, on any change to its own key, on any watch failure
-// (compaction, cancellation, lost leader) and when its lease may have been
-// lost — never hangs on a dead watch.
+// wait blocks until the waiter is first, then grants. It registers with
+// its name's hub (hub.go), which watches the whole name once for every
+// local waiter and tells this one when it is first, when its key is gone
+// or taken over, and where it stands; a session waiter also learns from
+// the engine's session watch (sessions.go) that its session ended. The
+// wait itself reads nothing from etcd.
 func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (Grant, error) {
-	// The deadline of the lease grant is stale once the caller has waited:
-	// the grant renews the lease and measures a fresh one.
-	q.deadline = time.Time{}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if r.WaitTimeout > 0 {
-		t := e.cfg.Clock.NewTimer(r.WaitTimeout)
+		// A timer, not a goroutine waiting for one.
+		t := clock.AfterFunc(e.cfg.Clock, r.WaitTimeout, func() { cancel(ErrWaitTimeout) })
 		defer t.Stop()
-		go func() {
-			select {
-			case <-t.C():
-				cancel(ErrWaitTimeout)
-			case <-wctx.Done():
-			}
-		}()
 	}
-	lost := make(chan struct{}, 1)
 	if !q.h.Session || r.Heartbeat != nil {
 		// The waiter's own lease must outlive the wait, and only the live
 		// attempt renews it — after its caller proved it is still there:
 		// without one it lapses within its TTL. A session waiter rides on
 		// the attempt lease (attempt.go), but its caller is proved alike.
-		go e.keepWaiterAlive(wctx, r, q, lost, cancel)
+		stop := e.keepWaiterAlive(wctx, r, q, cancel)
+		defer stop()
 	}
 
-	g, err := e.waitLoop(wctx, r, q, lost, began)
+	g, err := e.waitLoop(wctx, r, q, began)
 	if err == nil {
 		return g, nil
 	}
@@ -71,20 +63,31 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began
 
 // keepWaiterAlive proves the caller is there (Heartbeat) and then renews a
 // waiting per-lock lease, every TTL/3 (AttemptTTL/3 for a session waiter,
-// which renews nothing of its own). It ends the wait when the heartbeat
-// fails, and signals lost when etcd says the lease is gone.
-func (e *Engine) keepWaiterAlive(ctx context.Context, r *AcquireRequest, q *enqueued, lost chan<- struct{}, end context.CancelCauseFunc) {
+// which renews nothing of its own), on timers of the engine's clock: no
+// goroutine waits between renewals. It ends the wait when the heartbeat
+// fails. Every confirmed renewal moves the lease's known deadline (its
+// send time + TTL), which lets the grant skip a renewal of its own. A lease
+// that is gone needs no signal: its key goes with it, and the hub sees
+// that. The returned func stops the renewals.
+func (e *Engine) keepWaiterAlive(ctx context.Context, r *AcquireRequest, q *enqueued, end context.CancelCauseFunc) (stop func()) {
 	every := max(q.ttl/3, 300*time.Millisecond)
 	if q.h.Session {
 		every = e.cfg.AttemptTTL / 3
 	}
-	for {
-		t := e.cfg.Clock.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+	var mu sync.Mutex
+	var t clock.Timer
+	stopped := false
+	var tick func()
+	arm := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t = clock.AfterFunc(e.cfg.Clock, every, tick)
+		}
+	}
+	tick = func() {
+		if ctx.Err() != nil {
 			return
-		case <-t.C():
 		}
 		if r.Heartbeat != nil {
 			if err := r.Heartbeat(ctx); err != nil {
@@ -92,265 +95,180 @@ func (e *Engine) keepWaiterAlive(ctx context.Context, r *AcquireRequest, q *enqu
 				return
 			}
 		}
-		if q.h.Session {
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, every)
-		_, _, err := e.renewLease(rctx, q.h.Lease)
-		cancel()
-		if errors.Is(err, errLeaseNotFound) {
-			select {
-			case lost <- struct{}{}:
-			default:
+		if !q.h.Session {
+			rctx, cancel := context.WithTimeout(ctx, every)
+			_, deadline, err := e.renewLease(rctx, q.h.Lease)
+			cancel()
+			if errors.Is(err, errLeaseNotFound) {
+				return
 			}
-			return
+			if err == nil {
+				q.confirm(deadline)
+			}
+		}
+		arm()
+	}
+	arm()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if t != nil {
+			t.Stop()
 		}
 	}
 }
 
-// position is a waiter's count of keys ahead, exact as of revision asOf.
-type position struct {
-	n     int64
-	asOf  int64
-	known bool
+// positionEvery paces a waiter's position reports: at most one per
+// positionEvery, but the move to 1 (next in line) at once. A queue of N
+// draining at one grant per handoff would otherwise send about N²/2
+// reports (every waiter, at every grant ahead of it): 45,000 for 300
+// waiters. Paced, a waiter that waits t sends at most t/positionEvery + 2.
+// A quarter second keeps a progress display live for a person and is
+// long beside a handoff (milliseconds), so a fast queue is reported in
+// jumps. It is measured on the real clock: it paces messages, not leases,
+// and must not stall under a test's fake clock.
+const positionEvery = 250 * time.Millisecond
+
+// reporter paces one waiter's position reports.
+type reporter struct {
+	fn       func(int64)
+	reported int64
+	at       time.Time // when the last report went out (real clock)
+	timer    *time.Timer
 }
 
-func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, lost <-chan struct{}, began time.Time) (Grant, error) {
+// offer reports position n now, or arms the timer to report later; the
+// caller offers again when the timer fires. It reports whether a report
+// is scheduled (the hub need not wake the waiter for position changes
+// above 1 meanwhile).
+func (p *reporter) offer(n int64) (paced bool) {
+	if p.fn == nil || n == p.reported {
+		return p.timer != nil
+	}
+	now := time.Now()
+	if since := now.Sub(p.at); n == 1 || p.reported < 0 || since >= positionEvery {
+		p.stopTimer()
+		p.reported, p.at = n, now
+		p.fn(n)
+		return false
+	} else if p.timer == nil {
+		p.timer = time.NewTimer(positionEvery - since)
+	}
+	return true
+}
+
+func (p *reporter) stopTimer() {
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
+func (p *reporter) fired() <-chan time.Time {
+	if p.timer == nil {
+		return nil
+	}
+	return p.timer.C
+}
+
+func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (Grant, error) {
 	prefix := e.keys.namePrefix(r.Name)
 	key := prefix + q.h.WaiterID
-	pos := position{n: q.ahead, asOf: q.aheadRev, known: q.ahead >= 0}
-	reported := int64(-1)
-	report := func() {
-		// While it waits, at least the key it waits behind is ahead.
-		if n := max(pos.n, 1); r.OnQueued != nil && pos.known && n != reported {
-			reported = n
-			r.OnQueued(n)
-		}
+	e.at(ctx, pointRegister)
+	hw := e.hubs.register(ctx, prefix, key, q.h.Revision, q.modRev, r.OnQueued != nil)
+	defer e.hubs.unregister(hw)
+	var sessGone <-chan struct{}
+	sessKey := ""
+	if q.h.Session {
+		// The session was proven in the transaction that wrote the
+		// attempt's key (enqueue or takeover), at q.modRev.
+		gone, stop := e.sess.watch(q.h.Lease, q.modRev)
+		defer stop()
+		sessGone, sessKey = gone, e.keys.session(q.h.Lease)
 	}
-	backoff := newBackoff(e.cfg.Clock)
-	var sub *posSub
-	defer func() {
-		if sub != nil {
-			e.pos.unsubscribe(prefix, sub)
-		}
-	}()
-	var pred string    // the key last waited behind
-	var predRev int64  // its create revision: its identity
-	var woke time.Time // when the last wait for a change ended
+	rep := reporter{fn: r.OnQueued, reported: -1}
+	defer rep.stopTimer()
+	if q.ahead >= 0 {
+		// While it waits, at least the key it waits behind is ahead.
+		rep.offer(max(q.ahead, 1))
+	}
+	// The key right ahead (its create revision), for the wait span's
+	// "predecessor.left" event: known from the enqueue when one key was
+	// ahead, unknown (but some) when more were.
+	var pred int64
+	predUnknown := q.ahead > 1
+	if q.ahead == 1 && q.first != nil {
+		pred = q.first.CreateRevision
+	}
+	waited := q.ahead > 0 // someone was ahead: a grant is a handoff
 	for {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
 		}
-		// One key ahead is all a grant needs: the predecessor, or none.
-		// The whole queue ahead is read only when positions are wanted and
-		// not known (a resumed waiter, or after the position feed failed).
-		// Keys-only answers carry revisions but not leases (etcd reads them
-		// from its index): nothing here needs a lease.
-		full := r.OnQueued != nil && !pos.known
-		ops := []clientv3.Op{
-			clientv3.OpGet(key, clientv3.WithKeysOnly()),
-			clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-				clientv3.WithMaxCreateRev(q.h.Revision-1),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+		st := hw.status()
+		if st.err != nil {
+			return Grant{}, st.err
 		}
-		sessKey := ""
-		if q.h.Session {
-			// A session waiter's key rides on the attempt lease, so the
-			// session's end does not remove it: the waiter checks the
-			// session record itself.
-			sessKey = e.keys.session(q.h.Lease)
-			ops = append(ops, clientv3.OpGet(sessKey, clientv3.WithCountOnly()))
-		}
-		fullAt := len(ops)
-		if full {
-			ops = append(ops, clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-				clientv3.WithMaxCreateRev(q.h.Revision-1)))
-		}
-		e.at(ctx, pointRead)
-		resp, err := e.cli.Txn(ctx).Then(e.handoffRead(ops, r.Name)...).Commit()
-		if err != nil {
-			// etcd unreachable or leaderless: retry until ctx ends; the
-			// lease decides whether the place survives.
-			if werr := backoff.wait(ctx); werr != nil {
-				return Grant{}, werr
+		if st.rev != 0 {
+			if pred != 0 && st.pred != pred || predUnknown && st.ahead == 0 {
+				e.predecessorLeft(ctx)
 			}
-			continue
-		}
-		backoff.reset()
-		mine := firstKV(resp.Responses[0])
-		if mine == nil || mine.CreateRevision != q.h.Revision {
-			return Grant{}, fmt.Errorf("%w: the waiter's key is gone (its lease expired or was revoked)", ErrLeaseLost)
-		}
-		if mine.ModRevision != q.modRev {
-			return Grant{}, fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)
-		}
-		if sessKey != "" && resp.Responses[2].GetResponseRange().Count == 0 {
-			return Grant{}, fmt.Errorf("%w: session %x expired or was closed while it waited", ErrSessionLost, int64(q.h.Lease))
-		}
-		ahead := firstKV(resp.Responses[1])
-		if full {
-			pos = position{n: int64(len(resp.Responses[fullAt].GetResponseRange().Kvs)), asOf: resp.Header.Revision, known: true}
-		}
-		if pred != "" && (ahead == nil || string(ahead.Key) != pred || ahead.CreateRevision != predRev) {
-			e.predecessorLeft(ctx)
-		}
-		if ahead == nil {
-			if r.BeforeGrant != nil {
-				if err := r.BeforeGrant(ctx); err != nil {
-					return Grant{}, err
+			pred, predUnknown = st.pred, false
+			if st.ahead == 0 {
+				if st.left == "" && q.ahead == 1 && q.first != nil {
+					// It left before the hub's view was built: the one key
+					// ahead at the enqueue is the one that made it first.
+					st.left = string(q.first.Key)
 				}
+				return e.grantFirst(ctx, r, q, hw, st, began, waited)
 			}
-			q.handoff = e.handoffFrom(resp, len(ops), pred, q.h.Revision)
-			g, err := e.granted(ctx, r, q, began)
-			if err == nil && pred != "" {
-				e.observeHandoff(ctx, woke)
-			}
-			return g, err
+			waited = true
+			hw.setPaced(rep.offer(st.ahead))
 		}
-		report()
-		if sub == nil && r.OnQueued != nil {
-			sub = e.pos.subscribe(prefix, pos.asOf)
-		}
-		pred, predRev = string(ahead.Key), ahead.CreateRevision
-		e.awaitChange(ctx, waitState{
-			pred: pred, predRev: predRev, own: key, ownMod: q.modRev, session: sessKey, lost: lost,
-			sub: sub, myRev: q.h.Revision, pos: &pos, report: report,
-		})
-		woke = e.cfg.Clock.Now()
-	}
-}
-
-// waitState is what awaitChange needs to know of a waiter.
-type waitState struct {
-	pred    string
-	predRev int64 // the predecessor's create revision: its identity
-	own     string
-	ownMod  int64  // the mod revision of the attempt's last write to its key
-	session string // the session record a session waiter depends on; "" for none
-	lost    <-chan struct{}
-	sub     *posSub // nil when nobody asked for positions
-	myRev   int64
-	pos     *position
-	report  func()
-}
-
-// awaitChange watches the predecessor and the waiter's own key and returns
-// when the predecessor is deleted, the own key changes in any way, a watch
-// fails, the lease may be lost or ctx ends. The caller re-reads in every
-// case.
-func (e *Engine) awaitChange(ctx context.Context, w waitState) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	// The watches start at the current revision, never at an older one:
-	// etcd delivers events to a watch that has history to catch up on only
-	// every 100 ms, which would delay a handoff. What happened between the
-	// read and the watches is covered by one check once both are created.
-	//
-	// That check compares identities, not existence. The predecessor must
-	// still have the create revision the read saw: a key deleted and
-	// created again under the same name (its owner released and, with the
-	// same request id, enqueued again at once) is a different waiter, now
-	// behind this one, and waiting on it would deadlock the two. The own
-	// key must still carry this attempt's last write: anything else means
-	// it is gone or another attempt took it over.
-	e.at(ctx, pointWatch)
-	pw := e.cli.Watch(wctx, w.pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	ow := e.cli.Watch(wctx, w.own, clientv3.WithCreatedNotify())
-	watches := 2
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(w.pred), "=", w.predRev),
-		clientv3.Compare(clientv3.ModRevision(w.own), "=", w.ownMod),
-	}
-	var sw clientv3.WatchChan
-	if w.session != "" {
-		sw = e.cli.Watch(wctx, w.session, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-		watches++
-		cmps = append(cmps, clientv3.Compare(clientv3.Version(w.session), ">", 0))
-	}
-	created, parkedNow := 0, false
-	onCreated := func() (changed bool) {
-		if created++; created < watches {
-			return false
-		}
-		e.at(ctx, pointCheck)
-		resp, err := e.cli.Txn(ctx).If(cmps...).Commit()
-		if err != nil || !resp.Succeeded {
-			return true
-		}
+		parkedNow := false
 		if e.hooks != nil {
 			parkedNow = true
-			e.hooks.park(ctx, parked{pred: w.pred, predRev: w.predRev, own: w.own, ownMod: w.ownMod, session: w.session})
+			e.hooks.park(ctx, parked{prefix: prefix, own: key, myRev: q.h.Revision, ownMod: q.modRev,
+				session: sessKey, viewRev: hw.viewRev})
 		}
-		return false
-	}
-	defer func() {
+		var err error
+		select {
+		case <-ctx.Done():
+		case <-sessGone:
+			err = fmt.Errorf("%w: session %x expired or was closed while it waited", ErrSessionLost, int64(q.h.Lease))
+		case <-hw.wake:
+		case <-rep.fired():
+			rep.timer = nil
+			hw.setPaced(false)
+		}
 		if parkedNow {
 			e.hooks.unpark(ctx)
 		}
-	}()
-	var events <-chan posEvent
-	var resync <-chan struct{}
-	if w.sub != nil {
-		events, resync = w.sub.events, w.sub.resync
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.lost:
-			return
-		case <-resync:
-			w.pos.known = false // re-read the queue ahead in full
-			return
-		case pe := <-events:
-			// Someone ahead left: one fewer ahead. Deletions the last exact
-			// count already saw (at or below asOf) are not counted twice.
-			if pe.rev > w.pos.asOf {
-				w.pos.asOf = pe.rev
-				if pe.createRev < w.myRev {
-					w.pos.n--
-					w.report()
-				}
-			}
-		case wr, ok := <-pw:
-			if ok && wr.Created && wr.Err() == nil {
-				if onCreated() {
-					return
-				}
-				continue
-			}
-			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
-				return
-			}
-		case wr, ok := <-ow:
-			if ok && wr.Created && wr.Err() == nil {
-				if onCreated() {
-					return
-				}
-				continue
-			}
-			if !ok || wr.Err() != nil || len(wr.Events) > 0 {
-				return
-			}
-		case wr, ok := <-sw:
-			if ok && wr.Created && wr.Err() == nil {
-				if onCreated() {
-					return
-				}
-				continue
-			}
-			if !ok || wr.Err() != nil || hasDelete(wr.Events) {
-				return
-			}
+		if err != nil {
+			return Grant{}, err
 		}
 	}
 }
 
-func hasDelete(evs []*clientv3.Event) bool {
-	for _, ev := range evs {
-		if ev.Type == mvccpb.DELETE {
-			return true
+// grantFirst grants a waiter the hub found first at revision st.rev: no key
+// created before its own existed then, and none can be created later, so it
+// stays first until its own key goes (doc.go, "The name hub").
+func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began time.Time, waited bool) (Grant, error) {
+	seen := e.cfg.Clock.Now() // when this waiter saw the last key ahead go
+	if r.BeforeGrant != nil {
+		if err := r.BeforeGrant(ctx); err != nil {
+			return Grant{}, err
+		}
+		if st := hw.status(); st.err != nil {
+			return Grant{}, st.err
 		}
 	}
-	return false
+	q.handoff = e.handoffOf(ctx, r.Name, st.left, q.h.Revision)
+	q.firstAt = st.rev
+	g, err := e.granted(ctx, r, q, began)
+	if err == nil && waited {
+		e.observeHandoff(ctx, seen)
+	}
+	return g, err
 }

@@ -24,6 +24,50 @@ type Timer interface {
 	Stop() bool
 }
 
+// AfterFuncer is a Clock that runs a function after a duration with no
+// goroutine waiting for it meanwhile, as time.AfterFunc does. Real and Fake
+// are AfterFuncers.
+type AfterFuncer interface {
+	// AfterFunc runs f on its own goroutine once d has passed. The
+	// returned Timer's C is nil; Stop reports whether it stopped f from
+	// running.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// AfterFunc runs f on its own goroutine once c has moved d past now. On a
+// clock that is not an AfterFuncer it falls back to one goroutine waiting
+// on a timer. It never blocks.
+func AfterFunc(c Clock, d time.Duration, f func()) Timer {
+	if af, ok := c.(AfterFuncer); ok {
+		return af.AfterFunc(d, f)
+	}
+	t := c.NewTimer(d)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-t.C():
+			f()
+		case <-stop:
+		}
+	}()
+	return &fallbackTimer{t: t, stop: stop}
+}
+
+type fallbackTimer struct {
+	t    Timer
+	stop chan struct{}
+}
+
+func (t *fallbackTimer) C() <-chan time.Time { return nil }
+
+func (t *fallbackTimer) Stop() bool {
+	ok := t.t.Stop()
+	if ok {
+		close(t.stop)
+	}
+	return ok
+}
+
 // Real is the wall clock.
 var Real Clock = realClock{}
 
@@ -32,6 +76,9 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+// AfterFunc runs f on its own goroutine once d has passed; see AfterFunc.
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 
@@ -72,6 +119,22 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc runs f on its own goroutine when the fake time reaches now+d
+// (at once, on a goroutine of its own, when d ≤ 0). It counts as pending
+// until then.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{f: f, at: f.now.Add(d), fn: fn}
+	if d <= 0 {
+		t.fired = true
+		go fn()
+		return t
+	}
+	f.timers = append(f.timers, t)
+	return t
+}
+
 // Advance moves the fake time forward by d and fires due timers in order.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
@@ -81,7 +144,11 @@ func (f *Fake) Advance(d time.Duration) {
 	for _, t := range f.timers {
 		if !t.at.After(f.now) {
 			t.fired = true
-			t.c <- f.now
+			if t.fn != nil {
+				go t.fn()
+			} else {
+				t.c <- f.now
+			}
 			continue
 		}
 		keep = append(keep, t)
@@ -100,7 +167,8 @@ func (f *Fake) Pending() int {
 type fakeTimer struct {
 	f     *Fake
 	at    time.Time
-	c     chan time.Time
+	c     chan time.Time // nil for AfterFunc
+	fn    func()         // set for AfterFunc
 	fired bool
 }
 

@@ -1,0 +1,428 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Name hubs.
+//
+// An engine keeps one hub per name that has local waiters: one prefix
+// watch over the name's keys and, in memory, an ordered view of its queue
+// — every key with its create revision, mod revision and lease — that is
+// exactly etcd's state of the prefix at a known revision. The view is
+// built from a read at revision R0 and the watch's events from R0+1 on:
+// the watch is created first (at the current revision, so etcd never has
+// history to catch up on for it, which it would deliver only every
+// 100 ms) and its created notice names R0; the read is made at R0. etcd
+// delivers every later revision of the prefix in order, so the view after
+// applying the event of revision R is etcd's state at R. A watch that fails
+// (compaction, cancellation, a lost leader) is replaced and the view built
+// again from a fresh read; every waiter is judged again against it.
+//
+// Waiters register with their key's create revision and their attempt's
+// mod revision. After every revision's events (a transaction's, applied
+// together) the hub judges each waiter against the view at that revision R
+// (see doc.go, "The name hub"): its key
+// gone or created again → ErrLeaseLost; its key written by another
+// attempt → ErrSuperseded; no key with a lower create revision → first,
+// granted with no further read; otherwise the count of keys ahead, its
+// position. A waiter is woken only when its verdict changes in a way it
+// acts on: first, an error, or a position it has not been told to wait
+// for (see wait.go on pacing).
+
+// viewKey is one key of a hub's view.
+type viewKey struct {
+	create, mod, lease int64
+}
+
+// hubStatus is the hub's verdict on one waiter, exact at revision rev.
+type hubStatus struct {
+	rev     int64  // the view revision it is exact at; 0 until known
+	ahead   int64  // keys with a lower create revision
+	pred    int64  // create revision of the key right ahead; 0 when first
+	left    string // the last key ahead seen to go (the handoff record names it)
+	leftRev int64  // the revision of its deletion
+	err     error  // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
+}
+
+// hubWaiter is one waiter registered with a hub.
+type hubWaiter struct {
+	h         *nameHub
+	key       string
+	create    int64 // the key's create revision: its identity
+	mod       int64 // the attempt's last write: its ownership
+	positions bool  // the waiter reports positions
+	wake      chan struct{}
+
+	// Guarded by h.mu.
+	st    hubStatus
+	paced bool // a position report is already scheduled: wake only for ≤ 1
+}
+
+// status returns the waiter's current verdict.
+func (w *hubWaiter) status() hubStatus {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.st
+}
+
+// setPaced tells the hub whether the waiter will look at its position by
+// itself soon, so that position changes need not wake it.
+func (w *hubWaiter) setPaced(p bool) {
+	w.h.mu.Lock()
+	w.paced = p
+	w.h.mu.Unlock()
+}
+
+func (w *hubWaiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// viewRev is the revision the hub's view is exact at now.
+func (w *hubWaiter) viewRev() int64 {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.h.rev
+}
+
+type nameHub struct {
+	set    *hubSet
+	prefix string
+	refs   int // guarded by set.mu
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the hub has no waiters left
+
+	mu      sync.Mutex
+	keys    map[string]*viewKey
+	order   []int64 // create revisions of keys, ascending
+	rev     int64   // the view is etcd's state of the prefix at rev; 0 while it is built
+	waiters map[*hubWaiter]struct{}
+}
+
+// hubSet is an engine's hubs, by name prefix.
+type hubSet struct {
+	e    *Engine
+	mu   sync.Mutex
+	hubs map[string]*nameHub
+	wg   sync.WaitGroup
+}
+
+func newHubSet(e *Engine) *hubSet { return &hubSet{e: e, hubs: map[string]*nameHub{}} }
+
+// register adds a waiter for the key named key under prefix, created at
+// create and last written by its attempt at mod, starting the name's hub
+// if it has none. ctx is the waiter's: the hub started for it carries its
+// values (the explorer's actor identity), not its cancellation.
+func (s *hubSet) register(ctx context.Context, prefix, key string, create, mod int64, positions bool) *hubWaiter {
+	s.mu.Lock()
+	h := s.hubs[prefix]
+	if h == nil {
+		hctx, cancel := context.WithCancel(s.e.ctx)
+		h = &nameHub{set: s, prefix: prefix, cancel: cancel, done: make(chan struct{}),
+			keys: map[string]*viewKey{}, waiters: map[*hubWaiter]struct{}{}}
+		s.hubs[prefix] = h
+		vals := ctx
+		if s.e.hooks != nil {
+			vals = s.e.hooks.spawn(ctx, "hub")
+		}
+		s.wg.Add(1)
+		go h.run(valuesOf{Context: hctx, vals: vals})
+	}
+	h.refs++
+	s.mu.Unlock()
+
+	w := &hubWaiter{h: h, key: key, create: create, mod: mod, positions: positions, wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	h.waiters[w] = struct{}{}
+	if s.e.ctx.Err() != nil {
+		w.st.err = fmt.Errorf("%w: the engine is closed", ErrClosed)
+	}
+	h.judgeLocked(w, "", 0)
+	h.mu.Unlock()
+	return w
+}
+
+// unregister removes a waiter; the hub stops with its last one.
+func (s *hubSet) unregister(w *hubWaiter) {
+	h := w.h
+	h.mu.Lock()
+	delete(h.waiters, w)
+	h.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.refs--; h.refs == 0 {
+		delete(s.hubs, h.prefix)
+		close(h.done)
+		h.cancel()
+	}
+}
+
+func (s *hubSet) close() { s.wg.Wait() }
+
+// run keeps the view until the hub has no waiters or the engine closes.
+func (h *nameHub) run(ctx context.Context) {
+	defer h.set.wg.Done()
+	e := h.set.e
+	defer func() {
+		if e.hooks != nil {
+			e.hooks.end(ctx)
+		}
+	}()
+	b := newBackoff(e.cfg.Clock)
+	for ctx.Err() == nil {
+		// A failed watch, or a failed read of the view, is started over
+		// after a pause; the view is never patched across a gap.
+		_ = h.follow(ctx, b)
+		_ = b.wait(ctx)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		// The engine closed under its waiters (a hub whose waiters all
+		// left has none).
+		w.st.err = fmt.Errorf("%w: the engine closed while the waiter waited", ErrClosed)
+		w.signal()
+	}
+}
+
+// follow builds the view and applies the watch's events until the watch
+// fails or ctx ends, and says why. Once the view is built it resets b.
+func (h *nameHub) follow(ctx context.Context, b *backoff) error {
+	e := h.set.e
+	wch, created, stop, err := e.openWatch(ctx, h.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	defer stop()
+	// The watch delivers every revision after the one it was created at,
+	// which its created notice names.
+	r0 := created.Header.Revision
+	if e.testHookBeforeViewRead != nil {
+		e.testHookBeforeViewRead()
+	}
+	resp, err := e.cli.Get(ctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0))
+	if err != nil {
+		return fmt.Errorf("queue: hub read: %w", err)
+	}
+	h.rebuild(resp.Kvs, r0)
+	b.reset()
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		parkedNow := false
+		if e.hooks != nil {
+			parkedNow = true
+			e.hooks.park(ctx, parked{hub: true, prefix: h.prefix, viewRev: h.viewRev, closing: h.closing})
+		}
+		select {
+		case <-ctx.Done():
+		case wr, ok = <-wch:
+		}
+		if parkedNow {
+			e.hooks.unpark(ctx)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !ok {
+			return errors.New("queue: hub watch closed")
+		}
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("queue: hub watch: %w", err)
+		}
+		// The events of one revision (one transaction) are applied
+		// together: between them the view would be a state etcd never
+		// had. etcd never splits a revision across responses.
+		for evs := wr.Events; len(evs) > 0; {
+			n := 1
+			for n < len(evs) && evs[n].Kv.ModRevision == evs[0].Kv.ModRevision {
+				n++
+			}
+			e.at(ctx, pointHubEvent)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			h.apply(evs[:n])
+			evs = evs[n:]
+		}
+	}
+}
+
+func (h *nameHub) viewRev() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.rev
+}
+
+// closing reports whether the hub has no waiters left and is stopping.
+func (h *nameHub) closing() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// rebuild replaces the view with kvs, read at rev, and judges every
+// waiter again.
+func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.keys = make(map[string]*viewKey, len(kvs))
+	h.order = h.order[:0]
+	for _, kv := range kvs {
+		h.keys[string(kv.Key)] = &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease}
+		h.order = append(h.order, kv.CreateRevision)
+	}
+	slices.Sort(h.order)
+	h.rev = rev
+	for w := range h.waiters {
+		h.judgeLocked(w, "", 0)
+	}
+}
+
+// apply applies the events of one revision and judges every waiter at
+// that revision.
+func (h *nameHub) apply(evs []*clientv3.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	type gone struct {
+		key    string
+		create int64
+	}
+	var left []gone
+	for _, ev := range evs {
+		key := string(ev.Kv.Key)
+		old := h.keys[key]
+		switch ev.Type {
+		case mvccpb.PUT:
+			if old != nil && old.create == ev.Kv.CreateRevision {
+				old.mod, old.lease = ev.Kv.ModRevision, ev.Kv.Lease
+				continue
+			}
+			if old != nil {
+				// Deleted and created again without the deletion seen:
+				// cannot happen in a gapless feed, but identity is the
+				// create revision.
+				h.removeLocked(old.create)
+			}
+			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease}
+			if n := len(h.order); n == 0 || h.order[n-1] < ev.Kv.CreateRevision {
+				h.order = append(h.order, ev.Kv.CreateRevision) // create revisions only grow
+			} else {
+				i, _ := slices.BinarySearch(h.order, ev.Kv.CreateRevision)
+				h.order = slices.Insert(h.order, i, ev.Kv.CreateRevision)
+			}
+		case mvccpb.DELETE:
+			if old == nil {
+				continue
+			}
+			delete(h.keys, key)
+			h.removeLocked(old.create)
+			left = append(left, gone{key, old.create})
+		}
+	}
+	h.rev = evs[len(evs)-1].Kv.ModRevision
+	for w := range h.waiters {
+		key := ""
+		for _, g := range left {
+			if g.create < w.create {
+				key = g.key
+			}
+		}
+		h.judgeLocked(w, key, h.rev)
+	}
+}
+
+func (h *nameHub) removeLocked(create int64) {
+	if i, ok := slices.BinarySearch(h.order, create); ok {
+		h.order = slices.Delete(h.order, i, i+1)
+	}
+}
+
+// judgeLocked gives w its verdict at the view's revision and wakes it when
+// the change is one it acts on. left, when set, is a key ahead of w that
+// the event at leftRev deleted.
+func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
+	if w.st.err != nil || h.rev == 0 || h.rev < w.mod {
+		// Over; or the view does not yet reach the attempt's own write
+		// (its event is on its way).
+		return
+	}
+	prev := w.st
+	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev}
+	if left != "" {
+		st.left, st.leftRev = left, leftRev
+	}
+	k := h.keys[w.key]
+	switch {
+	case k == nil || k.create != w.create:
+		st.err = fmt.Errorf("%w: the waiter's key is gone (its lease expired or was revoked)", ErrLeaseLost)
+	case k.mod != w.mod:
+		st.err = fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)
+	default:
+		// Keys ahead are those created before w's key. None can be created
+		// later: create revisions only grow.
+		i, _ := slices.BinarySearch(h.order, w.create)
+		st.ahead = int64(i)
+		if i > 0 {
+			st.pred = h.order[i-1]
+		}
+	}
+	w.st = st
+	switch {
+	case st.err != nil, st.ahead == 0:
+		w.signal()
+	case prev.rev == 0 && w.positions:
+		w.signal() // first verdict: the waiter learns its position
+	case w.positions && st.ahead != prev.ahead && (!w.paced || st.ahead <= 1):
+		w.signal()
+	}
+}
+
+// openWatch opens a watch (requiring a leader) of key with opts and returns
+// it once etcd has confirmed it, with the confirmation; stop ends it, and
+// so does ctx.
+//
+// The watch does not end with ctx before etcd has confirmed it: the
+// client cancels a watch whose id it has not yet learned only when etcd
+// next sends on it, which for a quiet key may be never, and etcd would keep
+// the watcher meanwhile. So a ctx that ends first waits for the
+// confirmation (at most RequestTimeout) before the watch is cancelled.
+func (e *Engine) openWatch(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, clientv3.WatchResponse, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, clientv3.WatchResponse{}, nil, err
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
+	wch := e.cli.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
+	select {
+	case wr, ok := <-wch:
+		if !ok || wr.Err() != nil || !wr.Created {
+			cancel()
+			return nil, wr, nil, fmt.Errorf("queue: watch %q: not created: %v", key, wr.Err())
+		}
+		stop := context.AfterFunc(ctx, cancel)
+		return wch, wr, func() { stop(); cancel() }, nil
+	case <-ctx.Done():
+		t := time.NewTimer(e.cfg.RequestTimeout)
+		select {
+		case <-wch:
+		case <-t.C:
+		}
+		t.Stop()
+		cancel()
+		return nil, clientv3.WatchResponse{}, nil, ctx.Err()
+	}
+}
