@@ -64,6 +64,12 @@ type AcquireRequest struct {
 	// kept alive, the wait timeout and cancellation apply). The shard router
 	// uses it to hold a moved name until its previous cluster has let go.
 	BeforeGrant func(ctx context.Context) error
+	// Limit makes the name a semaphore: its first Limit keys by create
+	// revision hold at once, each with a lock id and fencing token of its
+	// own (limit.go). 0 means 1, a lock; at most MaxLimit. A name's limit
+	// is fixed while it has keys: an acquire with another limit is refused
+	// with ErrLimitMismatch.
+	Limit int
 }
 
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
@@ -78,6 +84,9 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 	}
 	if r.Epoch > MaxEpoch {
 		return 0, fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
+	}
+	if err := validateLimit(r.Limit); err != nil {
+		return 0, err
 	}
 	if r.Session != 0 {
 		return 0, nil
@@ -107,6 +116,8 @@ type enqueued struct {
 	deadline time.Time  // last confirmed: send time + TTL; zero when unknown (resumed waiter, session lock)
 	resumed  bool
 	first    *mvccpb.KeyValue
+	holds    bool  // the key held when its attempt wrote it (holdsIn at modRev)
+	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
@@ -207,6 +218,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Owner:    r.binding(),
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
 		Attempt:  newAttempt(),
+		Limit:    storedLimit(r.effectiveLimit()),
 	})
 
 	// A session waiter that may have to wait rides on the attempt lease
@@ -239,18 +251,22 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	}
 
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
-	if onlyIfFree {
+	n := r.effectiveLimit()
+	if onlyIfFree && n == 1 {
+		// A semaphore's TryAcquire puts its key and looks (TryAcquire):
+		// "fewer than N keys" is no compare etcd can make.
 		cmps = append(cmps, empty)
 	}
 	if r.Session != 0 {
 		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 	}
 	cmps = append(cmps, r.Guards...)
-	// Responses: 0 the put (or the key), 1 the first key, 2 the count of
-	// keys, 3 the session record (session waiters only).
+	// Responses: 0 the put (or the key), 1 the first n keys by create
+	// revision (the first key for a lock), 2 the count of keys, 3 the
+	// session record (session waiters only).
 	countOp := clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, clientv3.WithFirstCreate()...), countOp}
-	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...), countOp}
+	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, withFirstN(n)...), countOp}
+	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, withFirstN(n)...), countOp}
 	if r.Session != 0 {
 		thenOps = append(thenOps, clientv3.OpGet(e.keys.session(r.Session)))
 		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
@@ -274,8 +290,10 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	}
 
 	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: resp.Header.Revision, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
-	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value,
-		first: firstKV(resp.Responses[1]), ahead: resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
+	firstN := resp.Responses[1].GetResponseRange().GetKvs()
+	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
+		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n),
+		ahead: resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
 	if r.Session != 0 {
 		q.h.Lease, q.keyLease = r.Session, r.Session
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[3]).GetValue()).TTL) * time.Second
@@ -284,6 +302,12 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		} else {
 			e.att.release(att)
 		}
+	}
+	if have := limitOf(q.first.GetValue()); have != n {
+		// The first key at the enqueue's revision carries the name's limit
+		// (doc.go, "Semaphores"): one written with another is taken back.
+		e.removeWaiter(ctx, q)
+		return nil, nil, limitMismatch(r.Name, n, have)
 	}
 	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
 		e.removeWaiter(ctx, q)
@@ -305,7 +329,10 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 		}
 	}
 	if onlyIfFree && first != nil {
-		return &enqueued{first: first, ahead: -1}, nil, nil
+		if have := limitOf(first.Value); have != r.effectiveLimit() {
+			return nil, nil, limitMismatch(r.Name, r.effectiveLimit(), have)
+		}
+		return &enqueued{first: first, ahead: -1, limit: 1}, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
 }
@@ -370,7 +397,7 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 // Wait blocks until the waiter holds the lock; see Acquire.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	defer w.exit()
-	if w.q.first != nil && w.q.first.CreateRevision == w.q.h.Revision && w.r.BeforeGrant == nil {
+	if w.q.holds && w.r.BeforeGrant == nil {
 		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
 		if err != nil {
 			w.e.endAttempt(ctx, w.q, err)
@@ -387,7 +414,7 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 	defer w.exit()
 	q := w.q
-	if q.first != nil && q.first.CreateRevision == q.h.Revision && w.r.BeforeGrant == nil {
+	if q.holds && w.r.BeforeGrant == nil {
 		g, err := w.e.granted(ctx, &w.r, q, w.began)
 		if err != nil {
 			w.e.endAttempt(ctx, q, err)
@@ -413,7 +440,8 @@ type TryResult struct {
 	Holder *Holder
 }
 
-// TryAcquire grants the lock only if nobody holds or waits for it; it never
+// TryAcquire grants the lock only if nobody holds or waits for it — a
+// semaphore's only if it has a free slot and nobody waits — and never
 // waits. A retry with the request id of an earlier successful TryAcquire,
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
@@ -430,7 +458,7 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	if err != nil {
 		return TryResult{}, err
 	}
-	if q.h.Revision != 0 && q.first != nil && q.first.CreateRevision == q.h.Revision {
+	if q.h.Revision != 0 && q.holds {
 		g, err := e.granted(ctx, &r, q, began)
 		if err != nil {
 			e.endAttempt(ctx, q, err)
@@ -438,11 +466,12 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		}
 		return TryResult{Acquired: true, Grant: g}, nil
 	}
-	if q.resumed {
-		// An earlier Acquire with this request id is still waiting; a
+	if q.h.Revision != 0 {
+		// An earlier Acquire with this request id is still waiting (or a
+		// semaphore's TryAcquire put its key and found no free slot); a
 		// TryAcquire must not leave it queued behind the caller's back.
-		// The takeover made this attempt the key's owner, so the removal
-		// cannot touch anything a later attempt wrote.
+		// The takeover or the put made this attempt the key's owner, so
+		// the removal cannot touch anything a later attempt wrote.
 		e.removeWaiterLater(ctx, q)
 	}
 	holder, err := e.holderInfo(ctx, q.first)

@@ -34,6 +34,9 @@ type waiterMeta struct {
 	// so the exact value an attempt wrote identifies it even when the
 	// answer to its write was lost.
 	Attempt string `json:"a,omitempty"`
+	// Limit is the semaphore limit the waiter was enqueued with; 0 (a
+	// value from before semaphores) means 1. A takeover keeps it.
+	Limit int `json:"n,omitempty"`
 }
 
 // newAttempt draws an attempt nonce.
