@@ -117,7 +117,7 @@ func newRequestID() string {
 }
 
 // acquireRequest validates the fields shared by Acquire and TryAcquire.
-func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string) (queue.AcquireRequest, *SessionID, error) {
+func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32) (queue.AcquireRequest, *SessionID, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
@@ -127,10 +127,13 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if len(requestID) > queue.MaxIDLen {
 		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is %d", len(requestID), queue.MaxIDLen)
 	}
+	if limit < 0 || limit > queue.MaxLimit {
+		return queue.AcquireRequest{}, nil, badField("limit", "%d is outside 0 (a lock) to %d", limit, queue.MaxLimit)
+	}
 	if requestID == "" {
 		requestID = newRequestID()
 	}
-	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID}
+	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit)}
 	var sess *SessionID
 	if sessionID != "" {
 		id, err := DecodeSessionID(s.keys, sessionID)
@@ -196,7 +199,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit)
 	if err != nil {
 		return err
 	}
@@ -309,7 +312,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -466,7 +469,11 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err != nil {
 		return nil, err
 	}
-	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters}
+	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters, Limit: int32(d.Limit)}
+	for _, h := range d.Holders {
+		out.Holders = append(out.Holders, &v1.Holder{ClientId: h.ClientID, ExpiresAt: timestamppb.New(h.Expires),
+			FencingToken: h.Token, TtlMs: h.TTL.Milliseconds()})
+	}
 	if h := d.Holder; h != nil {
 		out.Held = true
 		out.HolderClientId = h.ClientID

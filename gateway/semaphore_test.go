@@ -1,0 +1,95 @@
+package gateway_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// fieldOfErr is the field a Connect error's BadRequest detail names.
+func fieldOfErr(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if br, ok := v.(*errdetails.BadRequest); ok && len(br.FieldViolations) > 0 {
+				return br.FieldViolations[0].Field
+			}
+		}
+	}
+	return ""
+}
+
+// TestSemaphoreAcrossGateways: two gateways over one etcd grant a name of
+// limit 2 to two holders at once and never a third; Describe lists both;
+// another limit is refused over Connect and REST while the name is held.
+func TestSemaphoreAcrossGateways(t *testing.T) {
+	t.Parallel()
+	g1 := startGateway(t, "")
+	g2 := startGateway(t, g1.Prefix)
+	try := func(g *gw, limit int32) (*v1.TryAcquireResponse, error) {
+		resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "pool", TtlMs: 10000, ClientId: "w", Limit: limit}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	a, err := try(g1, 2)
+	if err != nil || !a.Acquired {
+		t.Fatalf("first TryAcquire = %v, %v; want acquired", a, err)
+	}
+	b, err := try(g2, 2)
+	if err != nil || !b.Acquired {
+		t.Fatalf("second TryAcquire on the other gateway = %v, %v; want acquired", b, err)
+	}
+	if c, err := try(g1, 2); err != nil || c.Acquired {
+		t.Fatalf("third TryAcquire = %v, %v; want refused (2 hold)", c, err)
+	}
+	// A streaming waiter on the other gateway waits at position 1.
+	w := startWaiter(t, g2, &v1.AcquireRequest{Name: "pool", TtlMs: 10000, ClientId: "third", Limit: 2})
+	if p := <-w.positions; p != 1 {
+		t.Fatalf("third acquirer's position = %d; want 1", p)
+	}
+	d, err := g1.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "pool"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := d.Msg
+	if m.Limit != 2 || len(m.Holders) != 2 || m.Waiters != 1 || !m.Held ||
+		m.FencingToken != a.Granted.FencingToken || m.Holders[1].FencingToken != b.Granted.FencingToken {
+		t.Fatalf("Describe = %v; want limit 2, holders %d and %d, 1 waiter", m, a.Granted.FencingToken, b.Granted.FencingToken)
+	}
+	// Another limit: failed_precondition naming the field and the limit.
+	_, err = try(g2, 3)
+	if codeOf(err) != connect.CodeFailedPrecondition || fieldOfErr(err) != "limit" || !strings.Contains(err.Error(), "limit 2") {
+		t.Fatalf("TryAcquire with limit 3 = %v (field %q); want failed_precondition on field limit naming limit 2", err, fieldOfErr(err))
+	}
+	status, body := postJSON(t, g1, "/api/v1/locks/acquire", `{"name":"pool","ttlMs":10000,"limit":1}`)
+	e, _ := body["error"].(map[string]any)
+	if status != http.StatusConflict || e["field"] != "limit" || e["code"] != "failed_precondition" {
+		t.Fatalf("REST acquire with limit 1 = %d %v; want 409 failed_precondition on field limit", status, body)
+	}
+	status, body = postJSON(t, g1, "/api/v1/locks/acquire", `{"name":"x","ttlMs":10000,"limit":100000}`)
+	if e, _ := body["error"].(map[string]any); status != http.StatusBadRequest || e["field"] != "limit" {
+		t.Fatalf("REST acquire with limit 100000 = %d %v; want 400 on field limit", status, body)
+	}
+	// One release lets the waiter in.
+	release(t, g1, a.Granted)
+	if gr := <-w.granted; gr == nil || gr.FencingToken <= b.Granted.FencingToken {
+		t.Fatalf("waiter's grant = %v; want a token above %d", gr, b.Granted.FencingToken)
+	}
+	// REST takes a slot of a semaphore too.
+	release(t, g2, b.Granted)
+	status, body = postJSON(t, g2, "/api/v1/locks/acquire", `{"name":"pool","ttlMs":10000,"limit":2}`)
+	if status != http.StatusOK || body["acquired"] != true {
+		t.Fatalf("REST acquire of a free slot = %d %v; want acquired", status, body)
+	}
+}
