@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,12 +22,16 @@ type world struct {
 	prefix  string
 	name    string
 	rng     *rand.Rand
+	// limit is the semaphore limit the world's actors acquire with; 0 or
+	// 1 is a lock.
+	limit int
 
 	specs []actorSpec
 	wg    sync.WaitGroup
 
 	mu         sync.Mutex
 	holding    map[string]Grant // by client: the grant it believes it holds
+	limitOf    map[int64]int    // the limit each granted key was acquired with, by create revision
 	expiredRev map[int64]bool   // create revisions of keys whose lease a nemesis revoked
 	lastToken  int64
 	lastRev    int64
@@ -49,7 +54,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 	return &world{
 		sch: sch, engines: engines, prefix: prefix, name: "n",
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
-		holding: map[string]Grant{}, expiredRev: map[int64]bool{},
+		holding: map[string]Grant{}, limitOf: map[int64]int{}, expiredRev: map[int64]bool{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
 	}
 }
@@ -79,6 +84,19 @@ func (w *world) cast() {
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
 		func(i int) { w.addGhost(fmt.Sprintf("g%d", i)) },
 	}
+	if w.limit > 1 {
+		// A semaphore: limit+1 takers, so that one of them must wait,
+		// and up to two more from the menu or one with another limit.
+		menu = append(menu, func(i int) { w.add(w.mismatcher(fmt.Sprintf("m%d", i))) })
+		i := 0
+		for ; i <= w.limit; i++ {
+			menu[w.rng.IntN(4)](i)
+		}
+		for n := i + w.rng.IntN(3); i < n; i++ {
+			menu[w.rng.IntN(len(menu))](i)
+		}
+		return
+	}
 	n := 2 + w.rng.IntN(3)
 	menu[w.rng.IntN(4)](0) // a lock taker first
 	for i := 1; i < n; i++ {
@@ -97,7 +115,7 @@ func (w *world) castNames() []string {
 }
 
 func (w *world) request(client, rid string) AcquireRequest {
-	return AcquireRequest{Name: w.name, TTL: 10 * time.Minute, Owner: "owner-" + client, ClientID: client, RequestID: rid}
+	return AcquireRequest{Name: w.name, TTL: 10 * time.Minute, Owner: "owner-" + client, ClientID: client, RequestID: rid, Limit: w.limit}
 }
 
 // believe records that client was told it holds g. A grant whose lease an
@@ -114,6 +132,8 @@ func (w *world) believe(client string, g Grant) bool {
 	w.grants++
 	tok := g.Token()
 	switch {
+	case w.limit > 1:
+		// A semaphore's holders are granted in any order among themselves.
 	case tok < w.lastToken:
 		w.violations = append(w.violations, fmt.Sprintf("%s granted token %d after token %d", client, tok, w.lastToken))
 	case tok == w.lastToken && g.Revision != w.lastRev:
@@ -150,6 +170,9 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	if err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
+	w.limitOf[g.Revision] = max(r.Limit, 1)
+	w.mu.Unlock()
 	w.certify(who, g)
 	return &g, nil
 }
@@ -164,12 +187,36 @@ func (w *world) certify(who string, g Grant) {
 	prefix := w.engines[0].keys.namePrefix(w.name)
 	resp, err := w.sch.cli.Txn(ctx).Then(
 		clientv3.OpGet(prefix+g.WaiterID, clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf)),
-		clientv3.OpGet(prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf))...)).Commit()
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithRev(g.asOf))).Commit()
 	if err != nil {
 		w.violate("%s: certify grant at %d: %v", who, g.asOf, err)
 		return
 	}
 	own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+	w.mu.Lock()
+	n := w.limitOf[g.Revision]
+	if n == 0 {
+		n = w.limit // a grant that reached no client: the world's limit
+	}
+	w.mu.Unlock()
+	if n > 1 {
+		// A semaphore's grant: fewer than n keys ahead, all of limit n.
+		var ahead []*mvccpb.KeyValue
+		for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+			if kv.CreateRevision < g.Revision {
+				ahead = append(ahead, kv)
+			}
+		}
+		if len(ahead) >= n {
+			w.violate("%s granted (token %d, limit %d) as of revision %d, when %d keys were ahead", who, g.Token(), n, g.asOf, len(ahead))
+		}
+		for _, kv := range ahead {
+			if _, m, _ := decodeValue(kv.Value); max(m.Limit, 1) != n {
+				w.violate("%s granted (token %d, limit %d) as of revision %d, when a key of limit %d was ahead", who, g.Token(), n, g.asOf, m.Limit)
+			}
+		}
+		first = own // the first-key test below is a lock's
+	}
 	switch {
 	case own == nil || own.CreateRevision != g.Revision:
 		w.violate("%s granted (token %d) as of revision %d, when its key was not there", who, g.Token(), g.asOf)
@@ -181,11 +228,14 @@ func (w *world) certify(who string, g Grant) {
 }
 
 // expectedEnd reports the errors of a wait that ends without a grant by
-// an actor's own doing or a nemesis's. Only an attempt its client gave up
+// an actor's own doing, a nemesis's or another limit's. Only an attempt its client gave up
 // may be superseded: a live attempt superseded by an older one is a lost
 // acquire.
 func expectedEnd(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost)
+	// A semaphore world's mismatcher may hold the name under its own
+	// limit, and then every other acquire is refused.
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost) ||
+		errors.Is(err, ErrLimitMismatch)
 }
 
 // zombieEnd is expectedEnd for an attempt whose client has given up.
@@ -547,6 +597,27 @@ func (w *world) expirer(name string) actorSpec {
 	}}
 }
 
+// mismatcher acquires the world's semaphore with another limit: it is
+// refused while the name has keys, or holds the name under its own limit
+// (which the others' acquires are then refused for).
+func (w *world) mismatcher(name string) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-req")
+		r.Limit = w.limit + 1
+		w.step(ctx, "acquire")
+		g, err := w.acquire(ctx, name, e, r)
+		if err != nil {
+			if !expectedEnd(err) && !errors.Is(err, ErrLimitMismatch) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		w.release(ctx, name, e, *g)
+	}}
+}
+
 // start lets an actor go; it runs until its first point.
 func (w *world) start(s actorSpec) {
 	ctx, cancel := context.WithCancel(withActor(context.Background(), s.name))
@@ -641,12 +712,15 @@ func (w *world) check() error {
 		return err
 	}
 	live := map[int64]bool{}
-	var first int64
+	var order []int64 // live keys' create revisions, ascending
 	for _, kv := range resp.Kvs {
 		live[kv.CreateRevision] = true
-		if first == 0 || kv.CreateRevision < first {
-			first = kv.CreateRevision
-		}
+		order = append(order, kv.CreateRevision)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	var first int64
+	if len(order) > 0 {
+		first = order[0]
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -662,14 +736,27 @@ func (w *world) check() error {
 			}
 			return fmt.Errorf("%s believes it holds (token %d) but its key was deleted by someone else", client, g.Token())
 		}
-		if g.Revision != first {
+		n := max(w.limitOf[g.Revision], 1)
+		if n > 1 {
+			// FIFO: a semaphore's holder is among the first n keys.
+			if i := sort.Search(len(order), func(i int) bool { return order[i] >= g.Revision }); i >= n {
+				return fmt.Errorf("%s believes it holds (token %d, limit %d) but %d keys were created before its own", client, g.Token(), n, i)
+			}
+		} else if g.Revision != first {
 			return fmt.Errorf("%s believes it holds (token %d) but its key is not first (first created at %d)", client, g.Token(), first)
 		}
 		believers = append(believers, client)
 	}
-	if len(believers) > 1 {
-		sort.Strings(believers)
-		return fmt.Errorf("two holders at once: %s", strings.Join(believers, ", "))
+	// Every live holder holds under one limit n, and at most n hold.
+	limits := map[int]int{}
+	for _, c := range believers {
+		limits[max(w.limitOf[w.holding[c].Revision], 1)]++
+	}
+	for n, k := range limits {
+		if k > n || len(limits) > 1 {
+			sort.Strings(believers)
+			return fmt.Errorf("%d holders at once (limits %v): %s", len(believers), limits, strings.Join(believers, ", "))
+		}
 	}
 	return nil
 }

@@ -326,21 +326,39 @@ func (s *scheduler) dueByEtcd(as []*actor) (string, error) {
 		if rev < p.ownMod {
 			continue // its hub has not seen its own write yet: the hub is due
 		}
+		n := max(p.limit, 1)
 		resp, err := s.cli.Txn(ctx).Then(
 			clientv3.OpGet(p.own, clientv3.WithKeysOnly(), clientv3.WithRev(rev)),
-			clientv3.OpGet(p.prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))...)).Commit()
+			clientv3.OpGet(p.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+				clientv3.WithLimit(int64(n)), clientv3.WithRev(rev))).Commit()
 		if err != nil {
 			return "", err
 		}
-		own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+		own, firstN := firstKV(resp.Responses[0]), resp.Responses[1].GetResponseRange().GetKvs()
 		switch {
 		case own == nil || own.CreateRevision != p.myRev || own.ModRevision != p.ownMod:
 			return fmt.Sprintf("%s's own key changed since %d (at %d: %v)", a.name, p.ownMod, rev, own), nil
-		case first != nil && first.CreateRevision == p.myRev:
-			return fmt.Sprintf("%s is first at %d", a.name, rev), nil
+		case holdsByLimit(firstN, p.myRev, n):
+			return fmt.Sprintf("%s holds at %d", a.name, rev), nil
 		}
 	}
 	return "", nil
+}
+
+// holdsByLimit is the checker's own statement of the grant condition: the
+// key created at create is among kvs (the first n keys by create
+// revision, in order), and every key before it records limit n.
+func holdsByLimit(kvs []*mvccpb.KeyValue, create int64, n int) bool {
+	for _, kv := range kvs {
+		if kv.CreateRevision == create {
+			return true
+		}
+		_, m, err := decodeValue(kv.Value)
+		if err != nil || max(m.Limit, 1) != n {
+			return false
+		}
+	}
+	return false
 }
 
 // sameKeys reports whether two keys-only reads found the same keys with
@@ -463,7 +481,20 @@ func exploreMode() exploreConfig {
 // TestExplore runs the explorer: the quick mode by default, the long mode
 // with LEASEGATE_EXPLORE=long, one schedule with -explore.seed.
 func TestExplore(t *testing.T) {
+	explore(t, exploreMode(), 0)
+}
+
+// TestExploreSemaphore runs the explorer over semaphores of limit 2 or 3
+// (drawn from each seed), a quarter as many schedules as TestExplore.
+func TestExploreSemaphore(t *testing.T) {
 	cfg := exploreMode()
+	cfg.schedules /= 4
+	explore(t, cfg, 2)
+}
+
+// explore runs cfg's schedules; limit 0 runs lock worlds, and a positive
+// limit semaphore worlds of limit, or limit+1 by seed.
+func explore(t *testing.T, cfg exploreConfig, limit int) {
 	if *exploreSchedules > 0 {
 		cfg.schedules = *exploreSchedules
 	}
@@ -490,11 +521,11 @@ func TestExplore(t *testing.T) {
 					return
 				}
 				seed := base + uint64(i)
-				n, err := runSchedule(t, seed)
+				n, err := runSchedule(t, seed, limit)
 				steps.Add(int64(n))
 				if err != nil {
 					failed.Add(1)
-					t.Errorf("schedule seed %d failed (replay: go test ./queue -run TestExplore -explore.seed %d -v):\n%v", seed, seed, err)
+					t.Errorf("schedule seed %d failed (replay: go test ./queue -run '%s$' -explore.seed %d -v):\n%v", seed, t.Name(), seed, err)
 				}
 			}
 		}()
@@ -505,7 +536,7 @@ func TestExplore(t *testing.T) {
 }
 
 // runSchedule runs one seeded schedule and returns its step count.
-func runSchedule(t *testing.T, seed uint64) (int, error) {
+func runSchedule(t *testing.T, seed uint64, limit int) (int, error) {
 	// Clients live as long as the schedule: thousands of schedules must not
 	// pile up connections.
 	var clients []*clientv3.Client
@@ -545,6 +576,9 @@ func runSchedule(t *testing.T, seed uint64) (int, error) {
 		engines = append(engines, e)
 	}
 	w := newWorld(sch, engines, prefix, seed)
+	if limit > 0 {
+		w.limit = limit + w.rng.IntN(2)
+	}
 	defer func() {
 		w.cancelAll()
 		for _, f := range w.after {

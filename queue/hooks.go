@@ -58,6 +58,7 @@ type parked struct {
 	own     string
 	myRev   int64
 	ownMod  int64
+	limit   int // the waiter's semaphore limit
 	session string
 	viewRev func() int64
 	closing func() bool

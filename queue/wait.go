@@ -232,7 +232,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 		if e.hooks != nil {
 			parkedNow = true
 			e.hooks.park(ctx, parked{prefix: prefix, own: key, myRev: q.h.Revision, ownMod: q.modRev,
-				session: sessKey, viewRev: hw.viewRev})
+				limit: q.limit, session: sessKey, viewRev: hw.viewRev})
 		}
 		var err error
 		select {
