@@ -73,6 +73,8 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
 	case len(cfg.requestID) > v1.MaxIDBytes:
 		return cfg, invalid(op, "request id is %d bytes; the limit is %d", len(cfg.requestID), v1.MaxIDBytes)
+	case cfg.limit < 0 || cfg.limit > v1.MaxSemaphoreLimit:
+		return cfg, invalid(op, "limit %d is outside 0 (a lock) to %d", cfg.limit, v1.MaxSemaphoreLimit)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()
@@ -89,7 +91,7 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 	if err != nil {
 		return nil, err
 	}
-	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
+	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit)}
 	if s != nil {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -252,7 +254,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	if err != nil {
 		return nil, err
 	}
-	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
+	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit)}
 	anchor := c.cfg.clock.Now()
 	for recoveries := 0; ; recoveries++ {
 		var view *sessionView

@@ -22,6 +22,7 @@ type acquireConfig struct {
 	requestID string
 	// manualRenew turns the background renewal off (WithManualRenew).
 	manualRenew bool
+	limit       int
 }
 
 type sessionConfig struct {
@@ -76,4 +77,13 @@ func WithOnQueued(fn func(position int64)) AcquireOption {
 // in hex, drawn once per call.
 func WithRequestID(id string) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.requestID = id })
+}
+
+// WithLimit makes the name a semaphore of limit n: the first n callers
+// hold at once, each with a lock of its own (its own lock id and fencing
+// token); later ones wait in order, as for a lock. Default 0, which is 1:
+// a lock. At most 1000. A name's limit is fixed while it has holders or
+// waiters: an acquire with another limit fails with ErrLimitMismatch.
+func WithLimit(n int) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.limit = n })
 }

@@ -3,6 +3,8 @@ package queue
 import (
 	"fmt"
 
+	leasegatev1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,11 +23,11 @@ import (
 // See doc.go, "Semaphores", for why this never grants an (N+1)th holder,
 // whatever limits the keys of a name were enqueued with.
 
-// MaxLimit is the largest semaphore limit an acquire may ask for. The
-// enqueue reads the first N keys of the name in its transaction, so N is
-// bounded by what one etcd range read should return: a thousand values of
-// a few hundred bytes each.
-const MaxLimit = 1000
+// MaxLimit is the largest semaphore limit an acquire may ask for (the
+// API's). The enqueue reads the first N keys of the name in its
+// transaction, so N is bounded by what one etcd range read should return:
+// a thousand values of a few hundred bytes each.
+const MaxLimit = leasegatev1.MaxSemaphoreLimit
 
 // limitOf is the limit a waiter value records; 1 for a value written
 // before limits existed or that cannot be read (a key the engine cannot

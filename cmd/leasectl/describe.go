@@ -15,6 +15,8 @@ func descFields(d client.Description) []field {
 		{"HELD", "held", d.Held},
 		{"HOLDER", "holderClientId", d.HolderClientID},
 		{"TOKEN", "fencingToken", d.Token},
+		{"LIMIT", "limit", d.Limit},
+		{"HOLDERS", "holders", len(d.Holders)},
 		{"WAITERS", "waiters", d.Waiters},
 		{"TTL", "ttlMs", d.TTL},
 		{"EXPIRES", "holderExpiresAt", d.HolderExpires},

@@ -20,4 +20,7 @@ const (
 	MaxNameBytes = 256
 	// MaxIDBytes is the longest client_id or request_id, in bytes.
 	MaxIDBytes = 128
+	// MaxSemaphoreLimit is the largest AcquireRequest.limit: the engine
+	// reads a semaphore's first `limit` keys in its enqueue transaction.
+	MaxSemaphoreLimit = 1000
 )
