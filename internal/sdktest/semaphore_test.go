@@ -1,0 +1,65 @@
+package sdktest_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+// TestSemaphoreWithLimit: WithLimit(2) lets two callers hold at once, each
+// with a lock of its own; a third waits until one releases; another limit
+// fails with ErrLimitMismatch and is not retried; Describe lists both.
+func TestSemaphoreWithLimit(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	c := newClient(t, []string{g.URL}, client.WithClientID("pool"))
+	ctx := ctxT(t)
+	opts := []client.AcquireOption{client.WithLimit(2), client.WithTTL(5 * time.Second)}
+	a, err := c.Acquire(ctx, "pool", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(ctx, "pool", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID() == b.ID() || b.Token() <= a.Token() {
+		t.Fatalf("two holders: ids %q %q, tokens %d %d; want distinct ids and growing tokens", a.ID(), b.ID(), a.Token(), b.Token())
+	}
+	if _, err := c.TryAcquire(ctx, "pool", opts...); !errors.Is(err, client.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a full semaphore = %v; want ErrNotAcquired", err)
+	}
+	if _, err := c.Acquire(ctx, "pool", client.WithLimit(3)); !errors.Is(err, client.ErrLimitMismatch) {
+		t.Fatalf("Acquire with another limit = %v; want ErrLimitMismatch", err)
+	}
+	if _, err := c.Acquire(ctx, "pool", client.WithLimit(1001)); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("Acquire with limit 1001 = %v; want ErrInvalidArgument", err)
+	}
+	d, err := c.Describe(ctx, "pool")
+	if err != nil || d.Limit != 2 || len(d.Holders) != 2 || d.Holders[0].Token != a.Token() || d.Holders[1].Token != b.Token() || d.Token != a.Token() {
+		t.Fatalf("Describe = %+v, %v; want limit 2, holders %d and %d", d, err, a.Token(), b.Token())
+	}
+	positions := make(chan int64, 16)
+	third := make(chan *client.Lock, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "pool", append(opts, client.WithOnQueued(func(p int64) { positions <- p }))...)
+		if err != nil {
+			t.Error(err)
+		}
+		third <- l
+	}()
+	if p := <-positions; p != 1 {
+		t.Fatalf("third caller's position = %d; want 1", p)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-third
+	if l == nil || l.Token() <= b.Token() {
+		t.Fatalf("third caller's lock = %v; want granted after one release", l)
+	}
+	_ = b.Release(ctx)
+	_ = l.Release(ctx)
+}
