@@ -70,6 +70,12 @@ type AcquireRequest struct {
 	// is fixed while it has keys: an acquire with another limit is refused
 	// with ErrLimitMismatch.
 	Limit int
+	// Reentrant, for a session acquire only: when the session already
+	// holds the name through a re-entrant acquire of the same caller, the
+	// acquire returns that lock again (same lock id and token) with one
+	// more hold, and each Release drops one (reenter.go). Without a
+	// session it is ErrInvalidArgument.
+	Reentrant bool
 }
 
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
@@ -87,6 +93,9 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 	}
 	if err := validateLimit(r.Limit); err != nil {
 		return 0, err
+	}
+	if r.Reentrant && r.Session == 0 {
+		return 0, fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
 	}
 	if r.Session != 0 {
 		return 0, nil
@@ -219,6 +228,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
 		Attempt:  newAttempt(),
 		Limit:    storedLimit(r.effectiveLimit()),
+		Reenter:  reenterSeal(r, secret),
 	})
 
 	// A session waiter that may have to wait rides on the attempt lease
@@ -370,6 +380,9 @@ type Waiter struct {
 	q     *enqueued
 	began time.Time // when the attempt began, on the engine's clock
 	exit  func()    // ends the engine's count of this wait
+	// reentered is the grant of a re-entrant acquire that added a hold to
+	// a lock its session held: Wait and Try return it.
+	reentered *Grant
 }
 
 // Enqueue runs the acquire transaction (one round trip on top of the lease)
@@ -384,6 +397,16 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 		exit()
 		return nil, err
 	}
+	if r.Reentrant {
+		g, err := e.reenter(ctx, &r)
+		if err != nil || g != nil {
+			if err != nil {
+				exit()
+				return nil, err
+			}
+			return &Waiter{e: e, r: r, began: began, exit: exit, reentered: g}, nil
+		}
+	}
 	sctx, sp := e.traceEnqueue(ctx, &r, false)
 	q, err := e.enqueue(sctx, &r, ttlSec, false)
 	sp.endEnqueue(q, err)
@@ -397,6 +420,9 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 // Wait blocks until the waiter holds the lock; see Acquire.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	defer w.exit()
+	if w.reentered != nil {
+		return *w.reentered, nil
+	}
 	if w.q.holds && w.r.BeforeGrant == nil {
 		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
 		if err != nil {
@@ -413,6 +439,9 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 // its name moved to another cluster finds its grant where it was made.
 func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 	defer w.exit()
+	if w.reentered != nil {
+		return TryResult{Acquired: true, Grant: *w.reentered}, nil
+	}
 	q := w.q
 	if q.holds && w.r.BeforeGrant == nil {
 		g, err := w.e.granted(ctx, &w.r, q, w.began)
@@ -451,6 +480,14 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
 		return TryResult{}, err
+	}
+	if r.Reentrant {
+		if g, err := e.reenter(ctx, &r); err != nil || g != nil {
+			if err != nil {
+				return TryResult{}, err
+			}
+			return TryResult{Acquired: true, Grant: *g}, nil
+		}
 	}
 	sctx, sp := e.traceEnqueue(ctx, &r, true)
 	q, err := e.enqueue(sctx, &r, ttlSec, true)

@@ -25,6 +25,8 @@ const (
 	pointProve    = "renew.prove"      // before a renewal proves the holder
 	pointKeep     = "renew.keepalive"  // proven, before the keepalive
 	pointAbandon  = "abandon.txn"      // before an undelivered grant is given up
+	pointReenter  = "reenter.txn"      // before a re-entrant acquire adds a hold
+	pointDropHold = "drophold.txn"     // before a release drops a re-entered hold
 	pointLeaseGet = "attempt.lease"    // before the attempt lease is granted
 	pointSpawned  = "background.start" // a background task of the caller begins
 )

@@ -198,3 +198,72 @@ func TestSemaphoreTryAcquire(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling etcd: the removal is asynchronous
 	}
 }
+
+// TestReentrantSessionAcquire: a re-entrant acquire through the session
+// that holds returns the same lock with one more hold; each release drops
+// one and the last frees the name for the next waiter; another session, or
+// an acquire that is not re-entrant, waits as usual; without a session it
+// is refused.
+func TestReentrantSessionAcquire(t *testing.T) {
+	e, cli := newEngine(t)
+	s, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := func() AcquireRequest {
+		q := req("re")
+		q.Session, q.SessionSecret, q.Reentrant = s.Lease, s.Secret, true
+		return q
+	}
+	g1 := mustAcquire(t, e, r())
+	g2 := mustAcquire(t, e, r())
+	res, err := e.TryAcquire(testCtx(t), r())
+	if err != nil || !res.Acquired {
+		t.Fatalf("re-entrant TryAcquire = %+v, %v; want acquired", res, err)
+	}
+	g3 := res.Grant
+	if g2.Handle != g1.Handle || g3.Handle != g1.Handle || g2.Token() != g1.Token() || g2.Holds != 2 || g3.Holds != 3 {
+		t.Fatalf("re-entered grants: holds %d, %d; same handle %v %v; want the first lock with holds 2 and 3",
+			g2.Holds, g3.Holds, g2.Handle == g1.Handle, g3.Handle == g1.Handle)
+	}
+	// Another session waits behind the re-entered lock.
+	s2, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := req("re")
+	other.Session, other.SessionSecret, other.Reentrant = s2.Lease, s2.Secret, true
+	w, err := e.Enqueue(testCtx(t), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan Grant, 1)
+	go func() {
+		g, err := w.Wait(testCtx(t))
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- g
+	}()
+	for i := 0; i < 2; i++ {
+		mustRelease(t, e, g1)
+		if k := keyCount(t, e, cli, "re"); k != 2 {
+			t.Fatalf("after release %d of 3 holds: %d keys; want the holder and the waiter", i+1, k)
+		}
+		select {
+		case <-granted:
+			t.Fatalf("the other session was granted after %d of 3 releases", i+1)
+		default:
+		}
+	}
+	mustRelease(t, e, g1)
+	if g := <-granted; g.Handle == g1.Handle {
+		t.Fatal("the waiter was handed the released lock")
+	}
+	// Without a session: refused.
+	bad := req("re2")
+	bad.Reentrant = true
+	if _, err := e.Acquire(testCtx(t), bad); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("re-entrant Acquire without a session = %v; want ErrInvalidArgument", err)
+	}
+}

@@ -37,6 +37,11 @@ type waiterMeta struct {
 	// Limit is the semaphore limit the waiter was enqueued with; 0 (a
 	// value from before semaphores) means 1. A takeover keeps it.
 	Limit int `json:"n,omitempty"`
+	// Reenter is the secret masked with a digest of the session's secret,
+	// written only by a re-entrant session acquire (reenter.go): a later
+	// re-entrant acquire through the same session hands out the same lock
+	// id with it, whatever its request id.
+	Reenter string `json:"r,omitempty"`
 }
 
 // newAttempt draws an attempt nonce.
@@ -88,8 +93,9 @@ func sealMask(requestID string) [SecretLen]byte {
 	return m
 }
 
-func sealSecret(s Secret, requestID string) string {
-	m := sealMask(requestID)
+func sealSecret(s Secret, requestID string) string { return sealWith(s, sealMask(requestID)) }
+
+func sealWith(s Secret, m [SecretLen]byte) string {
 	var out [SecretLen]byte
 	for i := range out {
 		out[i] = s[i] ^ m[i]
@@ -98,12 +104,15 @@ func sealSecret(s Secret, requestID string) string {
 }
 
 func unsealSecret(sealed, requestID string) (Secret, error) {
+	return unsealWith(sealed, sealMask(requestID))
+}
+
+func unsealWith(sealed string, m [SecretLen]byte) (Secret, error) {
 	var s Secret
 	b, err := hex.DecodeString(sealed)
 	if err != nil || len(b) != SecretLen {
 		return s, fmt.Errorf("queue: sealed secret is malformed")
 	}
-	m := sealMask(requestID)
 	for i := range s {
 		s[i] = b[i] ^ m[i]
 	}
