@@ -225,7 +225,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit)
+	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false)
 	if err != nil {
 		return 0, nil, err
 	}

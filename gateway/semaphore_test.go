@@ -93,3 +93,48 @@ func TestSemaphoreAcrossGateways(t *testing.T) {
 		t.Fatalf("REST acquire of a free slot = %d %v; want acquired", status, body)
 	}
 }
+
+// TestReentrantAcrossGateways: a re-entrant acquire through a session that
+// holds the name, on another gateway, returns the same lock id and token
+// with hold_count 2; the first release leaves the name held, the second
+// frees it; without a session reentrant is invalid_argument.
+func TestReentrantAcrossGateways(t *testing.T) {
+	t.Parallel()
+	g1 := startGateway(t, "")
+	g2 := startGateway(t, g1.Prefix)
+	sess, err := g1.Client.OpenSession(ctxT(t), connect.NewRequest(&v1.OpenSessionRequest{ClientId: "re", TtlMs: 10000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := func(g *gw) *v1.Granted {
+		resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "re", ClientId: "re", SessionId: sess.Msg.SessionId, Reentrant: true}))
+		if err != nil || !resp.Msg.Acquired {
+			t.Fatalf("re-entrant TryAcquire = %v, %v; want acquired", resp, err)
+		}
+		return resp.Msg.Granted
+	}
+	a := try(g1)
+	b := try(g2)
+	if a.HoldCount != 1 || b.HoldCount != 2 || b.LockId != a.LockId || b.FencingToken != a.FencingToken {
+		t.Fatalf("grants: hold counts %d, %d; same lock id %v, same token %v; want 1, 2, the same lock", a.HoldCount, b.HoldCount, a.LockId == b.LockId, a.FencingToken == b.FencingToken)
+	}
+	held := func() bool {
+		d, err := g1.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "re"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Msg.Held
+	}
+	release(t, g1, a)
+	if !held() {
+		t.Fatal("the name is free after one release of two holds")
+	}
+	release(t, g2, b)
+	if held() {
+		t.Fatal("the name is still held after the last release")
+	}
+	_, err = g1.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "re", TtlMs: 10000, Reentrant: true}))
+	if codeOf(err) != connect.CodeInvalidArgument || fieldOfErr(err) != "reentrant" {
+		t.Fatalf("re-entrant TryAcquire without a session = %v (field %q); want invalid_argument on reentrant", err, fieldOfErr(err))
+	}
+}

@@ -117,7 +117,7 @@ func newRequestID() string {
 }
 
 // acquireRequest validates the fields shared by Acquire and TryAcquire.
-func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32) (queue.AcquireRequest, *SessionID, error) {
+func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool) (queue.AcquireRequest, *SessionID, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
@@ -130,10 +130,13 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if limit < 0 || limit > queue.MaxLimit {
 		return queue.AcquireRequest{}, nil, badField("limit", "%d is outside 0 (a lock) to %d", limit, queue.MaxLimit)
 	}
+	if reentrant && sessionID == "" {
+		return queue.AcquireRequest{}, nil, badField("reentrant", "needs a session_id: only a session's secret proves a second acquire comes from the holder")
+	}
 	if requestID == "" {
 		requestID = newRequestID()
 	}
-	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit)}
+	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant}
 	var sess *SessionID
 	if sessionID != "" {
 		id, err := DecodeSessionID(s.keys, sessionID)
@@ -183,6 +186,7 @@ func (s *Service) granted(id Identity, t locks.Target, g queue.Grant) *v1.Grante
 		FencingToken: g.Token(),
 		TtlMs:        g.TTL.Milliseconds(),
 		Shard:        t.Shard,
+		HoldCount:    int32(max(g.Holds, 1)),
 	}
 	if !g.Deadline.IsZero() {
 		// A session lock's deadline is its session's.
@@ -199,7 +203,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant)
 	if err != nil {
 		return err
 	}
@@ -312,7 +316,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant)
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,13 @@ type AcquireRequest struct {
 	// order. 0 means 1 (a lock); at most 1000. A name's limit is fixed while
 	// it has holders or waiters: another limit is refused with
 	// failed_precondition.
-	Limit         int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Re-entrant, for a session acquire only (invalid_argument without
+	// session_id): when the session already holds the name through a
+	// re-entrant acquire, the same grant is returned (same lock_id and
+	// fencing_token) with hold_count one higher; each Release drops one hold
+	// and the last frees the name. Off by default.
+	Reentrant     bool `protobuf:"varint,8,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,6 +193,13 @@ func (x *AcquireRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *AcquireRequest) GetReentrant() bool {
+	if x != nil {
+		return x.Reentrant
+	}
+	return false
 }
 
 type AcquireResponse struct {
@@ -348,7 +361,10 @@ type Granted struct {
 	// its clock and the gateway's read. 0 for a lock in a session, whose
 	// deadline is that of the session's lease on the lock's shard, which
 	// KeepAliveSession reports (expires_at is then unset).
-	ValidForMs    int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	ValidForMs int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// The lock's holds after this grant: 1, or more when a re-entrant
+	// acquire re-entered a lock its session held.
+	HoldCount     int32 `protobuf:"varint,7,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -425,6 +441,13 @@ func (x *Granted) GetValidForMs() int64 {
 	return 0
 }
 
+func (x *Granted) GetHoldCount() int32 {
+	if x != nil {
+		return x.HoldCount
+	}
+	return 0
+}
+
 type TryAcquireRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -434,7 +457,9 @@ type TryAcquireRequest struct {
 	SessionId string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Semaphore limit, as in AcquireRequest: acquired only while fewer than
 	// `limit` hold and nobody waits.
-	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Re-entrant, as in AcquireRequest.
+	Reentrant     bool `protobuf:"varint,7,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +534,13 @@ func (x *TryAcquireRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *TryAcquireRequest) GetReentrant() bool {
+	if x != nil {
+		return x.Reentrant
+	}
+	return false
 }
 
 type TryAcquireResponse struct {
@@ -1712,7 +1744,7 @@ var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1722,7 +1754,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05limit\x18\a \x01(\x05R\x05limit\"}\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x1c\n" +
+	"\treentrant\x18\b \x01(\bR\treentrant\"}\n" +
 	"\x0fAcquireResponse\x12.\n" +
 	"\x06queued\x18\x01 \x01(\v2\x14.leasegate.v1.QueuedH\x00R\x06queued\x121\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedH\x00R\agrantedB\a\n" +
@@ -1730,7 +1763,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x06Queued\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xd1\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xf0\x01\n" +
 	"\aGranted\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x129\n" +
@@ -1739,7 +1772,9 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05shard\x18\x05 \x01(\tR\x05shard\x12 \n" +
 	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
-	"validForMs\"\xaf\x01\n" +
+	"validForMs\x12\x1d\n" +
+	"\n" +
+	"hold_count\x18\a \x01(\x05R\tholdCount\"\xcd\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1748,7 +1783,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05limit\x18\x06 \x01(\x05R\x05limit\"\xa9\x01\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1c\n" +
+	"\treentrant\x18\a \x01(\bR\treentrant\"\xa9\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12/\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedR\agranted\x12F\n" +
