@@ -91,7 +91,10 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 	if err != nil {
 		return nil, err
 	}
-	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit)}
+	if cfg.reentrant && s == nil {
+		return nil, invalid(op, "WithReentrant needs a session: use Session.Acquire")
+	}
+	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant}
 	if s != nil {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -254,7 +257,10 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	if err != nil {
 		return nil, err
 	}
-	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit)}
+	if cfg.reentrant && s == nil {
+		return nil, invalid(op, "WithReentrant needs a session: use Session.TryAcquire")
+	}
+	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant}
 	anchor := c.cfg.clock.Now()
 	for recoveries := 0; ; recoveries++ {
 		var view *sessionView
@@ -349,7 +355,8 @@ type grantTimes struct {
 const waitGrace = 500 * time.Millisecond
 
 func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time, manual bool) (*Lock, error) {
-	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
+	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond,
+		holds: int(max(g.HoldCount, 1))}
 	if s != nil {
 		// The attempt checked that the lease was live; if it was lost
 		// since, the lock is lost with it, as it should be.

@@ -23,6 +23,7 @@ type acquireConfig struct {
 	// manualRenew turns the background renewal off (WithManualRenew).
 	manualRenew bool
 	limit       int
+	reentrant   bool
 }
 
 type sessionConfig struct {
@@ -86,4 +87,15 @@ func WithRequestID(id string) AcquireOption {
 // waiters: an acquire with another limit fails with ErrLimitMismatch.
 func WithLimit(n int) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.limit = n })
+}
+
+// WithReentrant makes a Session.Acquire or Session.TryAcquire re-entrant:
+// when the session already holds the name through a re-entrant acquire,
+// it returns that lock again (same ID and Token) with HoldCount one
+// higher, and each Release drops one hold; the last frees the name. Off by
+// default, and only through a session (its id is a secret that proves the
+// holder): Client.Acquire with it fails with ErrInvalidArgument. Prefer
+// passing the held Lock down to code that needs it.
+func WithReentrant() AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.reentrant = true })
 }

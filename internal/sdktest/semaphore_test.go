@@ -63,3 +63,45 @@ func TestSemaphoreWithLimit(t *testing.T) {
 	_ = b.Release(ctx)
 	_ = l.Release(ctx)
 }
+
+// TestReentrantSessionLock: WithReentrant through a session returns the
+// same lock with HoldCount 2; the first Release leaves the name held, the
+// second frees it; without a session it is ErrInvalidArgument.
+func TestReentrantSessionLock(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	c := newClient(t, []string{g.URL}, client.WithClientID("re"))
+	ctx := ctxT(t)
+	s, err := c.OpenSession(ctx, client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	outer, err := s.Acquire(ctx, "re", client.WithReentrant())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := s.Acquire(ctx, "re", client.WithReentrant())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner.ID() != outer.ID() || inner.Token() != outer.Token() || outer.HoldCount() != 1 || inner.HoldCount() != 2 {
+		t.Fatalf("re-entered: same id %v, tokens %d %d, hold counts %d %d; want the same lock, 1 and 2",
+			inner.ID() == outer.ID(), outer.Token(), inner.Token(), outer.HoldCount(), inner.HoldCount())
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Describe(ctx, "re"); err != nil || !d.Held || d.Token != outer.Token() {
+		t.Fatalf("Describe after the inner release = %+v, %v; want still held by the outer hold", d, err)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Describe(ctx, "re"); err != nil || d.Held {
+		t.Fatalf("Describe after the last release = %+v, %v; want free", d, err)
+	}
+	if _, err := c.Acquire(ctx, "re", client.WithReentrant()); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("Client.Acquire WithReentrant = %v; want ErrInvalidArgument", err)
+	}
+}
