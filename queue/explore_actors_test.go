@@ -83,6 +83,7 @@ func (w *world) cast() {
 		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
 		func(i int) { w.addGhost(fmt.Sprintf("g%d", i)) },
+		func(i int) { w.add(w.reenterer(fmt.Sprintf("re%d", i))) },
 	}
 	if w.limit > 1 {
 		// A semaphore: limit+1 takers, so that one of them must wait,
@@ -615,6 +616,67 @@ func (w *world) mismatcher(name string) actorSpec {
 		}
 		w.believe(name, *g)
 		w.release(ctx, name, e, *g)
+	}}
+}
+
+// reenterer takes the lock re-entrant in a session, on one gateway, and
+// re-enters it on either (or has the re-entered grant undelivered, given
+// up); it holds until its last release, and the name is free after it.
+func (w *world) reenterer(name string) actorSpec {
+	e1, e2 := w.engine(), w.engine()
+	undelivered := w.rng.IntN(3) == 0
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-1")
+		closeSession, ok := w.openSession(ctx, e1, name, &r)
+		if !ok {
+			return
+		}
+		defer closeSession()
+		r.Reentrant = true
+		w.step(ctx, "acquire")
+		g1, err := w.acquire(ctx, name, e1, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		if !w.believe(name, *g1) {
+			return
+		}
+		r2 := r
+		r2.RequestID = name + "-2"
+		w.step(ctx, "re-enter")
+		g2, err := w.acquire(ctx, name, e2, r2)
+		switch {
+		case err != nil:
+			if !expectedEnd(err) {
+				w.violate("%s: re-enter: %v", name, err)
+			}
+			w.release(ctx, name, e1, *g1)
+			return
+		case g2.Revision != g1.Revision:
+			w.mu.Lock()
+			lost := w.expiredRev[g1.Revision]
+			w.mu.Unlock()
+			if !lost {
+				w.violate("%s: re-entrant acquire of its held lock (token %d) got another (token %d)", name, g1.Token(), g2.Token())
+			}
+			w.letGo(name)
+			w.release(ctx, name, e2, *g2)
+			return
+		case g2.Handle != g1.Handle || g2.Holds != 2:
+			w.violate("%s: re-entered grant: holds %d, same handle %v; want 2, true", name, g2.Holds, g2.Handle == g1.Handle)
+		}
+		if undelivered {
+			e2.Abandon(ctx, *g2) // the re-entered grant reaches nobody
+		} else {
+			w.step(ctx, "release-inner")
+			if _, err := e2.Release(ctx, g2.Handle, g2.Token()); err != nil {
+				w.violate("%s: inner release: %v", name, err)
+			}
+		}
+		w.release(ctx, name, e1, *g1)
 	}}
 }
 

@@ -28,7 +28,8 @@ import (
 // sees it). Its value is the number of holds beyond the first.
 //
 //   - Adding a hold is one transaction comparing the waiter key's create
-//     revision and lease (the session's: it was granted) and its secret,
+//     revision, mod revision (as read: no takeover since) and lease (the
+//     session's: it was granted) and its secret,
 //     the session's secret, and the holds key's mod revision as read. The
 //     key was among the holders at the read (holdsIn), and a key that
 //     holds at some revision holds until it goes (doc.go, "Semaphores"):
@@ -118,6 +119,7 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	skey := e.keys.session(r.Session)
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+		clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", r.Session),
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", hmod),
 	}, OwnerCmps(key, secret)...)
@@ -135,7 +137,10 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	_, meta, _ := decodeValue(kv.Value)
 	h := Handle{Name: r.Name, WaiterID: wid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	ttl := time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
-	return &Grant{Handle: h, TTL: ttl, Holds: int(extra + 2), reentered: true, asOf: resp.Header.Revision}, nil
+	// attempt is the write the key carries, unchanged: the grant rests on it
+	// as an attempt's does (the explorer checks it), but nothing deletes by
+	// it — giving this grant up drops a hold.
+	return &Grant{Handle: h, TTL: ttl, Holds: int(extra + 2), reentered: true, attempt: kv.ModRevision, asOf: resp.Header.Revision}, nil
 }
 
 // holdsOf reads a holds key's count of extra holds.
