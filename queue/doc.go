@@ -116,6 +116,18 @@
 // a semaphore's puts its key, holds if it is among the first N of limit
 // N, and takes it back otherwise.
 //
+// # Re-entrancy
+//
+// A re-entrant session acquire (reenter.go) of a lock its session holds
+// adds a hold, counted in a key of its own beside the name's prefix; the
+// lock's key is never written again, so no attempt's mod revision changes
+// and the arguments above stand. Release and every cleanup compare that
+// the holds key is absent before they delete; with holds, a release drops
+// one. The case against re-entrancy stands beside it: a function that
+// needs the lock its caller holds is better handed that lock (or its
+// token) than made to take it again — re-entry hides which code runs
+// inside the critical section. It is off unless asked for.
+//
 // # Every waiter dies without its attempt
 //
 // A lock with a lease of its own is renewed only by the attempt that waits
