@@ -11,16 +11,18 @@ import (
 // iteration runs one cycle on a lock (limit 1, a free name) and one on the
 // last free slot of a semaphore of limit 3 whose two other slots are held
 // throughout, alternately, and times each. ns/lock and ns/semaphore are
-// their means, and sem/lock their ratio:
+// their means, and sem/lock their ratio.
 //
-//		go test ./queue -run '^$' -bench SemaphoreCycle -benchtime=2s -count=3
+//   - session: the cycles' acquires name one session. A lock on a free
+//     name goes straight onto the session lease; a semaphore's acquire
+//     with others holding rides on the attempt lease first and is moved
+//     onto the session at its grant, one transaction more.
+//   - perlock: every acquire gets a lease of its own (and its release
+//     revokes it in the background, waited for at the end).
 //
-//	  - session: the cycles' acquires name one session. A lock on a free
-//	    name goes straight onto the session lease; a semaphore's acquire
-//	    with others holding rides on the attempt lease first and is moved
-//	    onto the session at its grant, one transaction more.
-//	  - perlock: every acquire gets a lease of its own (and its release
-//	    revokes it in the background, waited for at the end).
+// Run it with:
+//
+//	go test ./queue -run '^$' -bench SemaphoreCycle -benchtime=2s -count=3
 func BenchmarkSemaphoreCycle(b *testing.B) {
 	for _, session := range []bool{true, false} {
 		variant := "perlock"
