@@ -1,32 +1,14 @@
 package gateway_test
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
-
-// fieldOfErr is the field a Connect error's BadRequest detail names.
-func fieldOfErr(err error) string {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if br, ok := v.(*errdetails.BadRequest); ok && len(br.FieldViolations) > 0 {
-				return br.FieldViolations[0].Field
-			}
-		}
-	}
-	return ""
-}
 
 // TestSemaphoreAcrossGateways: two gateways over one etcd grant a name of
 // limit 2 to two holders at once and never a third; Describe lists both;
@@ -69,8 +51,8 @@ func TestSemaphoreAcrossGateways(t *testing.T) {
 	}
 	// Another limit: failed_precondition naming the field and the limit.
 	_, err = try(g2, 3)
-	if codeOf(err) != connect.CodeFailedPrecondition || fieldOfErr(err) != "limit" || !strings.Contains(err.Error(), "limit 2") {
-		t.Fatalf("TryAcquire with limit 3 = %v (field %q); want failed_precondition on field limit naming limit 2", err, fieldOfErr(err))
+	if codeOf(err) != connect.CodeFailedPrecondition || violatedField(err) != "limit" || !strings.Contains(err.Error(), "limit 2") {
+		t.Fatalf("TryAcquire with limit 3 = %v (field %q); want failed_precondition on field limit naming limit 2", err, violatedField(err))
 	}
 	status, body := postJSON(t, g1, "/api/v1/locks/acquire", `{"name":"pool","ttlMs":10000,"limit":1}`)
 	e, _ := body["error"].(map[string]any)
@@ -134,7 +116,7 @@ func TestReentrantAcrossGateways(t *testing.T) {
 		t.Fatal("the name is still held after the last release")
 	}
 	_, err = g1.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "re", TtlMs: 10000, Reentrant: true}))
-	if codeOf(err) != connect.CodeInvalidArgument || fieldOfErr(err) != "reentrant" {
-		t.Fatalf("re-entrant TryAcquire without a session = %v (field %q); want invalid_argument on reentrant", err, fieldOfErr(err))
+	if codeOf(err) != connect.CodeInvalidArgument || violatedField(err) != "reentrant" {
+		t.Fatalf("re-entrant TryAcquire without a session = %v (field %q); want invalid_argument on reentrant", err, violatedField(err))
 	}
 }
