@@ -40,27 +40,7 @@ func BenchmarkWaiterFootprint(b *testing.B) {
 		holder := mustAcquire(b, e, hr)
 		g0, gs0 := goroutinesBySide()
 		h0, hs0 := heapBySide()
-		queued := make(chan struct{}, footprintWaiters)
-		var wg sync.WaitGroup
-		for w := 0; w < footprintWaiters; w++ {
-			r := req(name)
-			once := sync.OnceFunc(func() { queued <- struct{}{} })
-			r.OnQueued = func(int64) { once() }
-			wt, err := e.Enqueue(ctx, r)
-			if err != nil {
-				b.Fatal(err)
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if g, err := wt.Wait(ctx); err == nil {
-					_, _ = e.Release(context.Background(), g.Handle, g.Token())
-				}
-			}()
-		}
-		for w := 0; w < footprintWaiters; w++ {
-			<-queued
-		}
+		wait := queueWaiters(b, ctx, e, footprintWaiters, func() AcquireRequest { return req(name) })
 		settleGoroutines()
 		g1, gs1 := goroutinesBySide()
 		h1, hs1 := heapBySide()
@@ -69,7 +49,7 @@ func BenchmarkWaiterFootprint(b *testing.B) {
 		b.ReportMetric(float64(gs1-gs0)/footprintWaiters, "server-goroutines/waiter")
 		b.ReportMetric(float64(hs1-hs0)/footprintWaiters, "server-heap-B/waiter")
 		cancel()
-		wg.Wait()
+		_ = wait() // cancelled
 		mustRelease(b, e, holder)
 	}
 }
@@ -203,11 +183,32 @@ func drainEngine(b *testing.B, e *Engine, sess Session, name string) time.Durati
 	if err != nil {
 		b.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	queued := make(chan struct{}, drainWaiters)
-	errs := make(chan error, drainWaiters)
-	for w := 0; w < drainWaiters; w++ {
+	wait := queueWaiters(b, ctx, e, drainWaiters, func() AcquireRequest {
 		r.RequestID = benchRequestID()
+		return r
+	})
+	t0 := time.Now()
+	if _, err := e.Release(ctx, holder.Handle, holder.Token()); err != nil {
+		b.Fatal(err)
+	}
+	err = wait()
+	d := time.Since(t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// queueWaiters enqueues n waiters that next makes, each waiting on a
+// goroutine of its own and releasing as soon as it is granted, and
+// returns once every one has reported its position. wait waits for them
+// all and returns the first error.
+func queueWaiters(b *testing.B, ctx context.Context, e *Engine, n int, next func() AcquireRequest) (wait func() error) {
+	var wg sync.WaitGroup
+	queued := make(chan struct{}, n)
+	errs := make(chan error, n)
+	for w := 0; w < n; w++ {
+		r := next()
 		once := sync.OnceFunc(func() { queued <- struct{}{} })
 		r.OnQueued = func(int64) { once() }
 		wt, err := e.Enqueue(ctx, r)
@@ -219,27 +220,21 @@ func drainEngine(b *testing.B, e *Engine, sess Session, name string) time.Durati
 			defer wg.Done()
 			g, err := wt.Wait(ctx)
 			if err == nil {
-				_, err = e.Release(ctx, g.Handle, g.Token())
+				_, err = e.Release(context.Background(), g.Handle, g.Token())
 			}
 			if err != nil {
 				errs <- err
 			}
 		}()
 	}
-	for w := 0; w < drainWaiters; w++ {
+	for w := 0; w < n; w++ {
 		<-queued
 	}
-	t0 := time.Now()
-	if _, err := e.Release(ctx, holder.Handle, holder.Token()); err != nil {
-		b.Fatal(err)
+	return func() error {
+		wg.Wait()
+		close(errs)
+		return <-errs
 	}
-	wg.Wait()
-	d := time.Since(t0)
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	return d
 }
 
 // drainMutex queues len(sessions)-1 Mutex waiters behind a holder on pfx

@@ -351,11 +351,13 @@ func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter Ac
 			b.Fatalf("waiter Acquire returned before queueing: %+v, %v", w.g, w.err)
 		}
 		if settled {
-			// Its predecessor's key, then its own: clientv3 registers the
-			// watches of one stream in order, so two registered include the
-			// predecessor's whatever else the waiter watches (with OnQueued
-			// set, the engine also watches the name for its position feed).
-			awaitWatchers(b, 2)
+			// The name hub's watch of the name, and for a session waiter
+			// the engine's watch of session records.
+			n := 1.0
+			if r.Session != 0 {
+				n = 2
+			}
+			awaitWatchers(b, n)
 		}
 		t0 := time.Now()
 		if ok, err := e.Release(ctx, g.Handle, g.Token()); err != nil || !ok {

@@ -390,36 +390,13 @@ func (w *world) undelivered(name string) actorSpec {
 // same request id on the other gateway, while the first attempt may still
 // run there: the first attempt's grant, if any, reaches nobody.
 func (w *world) addImpatient(name string) {
-	first, second := w.engines[0], w.engines[1]
-	if w.rng.IntN(2) == 0 {
-		first, second = second, first
-	}
-	r := w.request(name, name+"-req")
-	if w.rng.IntN(2) == 0 {
-		// A session lock: the session is opened before the schedule
-		// starts and closed after it ends.
-		s, err := first.OpenSession(context.Background(), name, 10*time.Minute)
-		if err != nil {
-			w.violate("%s: open session: %v", name, err)
-			return
-		}
-		w.after = append(w.after, func() { _ = first.CloseSession(context.Background(), s.Lease, s.Secret) })
-		r.Session, r.SessionSecret = s.Lease, s.Secret
+	first, second, r, ok := w.twoGateways(name)
+	if !ok {
+		return
 	}
 	var delivered, killed bool
 	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
-	retry := actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
-		w.step(ctx, "retry")
-		g, err := w.acquire(ctx, name, second, r)
-		if err != nil {
-			if !expectedEnd(err) {
-				w.violate("%s: retry: %v", name, err)
-			}
-			return
-		}
-		w.believe(name, *g)
-		w.release(ctx, name, second, *g)
-	}}
+	retry := w.retrier(name, second, r)
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		defer cancel(nil)
 		w.step(ctx, "acquire")
@@ -455,30 +432,32 @@ func (w *world) addImpatient(name string) {
 	}})
 }
 
-// addGhost adds a client whose stream dies unnoticed once it has
-// enqueued: its first attempt goes on waiting on one gateway (nothing
-// cancels it) while, at a moment the scheduler picks, the client retries with the same request id on the
-// other and takes the waiter over. From then on the first attempt owns
-// nothing: it must end superseded, and a grant it was given before the
-// takeover reaches nobody and is given up.
-func (w *world) addGhost(name string) {
-	first, second := w.engines[0], w.engines[1]
+// twoGateways picks the gateway a client's first attempt runs on and the
+// one it retries on, and its request: half the time a session lock, whose
+// session is opened before the schedule starts and closed after it ends.
+func (w *world) twoGateways(name string) (first, second *Engine, r AcquireRequest, ok bool) {
+	first, second = w.engines[0], w.engines[1]
 	if w.rng.IntN(2) == 0 {
 		first, second = second, first
 	}
-	r := w.request(name, name+"-req")
+	r = w.request(name, name+"-req")
 	if w.rng.IntN(2) == 0 {
 		s, err := first.OpenSession(context.Background(), name, 10*time.Minute)
 		if err != nil {
 			w.violate("%s: open session: %v", name, err)
-			return
+			return nil, nil, r, false
 		}
 		w.after = append(w.after, func() { _ = first.CloseSession(context.Background(), s.Lease, s.Secret) })
 		r.Session, r.SessionSecret = s.Lease, s.Secret
 	}
-	retry := actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
+	return first, second, r, true
+}
+
+// retrier is a client's retry of r on e, started by another actor.
+func (w *world) retrier(name string, e *Engine, r AcquireRequest) actorSpec {
+	return actorSpec{name: name + "-retry", client: name, run: func(ctx context.Context) {
 		w.step(ctx, "retry")
-		g, err := w.acquire(ctx, name, second, r)
+		g, err := w.acquire(ctx, name, e, r)
 		if err != nil {
 			if !expectedEnd(err) {
 				w.violate("%s: retry: %v", name, err)
@@ -486,8 +465,22 @@ func (w *world) addGhost(name string) {
 			return
 		}
 		w.believe(name, *g)
-		w.release(ctx, name, second, *g)
+		w.release(ctx, name, e, *g)
 	}}
+}
+
+// addGhost adds a client whose stream dies unnoticed once it has
+// enqueued: its first attempt goes on waiting on one gateway (nothing
+// cancels it) while, at a moment the scheduler picks, the client retries
+// with the same request id on the other and takes the waiter over. From
+// then on the first attempt owns nothing: it must end superseded, and a
+// grant it was given before the takeover reaches nobody and is given up.
+func (w *world) addGhost(name string) {
+	first, second, r, ok := w.twoGateways(name)
+	if !ok {
+		return
+	}
+	retry := w.retrier(name, second, r)
 	w.add(actorSpec{name: name, run: func(ctx context.Context) {
 		w.step(ctx, "acquire")
 		wt, err := first.Enqueue(ctx, r)

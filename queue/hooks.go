@@ -17,7 +17,7 @@ const (
 	pointEnqueue  = "enqueue.txn"      // before the acquire transaction
 	pointTakeover = "resume.takeover"  // before an attempt takes over its waiter key
 	pointRegister = "wait.register"    // enqueued, before the waiter registers with its name's hub
-	pointHubEvent = "hub.event"        // a name hub has a watch event, before it applies it to its view
+	pointHubEvent = "hub.event"        // a name hub has a revision's watch events, before it applies them to its view
 	pointGrant    = "grant"            // first in the queue, before the grant is made
 	pointCleanup  = "cleanup.txn"      // before a waiter's key is removed
 	pointCleaned  = "cleanup.done"     // a removal ended (deleted or found the key not its own)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,8 +28,9 @@ import (
 // again from a fresh read; every waiter is judged again against it.
 //
 // Waiters register with their key's create revision and their attempt's
-// mod revision. After every event the hub judges each waiter against the
-// view at the event's revision R (see doc.go, "The name hub"): its key
+// mod revision. After every revision's events (a transaction's, applied
+// together) the hub judges each waiter against the view at that revision R
+// (see doc.go, "The name hub"): its key
 // gone or created again → ErrLeaseLost; its key written by another
 // attempt → ErrSuperseded; fewer keys with a lower create revision than
 // its semaphore limit, all with its limit (for a lock: none) → it holds,
@@ -149,6 +151,9 @@ func (s *hubSet) register(ctx context.Context, prefix, key string, create, mod i
 	w := &hubWaiter{h: h, key: key, create: create, mod: mod, limit: max(limit, 1), positions: positions, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.waiters[w] = struct{}{}
+	if s.e.ctx.Err() != nil {
+		w.st.err = fmt.Errorf("%w: the engine is closed", ErrClosed)
+	}
 	h.judgeLocked(w, "", 0)
 	h.mu.Unlock()
 	return w
@@ -208,21 +213,14 @@ func (h *nameHub) run(ctx context.Context) {
 // and ended (the caller starts over at once).
 func (h *nameHub) follow(ctx context.Context) error {
 	e := h.set.e
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := e.cli.Watch(wctx, h.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	var r0 int64
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case wr, ok := <-wch:
-		if !ok || wr.Err() != nil || !wr.Created {
-			return fmt.Errorf("queue: hub watch: %v", wr.Err())
-		}
-		// The watch delivers every revision after the one it was created
-		// at, which its created notice names.
-		r0 = wr.Header.Revision
+	wch, created, stop, err := e.openWatch(ctx, h.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
 	}
+	defer stop()
+	// The watch delivers every revision after the one it was created at,
+	// which its created notice names.
+	r0 := created.Header.Revision
 	if e.testHookBeforeViewRead != nil {
 		e.testHookBeforeViewRead()
 	}
@@ -255,12 +253,20 @@ func (h *nameHub) follow(ctx context.Context) error {
 		if err := wr.Err(); err != nil {
 			return fmt.Errorf("queue: hub watch: %w", err)
 		}
-		for _, ev := range wr.Events {
+		// The events of one revision (one transaction) are applied
+		// together: between them the view would be a state etcd never
+		// had. etcd never splits a revision across responses.
+		for evs := wr.Events; len(evs) > 0; {
+			n := 1
+			for n < len(evs) && evs[n].Kv.ModRevision == evs[0].Kv.ModRevision {
+				n++
+			}
 			e.at(ctx, pointHubEvent)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			h.apply(ev)
+			h.apply(evs[:n])
+			evs = evs[n:]
 		}
 	}
 }
@@ -302,49 +308,58 @@ func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64) {
 	}
 }
 
-// apply applies one event, in revision order, and judges every waiter at
-// the event's revision.
-func (h *nameHub) apply(ev *clientv3.Event) {
+// apply applies the events of one revision and judges every waiter at
+// that revision.
+func (h *nameHub) apply(evs []*clientv3.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	key := string(ev.Kv.Key)
-	left, leftCreate := "", int64(0)
-	old := h.keys[key]
-	switch ev.Type {
-	case mvccpb.PUT:
-		if old != nil && old.create == ev.Kv.CreateRevision {
-			old.mod, old.lease, old.limit = ev.Kv.ModRevision, ev.Kv.Lease, limitOf(ev.Kv.Value)
-			h.limits[old.create] = old.limit
-			break
-		}
-		if old != nil {
-			// Deleted and created again without the deletion seen: cannot
-			// happen in a gapless feed, but identity is the create revision.
-			h.removeLocked(old.create)
-		}
-		h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease, limit: limitOf(ev.Kv.Value)}
-		h.limits[ev.Kv.CreateRevision] = h.keys[key].limit
-		if n := len(h.order); n == 0 || h.order[n-1] < ev.Kv.CreateRevision {
-			h.order = append(h.order, ev.Kv.CreateRevision) // create revisions only grow
-		} else {
-			i, _ := slices.BinarySearch(h.order, ev.Kv.CreateRevision)
-			h.order = slices.Insert(h.order, i, ev.Kv.CreateRevision)
-		}
-	case mvccpb.DELETE:
-		if old == nil {
-			break
-		}
-		delete(h.keys, key)
-		h.removeLocked(old.create)
-		left, leftCreate = key, old.create
+	type gone struct {
+		key    string
+		create int64
 	}
-	h.rev = ev.Kv.ModRevision
-	for w := range h.waiters {
-		if left != "" && leftCreate < w.create {
-			h.judgeLocked(w, left, h.rev)
-			continue
+	var left []gone
+	for _, ev := range evs {
+		key := string(ev.Kv.Key)
+		old := h.keys[key]
+		switch ev.Type {
+		case mvccpb.PUT:
+			if old != nil && old.create == ev.Kv.CreateRevision {
+				old.mod, old.lease, old.limit = ev.Kv.ModRevision, ev.Kv.Lease, limitOf(ev.Kv.Value)
+				h.limits[old.create] = old.limit
+				continue
+			}
+			if old != nil {
+				// Deleted and created again without the deletion seen:
+				// cannot happen in a gapless feed, but identity is the
+				// create revision.
+				h.removeLocked(old.create)
+			}
+			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease, limit: limitOf(ev.Kv.Value)}
+			h.limits[ev.Kv.CreateRevision] = h.keys[key].limit
+			if n := len(h.order); n == 0 || h.order[n-1] < ev.Kv.CreateRevision {
+				h.order = append(h.order, ev.Kv.CreateRevision) // create revisions only grow
+			} else {
+				i, _ := slices.BinarySearch(h.order, ev.Kv.CreateRevision)
+				h.order = slices.Insert(h.order, i, ev.Kv.CreateRevision)
+			}
+		case mvccpb.DELETE:
+			if old == nil {
+				continue
+			}
+			delete(h.keys, key)
+			h.removeLocked(old.create)
+			left = append(left, gone{key, old.create})
 		}
-		h.judgeLocked(w, "", 0)
+	}
+	h.rev = evs[len(evs)-1].Kv.ModRevision
+	for w := range h.waiters {
+		key := ""
+		for _, g := range left {
+			if g.create < w.create {
+				key = g.key
+			}
+		}
+		h.judgeLocked(w, key, h.rev)
 	}
 }
 
@@ -401,5 +416,37 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
 		w.signal() // first verdict: the waiter learns its position
 	case w.positions && st.pos != prev.pos && (!w.paced || st.pos <= 1):
 		w.signal()
+	}
+}
+
+// openWatch opens a watch (requiring a leader) of key with opts and returns
+// it once etcd has confirmed it, with the confirmation; stop ends it, and
+// so does ctx.
+//
+// The watch does not end with ctx before etcd has confirmed it: the
+// client cancels a watch whose id it has not yet learned only when etcd
+// next sends on it, which for a quiet key may be never, and etcd would keep
+// the watcher meanwhile. So a ctx that ends first waits for the
+// confirmation (at most RequestTimeout) before the watch is cancelled.
+func (e *Engine) openWatch(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, clientv3.WatchResponse, func(), error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
+	wch := e.cli.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
+	select {
+	case wr, ok := <-wch:
+		if !ok || wr.Err() != nil || !wr.Created {
+			cancel()
+			return nil, wr, nil, fmt.Errorf("queue: watch %q: not created: %v", key, wr.Err())
+		}
+		stop := context.AfterFunc(ctx, cancel)
+		return wch, wr, func() { stop(); cancel() }, nil
+	case <-ctx.Done():
+		t := time.NewTimer(e.cfg.RequestTimeout)
+		select {
+		case <-wch:
+		case <-t.C:
+		}
+		t.Stop()
+		cancel()
+		return nil, clientv3.WatchResponse{}, nil, ctx.Err()
 	}
 }

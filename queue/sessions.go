@@ -121,20 +121,21 @@ func (s *sessionWatch) run(ctx context.Context, rev int64) {
 	prefix := s.e.cfg.Prefix + "/sessions/"
 	b := newBackoff(s.e.cfg.Clock)
 	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := s.e.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut())
-		for wr := range wch {
-			if wr.Err() != nil {
-				break
-			}
-			b.reset()
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					s.deleted(strings.TrimPrefix(string(ev.Kv.Key), prefix), ev.Kv.ModRevision)
+		wch, _, stop, err := s.e.openWatch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut())
+		if err == nil {
+			for wr := range wch {
+				if wr.Err() != nil {
+					break
+				}
+				b.reset()
+				for _, ev := range wr.Events {
+					if ev.Type == mvccpb.DELETE {
+						s.deleted(strings.TrimPrefix(string(ev.Kv.Key), prefix), ev.Kv.ModRevision)
+					}
 				}
 			}
+			stop()
 		}
-		cancel()
 		if ctx.Err() != nil || b.wait(ctx) != nil {
 			return
 		}
