@@ -76,6 +76,11 @@ type AcquireRequest struct {
 	// more hold, and each Release drops one (reenter.go). Without a
 	// session it is ErrInvalidArgument.
 	Reentrant bool
+	// LockDelay, when positive (at most MaxLockDelay), keeps the name from
+	// being granted to anyone until LockDelay after this holder's lease
+	// expires, should it expire rather than be released (delay.go). A
+	// clean release frees the name at once.
+	LockDelay time.Duration
 }
 
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
@@ -92,6 +97,9 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 		return 0, fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
 	}
 	if err := validateLimit(r.Limit); err != nil {
+		return 0, err
+	}
+	if err := validateLockDelay(r.LockDelay); err != nil {
 		return 0, err
 	}
 	if r.Reentrant && r.Session == 0 {
@@ -126,6 +134,7 @@ type enqueued struct {
 	resumed  bool
 	first    *mvccpb.KeyValue
 	holds    bool  // the key held when its attempt wrote it (holdsIn at modRev)
+	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
 	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
@@ -229,6 +238,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Attempt:  newAttempt(),
 		Limit:    storedLimit(r.effectiveLimit()),
 		Reenter:  reenterSeal(r, secret),
+		Delay:    r.LockDelay.Milliseconds(),
 	})
 
 	// A session waiter that may have to wait rides on the attempt lease
@@ -273,10 +283,12 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	cmps = append(cmps, r.Guards...)
 	// Responses: 0 the put (or the key), 1 the first n keys by create
 	// revision (the first key for a lock), 2 the count of keys, 3 the
-	// session record (session waiters only).
+	// count of lock-delay records, 4 the session record (session waiters
+	// only).
 	countOp := clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, withFirstN(n)...), countOp}
-	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, withFirstN(n)...), countOp}
+	delaysOp := clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
+	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
 	if r.Session != 0 {
 		thenOps = append(thenOps, clientv3.OpGet(e.keys.session(r.Session)))
 		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
@@ -303,10 +315,11 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	firstN := resp.Responses[1].GetResponseRange().GetKvs()
 	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
 		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n),
-		ahead: resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
+		delays: resp.Responses[3].GetResponseRange().Count > 0,
+		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
 	if r.Session != 0 {
 		q.h.Lease, q.keyLease = r.Session, r.Session
-		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[3]).GetValue()).TTL) * time.Second
+		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[4]).GetValue()).TTL) * time.Second
 		if !onlyIfFree && !(direct && resp.Responses[0].GetResponseTxn().GetSucceeded()) {
 			q.keyLease, q.att = att.id, att
 		} else {
@@ -334,7 +347,7 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 		return nil, mine, nil
 	}
 	if r.Session != 0 {
-		if s := firstKV(resp.Responses[3]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
+		if s := firstKV(resp.Responses[4]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
 			return nil, nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
 		}
 	}
@@ -423,7 +436,7 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	if w.reentered != nil {
 		return *w.reentered, nil
 	}
-	if w.q.holds && w.r.BeforeGrant == nil {
+	if w.q.holds && w.r.BeforeGrant == nil && !w.q.delays {
 		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
 		if err != nil {
 			w.e.endAttempt(ctx, w.q, err)
@@ -443,7 +456,7 @@ func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 		return TryResult{Acquired: true, Grant: *w.reentered}, nil
 	}
 	q := w.q
-	if q.holds && w.r.BeforeGrant == nil {
+	if q.holds && w.r.BeforeGrant == nil && !w.e.delayPending(ctx, q) {
 		g, err := w.e.granted(ctx, &w.r, q, w.began)
 		if err != nil {
 			w.e.endAttempt(ctx, q, err)
@@ -452,6 +465,9 @@ func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 		return TryResult{Acquired: true, Grant: g}, nil
 	}
 	w.e.removeWaiterLater(ctx, q)
+	if q.first.GetCreateRevision() == q.h.Revision {
+		return TryResult{}, nil // first, but a lock-delay is pending: no holder to report
+	}
 	holder, err := w.e.holderInfo(ctx, q.first)
 	if err != nil {
 		return TryResult{}, err
@@ -495,7 +511,7 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	if err != nil {
 		return TryResult{}, err
 	}
-	if q.h.Revision != 0 && q.holds {
+	if q.h.Revision != 0 && q.holds && !e.delayPending(ctx, q) {
 		g, err := e.granted(ctx, &r, q, began)
 		if err != nil {
 			e.endAttempt(ctx, q, err)
@@ -510,6 +526,9 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		// The takeover or the put made this attempt the key's owner, so
 		// the removal cannot touch anything a later attempt wrote.
 		e.removeWaiterLater(ctx, q)
+	}
+	if q.h.Revision != 0 && q.first.GetCreateRevision() == q.h.Revision {
+		return TryResult{}, nil // first, but a lock-delay is pending: no holder to report
 	}
 	holder, err := e.holderInfo(ctx, q.first)
 	if err != nil {

@@ -50,7 +50,9 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 			// A lock re-entered through its session is not an attempt's
 			// to delete (reenter.go).
 			clientv3.Compare(clientv3.CreateRevision(e.keys.holds(name, waiterID)), "=", 0),
-		).Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).Commit()
+		).Then(clientv3.OpDelete(key, clientv3.WithPrevKV()),
+			// A grant nobody received leaves no lock-delay behind (delay.go).
+			e.releaseDelayOp(Handle{Name: name, WaiterID: waiterID, Revision: rev})).Commit()
 		cancel()
 		if err == nil {
 			if resp.Succeeded {

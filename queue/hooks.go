@@ -27,6 +27,7 @@ const (
 	pointAbandon  = "abandon.txn"      // before an undelivered grant is given up
 	pointReenter  = "reenter.txn"      // before a re-entrant acquire adds a hold
 	pointDropHold = "drophold.txn"     // before a release drops a re-entered hold
+	pointDelay    = "delay.wait"       // before a grant waits out an expired holder's lock-delay
 	pointLeaseGet = "attempt.lease"    // before the attempt lease is granted
 	pointSpawned  = "background.start" // a background task of the caller begins
 )

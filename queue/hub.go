@@ -42,7 +42,8 @@ import (
 // viewKey is one key of a hub's view.
 type viewKey struct {
 	create, mod, lease int64
-	limit              int // the semaphore limit its value records (limitOf)
+	limit              int  // the semaphore limit its value records (limitOf)
+	delay              bool // its value asks for a lock-delay (delayDue)
 }
 
 // hubStatus is the hub's verdict on one waiter, exact at revision rev.
@@ -51,6 +52,7 @@ type hubStatus struct {
 	ahead   int64  // keys with a lower create revision
 	holds   bool   // fewer than limit keys ahead, all with the waiter's limit
 	pos     int64  // the position to report (position)
+	delayed bool   // the name may have lock-delay records (delay.go)
 	pred    int64  // create revision of the key right ahead; 0 when first
 	left    string // the last key ahead seen to go (the handoff record names it)
 	leftRev int64  // the revision of its deletion
@@ -104,15 +106,19 @@ func (w *hubWaiter) viewRev() int64 {
 type nameHub struct {
 	set    *hubSet
 	prefix string
-	refs   int // guarded by set.mu
+	delays string // the name's lock-delay records (delay.go)
+	refs   int    // guarded by set.mu
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the hub has no waiters left
 
-	mu      sync.Mutex
-	keys    map[string]*viewKey
-	order   []int64       // create revisions of keys, ascending
-	limits  map[int64]int // the limit of each key, by create revision
-	rev     int64         // the view is etcd's state of the prefix at rev; 0 while it is built
+	mu     sync.Mutex
+	keys   map[string]*viewKey
+	order  []int64       // create revisions of keys, ascending
+	limits map[int64]int // the limit of each key, by create revision
+	rev    int64         // the view is etcd's state of the prefix at rev; 0 while it is built
+	// delayed: lock-delay records existed when the view was read, or a
+	// key that asked for a lock-delay has gone since (delay.go).
+	delayed bool
 	waiters map[*hubWaiter]struct{}
 }
 
@@ -130,12 +136,12 @@ func newHubSet(e *Engine) *hubSet { return &hubSet{e: e, hubs: map[string]*nameH
 // create and last written by its attempt at mod, starting the name's hub
 // if it has none. ctx is the waiter's: the hub started for it carries its
 // values (the explorer's actor identity), not its cancellation.
-func (s *hubSet) register(ctx context.Context, prefix, key string, create, mod int64, limit int, positions bool) *hubWaiter {
+func (s *hubSet) register(ctx context.Context, prefix, delays, key string, create, mod int64, limit int, positions bool) *hubWaiter {
 	s.mu.Lock()
 	h := s.hubs[prefix]
 	if h == nil {
 		hctx, cancel := context.WithCancel(s.e.ctx)
-		h = &nameHub{set: s, prefix: prefix, cancel: cancel, done: make(chan struct{}),
+		h = &nameHub{set: s, prefix: prefix, delays: delays, cancel: cancel, done: make(chan struct{}),
 			keys: map[string]*viewKey{}, limits: map[int64]int{}, waiters: map[*hubWaiter]struct{}{}}
 		s.hubs[prefix] = h
 		vals := ctx
@@ -224,11 +230,14 @@ func (h *nameHub) follow(ctx context.Context) error {
 	if e.testHookBeforeViewRead != nil {
 		e.testHookBeforeViewRead()
 	}
-	resp, err := e.cli.Get(ctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0))
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0)),
+		clientv3.OpGet(h.delays, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(r0)),
+	).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: hub read: %w", err)
 	}
-	h.rebuild(resp.Kvs, r0)
+	h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().Count > 0)
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -289,14 +298,15 @@ func (h *nameHub) closing() bool {
 
 // rebuild replaces the view with kvs, read at rev, and judges every
 // waiter again.
-func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64) {
+func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.delayed = h.delayed || delayed
 	h.keys = make(map[string]*viewKey, len(kvs))
 	h.limits = make(map[int64]int, len(kvs))
 	h.order = h.order[:0]
 	for _, kv := range kvs {
-		k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: limitOf(kv.Value)}
+		k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: limitOf(kv.Value), delay: delayDue(kv.Value)}
 		h.keys[string(kv.Key)] = k
 		h.limits[k.create] = k.limit
 		h.order = append(h.order, kv.CreateRevision)
@@ -324,7 +334,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 		switch ev.Type {
 		case mvccpb.PUT:
 			if old != nil && old.create == ev.Kv.CreateRevision {
-				old.mod, old.lease, old.limit = ev.Kv.ModRevision, ev.Kv.Lease, limitOf(ev.Kv.Value)
+				old.mod, old.lease, old.limit, old.delay = ev.Kv.ModRevision, ev.Kv.Lease, limitOf(ev.Kv.Value), delayDue(ev.Kv.Value)
 				h.limits[old.create] = old.limit
 				continue
 			}
@@ -334,7 +344,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 				// create revision.
 				h.removeLocked(old.create)
 			}
-			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease, limit: limitOf(ev.Kv.Value)}
+			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease, limit: limitOf(ev.Kv.Value), delay: delayDue(ev.Kv.Value)}
 			h.limits[ev.Kv.CreateRevision] = h.keys[key].limit
 			if n := len(h.order); n == 0 || h.order[n-1] < ev.Kv.CreateRevision {
 				h.order = append(h.order, ev.Kv.CreateRevision) // create revisions only grow
@@ -349,6 +359,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 			delete(h.keys, key)
 			h.removeLocked(old.create)
 			left = append(left, gone{key, old.create})
+			h.delayed = h.delayed || old.delay
 		}
 	}
 	h.rev = evs[len(evs)-1].Kv.ModRevision
@@ -380,7 +391,7 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
 		return
 	}
 	prev := w.st
-	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev}
+	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev, delayed: h.delayed}
 	if left != "" {
 		st.left, st.leftRev = left, leftRev
 	}

@@ -42,6 +42,10 @@ type waiterMeta struct {
 	// re-entrant acquire through the same session hands out the same lock
 	// id with it, whatever its request id.
 	Reenter string `json:"r,omitempty"`
+	// Delay is the lock-delay the waiter asked for, in milliseconds
+	// (delay.go): a hub that sees a key with one go looks for delay
+	// records before its next grant.
+	Delay int64 `json:"d,omitempty"`
 }
 
 // newAttempt draws an attempt nonce.

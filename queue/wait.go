@@ -176,7 +176,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	prefix := e.keys.namePrefix(r.Name)
 	key := prefix + q.h.WaiterID
 	e.at(ctx, pointRegister)
-	hw := e.hubs.register(ctx, prefix, key, q.h.Revision, q.modRev, q.limit, r.OnQueued != nil)
+	hw := e.hubs.register(ctx, prefix, e.keys.delayPrefix(r.Name), key, q.h.Revision, q.modRev, q.limit, r.OnQueued != nil)
 	defer e.hubs.unregister(hw)
 	var sessGone <-chan struct{}
 	sessKey := ""
@@ -259,6 +259,15 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 // holds until its own key goes (doc.go, "The name hub", "Semaphores").
 func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began time.Time, waited bool) (Grant, error) {
 	seen := e.cfg.Clock.Now() // when this waiter saw the last key ahead go
+	if q.delays || st.delayed {
+		// An expired holder's lock-delay may be pending (delay.go).
+		if _, err := e.awaitLockDelays(ctx, r.Name, true); err != nil {
+			return Grant{}, err
+		}
+		if st := hw.status(); st.err != nil {
+			return Grant{}, st.err
+		}
+	}
 	if r.BeforeGrant != nil {
 		if err := r.BeforeGrant(ctx); err != nil {
 			return Grant{}, err
