@@ -75,6 +75,8 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 		return cfg, invalid(op, "request id is %d bytes; the limit is %d", len(cfg.requestID), v1.MaxIDBytes)
 	case cfg.limit < 0 || cfg.limit > v1.MaxSemaphoreLimit:
 		return cfg, invalid(op, "limit %d is outside 0 (a lock) to %d", cfg.limit, v1.MaxSemaphoreLimit)
+	case cfg.lockDelay < 0 || cfg.lockDelay > v1.MaxLockDelayMs*time.Millisecond:
+		return cfg, invalid(op, "lock delay %s is outside 0 to %s", cfg.lockDelay, v1.MaxLockDelayMs*time.Millisecond)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()
@@ -94,7 +96,8 @@ func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []Ac
 	if cfg.reentrant && s == nil {
 		return nil, invalid(op, "WithReentrant needs a session: use Session.Acquire")
 	}
-	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant}
+	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
+		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	if s != nil {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -260,7 +263,8 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	if cfg.reentrant && s == nil {
 		return nil, invalid(op, "WithReentrant needs a session: use Session.TryAcquire")
 	}
-	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant}
+	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
+		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	anchor := c.cfg.clock.Now()
 	for recoveries := 0; ; recoveries++ {
 		var view *sessionView

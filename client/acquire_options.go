@@ -24,6 +24,7 @@ type acquireConfig struct {
 	manualRenew bool
 	limit       int
 	reentrant   bool
+	lockDelay   time.Duration
 }
 
 type sessionConfig struct {
@@ -98,4 +99,15 @@ func WithLimit(n int) AcquireOption {
 // passing the held Lock down to code that needs it.
 func WithReentrant() AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.reentrant = true })
+}
+
+// WithLockDelay asks for a lock-delay (Chubby's, Consul's): should this
+// lock's lease expire rather than be released, nobody is granted the name
+// until d after the expiry, so a holder that was cut off has time to
+// notice before the next one starts. Release frees the name at once.
+// Default 0; at most 60 s, in whole milliseconds. It is a heuristic for
+// holders without fencing: a holder paused longer than d still acts late;
+// fencing tokens are the real answer.
+func WithLockDelay(d time.Duration) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.lockDelay = d })
 }

@@ -32,6 +32,10 @@ type Description struct {
 	Shard string
 	// Limit is the name's semaphore limit: 1 for a lock, 0 when free.
 	Limit int
+	// DelayUntil, when set, is when a pending lock-delay ends at the
+	// latest: a holder that asked for one expired, and nobody is granted
+	// the name before it (WithLockDelay).
+	DelayUntil time.Time
 	// Holders lists every holder, oldest first: one for a lock, up to
 	// Limit for a semaphore. The Holder… fields and Token describe the
 	// first.
@@ -66,6 +70,9 @@ func (c *Client) Describe(ctx context.Context, name string) (Description, error)
 			Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, Token: m.FencingToken,
 			Waiters: m.Waiters, TTL: time.Duration(m.TtlMs) * time.Millisecond, Shard: m.Shard,
 			Limit: int(m.Limit),
+		}
+		if m.DelayUntil != nil {
+			d.DelayUntil = m.DelayUntil.AsTime()
 		}
 		for _, h := range m.Holders {
 			d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(),

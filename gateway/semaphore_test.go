@@ -1,11 +1,15 @@
 package gateway_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
@@ -118,5 +122,46 @@ func TestReentrantAcrossGateways(t *testing.T) {
 	_, err = g1.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "re", TtlMs: 10000, Reentrant: true}))
 	if codeOf(err) != connect.CodeInvalidArgument || violatedField(err) != "reentrant" {
 		t.Fatalf("re-entrant TryAcquire without a session = %v (field %q); want invalid_argument on reentrant", err, violatedField(err))
+	}
+}
+
+// TestLockDelayOverTheWire: lock_delay_ms is bounded (invalid_argument on
+// the field, over Connect and REST); after a holder with a lock-delay
+// expires, Describe reports delay_until and TryAcquire is not acquired.
+func TestLockDelayOverTheWire(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	_, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "ld", TtlMs: 10000, LockDelayMs: 60001}))
+	if codeOf(err) != connect.CodeInvalidArgument || violatedField(err) != "lock_delay_ms" {
+		t.Fatalf("TryAcquire with lock_delay_ms 60001 = %v; want invalid_argument on lock_delay_ms", err)
+	}
+	status, body := postJSON(t, g, "/api/v1/locks/acquire", `{"name":"ld","ttlMs":10000,"lockDelayMs":-1}`)
+	if e, _ := body["error"].(map[string]any); status != http.StatusBadRequest || e["field"] != "lockDelayMs" {
+		t.Fatalf("REST acquire with lockDelayMs -1 = %d %v; want 400 on field lockDelayMs", status, body)
+	}
+	// A holder that is never renewed expires; its 30 s delay then holds.
+	cli := etcdClient(t)
+	wctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	watch := cli.Watch(wctx, g.Prefix+"/locks/", clientv3.WithPrefix())
+	resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "ld", TtlMs: 1000, LockDelayMs: 30000}))
+	if err != nil || !resp.Msg.Acquired {
+		t.Fatalf("TryAcquire = %v, %v; want acquired", resp, err)
+	}
+	for deleted := false; !deleted; {
+		wr := <-watch
+		for _, ev := range wr.Events {
+			deleted = deleted || ev.Type == mvccpb.DELETE
+		}
+		if wr.Err() != nil {
+			t.Fatal(wr.Err())
+		}
+	}
+	d, err := g.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "ld"}))
+	if err != nil || d.Msg.Held || d.Msg.DelayUntil == nil || time.Until(d.Msg.DelayUntil.AsTime()) < 20*time.Second {
+		t.Fatalf("Describe after the holder expired = %v, %v; want free with delay_until about 30 s ahead", d, err)
+	}
+	if r, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "ld", TtlMs: 10000})); err != nil || r.Msg.Acquired {
+		t.Fatalf("TryAcquire during the lock-delay = %v, %v; want not acquired", r, err)
 	}
 }

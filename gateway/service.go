@@ -117,7 +117,7 @@ func newRequestID() string {
 }
 
 // acquireRequest validates the fields shared by Acquire and TryAcquire.
-func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool) (queue.AcquireRequest, *SessionID, error) {
+func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (queue.AcquireRequest, *SessionID, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
@@ -130,13 +130,17 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if limit < 0 || limit > queue.MaxLimit {
 		return queue.AcquireRequest{}, nil, badField("limit", "%d is outside 0 (a lock) to %d", limit, queue.MaxLimit)
 	}
+	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
+		return queue.AcquireRequest{}, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
+	}
 	if reentrant && sessionID == "" {
 		return queue.AcquireRequest{}, nil, badField("reentrant", "needs a session_id: only a session's secret proves a second acquire comes from the holder")
 	}
 	if requestID == "" {
 		requestID = newRequestID()
 	}
-	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant}
+	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant,
+		LockDelay: time.Duration(lockDelayMs) * time.Millisecond}
 	var sess *SessionID
 	if sessionID != "" {
 		id, err := DecodeSessionID(s.keys, sessionID)
@@ -203,7 +207,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return err
 	}
@@ -316,7 +320,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return nil, err
 	}
@@ -474,6 +478,9 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 		return nil, err
 	}
 	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters, Limit: int32(d.Limit)}
+	if !d.DelayUntil.IsZero() {
+		out.DelayUntil = timestamppb.New(d.DelayUntil)
+	}
 	for _, h := range d.Holders {
 		out.Holders = append(out.Holders, &v1.Holder{ClientId: h.ClientID, ExpiresAt: timestamppb.New(h.Expires),
 			FencingToken: h.Token, TtlMs: h.TTL.Milliseconds()})

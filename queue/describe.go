@@ -24,6 +24,11 @@ type Description struct {
 	Limit int
 	// Waiters counts the waiters behind the holders.
 	Waiters int64
+	// DelayUntil, when set, is when a pending lock-delay of a holder whose
+	// lease expired ends at the latest, as seen now: no one is granted the
+	// name before then (a waiter measures from when it saw the expiry, so
+	// it may be granted sooner than this).
+	DelayUntil time.Time
 	// Revision is the etcd revision the snapshot was read at.
 	Revision int64
 }
@@ -39,11 +44,21 @@ func (e *Engine) Describe(ctx context.Context, name string) (Description, error)
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
 		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.keys.delayPrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
 		return Description{}, fmt.Errorf("queue: describe: %w", err)
 	}
 	d := Description{Name: name, Revision: resp.Header.Revision}
+	if resp.Responses[2].GetResponseRange().Count > 0 {
+		recs, delay, err := e.pendingDelays(ctx, name)
+		if err != nil {
+			return Description{}, err
+		}
+		if len(recs) > 0 {
+			d.DelayUntil = e.cfg.Clock.Now().Add(delay)
+		}
+	}
 	first := firstKV(resp.Responses[0])
 	if first == nil {
 		return d, nil

@@ -18,6 +18,7 @@ func descFields(d client.Description) []field {
 		{"LIMIT", "limit", d.Limit},
 		{"HOLDERS", "holders", len(d.Holders)},
 		{"WAITERS", "waiters", d.Waiters},
+		{"DELAY UNTIL", "delayUntil", d.DelayUntil},
 		{"TTL", "ttlMs", d.TTL},
 		{"EXPIRES", "holderExpiresAt", d.HolderExpires},
 		{"SHARD", "shard", d.Shard},

@@ -111,7 +111,13 @@ type AcquireRequest struct {
 	// re-entrant acquire, the same grant is returned (same lock_id and
 	// fencing_token) with hold_count one higher; each Release drops one hold
 	// and the last frees the name. Off by default.
-	Reentrant     bool `protobuf:"varint,8,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
+	Reentrant bool `protobuf:"varint,8,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
+	// Lock-delay in milliseconds, 0 to 60000 (default 0): should this
+	// holder's lease expire rather than be released, nobody is granted the
+	// name until lock_delay_ms after the expiry. A clean release frees the
+	// name at once. A heuristic for holders without fencing; fencing tokens
+	// are the real answer.
+	LockDelayMs   int64 `protobuf:"varint,9,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -200,6 +206,13 @@ func (x *AcquireRequest) GetReentrant() bool {
 		return x.Reentrant
 	}
 	return false
+}
+
+func (x *AcquireRequest) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -459,7 +472,10 @@ type TryAcquireRequest struct {
 	// `limit` hold and nobody waits.
 	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Re-entrant, as in AcquireRequest.
-	Reentrant     bool `protobuf:"varint,7,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
+	Reentrant bool `protobuf:"varint,7,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
+	// Lock-delay, as in AcquireRequest. A TryAcquire during a pending
+	// lock-delay is not acquired.
+	LockDelayMs   int64 `protobuf:"varint,8,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,6 +557,13 @@ func (x *TryAcquireRequest) GetReentrant() bool {
 		return x.Reentrant
 	}
 	return false
+}
+
+func (x *TryAcquireRequest) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
 }
 
 type TryAcquireResponse struct {
@@ -886,7 +909,10 @@ type DescribeResponse struct {
 	Limit int32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Every holder, oldest first (at most `limit`). The holder_* fields,
 	// fencing_token and ttl_ms describe the first of them.
-	Holders       []*Holder `protobuf:"bytes,10,rep,name=holders,proto3" json:"holders,omitempty"`
+	Holders []*Holder `protobuf:"bytes,10,rep,name=holders,proto3" json:"holders,omitempty"`
+	// Set while an expired holder's lock-delay is pending: nobody is
+	// granted the name before it (as the gateway sees it now).
+	DelayUntil    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=delay_until,json=delayUntil,proto3" json:"delay_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -987,6 +1013,13 @@ func (x *DescribeResponse) GetLimit() int32 {
 func (x *DescribeResponse) GetHolders() []*Holder {
 	if x != nil {
 		return x.Holders
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetDelayUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DelayUntil
 	}
 	return nil
 }
@@ -1744,7 +1777,7 @@ var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x01\n" +
+	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1755,7 +1788,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x1c\n" +
-	"\treentrant\x18\b \x01(\bR\treentrant\"}\n" +
+	"\treentrant\x18\b \x01(\bR\treentrant\x12\"\n" +
+	"\rlock_delay_ms\x18\t \x01(\x03R\vlockDelayMs\"}\n" +
 	"\x0fAcquireResponse\x12.\n" +
 	"\x06queued\x18\x01 \x01(\v2\x14.leasegate.v1.QueuedH\x00R\x06queued\x121\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedH\x00R\agrantedB\a\n" +
@@ -1774,7 +1808,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
 	"validForMs\x12\x1d\n" +
 	"\n" +
-	"hold_count\x18\a \x01(\x05R\tholdCount\"\xcd\x01\n" +
+	"hold_count\x18\a \x01(\x05R\tholdCount\"\xf1\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1784,7 +1818,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1c\n" +
-	"\treentrant\x18\a \x01(\bR\treentrant\"\xa9\x01\n" +
+	"\treentrant\x18\a \x01(\bR\treentrant\x12\"\n" +
+	"\rlock_delay_ms\x18\b \x01(\x03R\vlockDelayMs\"\xa9\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12/\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedR\agranted\x12F\n" +
@@ -1805,7 +1840,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"%\n" +
 	"\x0fDescribeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xde\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x9b\x03\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12(\n" +
@@ -1817,7 +1852,9 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x05shard\x18\b \x01(\tR\x05shard\x12\x14\n" +
 	"\x05limit\x18\t \x01(\x05R\x05limit\x12.\n" +
 	"\aholders\x18\n" +
-	" \x03(\v2\x14.leasegate.v1.HolderR\aholders\"\x9c\x01\n" +
+	" \x03(\v2\x14.leasegate.v1.HolderR\aholders\x12;\n" +
+	"\vdelay_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"delayUntil\"\x9c\x01\n" +
 	"\x06Holder\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x129\n" +
 	"\n" +
@@ -1946,39 +1983,40 @@ var file_leasegate_v1_lock_proto_depIdxs = []int32{
 	25, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
 	25, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
 	13, // 7: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
-	25, // 8: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 9: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 10: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	0,  // 11: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
-	25, // 12: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 13: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 14: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	18, // 15: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	1,  // 16: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	5,  // 17: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	7,  // 18: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	9,  // 19: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	11, // 20: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	14, // 21: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	16, // 22: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	19, // 23: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	21, // 24: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
-	23, // 25: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	2,  // 26: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	6,  // 27: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	8,  // 28: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	10, // 29: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	12, // 30: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	15, // 31: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	17, // 32: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	20, // 33: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	22, // 34: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
-	24, // 35: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	25, // 8: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
+	25, // 9: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 10: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 11: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	0,  // 12: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
+	25, // 13: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 14: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 15: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	18, // 16: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	1,  // 17: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	5,  // 18: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	7,  // 19: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	9,  // 20: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	11, // 21: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	14, // 22: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	16, // 23: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	19, // 24: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	21, // 25: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	23, // 26: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	2,  // 27: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	6,  // 28: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	8,  // 29: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	10, // 30: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	12, // 31: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	15, // 32: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	17, // 33: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	20, // 34: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	22, // 35: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	24, // 36: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
