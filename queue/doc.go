@@ -116,6 +116,17 @@
 // a semaphore's puts its key, holds if it is among the first N of limit
 // N, and takes it back otherwise.
 //
+// # Lock-delay
+//
+// A holder that asked for a lock-delay d and whose lease expires keeps the
+// name from everyone until expiry + d (delay.go). Its record is written at
+// its grant, before the grant is answered, and deleted by a clean release
+// in the release transaction; a waiter about to be granted that finds a
+// record whose holder key is gone waits d from when it saw that, which is
+// after the expiry, whoever sees it and however late. The delay only ever
+// postpones a grant, so nothing above changes; every cleanup deletes the
+// record of a grant nobody received.
+//
 // # Re-entrancy
 //
 // A re-entrant session acquire (reenter.go) of a lock its session holds
