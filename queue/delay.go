@@ -136,11 +136,19 @@ func (e *Engine) awaitLockDelays(ctx context.Context, name string, wait bool) (p
 		}
 		e.at(ctx, pointDelay)
 		t := e.cfg.Clock.NewTimer(d)
+		if e.hooks != nil {
+			e.hooks.park(ctx, parked{until: e.cfg.Clock.Now().Add(d), now: e.cfg.Clock.Now})
+		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return true, context.Cause(ctx)
 		case <-t.C():
+		}
+		if e.hooks != nil {
+			e.hooks.unpark(ctx)
+		}
+		if ctx.Err() != nil {
+			return true, context.Cause(ctx)
 		}
 		for _, kv := range recs {
 			// Only the record seen: one written again since is another's.

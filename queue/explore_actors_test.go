@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // world is one schedule's actors, the lock name they contend for and what
@@ -31,8 +33,11 @@ type world struct {
 
 	mu         sync.Mutex
 	holding    map[string]Grant // by client: the grant it believes it holds
-	limitOf    map[int64]int    // the limit each granted key was acquired with, by create revision
+	limitOf    map[int64]int    // the limit each granted key was acquired with, by create revision (granted ones only)
 	expiredRev map[int64]bool   // create revisions of keys whose lease a nemesis revoked
+	clocks     []*clock.Fake    // the engines' clocks: time passes only when nothing else can happen
+	delayEnd   time.Time        // no grant before this: an expired holder's lock-delay (fake time)…
+	delayRev   int64            // …that rests on etcd's state after this revision, the expiry's
 	lastToken  int64
 	lastRev    int64
 	grants     int
@@ -84,6 +89,7 @@ func (w *world) cast() {
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
 		func(i int) { w.addGhost(fmt.Sprintf("g%d", i)) },
 		func(i int) { w.add(w.reenterer(fmt.Sprintf("re%d", i))) },
+		func(i int) { w.add(w.delayer(fmt.Sprintf("d%d", i))) },
 	}
 	if w.limit > 1 {
 		// A semaphore: limit+1 takers, so that one of them must wait,
@@ -131,6 +137,12 @@ func (w *world) believe(client string, g Grant) bool {
 		return false
 	}
 	w.grants++
+	if now := w.clocks[0].Now(); now.Before(w.delayEnd) && g.asOf > w.delayRev {
+		// A grant that rests on a state after the expiry (a semaphore's
+		// holder that held its slot before it is not the expired slot's).
+		w.violations = append(w.violations, fmt.Sprintf("%s granted at %s, before an expired holder's lock-delay ended at %s",
+			client, now.Format("15:04:05.000"), w.delayEnd.Format("15:04:05.000")))
+	}
 	tok := g.Token()
 	switch {
 	case w.limit > 1:
@@ -574,21 +586,41 @@ func (w *world) expirer(name string) actorSpec {
 		if err != nil || len(resp.Kvs) == 0 {
 			return
 		}
-		lease := clientv3.LeaseID(resp.Kvs[0].Lease)
-		// Leases are not in keys-only answers: read the values too.
-		all, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
-		if err != nil {
-			return
-		}
-		w.mu.Lock()
-		for _, kv := range all.Kvs {
-			if clientv3.LeaseID(kv.Lease) == lease {
-				w.expiredRev[kv.CreateRevision] = true
+		w.expire(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	}}
+}
+
+// expire revokes lease as its expiry would end it, noting the keys it
+// takes and, for a holder that asked for one, the lock-delay that starts.
+func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
+	// Leases are not in keys-only answers: read the values too.
+	all, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delayed := false
+	for _, kv := range all.Kvs {
+		if clientv3.LeaseID(kv.Lease) == lease {
+			w.expiredRev[kv.CreateRevision] = true
+			if _, m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && w.limitOf[kv.CreateRevision] > 0 {
+				// A holder that was granted expires now: nobody may be
+				// granted before its lock-delay has passed. (A waiter
+				// that expires before its grant was never told it held.)
+				end := w.clocks[0].Now().Add(time.Duration(m.Delay) * time.Millisecond)
+				if end.After(w.delayEnd) {
+					w.delayEnd = end
+				}
+				delayed = true
 			}
 		}
-		w.mu.Unlock()
-		_, _ = w.sch.cli.Revoke(ctx, lease)
-	}}
+	}
+	// Under w.mu: no grant is believed between the revocation and the
+	// note of its revision.
+	if resp, err := w.sch.cli.Revoke(ctx, lease); err == nil && delayed {
+		w.delayRev = resp.Header.Revision
+	}
 }
 
 // mismatcher acquires the world's semaphore with another limit: it is
@@ -673,6 +705,41 @@ func (w *world) reenterer(name string) actorSpec {
 	}}
 }
 
+// delayer takes the lock with a lock-delay (with a lease of its own or in
+// a session) and lets it go, or half the time dies holding it: its lease
+// expires (is revoked), and nobody may be granted the name for the delay.
+func (w *world) delayer(name string) actorSpec {
+	e := w.engine()
+	session, dies := w.rng.IntN(2) == 0, w.rng.IntN(2) == 0
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-req")
+		r.LockDelay = 30 * time.Second
+		if session {
+			closeSession, ok := w.openSession(ctx, e, name, &r)
+			if !ok {
+				return
+			}
+			defer closeSession()
+		}
+		w.step(ctx, "acquire")
+		g, err := w.acquire(ctx, name, e, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		if dies {
+			w.step(ctx, "die")
+			w.expire(ctx, g.Lease)
+			w.letGo(name)
+			return
+		}
+		w.release(ctx, name, e, *g)
+	}}
+}
+
 // start lets an actor go; it runs until its first point.
 func (w *world) start(s actorSpec) {
 	ctx, cancel := context.WithCancel(withActor(context.Background(), s.name))
@@ -701,6 +768,16 @@ func (w *world) run() error {
 			return err
 		}
 		if _, ok := w.sch.next(); ok {
+			continue
+		}
+		if at := w.sch.delayedUntil(); !at.IsZero() {
+			// Only a lock-delay is left to wait out: time passes.
+			delaysWaited.Add(1)
+			for _, c := range w.clocks {
+				if d := at.Sub(c.Now()); d > 0 {
+					c.Advance(d)
+				}
+			}
 			continue
 		}
 		if left := w.sch.unfinished(); len(left) > 0 {

@@ -21,6 +21,10 @@ import (
 	"github.com/leasegate/leasegate/internal/etcdtest"
 )
 
+// delaysWaited counts the times a schedule let time pass to end a
+// lock-delay a grant waited on.
+var delaysWaited atomic.Int64
+
 // The interleaving explorer.
 //
 // It runs two to four actors — clients of the engine, on one or two
@@ -295,6 +299,12 @@ func (s *scheduler) dueByEtcd(as []*actor) (string, error) {
 	defer cancel()
 	for _, a := range as {
 		p := a.parked
+		if !p.until.IsZero() {
+			if !p.now().Before(p.until) {
+				return fmt.Sprintf("%s's lock-delay is over", a.name), nil
+			}
+			continue
+		}
 		if p.hub {
 			if p.closing() {
 				return fmt.Sprintf("%s has no waiters left", a.name), nil
@@ -420,6 +430,20 @@ func (s *scheduler) next() (string, bool) {
 	return pick, true
 }
 
+// delayedUntil is the earliest end of a lock-delay an actor is parked on;
+// zero when none is.
+func (s *scheduler) delayedUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var at time.Time
+	for _, a := range s.actors {
+		if a.state == actParked && !a.parked.until.IsZero() && (at.IsZero() || a.parked.until.Before(at)) {
+			at = a.parked.until
+		}
+	}
+	return at
+}
+
 // stuck lists the actors that are not done.
 func (s *scheduler) unfinished() []string {
 	s.mu.Lock()
@@ -531,8 +555,8 @@ func explore(t *testing.T, cfg exploreConfig, limit int) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("explorer: %d schedules, %d steps, %d violations, in %s",
-		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("explorer: %d schedules, %d steps, %d violations, %d lock-delays waited out, in %s",
+		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), delaysWaited.Load(), time.Since(began).Round(time.Millisecond))
 }
 
 // runSchedule runs one seeded schedule and returns its step count.
@@ -576,6 +600,9 @@ func runSchedule(t *testing.T, seed uint64, limit int) (int, error) {
 		engines = append(engines, e)
 	}
 	w := newWorld(sch, engines, prefix, seed)
+	for _, e := range engines {
+		w.clocks = append(w.clocks, e.cfg.Clock.(*clock.Fake))
+	}
 	if limit > 0 {
 		w.limit = limit + w.rng.IntN(2)
 	}

@@ -56,12 +56,16 @@ type hooks interface {
 // when etcd has an event under prefix past its view revision, or when it
 // has no waiters left (closing).
 type parked struct {
-	hub     bool
-	prefix  string
-	own     string
-	myRev   int64
-	ownMod  int64
-	limit   int // the waiter's semaphore limit
+	hub    bool
+	prefix string
+	own    string
+	myRev  int64
+	ownMod int64
+	limit  int // the waiter's semaphore limit
+	// until, when set, parks a grant waiting out a lock-delay until the
+	// engine's clock reaches it (delay.go); now reads that clock.
+	until   time.Time
+	now     func() time.Time
 	session string
 	viewRev func() int64
 	closing func() bool
