@@ -105,3 +105,30 @@ func TestReentrantSessionLock(t *testing.T) {
 		t.Fatalf("Client.Acquire WithReentrant = %v; want ErrInvalidArgument", err)
 	}
 }
+
+// TestLockDelayOption: WithLockDelay is bounded, and a clean release of a
+// holder with a long lock-delay frees the name at once.
+func TestLockDelayOption(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	c := newClient(t, []string{g.URL}, client.WithClientID("ld"))
+	ctx := ctxT(t)
+	if _, err := c.Acquire(ctx, "ld", client.WithLockDelay(61*time.Second)); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("Acquire WithLockDelay(61s) = %v; want ErrInvalidArgument", err)
+	}
+	l, err := c.Acquire(ctx, "ld", client.WithLockDelay(time.Minute), client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.TryAcquire(ctx, "ld")
+	if err != nil {
+		t.Fatalf("TryAcquire after a clean release of a lock-delay holder = %v; want acquired at once", err)
+	}
+	if d, err := c.Describe(ctx, "ld"); err != nil || !d.DelayUntil.IsZero() {
+		t.Fatalf("Describe = %+v, %v; want no pending delay", d, err)
+	}
+	_ = next.Release(ctx)
+}
