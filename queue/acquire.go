@@ -46,8 +46,9 @@ type AcquireRequest struct {
 	// WaitTimeout bounds the wait; zero waits until ctx is done.
 	WaitTimeout time.Duration
 	// OnQueued, when set, receives the number of keys ahead of the waiter
-	// (the holder plus earlier waiters) when it is first known and whenever
-	// it changes. It is called from the acquiring goroutine.
+	// (the holder plus earlier waiters) when it is first known and when it
+	// changes: at most one report per 250 ms, but the move to 1 at once. It
+	// is called from the acquiring goroutine.
 	OnQueued func(position int64)
 	// MaxKeys, when positive, caps the keys (holder and waiters) of the
 	// name: a new waiter beyond it is removed at once and refused with

@@ -109,7 +109,8 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // Close stops background work (lease revocations and cleanups in flight
 // are abandoned; the leases expire on their own) and blocks until it has
-// stopped. It does not revoke the attempt lease: waiters detached from
+// stopped. A wait still in progress ends with ErrClosed: its name's watch
+// stops with the engine. It does not revoke the attempt lease: waiters detached from
 // their attempts keep their places for about an AttemptTTL, for a retry on
 // another gateway to take over.
 func (e *Engine) Close() {

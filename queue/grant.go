@@ -130,9 +130,10 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 
 // endAttempt cleans up after an attempt that ended without a grant.
 func (e *Engine) endAttempt(ctx context.Context, q *enqueued, err error) {
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) {
+	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) || errors.Is(err, ErrClosed) {
 		// The key is gone, or another attempt owns it: nothing here to
-		// remove.
+		// remove. A closed engine starts no work: its waiter's key lapses
+		// with its lease, as after a crash.
 		e.att.release(q.att)
 		return
 	}

@@ -192,32 +192,25 @@ func (h *nameHub) run(ctx context.Context) {
 		}
 	}()
 	b := newBackoff(e.cfg.Clock)
-	for {
-		err := h.follow(ctx)
-		if ctx.Err() != nil {
-			h.mu.Lock()
-			for w := range h.waiters {
-				// The engine closed under its waiters.
-				w.st.err = fmt.Errorf("%w: the engine closed while the waiter waited", ErrClosed)
-				w.signal()
-			}
-			h.mu.Unlock()
-			return
-		}
-		if err == nil {
-			b.reset()
-			continue
-		}
-		if b.wait(ctx) != nil {
-			continue // ends the loop above
-		}
+	for ctx.Err() == nil {
+		// A failed watch, or a failed read of the view, is started over
+		// after a pause; the view is never patched across a gap.
+		_ = h.follow(ctx, b)
+		_ = b.wait(ctx)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		// The engine closed under its waiters (a hub whose waiters all
+		// left has none).
+		w.st.err = fmt.Errorf("%w: the engine closed while the waiter waited", ErrClosed)
+		w.signal()
 	}
 }
 
 // follow builds the view and applies the watch's events until the watch
-// fails or ctx ends. It returns nil when a watch was followed for a while
-// and ended (the caller starts over at once).
-func (h *nameHub) follow(ctx context.Context) error {
+// fails or ctx ends, and says why. Once the view is built it resets b.
+func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	e := h.set.e
 	wch, created, stop, err := e.openWatch(ctx, h.prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -238,6 +231,7 @@ func (h *nameHub) follow(ctx context.Context) error {
 		return fmt.Errorf("queue: hub read: %w", err)
 	}
 	h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().Count > 0)
+	b.reset()
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -440,6 +434,9 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
 // the watcher meanwhile. So a ctx that ends first waits for the
 // confirmation (at most RequestTimeout) before the watch is cancelled.
 func (e *Engine) openWatch(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, clientv3.WatchResponse, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, clientv3.WatchResponse{}, nil, err
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
 	wch := e.cli.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
 	select {

@@ -181,3 +181,22 @@ func TestSessionEndBeforeRegistrationIsNotMissed(t *testing.T) {
 	stopA()
 	mustRelease(t, e, holder)
 }
+
+// Close ends a wait in progress with ErrClosed, at once: the name's watch
+// stops with the engine.
+func TestCloseEndsAWaitInProgress(t *testing.T) {
+	e, cli := newEngine(t)
+	other := peer(t, e, cli)
+	holder := mustAcquire(t, other, req("closing"))
+	r := req("closing")
+	onQ, pos := queuedSignal()
+	r.OnQueued = onQ
+	done := make(chan error, 1)
+	go func() { _, err := e.Acquire(testCtx(t), r); done <- err }()
+	<-pos
+	e.Close()
+	if err := within(t, done, 10*time.Second, "the wait's end"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a wait when its engine closed = %v; want ErrClosed", err)
+	}
+	mustRelease(t, other, holder)
+}

@@ -29,7 +29,9 @@ import (
 // remembered (the last sessionMemory of them), so none is missed; a
 // waiter older than that memory checks its record with one read. A failed
 // watch is started again from a fresh revision, and every registered
-// session is checked at that revision in the same read.
+// session is checked at that revision in the same read (a waiter that
+// registers during that read may learn of its session's end only at its
+// grant, whose transaction proves the session anyway).
 const sessionMemory = 4096
 
 type sessionSub struct {
