@@ -110,3 +110,52 @@ func countKeys(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 	}
 	return resp.Count
 }
+
+// TestLockDelayOnTheEngineClock: the wait is measured on the engine's
+// clock from when the waiter saw the expiry: with a fake clock, the waiter
+// is granted only once the clock has moved the whole delay, not a
+// millisecond sooner. etcd's lease expiry is real time; the engine's own
+// timing is the fake clock's.
+func TestLockDelayOnTheEngineClock(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	const delay = 2 * time.Second
+	holder := req("f")
+	holder.TTL, holder.LockDelay = time.Second, delay
+	g := mustAcquire(t, e, holder)
+
+	w := req("f")
+	w.TTL = time.Minute // its renewals wait on the fake clock: its lease must outlive the test
+	granted := make(chan Grant, 1)
+	go func() {
+		g2, err := e.Acquire(testCtx(t), w)
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- g2
+	}()
+	awaitDeleted(t, cli, e.keys.waiter("f", g.WaiterID), g.Revision)
+	// The waiter's renewal timer, then its lock-delay timer.
+	deadline := time.Now().Add(30 * time.Second)
+	for clk.Pending() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter never waited on the lock-delay (%d timers pending)", clk.Pending())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the fake clock's timers: there is no event to await
+	}
+	clk.Advance(delay - time.Millisecond)
+	if clk.Pending() < 2 {
+		t.Fatalf("the lock-delay's timer fired %s early", time.Millisecond)
+	}
+	select {
+	case <-granted:
+		t.Fatal("granted before the lock-delay passed on the engine's clock")
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	g2 := <-granted
+	if g2.Token() <= g.Token() {
+		t.Fatalf("the waiter's token %d is not above the expired holder's %d", g2.Token(), g.Token())
+	}
+	mustRelease(t, e, g2)
+}
