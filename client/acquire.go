@@ -73,6 +73,10 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
 	case len(cfg.requestID) > v1.MaxIDBytes:
 		return cfg, invalid(op, "request id is %d bytes; the limit is %d", len(cfg.requestID), v1.MaxIDBytes)
+	case cfg.limit < 0 || cfg.limit > v1.MaxSemaphoreLimit:
+		return cfg, invalid(op, "limit %d is outside 0 (a lock) to %d", cfg.limit, v1.MaxSemaphoreLimit)
+	case cfg.lockDelay < 0 || cfg.lockDelay > v1.MaxLockDelayMs*time.Millisecond:
+		return cfg, invalid(op, "lock delay %s is outside 0 to %s", cfg.lockDelay, v1.MaxLockDelayMs*time.Millisecond)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()
@@ -102,7 +106,11 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 	if err != nil {
 		return nil, err
 	}
-	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
+	if cfg.reentrant && s == nil {
+		return nil, invalid(op, "WithReentrant needs a session: use Session.Acquire")
+	}
+	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
+		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	if s != nil {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -273,7 +281,11 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	if err != nil {
 		return nil, err
 	}
-	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID}
+	if cfg.reentrant && s == nil {
+		return nil, invalid(op, "WithReentrant needs a session: use Session.TryAcquire")
+	}
+	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
+		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	anchor := c.cfg.clock.Now()
 	for recoveries := 0; ; recoveries++ {
 		var view *sessionView
@@ -368,7 +380,8 @@ type grantTimes struct {
 const waitGrace = 500 * time.Millisecond
 
 func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time, manual bool) (*Lock, error) {
-	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond}
+	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond,
+		holds: int(max(g.HoldCount, 1))}
 	if s != nil {
 		// The attempt checked that the lease was live; if it was lost
 		// since, the lock is lost with it, as it should be.

@@ -22,6 +22,9 @@ type acquireConfig struct {
 	requestID string
 	// manualRenew turns the background renewal off (WithManualRenew).
 	manualRenew bool
+	limit       int
+	reentrant   bool
+	lockDelay   time.Duration
 }
 
 type sessionConfig struct {
@@ -76,4 +79,35 @@ func WithOnQueued(fn func(position int64)) AcquireOption {
 // in hex, drawn once per call.
 func WithRequestID(id string) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.requestID = id })
+}
+
+// WithLimit makes the name a semaphore of limit n: the first n callers
+// hold at once, each with a lock of its own (its own lock id and fencing
+// token); later ones wait in order, as for a lock. Default 0, which is 1:
+// a lock. At most 1000. A name's limit is fixed while it has holders or
+// waiters: an acquire with another limit fails with ErrLimitMismatch.
+func WithLimit(n int) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.limit = n })
+}
+
+// WithReentrant makes a Session.Acquire or Session.TryAcquire re-entrant:
+// when the session already holds the name through a re-entrant acquire,
+// it returns that lock again (same ID and Token) with HoldCount one
+// higher, and each Release drops one hold; the last frees the name. Off by
+// default, and only through a session (its id is a secret that proves the
+// holder): Client.Acquire with it fails with ErrInvalidArgument. Prefer
+// passing the held Lock down to code that needs it.
+func WithReentrant() AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.reentrant = true })
+}
+
+// WithLockDelay asks for a lock-delay (Chubby's, Consul's): should this
+// lock's lease expire rather than be released, nobody is granted the name
+// until d after the expiry, so a holder that was cut off has time to
+// notice before the next one starts. Release frees the name at once.
+// Default 0; at most 60 s, in whole milliseconds. It is a heuristic for
+// holders without fencing: a holder paused longer than d still acts late;
+// fencing tokens are the real answer.
+func WithLockDelay(d time.Duration) AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.lockDelay = d })
 }

@@ -30,6 +30,29 @@ type Description struct {
 	TTL time.Duration
 	// Shard names the etcd cluster the name lives on.
 	Shard string
+	// Limit is the name's semaphore limit: 1 for a lock, 0 when free.
+	Limit int
+	// DelayUntil, when set, is when a pending lock-delay ends at the
+	// latest: a holder that asked for one expired, and nobody is granted
+	// the name before it (WithLockDelay).
+	DelayUntil time.Time
+	// Holders lists every holder, oldest first: one for a lock, up to
+	// Limit for a semaphore. The Holder… fields and Token describe the
+	// first.
+	Holders []Holder
+}
+
+// Holder is one holder of a name.
+type Holder struct {
+	// ClientID is the holder's self-reported identity.
+	ClientID string
+	// Expires is when its lease lapses unless renewed, on the gateway's
+	// clock.
+	Expires time.Time
+	// Token is its fencing token.
+	Token int64
+	// TTL is its lease TTL.
+	TTL time.Duration
 }
 
 // Describe reports a name's holder and queue. It blocks for the call,
@@ -46,6 +69,14 @@ func (c *Client) Describe(ctx context.Context, name string) (Description, error)
 		d = Description{
 			Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, Token: m.FencingToken,
 			Waiters: m.Waiters, TTL: time.Duration(m.TtlMs) * time.Millisecond, Shard: m.Shard,
+			Limit: int(m.Limit),
+		}
+		if m.DelayUntil != nil {
+			d.DelayUntil = m.DelayUntil.AsTime()
+		}
+		for _, h := range m.Holders {
+			d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(),
+				Token: h.FencingToken, TTL: time.Duration(h.TtlMs) * time.Millisecond})
 		}
 		if m.HolderExpiresAt != nil {
 			d.HolderExpires = m.HolderExpiresAt.AsTime()

@@ -72,6 +72,11 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrNoLeader reports an election that nobody leads (Election.Leader).
 	ErrNoLeader = errors.New("no leader")
+	// ErrLimitMismatch reports an acquire whose WithLimit is not the
+	// limit its name is held or waited for with (the message names it).
+	// Not retried: the name keeps its limit until it has no holders or
+	// waiters.
+	ErrLimitMismatch = errors.New("semaphore limit mismatch")
 )
 
 // Reasons a gateway gives in the ErrorInfo detail of its errors: the
@@ -250,6 +255,9 @@ func kindOf(err error) error {
 		case ReasonExpired, ReasonStolen, ReasonLeaseLost:
 			return ErrLockLost
 		}
+		if ce.Code() == connect.CodeFailedPrecondition && badField(ce) == "limit" {
+			return ErrLimitMismatch
+		}
 	case connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnimplemented:
 		if serverFailure(ce) {
 			return ErrInternal
@@ -316,4 +324,16 @@ func proofRefused(err error) bool {
 		return true
 	}
 	return false
+}
+
+// badField is the field a BadRequest detail of ce names, or "".
+func badField(ce *connect.Error) string {
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if br, ok := v.(*errdetails.BadRequest); ok && len(br.FieldViolations) > 0 {
+				return br.FieldViolations[0].Field
+			}
+		}
+	}
+	return ""
 }

@@ -29,6 +29,7 @@ type Lock struct {
 	token int64
 	ttl   time.Duration
 	rid   string // the request id the grant was made under
+	holds int    // the lock's hold count when granted (WithReentrant)
 
 	keeper *keeper     // the lock's own lease; nil in a session
 	sess   *Session    // nil for a lock with its own lease
@@ -48,6 +49,11 @@ func (l *Lock) Name() string { return l.name }
 // Token is the fencing token of this grant: it only grows per name.
 // Present it to the protected resource with every write.
 func (l *Lock) Token() int64 { return l.token }
+
+// HoldCount is the lock's hold count when this Lock was granted: 1, or
+// more for a WithReentrant acquire that re-entered a lock its session
+// held. Every Lock of a re-entered grant releases one hold.
+func (l *Lock) HoldCount() int { return l.holds }
 
 // ID is the opaque lock id for RenewByID and ReleaseByID. It carries the
 // holder's secret: treat it like a password.

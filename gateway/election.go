@@ -35,7 +35,7 @@ func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.Campai
 	if len(m.Value) > queue.MaxValueLen {
 		return badField("value", "is %d bytes; the limit is %d", len(m.Value), queue.MaxValueLen)
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, 0, false, 0)
 	if err != nil {
 		return err
 	}

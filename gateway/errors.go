@@ -161,18 +161,33 @@ func toConnect(err error) *connect.Error {
 			out.AddDetail(d)
 		}
 	}
-	var fe *fieldError
-	if errors.As(err, &fe) {
-		if d, derr := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: fe.field, Description: msg}}}); derr == nil {
+	if field := errField(err); field != "" {
+		if d, derr := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}}); derr == nil {
 			out.AddDetail(d)
 		}
 	}
 	return out
 }
 
+// errField is the request field an error concerns, as the API names it:
+// a bad field's, or "limit" for a semaphore limit that is not the name's.
+func errField(err error) string {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return fe.field
+	}
+	if errors.Is(err, queue.ErrLimitMismatch) {
+		return "limit"
+	}
+	return ""
+}
+
 func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	var fe *fieldError
 	switch {
+	case errors.Is(err, queue.ErrLimitMismatch):
+		// Not a bad request: the same limit is right once the name is free.
+		return connect.CodeFailedPrecondition, noReason, err.Error()
 	case errors.As(err, &fe):
 		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),

@@ -20,7 +20,7 @@ import (
 
 // The REST API of leasegate, as in the design it comes from:
 //
-//	POST /api/v1/locks/acquire {"name","ttlMs","clientId"[,"requestId"]}
+//	POST /api/v1/locks/acquire {"name","ttlMs","clientId"[,"requestId"][,"limit"][,"lockDelayMs"]}
 //	  200 {"acquired":true,"lockId","fencingToken","expiresAt"}
 //	  200 {"acquired":false,"expiresAt"}            (the holder's expiry)
 //	POST /api/v1/locks/renew {"lockId","fencingToken","ttlMs"}
@@ -37,6 +37,11 @@ type restAcquire struct {
 	TTLMs     *int64  `json:"ttlMs"`
 	ClientID  string  `json:"clientId"`
 	RequestID string  `json:"requestId"`
+	// Limit makes the name a semaphore (AcquireRequest.limit); 0 or
+	// absent: a lock.
+	Limit int32 `json:"limit"`
+	// LockDelayMs is AcquireRequest.lock_delay_ms.
+	LockDelayMs int64 `json:"lockDelayMs"`
 }
 
 type restAcquired struct {
@@ -91,7 +96,7 @@ type restErrorBody struct {
 // restFields maps proto field names to the REST API's names.
 var restFields = map[string]string{
 	"ttl_ms": "ttlMs", "client_id": "clientId", "request_id": "requestId",
-	"lock_id": "lockId", "fencing_token": "fencingToken", "name": "name",
+	"lock_id": "lockId", "fencing_token": "fencingToken", "name": "name", "lock_delay_ms": "lockDelayMs",
 }
 
 // RESTHandler serves the REST API over the service, with its telemetry.
@@ -163,6 +168,8 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 				if strings.HasPrefix(msg, fe.field+":") {
 					msg = field + msg[len(fe.field):]
 				}
+			} else {
+				field = errField(err)
 			}
 			if ce.Code() == connect.CodeResourceExhausted {
 				w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(err)))
@@ -229,7 +236,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "")
+	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false, in.LockDelayMs)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -124,7 +124,7 @@ func newRequestID() string {
 }
 
 // acquireRequest validates the fields shared by Acquire and TryAcquire.
-func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string) (queue.AcquireRequest, *SessionID, error) {
+func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (queue.AcquireRequest, *SessionID, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
@@ -134,10 +134,20 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if len(requestID) > queue.MaxIDLen {
 		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is %d", len(requestID), queue.MaxIDLen)
 	}
+	if limit < 0 || limit > queue.MaxLimit {
+		return queue.AcquireRequest{}, nil, badField("limit", "%d is outside 0 (a lock) to %d", limit, queue.MaxLimit)
+	}
+	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
+		return queue.AcquireRequest{}, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
+	}
+	if reentrant && sessionID == "" {
+		return queue.AcquireRequest{}, nil, badField("reentrant", "needs a session_id: only a session's secret proves a second acquire comes from the holder")
+	}
 	if requestID == "" {
 		requestID = newRequestID()
 	}
-	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID}
+	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant,
+		LockDelay: time.Duration(lockDelayMs) * time.Millisecond}
 	var sess *SessionID
 	if sessionID != "" {
 		id, err := DecodeSessionID(s.keys, sessionID)
@@ -187,6 +197,7 @@ func (s *Service) granted(id Identity, t locks.Target, g queue.Grant) *v1.Grante
 		FencingToken: g.Token(),
 		TtlMs:        g.TTL.Milliseconds(),
 		Shard:        t.Shard,
+		HoldCount:    int32(max(g.Holds, 1)),
 	}
 	if !g.Deadline.IsZero() {
 		// A session lock's deadline is its session's.
@@ -203,7 +214,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return err
 	}
@@ -331,7 +342,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId)
+	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return nil, err
 	}
@@ -488,7 +499,14 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err != nil {
 		return nil, err
 	}
-	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters}
+	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters, Limit: int32(d.Limit)}
+	if !d.DelayUntil.IsZero() {
+		out.DelayUntil = timestamppb.New(d.DelayUntil)
+	}
+	for _, h := range d.Holders {
+		out.Holders = append(out.Holders, &v1.Holder{ClientId: h.ClientID, ExpiresAt: timestamppb.New(h.Expires),
+			FencingToken: h.Token, TtlMs: h.TTL.Milliseconds()})
+	}
 	if h := d.Holder; h != nil {
 		out.Held = true
 		out.HolderClientId = h.ClientID

@@ -69,6 +69,23 @@ type AcquireRequest struct {
 	// published as the leader's once it is first; only for a Name made by
 	// ElectionName.
 	Value []byte
+	// Limit makes the name a semaphore: its first Limit keys by create
+	// revision hold at once, each with a lock id and fencing token of its
+	// own (limit.go). 0 means 1, a lock; at most MaxLimit. A name's limit
+	// is fixed while it has keys: an acquire with another limit is refused
+	// with ErrLimitMismatch.
+	Limit int
+	// Reentrant, for a session acquire only: when the session already
+	// holds the name through a re-entrant acquire of the same caller, the
+	// acquire returns that lock again (same lock id and token) with one
+	// more hold, and each Release drops one (reenter.go). Without a
+	// session it is ErrInvalidArgument.
+	Reentrant bool
+	// LockDelay, when positive (at most MaxLockDelay), keeps the name from
+	// being granted to anyone until LockDelay after this holder's lease
+	// expires, should it expire rather than be released (delay.go). A
+	// clean release frees the name at once.
+	LockDelay time.Duration
 }
 
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
@@ -86,6 +103,15 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 	}
 	if r.Epoch > MaxEpoch {
 		return 0, fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
+	}
+	if err := validateLimit(r.Limit); err != nil {
+		return 0, err
+	}
+	if err := validateLockDelay(r.LockDelay); err != nil {
+		return 0, err
+	}
+	if r.Reentrant && r.Session == 0 {
+		return 0, fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
 	}
 	if r.Session != 0 {
 		return 0, nil
@@ -115,6 +141,9 @@ type enqueued struct {
 	deadline time.Time  // last confirmed: send time + TTL; zero when unknown (resumed waiter, session lock)
 	resumed  bool
 	first    *mvccpb.KeyValue
+	holds    bool  // the key held when its attempt wrote it (holdsIn at modRev)
+	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
+	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
@@ -276,6 +305,9 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
 		Attempt:  newAttempt(),
 		Value:    r.Value,
+		Limit:    storedLimit(r.effectiveLimit()),
+		Reenter:  reenterSeal(r, secret),
+		Delay:    r.LockDelay.Milliseconds(),
 	})
 
 	// A session waiter that may have to wait rides on the attempt lease
@@ -308,18 +340,24 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	}
 
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
-	if onlyIfFree {
+	n := r.effectiveLimit()
+	if onlyIfFree && n == 1 {
+		// A semaphore's TryAcquire puts its key and looks (TryAcquire):
+		// "fewer than N keys" is no compare etcd can make.
 		cmps = append(cmps, empty)
 	}
 	if r.Session != 0 {
 		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 	}
 	cmps = append(cmps, r.Guards...)
-	// Responses: 0 the put (or the key), 1 the first key, 2 the count of
-	// keys, 3 the session record (session waiters only).
+	// Responses: 0 the put (or the key), 1 the first n keys by create
+	// revision (the first key for a lock), 2 the count of keys, 3 the
+	// count of lock-delay records, 4 the session record (session waiters
+	// only).
 	countOp := clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, clientv3.WithFirstCreate()...), countOp}
-	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, clientv3.WithFirstCreate()...), countOp}
+	delaysOp := clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
+	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
 	if r.Session != 0 {
 		thenOps = append(thenOps, clientv3.OpGet(e.keys.session(r.Session)))
 		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
@@ -348,16 +386,25 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	}
 
 	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: resp.Header.Revision, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
-	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value,
-		first: firstKV(resp.Responses[1]), ahead: resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
+	firstN := resp.Responses[1].GetResponseRange().GetKvs()
+	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
+		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n),
+		delays: resp.Responses[3].GetResponseRange().Count > 0,
+		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
 	if r.Session != 0 {
 		q.h.Lease, q.keyLease = r.Session, r.Session
-		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[3]).GetValue()).TTL) * time.Second
+		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[4]).GetValue()).TTL) * time.Second
 		if !onlyIfFree && !(direct && resp.Responses[0].GetResponseTxn().GetSucceeded()) {
 			q.keyLease, q.att = att.id, att
 		} else {
 			e.att.release(att)
 		}
+	}
+	if have := limitOf(q.first.GetValue()); have != n {
+		// The first key at the enqueue's revision carries the name's limit
+		// (doc.go, "Semaphores"): one written with another is taken back.
+		e.removeWaiter(ctx, q)
+		return nil, nil, limitMismatch(r.Name, n, have)
 	}
 	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
 		e.removeWaiter(ctx, q)
@@ -374,12 +421,15 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 		return nil, mine, nil
 	}
 	if r.Session != 0 {
-		if s := firstKV(resp.Responses[3]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
+		if s := firstKV(resp.Responses[4]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
 			return nil, nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
 		}
 	}
 	if onlyIfFree && first != nil {
-		return &enqueued{first: first, ahead: -1}, nil, nil
+		if have := limitOf(first.Value); have != r.effectiveLimit() {
+			return nil, nil, limitMismatch(r.Name, r.effectiveLimit(), have)
+		}
+		return &enqueued{first: first, ahead: -1, limit: 1}, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
 }
@@ -417,6 +467,9 @@ type Waiter struct {
 	q     *enqueued
 	began time.Time // when the attempt began, on the engine's clock
 	exit  func()    // ends the engine's count of this wait
+	// reentered is the grant of a re-entrant acquire that added a hold to
+	// a lock its session held: Wait and Try return it.
+	reentered *Grant
 }
 
 // Enqueue runs the acquire transaction (one round trip on top of the lease)
@@ -431,6 +484,16 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 		exit()
 		return nil, err
 	}
+	if r.Reentrant {
+		g, err := e.reenter(ctx, &r)
+		if err != nil || g != nil {
+			if err != nil {
+				exit()
+				return nil, err
+			}
+			return &Waiter{e: e, r: r, began: began, exit: exit, reentered: g}, nil
+		}
+	}
 	sctx, sp := e.traceEnqueue(ctx, &r, false)
 	q, err := e.enqueue(sctx, &r, ttlSec, false)
 	sp.endEnqueue(q, err)
@@ -444,7 +507,10 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 // Wait blocks until the waiter holds the lock; see Acquire.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	defer w.exit()
-	if w.q.first != nil && w.q.first.CreateRevision == w.q.h.Revision && w.r.BeforeGrant == nil {
+	if w.reentered != nil {
+		return *w.reentered, nil
+	}
+	if w.q.holds && w.r.BeforeGrant == nil && !w.q.delays {
 		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
 		if err != nil {
 			w.e.endAttempt(ctx, w.q, err)
@@ -460,8 +526,11 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 // its name moved to another cluster finds its grant where it was made.
 func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 	defer w.exit()
+	if w.reentered != nil {
+		return TryResult{Acquired: true, Grant: *w.reentered}, nil
+	}
 	q := w.q
-	if q.first != nil && q.first.CreateRevision == q.h.Revision && w.r.BeforeGrant == nil {
+	if q.holds && w.r.BeforeGrant == nil && !w.e.delayPending(ctx, q) {
 		g, err := w.e.granted(ctx, &w.r, q, w.began)
 		if err != nil {
 			w.e.endAttempt(ctx, q, err)
@@ -470,6 +539,9 @@ func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 		return TryResult{Acquired: true, Grant: g}, nil
 	}
 	w.e.removeWaiterLater(ctx, q)
+	if q.first.GetCreateRevision() == q.h.Revision {
+		return TryResult{}, nil // first, but a lock-delay is pending: no holder to report
+	}
 	holder, err := w.e.holderInfo(ctx, q.first)
 	if err != nil {
 		return TryResult{}, err
@@ -487,7 +559,8 @@ type TryResult struct {
 	Holder *Holder
 }
 
-// TryAcquire grants the lock only if nobody holds or waits for it; it never
+// TryAcquire grants the lock only if nobody holds or waits for it — a
+// semaphore's only if it has a free slot and nobody waits — and never
 // waits. A retry with the request id of an earlier successful TryAcquire,
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
@@ -498,13 +571,21 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	if err != nil {
 		return TryResult{}, err
 	}
+	if r.Reentrant {
+		if g, err := e.reenter(ctx, &r); err != nil || g != nil {
+			if err != nil {
+				return TryResult{}, err
+			}
+			return TryResult{Acquired: true, Grant: *g}, nil
+		}
+	}
 	sctx, sp := e.traceEnqueue(ctx, &r, true)
 	q, err := e.enqueue(sctx, &r, ttlSec, true)
 	sp.endEnqueue(q, err)
 	if err != nil {
 		return TryResult{}, err
 	}
-	if q.h.Revision != 0 && q.first != nil && q.first.CreateRevision == q.h.Revision {
+	if q.h.Revision != 0 && q.holds && !e.delayPending(ctx, q) {
 		g, err := e.granted(ctx, &r, q, began)
 		if err != nil {
 			e.endAttempt(ctx, q, err)
@@ -512,12 +593,16 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		}
 		return TryResult{Acquired: true, Grant: g}, nil
 	}
-	if q.resumed {
-		// An earlier Acquire with this request id is still waiting; a
+	if q.h.Revision != 0 {
+		// An earlier Acquire with this request id is still waiting (or a
+		// semaphore's TryAcquire put its key and found no free slot); a
 		// TryAcquire must not leave it queued behind the caller's back.
-		// The takeover made this attempt the key's owner, so the removal
-		// cannot touch anything a later attempt wrote.
+		// The takeover or the put made this attempt the key's owner, so
+		// the removal cannot touch anything a later attempt wrote.
 		e.removeWaiterLater(ctx, q)
+	}
+	if q.h.Revision != 0 && q.first.GetCreateRevision() == q.h.Revision {
+		return TryResult{}, nil // first, but a lock-delay is pending: no holder to report
 	}
 	holder, err := e.holderInfo(ctx, q.first)
 	if err != nil {

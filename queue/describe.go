@@ -13,15 +13,28 @@ import (
 type Description struct {
 	// Name is the lock name.
 	Name string
-	// Holder is nil when the name is free.
+	// Holder is nil when the name is free; for a semaphore it is the first
+	// of Holders.
 	Holder *Holder
-	// Waiters counts the waiters behind the holder.
+	// Holders lists every holder, in create order: one for a lock, up to
+	// Limit for a semaphore.
+	Holders []*Holder
+	// Limit is the name's semaphore limit (1 for a lock); 0 when the name
+	// has no keys.
+	Limit int
+	// Waiters counts the waiters behind the holders.
 	Waiters int64
+	// DelayUntil, when set, is when a pending lock-delay of a holder whose
+	// lease expired ends at the latest, as seen now: no one is granted the
+	// name before then (a waiter measures from when it saw the expiry, so
+	// it may be granted sooner than this).
+	DelayUntil time.Time
 	// Revision is the etcd revision the snapshot was read at.
 	Revision int64
 }
 
-// Describe reads a name's holder and queue length.
+// Describe reads a name's holders, limit and queue length. The first key
+// names the limit; a semaphore's holders are read at the same revision.
 func (e *Engine) Describe(ctx context.Context, name string) (Description, error) {
 	defer e.enter()()
 	if err := ValidateName(name); err != nil {
@@ -31,20 +44,63 @@ func (e *Engine) Describe(ctx context.Context, name string) (Description, error)
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
 		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.keys.delayPrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
 		return Description{}, fmt.Errorf("queue: describe: %w", err)
 	}
 	d := Description{Name: name, Revision: resp.Header.Revision}
+	if resp.Responses[2].GetResponseRange().Count > 0 {
+		recs, delay, err := e.pendingDelays(ctx, name)
+		if err != nil {
+			return Description{}, err
+		}
+		if len(recs) > 0 {
+			d.DelayUntil = e.cfg.Clock.Now().Add(delay)
+		}
+	}
 	first := firstKV(resp.Responses[0])
 	if first == nil {
 		return d, nil
 	}
-	if d.Holder, err = e.holderInfo(ctx, first); err != nil {
+	held, err := e.holders(ctx, prefix, first, resp.Header.Revision)
+	if err != nil {
 		return Description{}, err
 	}
-	d.Waiters = max(resp.Responses[1].GetResponseRange().Count-1, 0)
+	d.Limit = limitOf(first.Value)
+	for _, kv := range held {
+		h, err := e.holderInfo(ctx, kv)
+		if err != nil {
+			return Description{}, err
+		}
+		d.Holders = append(d.Holders, h)
+	}
+	d.Holder = d.Holders[0]
+	d.Waiters = max(resp.Responses[1].GetResponseRange().Count-int64(len(held)), 0)
 	return d, nil
+}
+
+// holders returns the keys that hold a name whose first key, read at rev,
+// is first: the first key alone for a lock; for a semaphore of limit N the
+// first N keys by create revision at rev, up to the first of another limit
+// (which, and all behind it, the grant condition withholds).
+func (e *Engine) holders(ctx context.Context, prefix string, first *mvccpb.KeyValue, rev int64) ([]*mvccpb.KeyValue, error) {
+	n := limitOf(first.Value)
+	if n <= 1 {
+		return []*mvccpb.KeyValue{first}, nil
+	}
+	resp, err := e.cli.Get(ctx, prefix, append(withFirstN(n), clientv3.WithRev(rev))...)
+	if err != nil {
+		return nil, fmt.Errorf("queue: read holders: %w", err)
+	}
+	var out []*mvccpb.KeyValue
+	for _, kv := range resp.Kvs {
+		if limitOf(kv.Value) != n {
+			break
+		}
+		out = append(out, kv)
+	}
+	return out, nil
 }
 
 // holderInfo decodes a holder key and asks etcd for its lease's remaining TTL.
@@ -70,7 +126,9 @@ func (e *Engine) holderInfo(ctx context.Context, kv *mvccpb.KeyValue) (*Holder, 
 }
 
 // CheckFence reports whether token is the live holder's fencing token for
-// name right now, and the live holder's token (0 when free). The answer can
+// name right now, and the live holder's token (0 when free). For a
+// semaphore, token is live when it is any holder's; current is then token,
+// and otherwise the first holder's. The answer can
 // be stale by the time a write that relies on it lands; a resource that can
 // store the highest token it accepted should check that instead.
 func (e *Engine) CheckFence(ctx context.Context, name string, token int64) (live bool, current int64, err error) {
@@ -78,17 +136,30 @@ func (e *Engine) CheckFence(ctx context.Context, name string, token int64) (live
 	if err := ValidateName(name); err != nil {
 		return false, 0, err
 	}
-	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithFirstCreate()...)
+	prefix := e.keys.namePrefix(name)
+	resp, err := e.cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
 	if err != nil {
 		return false, 0, fmt.Errorf("queue: check fence: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return false, 0, nil
 	}
-	_, meta, err := decodeValue(resp.Kvs[0].Value)
+	held, err := e.holders(ctx, prefix, resp.Kvs[0], resp.Header.Revision)
 	if err != nil {
 		return false, 0, err
 	}
-	current = Token(meta.Epoch, resp.Kvs[0].CreateRevision)
-	return current == token, current, nil
+	for i, kv := range held {
+		_, meta, err := decodeValue(kv.Value)
+		if err != nil {
+			return false, 0, err
+		}
+		t := Token(meta.Epoch, kv.CreateRevision)
+		if i == 0 {
+			current = t
+		}
+		if t == token {
+			return true, t, nil
+		}
+	}
+	return false, current, nil
 }

@@ -83,6 +83,62 @@
 // which the lease outlives; only with less than half the TTL left does the
 // grant renew first.
 //
+// # Semaphores
+//
+// A lock is a semaphore of limit 1 (limit.go). Each key records the limit
+// N it was enqueued with, and condition 3 becomes: fewer than N keys with
+// a lower create revision exist at R, and every one of them records N.
+// Monotony carries over unchanged: keys ahead can only go, so "fewer than
+// N ahead, all of limit N" stays true until the waiter's own key goes.
+//
+// Never more than N holders. Take the live holders at any revision, in
+// create order; let b be the last. Every other live holder a was created
+// before b and is live now, so it was live, and ahead of b, at the
+// revision b was granted at: it records b's limit N, and all of them
+// together were among the fewer than N keys ahead of b. So they number at
+// most N, and all record N. No assumption about the limits other keys
+// carry is needed: a key of another limit ahead only withholds a grant.
+//
+// A name's limit is fixed while it has keys, by the enqueue: its
+// transaction writes the key and reads the first keys of the name at the
+// same revision, and a waiter whose limit differs from the first key's is
+// taken back at once and refused (ErrLimitMismatch); a takeover keeps the
+// key's limit and refuses a retry with another. Two enqueues with
+// different limits on an empty name cannot both pass: each reads the
+// first key at its own revision, which exists (its own at least), and the
+// later one sees the earlier one's key. A refused key lives for a moment
+// (its removal is a second transaction), and while it is first a later
+// enqueue of its limit passes the check; a waiter with a key of another
+// limit ahead is then simply not granted until that key goes — safety
+// rests on the grant condition above, never on the check.
+//
+// TryAcquire of a lock stays one transaction guarded by "no key at all";
+// a semaphore's puts its key, holds if it is among the first N of limit
+// N, and takes it back otherwise.
+//
+// # Lock-delay
+//
+// A holder that asked for a lock-delay d and whose lease expires keeps the
+// name from everyone until expiry + d (delay.go). Its record is written at
+// its grant, before the grant is answered, and deleted by a clean release
+// in the release transaction; a waiter about to be granted that finds a
+// record whose holder key is gone waits d from when it saw that, which is
+// after the expiry, whoever sees it and however late. The delay only ever
+// postpones a grant, so nothing above changes; every cleanup deletes the
+// record of a grant nobody received.
+//
+// # Re-entrancy
+//
+// A re-entrant session acquire (reenter.go) of a lock its session holds
+// adds a hold, counted in a key of its own beside the name's prefix; the
+// lock's key is never written again, so no attempt's mod revision changes
+// and the arguments above stand. Release and every cleanup compare that
+// the holds key is absent before they delete; with holds, a release drops
+// one. The case against re-entrancy stands beside it: a function that
+// needs the lock its caller holds is better handed that lock (or its
+// token) than made to take it again — re-entry hides which code runs
+// inside the critical section. It is off unless asked for.
+//
 // # Every waiter dies without its attempt
 //
 // A lock with a lease of its own is renewed only by the attempt that waits

@@ -168,6 +168,12 @@ type Grant struct {
 	// Resumed is true when an earlier acquire with the same request id had
 	// already enqueued this waiter.
 	Resumed bool
+	// Holds is the lock's hold count after a re-entrant acquire re-entered
+	// it (2 and up); 0 for every other grant, which is the lock's only hold.
+	Holds int
+	// reentered marks a grant that added a hold to a lock the session held:
+	// giving it up drops the hold, never the key.
+	reentered bool
 
 	// attempt is the mod revision of the granting attempt's last write to
 	// the key: Abandon removes the key only if it is still that.

@@ -47,6 +47,10 @@ var (
 	ErrCallerGone = errors.New("caller gone")
 	// ErrQueueFull reports a name whose queue is at its configured cap.
 	ErrQueueFull = errors.New("queue full")
+	// ErrLimitMismatch reports an acquire whose semaphore limit is not the
+	// one its name is held or waited for with: a name's limit is fixed
+	// while it has keys.
+	ErrLimitMismatch = errors.New("limit does not match the name's")
 	// ErrClosed reports use of an engine after Close.
 	ErrClosed = errors.New("engine closed")
 	// ErrNoLeader reports an election that nobody leads.

@@ -28,6 +28,9 @@ type world struct {
 	// holder proclaims before it lets go, and the checker follows values.
 	election   bool
 	proclaimed map[int64]string // by create revision: the value a holder proclaimed
+	// limit is the semaphore limit the world's actors acquire with; 0 or
+	// 1 is a lock.
+	limit int
 
 	specs []actorSpec
 	wg    sync.WaitGroup
@@ -35,7 +38,11 @@ type world struct {
 
 	mu         sync.Mutex
 	holding    map[string]Grant // by client: the grant it believes it holds
+	limitOf    map[int64]int    // the limit each granted key was acquired with, by create revision (granted ones only)
 	expiredRev map[int64]bool   // create revisions of keys whose lease a nemesis revoked
+	clocks     []*clock.Fake    // the engines' clocks: time passes only when nothing else can happen
+	delayEnd   time.Time        // no grant before this: an expired holder's lock-delay (fake time)…
+	delayRev   int64            // …that rests on etcd's state after this revision, the expiry's
 	lastToken  int64
 	lastRev    int64
 	grants     int
@@ -60,7 +67,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 	return &world{
 		sch: sch, engines: engines, prefix: prefix, name: "n",
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
-		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, proclaimed: map[int64]string{},
+		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, proclaimed: map[int64]string{}, limitOf: map[int64]int{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
 		takenAt: map[clientv3.LeaseID]int64{},
 	}
@@ -90,6 +97,21 @@ func (w *world) cast() {
 		func(i int) { w.add(w.adversary(fmt.Sprintf("x%d", i))) },
 		func(i int) { w.add(w.expirer(fmt.Sprintf("e%d", i))) },
 		func(i int) { w.addGhost(fmt.Sprintf("g%d", i)) },
+		func(i int) { w.add(w.reenterer(fmt.Sprintf("re%d", i))) },
+		func(i int) { w.add(w.delayer(fmt.Sprintf("d%d", i))) },
+	}
+	if w.limit > 1 {
+		// A semaphore: limit+1 takers, so that one of them must wait,
+		// and up to two more from the menu or one with another limit.
+		menu = append(menu, func(i int) { w.add(w.mismatcher(fmt.Sprintf("m%d", i))) })
+		i := 0
+		for ; i <= w.limit; i++ {
+			menu[w.rng.IntN(4)](i)
+		}
+		for n := i + w.rng.IntN(3); i < n; i++ {
+			menu[w.rng.IntN(len(menu))](i)
+		}
+		return
 	}
 	if w.rng.IntN(3) == 0 {
 		// An election: the same queue under an election's name, and every
@@ -121,7 +143,7 @@ func (w *world) castNames() []string {
 }
 
 func (w *world) request(client, rid string) AcquireRequest {
-	return AcquireRequest{Name: w.name, TTL: 10 * time.Minute, Owner: "owner-" + client, ClientID: client, RequestID: rid}
+	return AcquireRequest{Name: w.name, TTL: 10 * time.Minute, Owner: "owner-" + client, ClientID: client, RequestID: rid, Limit: w.limit}
 }
 
 // believe records that client was told it holds g. A grant whose lease an
@@ -136,8 +158,16 @@ func (w *world) believe(client string, g Grant) bool {
 		return false
 	}
 	w.grants++
+	if now := w.clocks[0].Now(); now.Before(w.delayEnd) && g.asOf > w.delayRev {
+		// A grant that rests on a state after the expiry (a semaphore's
+		// holder that held its slot before it is not the expired slot's).
+		w.violations = append(w.violations, fmt.Sprintf("%s granted at %s, before an expired holder's lock-delay ended at %s",
+			client, now.Format("15:04:05.000"), w.delayEnd.Format("15:04:05.000")))
+	}
 	tok := g.Token()
 	switch {
+	case w.limit > 1:
+		// A semaphore's holders are granted in any order among themselves.
 	case tok < w.lastToken:
 		w.violations = append(w.violations, fmt.Sprintf("%s granted token %d after token %d", client, tok, w.lastToken))
 	case tok == w.lastToken && g.Revision != w.lastRev:
@@ -195,6 +225,9 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	if err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
+	w.limitOf[g.Revision] = max(r.Limit, 1)
+	w.mu.Unlock()
 	w.certify(who, g)
 	return &g, nil
 }
@@ -209,12 +242,36 @@ func (w *world) certify(who string, g Grant) {
 	prefix := w.engines[0].keys.namePrefix(w.name)
 	resp, err := w.sch.cli.Txn(ctx).Then(
 		clientv3.OpGet(prefix+g.WaiterID, clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf)),
-		clientv3.OpGet(prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf))...)).Commit()
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithRev(g.asOf))).Commit()
 	if err != nil {
 		w.violate("%s: certify grant at %d: %v", who, g.asOf, err)
 		return
 	}
 	own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+	w.mu.Lock()
+	n := w.limitOf[g.Revision]
+	if n == 0 {
+		n = w.limit // a grant that reached no client: the world's limit
+	}
+	w.mu.Unlock()
+	if n > 1 {
+		// A semaphore's grant: fewer than n keys ahead, all of limit n.
+		var ahead []*mvccpb.KeyValue
+		for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+			if kv.CreateRevision < g.Revision {
+				ahead = append(ahead, kv)
+			}
+		}
+		if len(ahead) >= n {
+			w.violate("%s granted (token %d, limit %d) as of revision %d, when %d keys were ahead", who, g.Token(), n, g.asOf, len(ahead))
+		}
+		for _, kv := range ahead {
+			if _, m, _ := decodeValue(kv.Value); max(m.Limit, 1) != n {
+				w.violate("%s granted (token %d, limit %d) as of revision %d, when a key of limit %d was ahead", who, g.Token(), n, g.asOf, m.Limit)
+			}
+		}
+		first = own // the first-key test below is a lock's
+	}
 	switch {
 	case own == nil || own.CreateRevision != g.Revision:
 		w.violate("%s granted (token %d) as of revision %d, when its key was not there", who, g.Token(), g.asOf)
@@ -226,11 +283,14 @@ func (w *world) certify(who string, g Grant) {
 }
 
 // expectedEnd reports the errors of a wait that ends without a grant by
-// an actor's own doing or a nemesis's. Only an attempt its client gave up
+// an actor's own doing, a nemesis's or another limit's. Only an attempt its client gave up
 // may be superseded: a live attempt superseded by an older one is a lost
 // acquire.
 func expectedEnd(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost)
+	// A semaphore world's mismatcher may hold the name under its own
+	// limit, and then every other acquire is refused.
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSessionLost) ||
+		errors.Is(err, ErrLimitMismatch)
 }
 
 // zombieEnd is expectedEnd for an attempt whose client has given up.
@@ -578,20 +638,157 @@ func (w *world) expirer(name string) actorSpec {
 		if err != nil || len(resp.Kvs) == 0 {
 			return
 		}
-		lease := clientv3.LeaseID(resp.Kvs[0].Lease)
-		// Leases are not in keys-only answers: read the values too.
-		all, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
-		if err != nil {
-			return
-		}
-		w.mu.Lock()
-		for _, kv := range all.Kvs {
-			if clientv3.LeaseID(kv.Lease) == lease {
-				w.expiredRev[kv.CreateRevision] = true
+		w.expire(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	}}
+}
+
+// expire revokes lease as its expiry would end it, noting the keys it
+// takes and, for a holder that asked for one, the lock-delay that starts.
+func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
+	// Leases are not in keys-only answers: read the values too.
+	all, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delayed := false
+	for _, kv := range all.Kvs {
+		if clientv3.LeaseID(kv.Lease) == lease {
+			w.expiredRev[kv.CreateRevision] = true
+			if _, m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && w.limitOf[kv.CreateRevision] > 0 {
+				// A holder that was granted expires now: nobody may be
+				// granted before its lock-delay has passed. (A waiter
+				// that expires before its grant was never told it held.)
+				end := w.clocks[0].Now().Add(time.Duration(m.Delay) * time.Millisecond)
+				if end.After(w.delayEnd) {
+					w.delayEnd = end
+				}
+				delayed = true
 			}
 		}
-		w.mu.Unlock()
-		_, _ = w.sch.cli.Revoke(ctx, lease)
+	}
+	// Under w.mu: no grant is believed between the revocation and the
+	// note of its revision.
+	if resp, err := w.sch.cli.Revoke(ctx, lease); err == nil && delayed {
+		w.delayRev = resp.Header.Revision
+	}
+}
+
+// mismatcher acquires the world's semaphore with another limit: it is
+// refused while the name has keys, or holds the name under its own limit
+// (which the others' acquires are then refused for).
+func (w *world) mismatcher(name string) actorSpec {
+	e := w.engine()
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-req")
+		r.Limit = w.limit + 1
+		w.step(ctx, "acquire")
+		g, err := w.acquire(ctx, name, e, r)
+		if err != nil {
+			if !expectedEnd(err) && !errors.Is(err, ErrLimitMismatch) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		w.release(ctx, name, e, *g)
+	}}
+}
+
+// reenterer takes the lock re-entrant in a session, on one gateway, and
+// re-enters it on either (or has the re-entered grant undelivered, given
+// up); it holds until its last release, and the name is free after it.
+func (w *world) reenterer(name string) actorSpec {
+	e1, e2 := w.engine(), w.engine()
+	undelivered := w.rng.IntN(3) == 0
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-1")
+		closeSession, ok := w.openSession(ctx, e1, name, &r)
+		if !ok {
+			return
+		}
+		defer closeSession()
+		r.Reentrant = true
+		w.step(ctx, "acquire")
+		g1, err := w.acquire(ctx, name, e1, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		if !w.believe(name, *g1) {
+			return
+		}
+		r2 := r
+		r2.RequestID = name + "-2"
+		w.step(ctx, "re-enter")
+		g2, err := w.acquire(ctx, name, e2, r2)
+		switch {
+		case err != nil:
+			if !expectedEnd(err) {
+				w.violate("%s: re-enter: %v", name, err)
+			}
+			w.release(ctx, name, e1, *g1)
+			return
+		case g2.Revision != g1.Revision:
+			w.mu.Lock()
+			lost := w.expiredRev[g1.Revision]
+			w.mu.Unlock()
+			if !lost {
+				w.violate("%s: re-entrant acquire of its held lock (token %d) got another (token %d)", name, g1.Token(), g2.Token())
+			}
+			w.letGo(name)
+			w.release(ctx, name, e2, *g2)
+			return
+		case g2.Handle != g1.Handle || g2.Holds != 2:
+			w.violate("%s: re-entered grant: holds %d, same handle %v; want 2, true", name, g2.Holds, g2.Handle == g1.Handle)
+		}
+		if undelivered {
+			e2.Abandon(ctx, *g2) // the re-entered grant reaches nobody
+		} else {
+			w.step(ctx, "release-inner")
+			if _, err := e2.Release(ctx, g2.Handle, g2.Token()); err != nil {
+				w.violate("%s: inner release: %v", name, err)
+			}
+		}
+		w.release(ctx, name, e1, *g1)
+	}}
+}
+
+// delayer takes the lock with a lock-delay (with a lease of its own or in
+// a session) and lets it go, or half the time dies holding it: its lease
+// expires (is revoked), and nobody may be granted the name for the delay.
+func (w *world) delayer(name string) actorSpec {
+	e := w.engine()
+	session, dies := w.rng.IntN(2) == 0, w.rng.IntN(2) == 0
+	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		r := w.request(name, name+"-req")
+		r.LockDelay = 30 * time.Second
+		if session {
+			closeSession, ok := w.openSession(ctx, e, name, &r)
+			if !ok {
+				return
+			}
+			defer closeSession()
+		}
+		w.step(ctx, "acquire")
+		g, err := w.acquire(ctx, name, e, r)
+		if err != nil {
+			if !expectedEnd(err) {
+				w.violate("%s: acquire: %v", name, err)
+			}
+			return
+		}
+		w.believe(name, *g)
+		if dies {
+			w.step(ctx, "die")
+			w.expire(ctx, g.Lease)
+			w.letGo(name)
+			return
+		}
+		w.release(ctx, name, e, *g)
 	}}
 }
 
@@ -623,6 +820,16 @@ func (w *world) run() error {
 			return err
 		}
 		if _, ok := w.sch.next(); ok {
+			continue
+		}
+		if at := w.sch.delayedUntil(); !at.IsZero() {
+			// Only a lock-delay is left to wait out: time passes.
+			delaysWaited.Add(1)
+			for _, c := range w.clocks {
+				if d := at.Sub(c.Now()); d > 0 {
+					c.Advance(d)
+				}
+			}
 			continue
 		}
 		if left := w.sch.unfinished(); len(left) > 0 {
@@ -725,12 +932,15 @@ func (w *world) check() error {
 		return err
 	}
 	live := map[int64]bool{}
-	var first int64
+	var order []int64 // live keys' create revisions, ascending
 	for _, kv := range resp.Kvs {
 		live[kv.CreateRevision] = true
-		if first == 0 || kv.CreateRevision < first {
-			first = kv.CreateRevision
-		}
+		order = append(order, kv.CreateRevision)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
+	var first int64
+	if len(order) > 0 {
+		first = order[0]
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -746,14 +956,27 @@ func (w *world) check() error {
 			}
 			return fmt.Errorf("%s believes it holds (token %d) but its key was deleted by someone else", client, g.Token())
 		}
-		if g.Revision != first {
+		n := max(w.limitOf[g.Revision], 1)
+		if n > 1 {
+			// FIFO: a semaphore's holder is among the first n keys.
+			if i := sort.Search(len(order), func(i int) bool { return order[i] >= g.Revision }); i >= n {
+				return fmt.Errorf("%s believes it holds (token %d, limit %d) but %d keys were created before its own", client, g.Token(), n, i)
+			}
+		} else if g.Revision != first {
 			return fmt.Errorf("%s believes it holds (token %d) but its key is not first (first created at %d)", client, g.Token(), first)
 		}
 		believers = append(believers, client)
 	}
-	if len(believers) > 1 {
-		sort.Strings(believers)
-		return fmt.Errorf("two holders at once: %s", strings.Join(believers, ", "))
+	// Every live holder holds under one limit n, and at most n hold.
+	limits := map[int]int{}
+	for _, c := range believers {
+		limits[max(w.limitOf[w.holding[c].Revision], 1)]++
+	}
+	for n, k := range limits {
+		if k > n || len(limits) > 1 {
+			sort.Strings(believers)
+			return fmt.Errorf("%d holders at once (limits %v): %s", len(believers), limits, strings.Join(believers, ", "))
+		}
 	}
 	return nil
 }

@@ -21,6 +21,10 @@ import (
 	"github.com/leasegate/leasegate/internal/etcdtest"
 )
 
+// delaysWaited counts the times a schedule let time pass to end a
+// lock-delay a grant waited on.
+var delaysWaited atomic.Int64
+
 // The interleaving explorer.
 //
 // It runs two to four actors — clients of the engine, on one or two
@@ -303,6 +307,12 @@ func (s *scheduler) dueByEtcd(as []*actor) (string, error) {
 	defer cancel()
 	for _, a := range as {
 		p := a.parked
+		if !p.until.IsZero() {
+			if !p.now().Before(p.until) {
+				return fmt.Sprintf("%s's lock-delay is over", a.name), nil
+			}
+			continue
+		}
 		if p.hub {
 			if p.closing() {
 				return fmt.Sprintf("%s has no waiters left", a.name), nil
@@ -334,21 +344,39 @@ func (s *scheduler) dueByEtcd(as []*actor) (string, error) {
 		if rev < p.ownMod {
 			continue // its hub has not seen its own write yet: the hub is due
 		}
+		n := max(p.limit, 1)
 		resp, err := s.cli.Txn(ctx).Then(
 			clientv3.OpGet(p.own, clientv3.WithKeysOnly(), clientv3.WithRev(rev)),
-			clientv3.OpGet(p.prefix, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly(), clientv3.WithRev(rev))...)).Commit()
+			clientv3.OpGet(p.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
+				clientv3.WithLimit(int64(n)), clientv3.WithRev(rev))).Commit()
 		if err != nil {
 			return "", err
 		}
-		own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+		own, firstN := firstKV(resp.Responses[0]), resp.Responses[1].GetResponseRange().GetKvs()
 		switch {
 		case own == nil || own.CreateRevision != p.myRev || own.ModRevision != p.ownMod:
 			return fmt.Sprintf("%s's own key changed since %d (at %d: %v)", a.name, p.ownMod, rev, own), nil
-		case first != nil && first.CreateRevision == p.myRev:
-			return fmt.Sprintf("%s is first at %d", a.name, rev), nil
+		case holdsByLimit(firstN, p.myRev, n):
+			return fmt.Sprintf("%s holds at %d", a.name, rev), nil
 		}
 	}
 	return "", nil
+}
+
+// holdsByLimit is the checker's own statement of the grant condition: the
+// key created at create is among kvs (the first n keys by create
+// revision, in order), and every key before it records limit n.
+func holdsByLimit(kvs []*mvccpb.KeyValue, create int64, n int) bool {
+	for _, kv := range kvs {
+		if kv.CreateRevision == create {
+			return true
+		}
+		_, m, err := decodeValue(kv.Value)
+		if err != nil || max(m.Limit, 1) != n {
+			return false
+		}
+	}
+	return false
 }
 
 // sameKeys reports whether two keys-only reads found the same keys with
@@ -408,6 +436,20 @@ func (s *scheduler) next() (string, bool) {
 	a.state = actRunning
 	a.release <- struct{}{}
 	return pick, true
+}
+
+// delayedUntil is the earliest end of a lock-delay an actor is parked on;
+// zero when none is.
+func (s *scheduler) delayedUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var at time.Time
+	for _, a := range s.actors {
+		if a.state == actParked && !a.parked.until.IsZero() && (at.IsZero() || a.parked.until.Before(at)) {
+			at = a.parked.until
+		}
+	}
+	return at
 }
 
 // stuck lists the actors that are not done.
@@ -471,7 +513,20 @@ func exploreMode() exploreConfig {
 // TestExplore runs the explorer: the quick mode by default, the long mode
 // with LEASEGATE_EXPLORE=long, one schedule with -explore.seed.
 func TestExplore(t *testing.T) {
+	explore(t, exploreMode(), 0)
+}
+
+// TestExploreSemaphore runs the explorer over semaphores of limit 2 or 3
+// (drawn from each seed), a quarter as many schedules as TestExplore.
+func TestExploreSemaphore(t *testing.T) {
 	cfg := exploreMode()
+	cfg.schedules /= 4
+	explore(t, cfg, 2)
+}
+
+// explore runs cfg's schedules; limit 0 runs lock worlds, and a positive
+// limit semaphore worlds of limit, or limit+1 by seed.
+func explore(t *testing.T, cfg exploreConfig, limit int) {
 	if *exploreSchedules > 0 {
 		cfg.schedules = *exploreSchedules
 	}
@@ -498,24 +553,24 @@ func TestExplore(t *testing.T) {
 					return
 				}
 				seed := base + uint64(i)
-				n, err := runSchedule(t, seed)
+				n, err := runSchedule(t, seed, limit)
 				steps.Add(int64(n))
 				if err != nil {
 					failed.Add(1)
-					t.Errorf("schedule seed %d failed (replay: go test ./queue -run TestExplore -explore.seed %d -v):\n%v", seed, seed, err)
+					t.Errorf("schedule seed %d failed (replay: go test ./queue -run '%s$' -explore.seed %d -v):\n%v", seed, t.Name(), seed, err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	t.Logf("explorer: %d schedules, %d steps, %d violations, in %s; %d pooled leases handed out again, %d renewals of locks on them, "+
+	t.Logf("explorer: %d schedules, %d steps, %d violations, %d lock-delays waited out, in %s; %d pooled leases handed out again, %d renewals of locks on them, "+
 		"%d renewal keepalives sent after the renewed key was deleted",
-		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), time.Since(began).Round(time.Millisecond),
+		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), delaysWaited.Load(), time.Since(began).Round(time.Millisecond),
 		exploreRecycled.Load(), exploreRenewedRecycled.Load(), exploreStaleSends.Load())
 }
 
 // runSchedule runs one seeded schedule and returns its step count.
-func runSchedule(t *testing.T, seed uint64) (int, error) {
+func runSchedule(t *testing.T, seed uint64, limit int) (int, error) {
 	// Clients live as long as the schedule: thousands of schedules must not
 	// pile up connections.
 	var clients []*clientv3.Client
@@ -567,6 +622,11 @@ func runSchedule(t *testing.T, seed uint64) (int, error) {
 	w := newWorld(sch, engines, prefix, seed)
 	w.clock = clk
 	sch.onLease = w.leaseEvent
+	// Both engines share clk: the world moves it once.
+	w.clocks = []*clock.Fake{clk}
+	if limit > 0 {
+		w.limit = limit + w.rng.IntN(2)
+	}
 	defer func() {
 		w.cancelAll()
 		for _, f := range w.after {

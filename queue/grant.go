@@ -37,6 +37,11 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 			asOf = q.modRev
 		}
+		if r.LockDelay > 0 {
+			if err := e.recordLockDelay(ctx, r, q); err != nil {
+				return Grant{}, err
+			}
+		}
 		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}, nil
 	}
 	deadline := q.confirmed()
@@ -56,6 +61,13 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			if werr := b.wait(ctx); werr != nil {
 				return Grant{}, fmt.Errorf("queue: renew lease at grant: %w", err)
 			}
+		}
+	}
+	if r.LockDelay > 0 {
+		// Before the grant is answered: a holder told it holds always has
+		// its record (delay.go).
+		if err := e.recordLockDelay(ctx, r, q); err != nil {
+			return Grant{}, err
 		}
 	}
 	g.Valid = g.Deadline.Sub(began)

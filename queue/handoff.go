@@ -107,7 +107,8 @@ func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
 // lease that vanished (it should not) never fails the release: the
 // transaction is retried without the record.
 func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp) (*clientv3.TxnResponse, error) {
-	ops := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}
+	// The lock-delay record goes with a clean release (delay.go).
+	ops := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseDelayOp(h)}
 	var lease clientv3.LeaseID
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() && e.tel.tracer != nil {
 		if lease = e.handoffLeaseID(ctx); lease != 0 {
@@ -118,14 +119,16 @@ func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps [
 			ops = append(ops, clientv3.OpPut(e.keys.handoff(h.Name), string(v), clientv3.WithLease(lease)))
 		}
 	}
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key)).Commit()
+	// Else: the key and its holds key (reenter.go), for Release to judge.
+	els := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(e.keys.holds(h.Name, h.WaiterID))}
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(els...).Commit()
 	if lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		e.tel.ho.mu.Lock()
 		if e.tel.ho.id == lease {
 			e.tel.ho.id = 0
 		}
 		e.tel.ho.mu.Unlock()
-		resp, err = e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).Else(clientv3.OpGet(key)).Commit()
+		resp, err = e.cli.Txn(ctx).If(cmps...).Then(ops[:2]...).Else(els...).Commit()
 	}
 	return resp, err
 }

@@ -27,6 +27,9 @@ const (
 	pointProve    = "renew.prove"       // before a renewal proves the holder
 	pointKeep     = "renew.keepalive"   // proven, before the keepalive
 	pointAbandon  = "abandon.txn"       // before an undelivered grant is given up
+	pointReenter  = "reenter.txn"       // before a re-entrant acquire adds a hold
+	pointDropHold = "drophold.txn"      // before a release drops a re-entered hold
+	pointDelay    = "delay.wait"        // before a grant waits out an expired holder's lock-delay
 	pointLeaseGet = "attempt.lease"     // before the attempt lease is granted
 	pointSpawned  = "background.start"  // a background task of the caller begins
 	pointProclaim = "election.proclaim" // read the leader's key, before the proclaim transaction
@@ -70,11 +73,16 @@ type hooks interface {
 // when etcd has an event under prefix past its view revision, or when it
 // has no waiters left (closing).
 type parked struct {
-	hub     bool
-	prefix  string
-	own     string
-	myRev   int64
-	ownMod  int64
+	hub    bool
+	prefix string
+	own    string
+	myRev  int64
+	ownMod int64
+	limit  int // the waiter's semaphore limit
+	// until, when set, parks a grant waiting out a lock-delay until the
+	// engine's clock reaches it (delay.go); now reads that clock.
+	until   time.Time
+	now     func() time.Time
 	session string
 	viewRev func() int64
 	closing func() bool

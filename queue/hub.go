@@ -32,21 +32,27 @@ import (
 // together) the hub judges each waiter against the view at that revision R
 // (see doc.go, "The name hub"): its key
 // gone or created again → ErrLeaseLost; its key written by another
-// attempt → ErrSuperseded; no key with a lower create revision → first,
-// granted with no further read; otherwise the count of keys ahead, its
-// position. A waiter is woken only when its verdict changes in a way it
+// attempt → ErrSuperseded; fewer keys with a lower create revision than
+// its semaphore limit, all with its limit (for a lock: none) → it holds,
+// granted with no further read; otherwise the count of keys ahead, from
+// which its position follows. A waiter is woken only when its verdict changes in a way it
 // acts on: first, an error, or a position it has not been told to wait
 // for (see wait.go on pacing).
 
 // viewKey is one key of a hub's view.
 type viewKey struct {
 	create, mod, lease int64
+	limit              int  // the semaphore limit its value records (limitOf)
+	delay              bool // its value asks for a lock-delay (delayDue)
 }
 
 // hubStatus is the hub's verdict on one waiter, exact at revision rev.
 type hubStatus struct {
 	rev     int64  // the view revision it is exact at; 0 until known
 	ahead   int64  // keys with a lower create revision
+	holds   bool   // fewer than limit keys ahead, all with the waiter's limit
+	pos     int64  // the position to report (position)
+	delayed bool   // the name may have lock-delay records (delay.go)
 	pred    int64  // create revision of the key right ahead; 0 when first
 	left    string // the last key ahead seen to go (the handoff record names it)
 	leftRev int64  // the revision of its deletion
@@ -59,6 +65,7 @@ type hubWaiter struct {
 	key       string
 	create    int64 // the key's create revision: its identity
 	mod       int64 // the attempt's last write: its ownership
+	limit     int   // its semaphore limit, 1 for a lock
 	positions bool  // the waiter reports positions
 	wake      chan struct{}
 
@@ -99,14 +106,19 @@ func (w *hubWaiter) viewRev() int64 {
 type nameHub struct {
 	set    *hubSet
 	prefix string
-	refs   int // guarded by set.mu
+	delays string // the name's lock-delay records (delay.go)
+	refs   int    // guarded by set.mu
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the hub has no waiters left
 
-	mu      sync.Mutex
-	keys    map[string]*viewKey
-	order   []int64 // create revisions of keys, ascending
-	rev     int64   // the view is etcd's state of the prefix at rev; 0 while it is built
+	mu     sync.Mutex
+	keys   map[string]*viewKey
+	order  []int64       // create revisions of keys, ascending
+	limits map[int64]int // the limit of each key, by create revision
+	rev    int64         // the view is etcd's state of the prefix at rev; 0 while it is built
+	// delayed: lock-delay records existed when the view was read, or a
+	// key that asked for a lock-delay has gone since (delay.go).
+	delayed bool
 	waiters map[*hubWaiter]struct{}
 }
 
@@ -124,13 +136,13 @@ func newHubSet(e *Engine) *hubSet { return &hubSet{e: e, hubs: map[string]*nameH
 // create and last written by its attempt at mod, starting the name's hub
 // if it has none. ctx is the waiter's: the hub started for it carries its
 // values (the explorer's actor identity), not its cancellation.
-func (s *hubSet) register(ctx context.Context, prefix, key string, create, mod int64, positions bool) *hubWaiter {
+func (s *hubSet) register(ctx context.Context, prefix, delays, key string, create, mod int64, limit int, positions bool) *hubWaiter {
 	s.mu.Lock()
 	h := s.hubs[prefix]
 	if h == nil {
 		hctx, cancel := context.WithCancel(s.e.ctx)
-		h = &nameHub{set: s, prefix: prefix, cancel: cancel, done: make(chan struct{}),
-			keys: map[string]*viewKey{}, waiters: map[*hubWaiter]struct{}{}}
+		h = &nameHub{set: s, prefix: prefix, delays: delays, cancel: cancel, done: make(chan struct{}),
+			keys: map[string]*viewKey{}, limits: map[int64]int{}, waiters: map[*hubWaiter]struct{}{}}
 		s.hubs[prefix] = h
 		vals := ctx
 		if s.e.hooks != nil {
@@ -142,7 +154,7 @@ func (s *hubSet) register(ctx context.Context, prefix, key string, create, mod i
 	h.refs++
 	s.mu.Unlock()
 
-	w := &hubWaiter{h: h, key: key, create: create, mod: mod, positions: positions, wake: make(chan struct{}, 1)}
+	w := &hubWaiter{h: h, key: key, create: create, mod: mod, limit: max(limit, 1), positions: positions, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.waiters[w] = struct{}{}
 	if s.e.ctx.Err() != nil {
@@ -211,11 +223,14 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	if e.testHookBeforeViewRead != nil {
 		e.testHookBeforeViewRead()
 	}
-	resp, err := e.cli.Get(ctx, h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0))
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0)),
+		clientv3.OpGet(h.delays, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(r0)),
+	).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: hub read: %w", err)
 	}
-	h.rebuild(resp.Kvs, r0)
+	h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().Count > 0)
 	b.reset()
 	for {
 		var wr clientv3.WatchResponse
@@ -277,13 +292,17 @@ func (h *nameHub) closing() bool {
 
 // rebuild replaces the view with kvs, read at rev, and judges every
 // waiter again.
-func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64) {
+func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.delayed = h.delayed || delayed
 	h.keys = make(map[string]*viewKey, len(kvs))
+	h.limits = make(map[int64]int, len(kvs))
 	h.order = h.order[:0]
 	for _, kv := range kvs {
-		h.keys[string(kv.Key)] = &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease}
+		k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: limitOf(kv.Value), delay: delayDue(kv.Value)}
+		h.keys[string(kv.Key)] = k
+		h.limits[k.create] = k.limit
 		h.order = append(h.order, kv.CreateRevision)
 	}
 	slices.Sort(h.order)
@@ -309,7 +328,8 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 		switch ev.Type {
 		case mvccpb.PUT:
 			if old != nil && old.create == ev.Kv.CreateRevision {
-				old.mod, old.lease = ev.Kv.ModRevision, ev.Kv.Lease
+				old.mod, old.lease, old.limit, old.delay = ev.Kv.ModRevision, ev.Kv.Lease, limitOf(ev.Kv.Value), delayDue(ev.Kv.Value)
+				h.limits[old.create] = old.limit
 				continue
 			}
 			if old != nil {
@@ -318,7 +338,8 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 				// create revision.
 				h.removeLocked(old.create)
 			}
-			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease}
+			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease, limit: limitOf(ev.Kv.Value), delay: delayDue(ev.Kv.Value)}
+			h.limits[ev.Kv.CreateRevision] = h.keys[key].limit
 			if n := len(h.order); n == 0 || h.order[n-1] < ev.Kv.CreateRevision {
 				h.order = append(h.order, ev.Kv.CreateRevision) // create revisions only grow
 			} else {
@@ -332,6 +353,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 			delete(h.keys, key)
 			h.removeLocked(old.create)
 			left = append(left, gone{key, old.create})
+			h.delayed = h.delayed || old.delay
 		}
 	}
 	h.rev = evs[len(evs)-1].Kv.ModRevision
@@ -347,6 +369,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 }
 
 func (h *nameHub) removeLocked(create int64) {
+	delete(h.limits, create)
 	if i, ok := slices.BinarySearch(h.order, create); ok {
 		h.order = slices.Delete(h.order, i, i+1)
 	}
@@ -362,7 +385,7 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
 		return
 	}
 	prev := w.st
-	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev}
+	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev, delayed: h.delayed}
 	if left != "" {
 		st.left, st.leftRev = left, leftRev
 	}
@@ -380,14 +403,23 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
 		if i > 0 {
 			st.pred = h.order[i-1]
 		}
+		st.holds = i < w.limit
+		for _, c := range h.order[:min(i, w.limit)] {
+			if h.limits[c] != w.limit {
+				// A key of another limit ahead (doc.go, "Semaphores").
+				st.holds = false
+				break
+			}
+		}
+		st.pos = position(st.ahead, w.limit)
 	}
 	w.st = st
 	switch {
-	case st.err != nil, st.ahead == 0:
+	case st.err != nil, st.holds:
 		w.signal()
 	case prev.rev == 0 && w.positions:
 		w.signal() // first verdict: the waiter learns its position
-	case w.positions && st.ahead != prev.ahead && (!w.paced || st.ahead <= 1):
+	case w.positions && st.pos != prev.pos && (!w.paced || st.pos <= 1):
 		w.signal()
 	}
 }

@@ -83,6 +83,12 @@ func (k keys) waiter(name, waiterID string) string {
 
 func (k keys) session(lease clientv3.LeaseID) string { return SessionKey(k.prefix, lease) }
 
+// holds is the key counting a re-entered lock's extra holds (reenter.go):
+// outside the name's prefix, so no hub or count sees it as a waiter.
+func (k keys) holds(name, waiterID string) string {
+	return k.prefix + "/holds/" + escapeName(name) + "/" + waiterID
+}
+
 // escapeName maps a valid name to a key segment that never contains '/', so
 // the name's key prefix (segment + "/") can never be a prefix of another
 // name's keys: "a", "a/b" and "a-b" stay different locks.

@@ -152,21 +152,37 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 		return false, err
 	}
 	key := e.keys.waiter(h.Name, h.WaiterID)
+	hkey := e.keys.holds(h.Name, h.WaiterID)
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
+		// A lock re-entered through its session drops a hold instead.
+		clientv3.Compare(clientv3.CreateRevision(hkey), "=", 0),
 	}, OwnerCmps(key, h.Secret)...)
-	e.at(ctx, pointRelease)
-	resp, err := e.releaseCommit(ctx, h, key, cmps)
-	if err != nil {
-		return false, fmt.Errorf("queue: release: %w", err)
+	for {
+		e.at(ctx, pointRelease)
+		resp, err := e.releaseCommit(ctx, h, key, cmps)
+		if err != nil {
+			return false, fmt.Errorf("queue: release: %w", err)
+		}
+		if resp.Succeeded {
+			e.recycleOwnLease(ctx, deletedKV(resp, 0))
+			return true, nil
+		}
+		mine, hk := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+		if mine == nil || mine.CreateRevision != h.Revision {
+			return false, nil
+		}
+		if hk == nil {
+			return false, fmt.Errorf("%w: the lock id does not match the lock's secret or lease", ErrNotOwner)
+		}
+		dropped, err := e.dropHold(ctx, h, hk, 0)
+		if err != nil || dropped {
+			return dropped, err
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		// The keys changed since the read: look again.
 	}
-	if resp.Succeeded {
-		e.recycleOwnLease(ctx, deletedKV(resp, 0))
-		return true, nil
-	}
-	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {
-		return false, fmt.Errorf("%w: the lock id does not match the lock's secret or lease", ErrNotOwner)
-	}
-	return false, nil
 }

@@ -36,6 +36,11 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	if err != nil || !hasHeader(mine.Value, secret) {
 		return nil, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
 	}
+	if have := max(meta.Limit, 1); have != r.effectiveLimit() {
+		// The key keeps the limit it was enqueued with.
+		return nil, limitMismatch(r.Name, r.effectiveLimit(), have)
+	}
+	n := r.effectiveLimit()
 	prefix := e.keys.namePrefix(r.Name)
 	key := string(mine.Key)
 	// The takeover writes the value again with a nonce of its own.
@@ -51,7 +56,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		clientv3.Compare(clientv3.CreateRevision(key), "=", mine.CreateRevision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", mine.ModRevision),
 	}
-	then := []clientv3.Op{{}, clientv3.OpGet(prefix, clientv3.WithFirstCreate()...)}
+	then := []clientv3.Op{{}, clientv3.OpGet(prefix, withFirstN(n)...)}
 	if meta.Session {
 		h.Lease = r.Session
 		if keyLease != r.Session {
@@ -85,7 +90,8 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		return nil, errRaced
 	}
 	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: value,
-		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1}
+		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1, limit: n, delays: true,
+		holds: holdsIn(resp.Responses[1].GetResponseRange().GetKvs(), mine.CreateRevision, n)}
 	if meta.Session {
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second
 	}

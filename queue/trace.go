@@ -201,7 +201,7 @@ func (s *span) endEnqueue(q *enqueued, err error) {
 		if q.h.Revision != 0 {
 			s.set(attribute.Int64(attrToken, q.h.Token()))
 		}
-		if q.first != nil && q.h.Revision != 0 && q.first.CreateRevision == q.h.Revision {
+		if q.h.Revision != 0 && q.holds {
 			s.set(attribute.Bool("leasegate.first", true))
 		}
 	}

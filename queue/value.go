@@ -37,6 +37,18 @@ type waiterMeta struct {
 	// Value is an election leader's value (ElectionName): what it
 	// campaigned with, or last proclaimed. Locks leave it empty.
 	Value []byte `json:"v,omitempty"`
+	// Limit is the semaphore limit the waiter was enqueued with; 0 (a
+	// value from before semaphores) means 1. A takeover keeps it.
+	Limit int `json:"n,omitempty"`
+	// Reenter is the secret masked with a digest of the session's secret,
+	// written only by a re-entrant session acquire (reenter.go): a later
+	// re-entrant acquire through the same session hands out the same lock
+	// id with it, whatever its request id.
+	Reenter string `json:"r,omitempty"`
+	// Delay is the lock-delay the waiter asked for, in milliseconds
+	// (delay.go): a hub that sees a key with one go looks for delay
+	// records before its next grant.
+	Delay int64 `json:"d,omitempty"`
 }
 
 // newAttempt draws an attempt nonce.
@@ -88,8 +100,9 @@ func sealMask(requestID string) [SecretLen]byte {
 	return m
 }
 
-func sealSecret(s Secret, requestID string) string {
-	m := sealMask(requestID)
+func sealSecret(s Secret, requestID string) string { return sealWith(s, sealMask(requestID)) }
+
+func sealWith(s Secret, m [SecretLen]byte) string {
 	var out [SecretLen]byte
 	for i := range out {
 		out[i] = s[i] ^ m[i]
@@ -98,12 +111,15 @@ func sealSecret(s Secret, requestID string) string {
 }
 
 func unsealSecret(sealed, requestID string) (Secret, error) {
+	return unsealWith(sealed, sealMask(requestID))
+}
+
+func unsealWith(sealed string, m [SecretLen]byte) (Secret, error) {
 	var s Secret
 	b, err := hex.DecodeString(sealed)
 	if err != nil || len(b) != SecretLen {
 		return s, fmt.Errorf("queue: sealed secret is malformed")
 	}
-	m := sealMask(requestID)
 	for i := range s {
 		s[i] = b[i] ^ m[i]
 	}

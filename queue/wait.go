@@ -176,7 +176,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	prefix := e.keys.namePrefix(r.Name)
 	key := prefix + q.h.WaiterID
 	e.at(ctx, pointRegister)
-	hw := e.hubs.register(ctx, prefix, key, q.h.Revision, q.modRev, r.OnQueued != nil)
+	hw := e.hubs.register(ctx, prefix, e.keys.delayPrefix(r.Name), key, q.h.Revision, q.modRev, q.limit, r.OnQueued != nil)
 	defer e.hubs.unregister(hw)
 	var sessGone <-chan struct{}
 	sessKey := ""
@@ -191,17 +191,19 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	defer rep.stopTimer()
 	if q.ahead >= 0 {
 		// While it waits, at least the key it waits behind is ahead.
-		rep.offer(max(q.ahead, 1))
+		rep.offer(position(q.ahead, q.limit))
 	}
 	// The key right ahead (its create revision), for the wait span's
 	// "predecessor.left" event: known from the enqueue when one key was
-	// ahead, unknown (but some) when more were.
+	// ahead, unknown (but some) when more were. A semaphore's waiter waits
+	// on no one key: it has no predecessor event.
+	lock := q.limit <= 1
 	var pred int64
-	predUnknown := q.ahead > 1
-	if q.ahead == 1 && q.first != nil {
+	predUnknown := lock && q.ahead > 1
+	if lock && q.ahead == 1 && q.first != nil {
 		pred = q.first.CreateRevision
 	}
-	waited := q.ahead > 0 // someone was ahead: a grant is a handoff
+	waited := q.ahead > 0 && !q.holds // someone held its place: a grant is a handoff
 	for {
 		if err := ctx.Err(); err != nil {
 			return Grant{}, err
@@ -211,12 +213,12 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 			return Grant{}, st.err
 		}
 		if st.rev != 0 {
-			if pred != 0 && st.pred != pred || predUnknown && st.ahead == 0 {
+			if lock && (pred != 0 && st.pred != pred || predUnknown && st.ahead == 0) {
 				e.predecessorLeft(ctx)
 			}
 			pred, predUnknown = st.pred, false
-			if st.ahead == 0 {
-				if st.left == "" && q.ahead == 1 && q.first != nil {
+			if st.holds {
+				if st.left == "" && lock && q.ahead == 1 && q.first != nil {
 					// It left before the hub's view was built: the one key
 					// ahead at the enqueue is the one that made it first.
 					st.left = string(q.first.Key)
@@ -224,13 +226,13 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 				return e.grantFirst(ctx, r, q, hw, st, began, waited)
 			}
 			waited = true
-			hw.setPaced(rep.offer(st.ahead))
+			hw.setPaced(rep.offer(st.pos))
 		}
 		parkedNow := false
 		if e.hooks != nil {
 			parkedNow = true
 			e.hooks.park(ctx, parked{prefix: prefix, own: key, myRev: q.h.Revision, ownMod: q.modRev,
-				session: sessKey, viewRev: hw.viewRev})
+				limit: q.limit, session: sessKey, viewRev: hw.viewRev})
 		}
 		var err error
 		select {
@@ -251,11 +253,21 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	}
 }
 
-// grantFirst grants a waiter the hub found first at revision st.rev: no key
-// created before its own existed then, and none can be created later, so it
-// stays first until its own key goes (doc.go, "The name hub").
+// grantFirst grants a waiter the hub found holding at revision st.rev: no
+// key created before its own existed then (for a semaphore of limit N:
+// fewer than N, all of limit N), and none can be created later, so it
+// holds until its own key goes (doc.go, "The name hub", "Semaphores").
 func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began time.Time, waited bool) (Grant, error) {
 	seen := e.cfg.Clock.Now() // when this waiter saw the last key ahead go
+	if q.delays || st.delayed {
+		// An expired holder's lock-delay may be pending (delay.go).
+		if _, err := e.awaitLockDelays(ctx, r.Name, true); err != nil {
+			return Grant{}, err
+		}
+		if st := hw.status(); st.err != nil {
+			return Grant{}, st.err
+		}
+	}
 	if r.BeforeGrant != nil {
 		if err := r.BeforeGrant(ctx); err != nil {
 			return Grant{}, err

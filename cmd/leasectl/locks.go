@@ -17,6 +17,8 @@ type acquireFlags struct {
 	wait      time.Duration
 	requestID string
 	quiet     bool
+	limit     int
+	lockDelay time.Duration
 }
 
 func (a *acquireFlags) register(cmd *cobra.Command, wait bool) {
@@ -27,6 +29,8 @@ func (a *acquireFlags) register(cmd *cobra.Command, wait bool) {
 		f.BoolVarP(&a.quiet, "quiet", "q", false, "do not report the queue position on stderr while waiting")
 	}
 	f.StringVar(&a.requestID, "request-id", "", "idempotency key: repeating a call with it resumes the same queue place or grant (default random)")
+	f.DurationVar(&a.lockDelay, "lock-delay", 0, "should the lock's lease expire rather than be released, keep the name from everyone for this long after (at most 1m; fencing tokens are the real answer)")
+	f.IntVar(&a.limit, "limit", 0, "semaphore limit: up to N holders at once, each with its own lock id and token (0: 1, a lock; at most 1000; every caller of NAME must give the same)")
 }
 
 // waitOptions are the options of a call that waits for name: options,
@@ -49,6 +53,18 @@ func (a *acquireFlags) options() ([]client.AcquireOption, error) {
 	opts := []client.AcquireOption{client.WithTTL(a.ttl), client.WithWaitTimeout(a.wait)}
 	if a.requestID != "" {
 		opts = append(opts, client.WithRequestID(a.requestID))
+	}
+	if a.limit < 0 {
+		return nil, usagef("--limit %d: want 0 (a lock) or a semaphore's limit up to 1000", a.limit)
+	}
+	if a.limit > 0 {
+		opts = append(opts, client.WithLimit(a.limit))
+	}
+	if a.lockDelay < 0 {
+		return nil, usagef("--lock-delay %s: want 0 or a positive duration up to 1m", a.lockDelay)
+	}
+	if a.lockDelay > 0 {
+		opts = append(opts, client.WithLockDelay(a.lockDelay))
 	}
 	return opts, nil
 }

@@ -37,7 +37,7 @@ const (
 	exitUsage       = 2
 	exitNotAcquired = 3
 	exitLost        = 4
-	exitRefused     = 5 // client.ErrPermissionDenied, client.ErrNotOwner
+	exitRefused     = 5 // client.ErrPermissionDenied, client.ErrNotOwner, client.ErrLimitMismatch
 	exitLimited     = 6 // client.ErrRateLimited, client.ErrQuotaExceeded
 	exitInternal    = 7 // client.ErrInternal
 )
@@ -105,6 +105,8 @@ func classify(err error) (code int, hint string) {
 		return exitLost, ""
 	case errors.Is(err, client.ErrPermissionDenied), errors.Is(err, client.ErrNotOwner):
 		return exitRefused, ""
+	case errors.Is(err, client.ErrLimitMismatch):
+		return exitRefused, " (give the name's limit with --limit, or wait until it has no holders or waiters)"
 	case errors.Is(err, client.ErrRateLimited):
 		// The gateway's message, in err's, says when to retry.
 		return exitLimited, ""

@@ -23,4 +23,9 @@ const (
 	// MaxValueBytes is the longest election value (CampaignRequest.value,
 	// ProclaimRequest.value), in bytes.
 	MaxValueBytes = 4096
+	// MaxSemaphoreLimit is the largest AcquireRequest.limit: the engine
+	// reads a semaphore's first `limit` keys in its enqueue transaction.
+	MaxSemaphoreLimit = 1000
+	// MaxLockDelayMs is the longest AcquireRequest.lock_delay_ms.
+	MaxLockDelayMs = 60000
 )

@@ -99,7 +99,25 @@ type AcquireRequest struct {
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Session to attach the lock to (from OpenSession). Empty: the lock gets
 	// a lease of its own with ttl_ms.
-	SessionId     string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Semaphore limit: the first `limit` acquirers of the name hold at once,
+	// each with a lock id and fencing token of its own; later ones wait in
+	// order. 0 means 1 (a lock); at most 1000. A name's limit is fixed while
+	// it has holders or waiters: another limit is refused with
+	// failed_precondition.
+	Limit int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Re-entrant, for a session acquire only (invalid_argument without
+	// session_id): when the session already holds the name through a
+	// re-entrant acquire, the same grant is returned (same lock_id and
+	// fencing_token) with hold_count one higher; each Release drops one hold
+	// and the last frees the name. Off by default.
+	Reentrant bool `protobuf:"varint,8,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
+	// Lock-delay in milliseconds, 0 to 60000 (default 0): should this
+	// holder's lease expire rather than be released, nobody is granted the
+	// name until lock_delay_ms after the expiry. A clean release frees the
+	// name at once. A heuristic for holders without fencing; fencing tokens
+	// are the real answer.
+	LockDelayMs   int64 `protobuf:"varint,9,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -174,6 +192,27 @@ func (x *AcquireRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetReentrant() bool {
+	if x != nil {
+		return x.Reentrant
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -261,7 +300,9 @@ func (*AcquireResponse_Granted) isAcquireResponse_Event() {}
 // Queued reports the caller's place while it waits.
 type Queued struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Number of keys ahead of the caller: the holder plus earlier waiters.
+	// The caller's place in line: 1 when it is next to be granted. For a
+	// lock it is the number of keys ahead (the holder plus earlier
+	// waiters); for a semaphore of limit N with k keys ahead, k - N + 1.
 	Position int64 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
 	// The request id the wait runs under; retry with it to keep the place.
 	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -333,7 +374,10 @@ type Granted struct {
 	// its clock and the gateway's read. 0 for a lock in a session, whose
 	// deadline is that of the session's lease on the lock's shard, which
 	// KeepAliveSession reports (expires_at is then unset).
-	ValidForMs    int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	ValidForMs int64 `protobuf:"varint,6,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	// The lock's holds after this grant: 1, or more when a re-entrant
+	// acquire re-entered a lock its session held.
+	HoldCount     int32 `protobuf:"varint,7,opt,name=hold_count,json=holdCount,proto3" json:"hold_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,13 +454,28 @@ func (x *Granted) GetValidForMs() int64 {
 	return 0
 }
 
+func (x *Granted) GetHoldCount() int32 {
+	if x != nil {
+		return x.HoldCount
+	}
+	return 0
+}
+
 type TryAcquireRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	ClientId      string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	SessionId     string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	TtlMs     int64                  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	ClientId  string                 `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	RequestId string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	SessionId string                 `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Semaphore limit, as in AcquireRequest: acquired only while fewer than
+	// `limit` hold and nobody waits.
+	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Re-entrant, as in AcquireRequest.
+	Reentrant bool `protobuf:"varint,7,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
+	// Lock-delay, as in AcquireRequest. A TryAcquire during a pending
+	// lock-delay is not acquired.
+	LockDelayMs   int64 `protobuf:"varint,8,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +543,27 @@ func (x *TryAcquireRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *TryAcquireRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *TryAcquireRequest) GetReentrant() bool {
+	if x != nil {
+		return x.Reentrant
+	}
+	return false
+}
+
+func (x *TryAcquireRequest) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
 }
 
 type TryAcquireResponse struct {
@@ -822,9 +902,17 @@ type DescribeResponse struct {
 	HolderExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=holder_expires_at,json=holderExpiresAt,proto3" json:"holder_expires_at,omitempty"`
 	FencingToken    int64                  `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// Waiters behind the holder.
-	Waiters       int64  `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
-	TtlMs         int64  `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Shard         string `protobuf:"bytes,8,opt,name=shard,proto3" json:"shard,omitempty"`
+	Waiters int64  `protobuf:"varint,6,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	TtlMs   int64  `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Shard   string `protobuf:"bytes,8,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The name's semaphore limit: 1 for a lock, 0 when the name is free.
+	Limit int32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Every holder, oldest first (at most `limit`). The holder_* fields,
+	// fencing_token and ttl_ms describe the first of them.
+	Holders []*Holder `protobuf:"bytes,10,rep,name=holders,proto3" json:"holders,omitempty"`
+	// Set while an expired holder's lock-delay is pending: nobody is
+	// granted the name before it (as the gateway sees it now).
+	DelayUntil    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=delay_until,json=delayUntil,proto3" json:"delay_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -915,6 +1003,96 @@ func (x *DescribeResponse) GetShard() string {
 	return ""
 }
 
+func (x *DescribeResponse) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *DescribeResponse) GetHolders() []*Holder {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetDelayUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DelayUntil
+	}
+	return nil
+}
+
+// Holder is one holder of a name.
+type Holder struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	FencingToken  int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	TtlMs         int64                  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Holder) Reset() {
+	*x = Holder{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Holder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Holder) ProtoMessage() {}
+
+func (x *Holder) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Holder.ProtoReflect.Descriptor instead.
+func (*Holder) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Holder) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *Holder) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Holder) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *Holder) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 type CheckFenceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -925,7 +1103,7 @@ type CheckFenceRequest struct {
 
 func (x *CheckFenceRequest) Reset() {
 	*x = CheckFenceRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1115,7 @@ func (x *CheckFenceRequest) String() string {
 func (*CheckFenceRequest) ProtoMessage() {}
 
 func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1128,7 @@ func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceRequest.ProtoReflect.Descriptor instead.
 func (*CheckFenceRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckFenceRequest) GetName() string {
@@ -979,7 +1157,7 @@ type CheckFenceResponse struct {
 
 func (x *CheckFenceResponse) Reset() {
 	*x = CheckFenceResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1169,7 @@ func (x *CheckFenceResponse) String() string {
 func (*CheckFenceResponse) ProtoMessage() {}
 
 func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1182,7 @@ func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceResponse.ProtoReflect.Descriptor instead.
 func (*CheckFenceResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckFenceResponse) GetLive() bool {
@@ -1031,7 +1209,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1221,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1234,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenSessionRequest) GetClientId() string {
@@ -1093,7 +1271,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1283,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1296,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1175,7 +1353,7 @@ type SessionShard struct {
 
 func (x *SessionShard) Reset() {
 	*x = SessionShard{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1365,7 @@ func (x *SessionShard) String() string {
 func (*SessionShard) ProtoMessage() {}
 
 func (x *SessionShard) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1378,7 @@ func (x *SessionShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionShard.ProtoReflect.Descriptor instead.
 func (*SessionShard) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionShard) GetShard() string {
@@ -1252,7 +1430,7 @@ type KeepAliveSessionRequest struct {
 
 func (x *KeepAliveSessionRequest) Reset() {
 	*x = KeepAliveSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1442,7 @@ func (x *KeepAliveSessionRequest) String() string {
 func (*KeepAliveSessionRequest) ProtoMessage() {}
 
 func (x *KeepAliveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1455,7 @@ func (x *KeepAliveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveSessionRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KeepAliveSessionRequest) GetSessionId() string {
@@ -1315,7 +1493,7 @@ type KeepAliveSessionResponse struct {
 
 func (x *KeepAliveSessionResponse) Reset() {
 	*x = KeepAliveSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1505,7 @@ func (x *KeepAliveSessionResponse) String() string {
 func (*KeepAliveSessionResponse) ProtoMessage() {}
 
 func (x *KeepAliveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1518,7 @@ func (x *KeepAliveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveSessionResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KeepAliveSessionResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -1394,7 +1572,7 @@ type ExtendSessionRequest struct {
 
 func (x *ExtendSessionRequest) Reset() {
 	*x = ExtendSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1584,7 @@ func (x *ExtendSessionRequest) String() string {
 func (*ExtendSessionRequest) ProtoMessage() {}
 
 func (x *ExtendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1597,7 @@ func (x *ExtendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSessionRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExtendSessionRequest) GetSessionId() string {
@@ -1473,7 +1651,7 @@ type ExtendSessionResponse struct {
 
 func (x *ExtendSessionResponse) Reset() {
 	*x = ExtendSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1663,7 @@ func (x *ExtendSessionResponse) String() string {
 func (*ExtendSessionResponse) ProtoMessage() {}
 
 func (x *ExtendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1676,7 @@ func (x *ExtendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSessionResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExtendSessionResponse) GetSessionId() string {
@@ -1524,7 +1702,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1714,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1727,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1567,7 +1745,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1757,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,14 +1770,14 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbe\x01\n" +
+	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1608,7 +1786,10 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x06 \x01(\tR\tsessionId\"}\n" +
+	"session_id\x18\x06 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x05R\x05limit\x12\x1c\n" +
+	"\treentrant\x18\b \x01(\bR\treentrant\x12\"\n" +
+	"\rlock_delay_ms\x18\t \x01(\x03R\vlockDelayMs\"}\n" +
 	"\x0fAcquireResponse\x12.\n" +
 	"\x06queued\x18\x01 \x01(\v2\x14.leasegate.v1.QueuedH\x00R\x06queued\x121\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedH\x00R\agrantedB\a\n" +
@@ -1616,7 +1797,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x06Queued\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\x03R\bposition\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\xd1\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xf0\x01\n" +
 	"\aGranted\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x129\n" +
@@ -1625,7 +1806,9 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05shard\x18\x05 \x01(\tR\x05shard\x12 \n" +
 	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
-	"validForMs\"\x99\x01\n" +
+	"validForMs\x12\x1d\n" +
+	"\n" +
+	"hold_count\x18\a \x01(\x05R\tholdCount\"\xf1\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -1633,7 +1816,10 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x05 \x01(\tR\tsessionId\"\xa9\x01\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1c\n" +
+	"\treentrant\x18\a \x01(\bR\treentrant\x12\"\n" +
+	"\rlock_delay_ms\x18\b \x01(\x03R\vlockDelayMs\"\xa9\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12/\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedR\agranted\x12F\n" +
@@ -1654,7 +1840,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"%\n" +
 	"\x0fDescribeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x98\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x9b\x03\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12(\n" +
@@ -1663,7 +1849,18 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\rfencing_token\x18\x05 \x01(\x03R\ffencingToken\x12\x18\n" +
 	"\awaiters\x18\x06 \x01(\x03R\awaiters\x12\x15\n" +
 	"\x06ttl_ms\x18\a \x01(\x03R\x05ttlMs\x12\x14\n" +
-	"\x05shard\x18\b \x01(\tR\x05shard\"L\n" +
+	"\x05shard\x18\b \x01(\tR\x05shard\x12\x14\n" +
+	"\x05limit\x18\t \x01(\x05R\x05limit\x12.\n" +
+	"\aholders\x18\n" +
+	" \x03(\v2\x14.leasegate.v1.HolderR\aholders\x12;\n" +
+	"\vdelay_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"delayUntil\"\x9c\x01\n" +
+	"\x06Holder\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"L\n" +
 	"\x11CheckFenceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"M\n" +
@@ -1748,7 +1945,7 @@ func file_leasegate_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_leasegate_v1_lock_proto_goTypes = []any{
 	(ShardLeaseState)(0),             // 0: leasegate.v1.ShardLeaseState
 	(*AcquireRequest)(nil),           // 1: leasegate.v1.AcquireRequest
@@ -1763,59 +1960,63 @@ var file_leasegate_v1_lock_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),          // 10: leasegate.v1.ReleaseResponse
 	(*DescribeRequest)(nil),          // 11: leasegate.v1.DescribeRequest
 	(*DescribeResponse)(nil),         // 12: leasegate.v1.DescribeResponse
-	(*CheckFenceRequest)(nil),        // 13: leasegate.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),       // 14: leasegate.v1.CheckFenceResponse
-	(*OpenSessionRequest)(nil),       // 15: leasegate.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),      // 16: leasegate.v1.OpenSessionResponse
-	(*SessionShard)(nil),             // 17: leasegate.v1.SessionShard
-	(*KeepAliveSessionRequest)(nil),  // 18: leasegate.v1.KeepAliveSessionRequest
-	(*KeepAliveSessionResponse)(nil), // 19: leasegate.v1.KeepAliveSessionResponse
-	(*ExtendSessionRequest)(nil),     // 20: leasegate.v1.ExtendSessionRequest
-	(*ExtendSessionResponse)(nil),    // 21: leasegate.v1.ExtendSessionResponse
-	(*CloseSessionRequest)(nil),      // 22: leasegate.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),     // 23: leasegate.v1.CloseSessionResponse
-	(*timestamppb.Timestamp)(nil),    // 24: google.protobuf.Timestamp
+	(*Holder)(nil),                   // 13: leasegate.v1.Holder
+	(*CheckFenceRequest)(nil),        // 14: leasegate.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),       // 15: leasegate.v1.CheckFenceResponse
+	(*OpenSessionRequest)(nil),       // 16: leasegate.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),      // 17: leasegate.v1.OpenSessionResponse
+	(*SessionShard)(nil),             // 18: leasegate.v1.SessionShard
+	(*KeepAliveSessionRequest)(nil),  // 19: leasegate.v1.KeepAliveSessionRequest
+	(*KeepAliveSessionResponse)(nil), // 20: leasegate.v1.KeepAliveSessionResponse
+	(*ExtendSessionRequest)(nil),     // 21: leasegate.v1.ExtendSessionRequest
+	(*ExtendSessionResponse)(nil),    // 22: leasegate.v1.ExtendSessionResponse
+	(*CloseSessionRequest)(nil),      // 23: leasegate.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 24: leasegate.v1.CloseSessionResponse
+	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
 }
 var file_leasegate_v1_lock_proto_depIdxs = []int32{
 	3,  // 0: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
 	4,  // 1: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
-	24, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
-	24, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	24, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	24, // 7: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	17, // 8: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	0,  // 9: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
-	24, // 10: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 11: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	17, // 12: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	17, // 13: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	1,  // 14: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	5,  // 15: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	7,  // 16: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	9,  // 17: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	11, // 18: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	13, // 19: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	15, // 20: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	18, // 21: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	20, // 22: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
-	22, // 23: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	2,  // 24: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	6,  // 25: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	8,  // 26: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	10, // 27: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	12, // 28: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	14, // 29: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	16, // 30: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	19, // 31: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	21, // 32: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
-	23, // 33: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	25, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	25, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	13, // 7: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
+	25, // 8: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
+	25, // 9: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 10: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 11: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	0,  // 12: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
+	25, // 13: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 14: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 15: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	18, // 16: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	1,  // 17: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	5,  // 18: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	7,  // 19: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	9,  // 20: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	11, // 21: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	14, // 22: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	16, // 23: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	19, // 24: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	21, // 25: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	23, // 26: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	2,  // 27: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	6,  // 28: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	8,  // 29: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	10, // 30: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	12, // 31: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	15, // 32: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	17, // 33: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	20, // 34: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	22, // 35: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	24, // 36: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	27, // [27:37] is the sub-list for method output_type
+	17, // [17:27] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
@@ -1833,7 +2034,7 @@ func file_leasegate_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasegate_v1_lock_proto_rawDesc), len(file_leasegate_v1_lock_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
