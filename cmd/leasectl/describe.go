@@ -40,4 +40,3 @@ and the shard (etcd cluster) the name lives on.`,
 		},
 	}
 }
-
