@@ -133,6 +133,27 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 	if len(all) > size {
 		all, more = all[:size], true
 	}
+	// Lease expiries only for the locks kept: a lookup per lease.
+	kept := make([][]queue.LockInfo, len(targets))
+	idx := map[string]int{}
+	for i, t := range targets {
+		idx[t.Shard] = i
+	}
+	for _, it := range all {
+		i := idx[it.t.Shard]
+		kept[i] = append(kept[i], it.lock)
+	}
+	if err := onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
+		return t.Engine.FillExpiry(ctx, kept[i])
+	}); err != nil {
+		return nil, err
+	}
+	pos := make([]int, len(targets))
+	for j, it := range all {
+		i := idx[it.t.Shard]
+		all[j].lock = kept[i][pos[i]]
+		pos[i]++
+	}
 	out := &v1.ListLocksResponse{}
 	for _, it := range all {
 		out.Locks = append(out.Locks, lockSummary(it.t, it.lock))

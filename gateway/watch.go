@@ -96,6 +96,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
 		return encodeToken(t)
 	}
+	var lastSent time.Time
 	for {
 		var b shardBatch
 		select {
@@ -108,33 +109,99 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		if b.err != nil {
 			return b.err
 		}
-		var msgs []*v1.WatchResponse
-		switch {
-		case b.resync:
+		if b.resync {
 			delete(revs, b.shard)
-			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: []string{b.shard}})
-		case b.batch.Snapshot:
-			if len(b.batch.Events) > 0 || !b.batch.SnapshotDone {
-				msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: []string{b.shard}, Events: lockEvents(b.shard, b.batch.Events)})
-			}
-			if b.batch.SnapshotDone {
-				msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: []string{b.shard}})
-			}
-		case len(b.batch.Events) > 0:
-			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: lockEvents(b.shard, b.batch.Events)})
-		default:
-			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS})
 		}
-		for _, m := range msgs {
-			if m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT && m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC {
-				revs[b.shard] = b.batch.Revision
+		for _, m := range watchMessages(b) {
+			if m.rev != 0 {
+				revs[b.shard] = m.rev
 			}
-			m.ResumeToken = token()
-			if err := s.send(ctx, func() error { return stream.Send(m) }); err != nil {
+			if m.msg == nil {
+				if s.clk.Now().Sub(lastSent) < watchProgressEvery {
+					continue // nothing to show: the next message's token covers it
+				}
+				m.msg = &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS}
+			}
+			m.msg.ResumeToken = token()
+			if err := s.send(ctx, func() error { return stream.Send(m.msg) }); err != nil {
 				return err
 			}
+			lastSent = s.clk.Now()
 		}
 	}
+}
+
+// watchProgressEvery is the least time between two PROGRESS messages.
+var watchProgressEvery = 5 * time.Second
+
+// maxWatchEvents is the most events in one message: far below the
+// gateway's message size cap (64 KiB by default) even for events with the
+// longest names and client ids.
+const maxWatchEvents = 100
+
+// watchMessage is one message to send and the shard revision its token
+// records (0: unchanged); a nil msg only moves the revision.
+type watchMessage struct {
+	msg *v1.WatchResponse
+	rev int64
+}
+
+// watchMessages cuts a shard's batch into messages of at most
+// maxWatchEvents events. Live events are cut at revision boundaries, each
+// message's token recording the last revision it completes; a single
+// revision with more events than fit (a revoked lease with many keys)
+// spans messages, and all but its last carry the previous revision's
+// token, so a resume from them repeats that revision's earlier part (the
+// only case where a resumed stream repeats an event).
+func watchMessages(b shardBatch) []watchMessage {
+	shards := []string{b.shard}
+	switch {
+	case b.resync:
+		return []watchMessage{{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: shards}}}
+	case b.batch.Snapshot:
+		var out []watchMessage
+		evs := b.batch.Events
+		for len(evs) > 0 {
+			n := min(len(evs), maxWatchEvents)
+			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: shards, Events: lockEvents(b.shard, evs[:n])}})
+			evs = evs[n:]
+		}
+		if b.batch.SnapshotDone {
+			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: shards}, rev: b.batch.Revision})
+		}
+		return out
+	case len(b.batch.Events) == 0:
+		return []watchMessage{{rev: b.batch.Revision}}
+	}
+	var out []watchMessage
+	evs := b.batch.Events
+	done := int64(0) // the last revision whose events are all in messages
+	for len(evs) > 0 {
+		n := min(len(evs), maxWatchEvents)
+		if n < len(evs) && evs[n].Revision == evs[n-1].Revision {
+			// Cut before the revision that would straddle, unless it
+			// alone fills the message.
+			cut := n
+			for cut > 0 && evs[cut-1].Revision == evs[n].Revision {
+				cut--
+			}
+			if cut > 0 {
+				n = cut
+			}
+		}
+		rev := evs[n-1].Revision
+		if n < len(evs) && evs[n].Revision == rev {
+			rev = done // the revision goes on in the next message
+		} else {
+			done = rev
+		}
+		out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: lockEvents(b.shard, evs[:n])}, rev: rev})
+		evs = evs[n:]
+	}
+	// The batch's revision may pass its last event's (revisions without
+	// events for this prefix).
+	out[len(out)-1].rev = b.batch.Revision
+	return out
 }
 
 // watchShard runs one shard's watch until ctx ends, resuming it when it
