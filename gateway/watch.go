@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasegate/leasegate/locks"
@@ -112,7 +113,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		if b.resync {
 			delete(revs, b.shard)
 		}
-		for _, m := range watchMessages(b) {
+		for _, m := range watchMessages(b, int(s.cfg.MaxBodyBytes)-1024) {
 			if m.rev != 0 {
 				revs[b.shard] = m.rev
 			}
@@ -147,56 +148,70 @@ type watchMessage struct {
 }
 
 // watchMessages cuts a shard's batch into messages of at most
-// maxWatchEvents events. Live events are cut at revision boundaries, each
-// message's token recording the last revision it completes; a single
-// revision with more events than fit (a revoked lease with many keys)
-// spans messages, and all but its last carry the previous revision's
-// token, so a resume from them repeats that revision's earlier part (the
-// only case where a resumed stream repeats an event).
-func watchMessages(b shardBatch) []watchMessage {
+// maxWatchEvents events and about budget bytes. Live events are cut at
+// revision boundaries, each message's token recording the last revision
+// it completes; a single revision with more events than fit (a revoked
+// lease with many keys) spans messages, and all but its last carry the
+// previous revision's token, so a resume from them repeats that
+// revision's earlier part (the only case where a resumed stream repeats an
+// event).
+func watchMessages(b shardBatch, budget int) []watchMessage {
 	shards := []string{b.shard}
+	pevs := lockEvents(b.shard, b.batch.Events)
+	// fits is how many of the events from i fit in one message.
+	fits := func(i int) int {
+		total, n := 0, 0
+		for n < maxWatchEvents && i+n < len(pevs) {
+			total += proto.Size(pevs[i+n]) + 4
+			if total > budget && n > 0 {
+				break
+			}
+			n++
+		}
+		return n
+	}
 	switch {
 	case b.resync:
 		return []watchMessage{{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: shards}}}
 	case b.batch.Snapshot:
 		var out []watchMessage
-		evs := b.batch.Events
-		for len(evs) > 0 {
-			n := min(len(evs), maxWatchEvents)
-			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: shards, Events: lockEvents(b.shard, evs[:n])}})
-			evs = evs[n:]
+		for i := 0; i < len(pevs); {
+			n := fits(i)
+			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: shards, Events: pevs[i : i+n]}})
+			i += n
 		}
 		if b.batch.SnapshotDone {
 			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: shards}, rev: b.batch.Revision})
 		}
 		return out
-	case len(b.batch.Events) == 0:
+	case len(pevs) == 0:
 		return []watchMessage{{rev: b.batch.Revision}}
 	}
 	var out []watchMessage
 	evs := b.batch.Events
 	done := int64(0) // the last revision whose events are all in messages
-	for len(evs) > 0 {
-		n := min(len(evs), maxWatchEvents)
-		if n < len(evs) && evs[n].Revision == evs[n-1].Revision {
+	for i := 0; i < len(evs); {
+		n := fits(i)
+		if end := i + n; end < len(evs) && evs[end].Revision == evs[end-1].Revision {
 			// Cut before the revision that would straddle, unless it
 			// alone fills the message.
-			cut := n
-			for cut > 0 && evs[cut-1].Revision == evs[n].Revision {
+			cut := end
+			for cut > i && evs[cut-1].Revision == evs[end].Revision {
 				cut--
 			}
-			if cut > 0 {
-				n = cut
+			if cut > i {
+				n = cut - i
 			}
 		}
-		rev := evs[n-1].Revision
-		if n < len(evs) && evs[n].Revision == rev {
+		end := i + n
+		rev := evs[end-1].Revision
+		if end < len(evs) && evs[end].Revision == rev {
 			rev = done // the revision goes on in the next message
 		} else {
 			done = rev
 		}
-		out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: lockEvents(b.shard, evs[:n])}, rev: rev})
-		evs = evs[n:]
+		out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: pevs[i:end]}, rev: rev})
+		i = end
 	}
 	// The batch's revision may pass its last event's (revisions without
 	// events for this prefix).
