@@ -69,6 +69,13 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 	if err := s.lim.acquire(id); err != nil {
 		return err
 	}
+	// An open watch costs like an open wait (a stream, goroutines, and the
+	// queues under its prefix in memory): it counts against the same cap.
+	end, err := s.lim.startWait(id)
+	if err != nil {
+		return err
+	}
+	defer end()
 	targets, err := s.router.All(id.Tenant)
 	if err != nil {
 		return err
