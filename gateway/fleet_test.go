@@ -408,8 +408,13 @@ func TestWatchReportsEveryChangeAndResumes(t *testing.T) {
 		t.Fatalf("tokens %d, %d; want %d, %d", got[0].FencingToken, got[1].FencingToken, a.FencingToken, bg.FencingToken)
 	}
 
-	// Cut the stream; changes happen while nobody watches.
+	// Cut the stream and stop its gateway; changes happen while nobody
+	// watches; the client resumes on another gateway of the fleet.
 	w.cancel()
+	b.cancel()
+	g2 := f.gateway(t, nil, 0, 1, 2)
+	g.Stop()
+	g = g2
 	etcdA := f.etcdOf(t, a.Shard)
 	if _, err := etcdA.Revoke(ctxT(t), holderLease(t, etcdA, g.Prefix, "w/a")); err != nil {
 		t.Fatal(err)
