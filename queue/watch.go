@@ -92,7 +92,8 @@ const snapshotChunk = 500
 // WatchLocks follows the queues of every name that begins with prefix.
 // With from == 0 it first reports a snapshot of them at the current
 // revision; with from > 0 it reads their state at revision from (which
-// must not be compacted: ErrCompacted) and reports the changes after it.
+// must not be compacted, nor beyond the cluster's revision: ErrCompacted)
+// and reports the changes after it.
 // It calls emit on its own goroutine, one batch at a time, and returns
 // when ctx ends, emit fails (with emit's error), or the watch fails:
 // ErrCompacted when etcd compacted history the watch still needed (the
@@ -195,7 +196,9 @@ func (w *queueWatch) load(ctx context.Context, cli *clientv3.Client, from int64)
 		case errors.Is(err, rpctypes.ErrCompacted):
 			return 0, fmt.Errorf("%w: revision %d", ErrCompacted, from)
 		case errors.Is(err, rpctypes.ErrFutureRev):
-			return 0, fmt.Errorf("%w: revision %d is in the shard's future", ErrInvalidArgument, from)
+			// A cluster restored from a backup: its history is not the one
+			// the revision came from either.
+			return 0, fmt.Errorf("%w: revision %d is in the shard's future (restored from a backup?)", ErrCompacted, from)
 		case err != nil:
 			return 0, fmt.Errorf("queue: watch: read queues: %w", err)
 		}

@@ -150,3 +150,17 @@ func TestWatchLocksTellsHowAHolderWent(t *testing.T) {
 		t.Fatalf("expiry: %v", eventsOf(b))
 	}
 }
+
+// A revision the cluster has not reached (a restored backup) is treated
+// as lost history: the caller starts over from a snapshot.
+func TestWatchLocksFromAFutureRevision(t *testing.T) {
+	e, cli := newEngine(t)
+	resp, err := cli.Get(testCtx(t), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.WatchLocks(testCtx(t), "", resp.Header.Revision+1000, func(WatchBatch) error { return nil })
+	if !errors.Is(err, ErrCompacted) {
+		t.Fatalf("WatchLocks from a future revision = %v; want ErrCompacted", err)
+	}
+}

@@ -90,7 +90,9 @@ const (
 	WatchMessageKind_WATCH_MESSAGE_KIND_UNSPECIFIED WatchMessageKind = 0
 	// Part of a snapshot of the shards in `shards`: events hold the current
 	// holders (HELD) and waiters (QUEUED) in queue order. A snapshot may
-	// span several SNAPSHOT messages; SNAPSHOT_END closes it.
+	// span several SNAPSHOT messages; SNAPSHOT_END closes it. A snapshot
+	// replaces what the client knew of those shards: a snapshot that broke
+	// off is followed by RESYNC and a new one.
 	WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT WatchMessageKind = 1
 	// The snapshot of `shards` is complete: the client's state for them is
 	// now exact as of their revisions in the resume token.
@@ -100,8 +102,9 @@ const (
 	// relative to each other.
 	WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS WatchMessageKind = 3
 	// The history a resume (or a lagging stream) needed on `shards` was
-	// compacted: events were missed. Drop every lock of those shards; a
-	// snapshot of them follows.
+	// compacted, or the shard was restored to an earlier revision: events
+	// were missed. Drop every lock of those shards; a snapshot of them
+	// follows.
 	WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC WatchMessageKind = 4
 	// No change: the resume token moved on (etcd progress notification),
 	// sent at most about every few seconds on an idle stream.
