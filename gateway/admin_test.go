@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -30,32 +29,6 @@ func adminFleet(t *testing.T) (*gw, leasegatev1connect.LockServiceClient, leaseg
 	return g, user,
 		leasegatev1connect.NewAdminServiceClient(g.HTTP, g.URL, gwtest.Bearer(adminToken)),
 		leasegatev1connect.NewAdminServiceClient(g.HTTP, g.URL, gwtest.Bearer(userToken))
-}
-
-func waitWith(t *testing.T, c leasegatev1connect.LockServiceClient, req *v1.AcquireRequest) *waiter {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctxT(t))
-	w := &waiter{positions: make(chan int64, 64), granted: make(chan *v1.Granted, 1), err: make(chan error, 1), cancel: cancel}
-	stream, err := c.Acquire(ctx, connect.NewRequest(req))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer stream.Close()
-		for stream.Receive() {
-			switch ev := stream.Msg().Event.(type) {
-			case *v1.AcquireResponse_Queued:
-				w.positions <- ev.Queued.Position
-			case *v1.AcquireResponse_Granted:
-				w.granted <- ev.Granted
-			}
-		}
-		w.err <- stream.Err()
-		close(w.positions)
-		close(w.granted)
-	}()
-	t.Cleanup(cancel)
-	return w
 }
 
 func TestForceReleaseNeedsAdminFreesForTheNextWaiterAndIsAudited(t *testing.T) {

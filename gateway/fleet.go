@@ -259,7 +259,9 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 }
 
 // holderShard routes name and, while it drains from a previous shard that
-// still has keys of it, returns that shard: where its holder is.
+// still has keys of it, returns that shard: where its holder is. The
+// route is taken before ctx's store timeout matters (it reads no etcd);
+// the previous shard's check is bounded by ctx.
 func (s *Service) holderShard(ctx context.Context, id Identity, name string) (locks.Target, error) {
 	t, err := s.route(ctx, id, name)
 	if err != nil {

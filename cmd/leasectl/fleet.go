@@ -14,7 +14,7 @@ import (
 // (force-release, audit).
 
 func newLsCmd(g *globals) *cobra.Command {
-	var pageSize, limit int
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use:   "ls [PREFIX]",
 		Short: "List locks (holder, token, waiters, shard) across every shard",
@@ -25,48 +25,64 @@ and that shard's breaker state on the gateway. It reads --page-size locks per
 call and stops after --limit locks (0: all).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if pageSize < 1 || pageSize > 1000 {
-				return usagef("--page-size %d: want 1 to 1000", pageSize)
-			}
-			if limit < 0 {
-				return usagef("--limit %d: want 0 (all) or more", limit)
-			}
 			prefix := ""
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			p := g.printer()
-			tok, n := "", 0
-			for {
-				ctx, cancel := g.callCtx(cmd.Context())
-				page, err := c.ListLocks(ctx, prefix, pageSize, tok)
-				cancel()
-				if err != nil {
-					return err
-				}
-				for _, l := range page.Locks {
-					if limit > 0 && n == limit {
-						return nil
-					}
-					n++
-					if err := p.print(lsFields(l)...); err != nil {
-						return err
-					}
-				}
-				if tok = page.NextPageToken; tok == "" {
-					return nil
-				}
-			}
+			return walkPages(cmd.Context(), g, pf, func(ctx context.Context, c *client.Client, tok string) ([]client.LockSummary, string, error) {
+				page, err := c.ListLocks(ctx, prefix, pf.size, tok)
+				return page.Locks, page.NextPageToken, err
+			}, lsFields)
 		},
 	}
-	cmd.Flags().IntVar(&pageSize, "page-size", 100, "locks per call (1 to 1000)")
-	cmd.Flags().IntVar(&limit, "limit", 0, "stop after this many locks (0: all)")
+	pf.register(cmd, "locks")
 	return cmd
+}
+
+// pageFlags are the flags of a command that walks pages.
+type pageFlags struct{ size, limit int }
+
+func (pf *pageFlags) register(cmd *cobra.Command, what string) {
+	cmd.Flags().IntVar(&pf.size, "page-size", 100, what+" per call (1 to 1000)")
+	cmd.Flags().IntVar(&pf.limit, "limit", 0, "stop after this many "+what+" (0: all)")
+}
+
+// walkPages prints the items of every page that fetch returns, each call
+// bounded by --timeout, until the last page or --limit items.
+func walkPages[T any](ctx context.Context, g *globals, pf pageFlags, fetch func(context.Context, *client.Client, string) ([]T, string, error), fields func(T) []field) error {
+	if pf.size < 1 || pf.size > 1000 {
+		return usagef("--page-size %d: want 1 to 1000", pf.size)
+	}
+	if pf.limit < 0 {
+		return usagef("--limit %d: want 0 (all) or more", pf.limit)
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	p := g.printer()
+	tok, n := "", 0
+	for {
+		cctx, cancel := g.callCtx(ctx)
+		items, next, err := fetch(cctx, c, tok)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			if pf.limit > 0 && n == pf.limit {
+				return nil
+			}
+			n++
+			if err := p.print(fields(it)...); err != nil {
+				return err
+			}
+		}
+		if tok = next; tok == "" {
+			return nil
+		}
+	}
 }
 
 func lsFields(l client.LockSummary) []field {
@@ -254,7 +270,7 @@ func evictionFields(name string, ev client.Eviction) []field {
 }
 
 func newAuditCmd(g *globals) *cobra.Command {
-	var pageSize, limit int
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "List force-releases, newest first (admin role)",
@@ -263,51 +279,25 @@ who, what, which lock, the evicted holder's token and client id, and why. It
 stops after --limit records (0: all the gateway keeps).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pageSize < 1 || pageSize > 1000 {
-				return usagef("--page-size %d: want 1 to 1000", pageSize)
-			}
-			if limit < 0 {
-				return usagef("--limit %d: want 0 (all) or more", limit)
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			p := g.printer()
-			tok, n := "", 0
-			for {
-				ctx, cancel := g.callCtx(cmd.Context())
-				page, err := c.ListAudit(ctx, pageSize, tok)
-				cancel()
-				if err != nil {
-					return err
-				}
-				for _, r := range page.Records {
-					if limit > 0 && n == limit {
-						return nil
-					}
-					n++
-					if err := p.print(
-						field{"AT", "at", r.At},
-						field{"ACTOR", "actor", r.Actor},
-						field{"ACTION", "action", r.Action},
-						field{"NAME", "name", r.Name},
-						field{"TOKEN", "evictedFencingToken", r.EvictedToken},
-						field{"CLIENT", "evictedClientId", r.EvictedClientID},
-						field{"SHARD", "shard", r.Shard},
-						field{"REASON", "reason", r.Reason},
-					); err != nil {
-						return err
-					}
-				}
-				if tok = page.NextPageToken; tok == "" {
-					return nil
-				}
-			}
+			return walkPages(cmd.Context(), g, pf, func(ctx context.Context, c *client.Client, tok string) ([]client.AuditRecord, string, error) {
+				page, err := c.ListAudit(ctx, pf.size, tok)
+				return page.Records, page.NextPageToken, err
+			}, auditFields)
 		},
 	}
-	cmd.Flags().IntVar(&pageSize, "page-size", 100, "records per call (1 to 1000)")
-	cmd.Flags().IntVar(&limit, "limit", 0, "stop after this many records (0: all)")
+	pf.register(cmd, "records")
 	return cmd
+}
+
+func auditFields(r client.AuditRecord) []field {
+	return []field{
+		{"AT", "at", r.At},
+		{"ACTOR", "actor", r.Actor},
+		{"ACTION", "action", r.Action},
+		{"NAME", "name", r.Name},
+		{"TOKEN", "evictedFencingToken", r.EvictedToken},
+		{"CLIENT", "evictedClientId", r.EvictedClientID},
+		{"SHARD", "shard", r.Shard},
+		{"REASON", "reason", r.Reason},
+	}
 }
