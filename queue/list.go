@@ -144,6 +144,11 @@ read:
 		if !resp.More {
 			break
 		}
+		if len(groups) == 0 {
+			// Only keys that are not a lock's: step over them.
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+			continue
+		}
 		if len(page.Locks) == limit {
 			page.More = true
 			break
@@ -252,23 +257,26 @@ const expiryLookups = 16
 // lock.
 func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 	defer e.enter()()
-	leases := map[clientv3.LeaseID]time.Time{}
+	var ids []clientv3.LeaseID
+	seen := map[clientv3.LeaseID]bool{}
 	for _, l := range locks {
-		if len(l.Entries) > 0 && l.Entries[0].lease != 0 {
-			leases[l.Entries[0].lease] = time.Time{}
+		if id := leaseOf(l); id != 0 && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
 		}
 	}
-	if len(leases) == 0 {
+	if len(ids) == 0 {
 		return nil
 	}
 	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		first error
-		sem   = make(chan struct{}, expiryLookups)
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		first  error
+		sem    = make(chan struct{}, expiryLookups)
+		leases = make(map[clientv3.LeaseID]time.Time, len(ids)) // written by the lookups
 	)
 	now := e.cfg.Clock.Now()
-	for id := range leases {
+	for _, id := range ids {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -291,9 +299,17 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 		return first
 	}
 	for i := range locks {
-		if len(locks[i].Entries) > 0 {
-			locks[i].Entries[0].Expires = leases[locks[i].Entries[0].lease]
+		if id := leaseOf(locks[i]); id != 0 {
+			locks[i].Entries[0].Expires = leases[id]
 		}
 	}
 	return nil
+}
+
+// leaseOf is the lease of l's holder, 0 when l is free or the key has none.
+func leaseOf(l LockInfo) clientv3.LeaseID {
+	if len(l.Entries) == 0 {
+		return 0
+	}
+	return l.Entries[0].lease
 }
