@@ -110,6 +110,7 @@ func (e *Engine) WatchLocks(ctx context.Context, prefix string, from int64, emit
 		mark:   e.cfg.Prefix + releaseMarkKey,
 		audit:  e.keys.auditPrefix(),
 		queues: map[string]*watchQueue{},
+		known:  map[string]bool{},
 	}
 	rev, err := w.load(ctx, e.cli, from)
 	if err != nil {
@@ -174,6 +175,7 @@ func (e *Engine) WatchLocks(ctx context.Context, prefix string, from int64, emit
 type queueWatch struct {
 	base, seg, mark, audit string
 	queues                 map[string]*watchQueue // by escaped segment
+	known                  map[string]bool        // "segment/waiter" of every key in queues
 }
 
 type watchQueue struct {
@@ -267,13 +269,16 @@ func (w *queueWatch) put(kv *mvccpb.KeyValue) (created bool) {
 		q = &watchQueue{name: name}
 		w.queues[seg] = q
 	}
-	for i := range q.entries {
-		if q.entries[i].waiter == en.waiter {
-			en.Position = q.entries[i].Position
-			q.entries[i] = en // a takeover rewrote the value
-			return false
+	if w.known[seg+"/"+en.waiter] {
+		for i := range q.entries {
+			if q.entries[i].waiter == en.waiter {
+				en.Position = q.entries[i].Position
+				q.entries[i] = en // a takeover rewrote the value
+				return false
+			}
 		}
 	}
+	w.known[seg+"/"+en.waiter] = true
 	q.entries = append(q.entries, en) // the newest create revision: last
 	en.Position = int64(len(q.entries) - 1)
 	q.entries[len(q.entries)-1] = en
@@ -353,6 +358,7 @@ func (w *queueWatch) apply(rev int64, evs []*clientv3.Event) []WatchEvent {
 			wid := key[strings.LastIndexByte(key, '/')+1:]
 			for i, en := range q.entries {
 				if en.waiter == wid {
+					delete(w.known, seg+"/"+wid)
 					c.gone = append(c.gone, en)
 					q.entries = append(q.entries[:i], q.entries[i+1:]...)
 					break
