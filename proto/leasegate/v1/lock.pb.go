@@ -87,6 +87,7 @@ func (ShardLeaseState) EnumDescriptor() ([]byte, []int) {
 type WatchMessageKind int32
 
 const (
+	// Never sent.
 	WatchMessageKind_WATCH_MESSAGE_KIND_UNSPECIFIED WatchMessageKind = 0
 	// Part of a snapshot of the shards in `shards`: events hold the current
 	// holders (HELD) and waiters (QUEUED) in queue order. A snapshot may
@@ -162,6 +163,7 @@ func (WatchMessageKind) EnumDescriptor() ([]byte, []int) {
 type LockEventType int32
 
 const (
+	// Never sent.
 	LockEventType_LOCK_EVENT_TYPE_UNSPECIFIED LockEventType = 0
 	// The key became a holder: granted at once, or the keys ahead of it
 	// left. In a snapshot: a current holder.
