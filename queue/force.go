@@ -102,8 +102,9 @@ type AuditRecord struct {
 	EvictedToken int64 `json:"token"`
 	// EvictedClientID is the evicted holder's client id.
 	EvictedClientID string `json:"client"`
-	// key is the evicted key relative to the locks prefix ("segment/
-	// waiter"), which the watch matches with the key's delete.
+	// Key is the evicted key relative to the locks prefix ("segment/
+	// waiter"), which the watch matches with the key's delete. The gateway
+	// does not send it (it is not secret, but it is no caller's business).
 	Key string `json:"key"`
 }
 

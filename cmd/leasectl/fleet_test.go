@@ -130,3 +130,44 @@ func TestForceReleaseRefusedWithoutAdminRole(t *testing.T) {
 		}
 	}
 }
+
+// A watch whose gateway stops goes on through another gateway of the
+// fleet from where it was: nothing repeated, nothing lost.
+func TestWatchSurvivesItsGatewayStopping(t *testing.T) {
+	t.Parallel()
+	g1 := startGateway(t)
+	g2 := startGateway(t, gwtest.Prefix(g1.Prefix))
+	c, err := client.New([]string{g2.URL}, client.WithClientID("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	cmd := command(t, nil, "--endpoint", g1.URL, "--endpoint", g2.URL, "-o", "json", "watch", "sv/")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	out := lines(stdout)
+	a, err := c.Acquire(ctx, "sv/a", client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Release(ctx) }()
+	if d := decode(t, nextLine(t, out, "a held")); d["event"] != "held" || d["name"] != "sv/a" {
+		t.Fatalf("first line %v; want sv/a held", d)
+	}
+	g1.Stop()
+	b, err := c.Acquire(ctx, "sv/b", client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Release(ctx) }()
+	if d := decode(t, nextLine(t, out, "b held")); d["event"] != "held" || d["name"] != "sv/b" || d["from"] != "live" {
+		t.Fatalf("line after the gateway stopped %v; want sv/b held, live, and no repeat of sv/a", d)
+	}
+}
