@@ -108,10 +108,11 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 		page queue.ListPage
 	}
 	pages := make([]shardPage, len(targets))
+	per := shardShare(size, len(targets))
 	err = onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
 		pages[i].t = t
 		var err error
-		pages[i].page, err = t.Engine.ListLocks(ctx, prefix, tok.Cursor, size)
+		pages[i].page, err = t.Engine.ListLocks(ctx, prefix, tok.Cursor, per)
 		return err
 	})
 	if err != nil {
@@ -121,16 +122,27 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 		t    locks.Target
 		lock queue.LockInfo
 	}
+	// A shard that has more than it returned knows nothing beyond its last
+	// lock: the page ends at the lowest such lock, so no name of any shard
+	// is skipped.
 	var all []item
-	more := false
+	more, bound := false, ""
 	for _, p := range pages {
-		more = more || p.page.More
 		for _, l := range p.page.Locks {
 			all = append(all, item{p.t, l})
+		}
+		if n := len(p.page.Locks); p.page.More && n > 0 {
+			more = true
+			if last := p.page.Locks[n-1].Cursor + "/"; bound == "" || last < bound {
+				bound = last
+			}
 		}
 	}
 	// Key order: a name's keys are "<cursor>/…".
 	slices.SortFunc(all, func(a, b item) int { return cmp.Compare(a.lock.Cursor+"/", b.lock.Cursor+"/") })
+	if bound != "" {
+		all = slices.DeleteFunc(all, func(it item) bool { return it.lock.Cursor+"/" > bound })
+	}
 	if len(all) > size {
 		all, more = all[:size], true
 	}
@@ -181,6 +193,16 @@ func fit[M proto.Message](s *Service, msgs []M) int {
 		}
 	}
 	return len(msgs)
+}
+
+// shardShare is how many locks each of n shards reads for a page of size:
+// its even share and half again, so that most pages come out full while
+// each costs about 1.5 pages of reads rather than n.
+func shardShare(size, n int) int {
+	if n <= 1 {
+		return size
+	}
+	return min(size, (size*3+2*n-1)/(2*n)+4)
 }
 
 // onShards runs fn on every target at once, each through its breaker,

@@ -1751,9 +1751,11 @@ type ListLocksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only names that begin with this prefix (byte-wise); empty: every name.
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	// Most locks in one page: 1 to 1000; 0 means 100. A page holds fewer
-	// when more would not fit in one message (the gateway's message size
-	// cap, 64 KiB by default); next_page_token then continues.
+	// Most locks in one page: 1 to 1000; 0 means 100. A page may hold
+	// fewer while more follow: each shard reads about its share of a page,
+	// and a page also ends where more would not fit in one message (the
+	// gateway's message size cap, 64 KiB by default). Only an empty
+	// next_page_token ends the walk.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
 	// A token is only valid with the same prefix.
