@@ -117,7 +117,8 @@ func BenchmarkListLocksPage(b *testing.B) {
 		f.fill(b, locks, mode == "perlock")
 		ctx := context.Background()
 		b.Run("gateway-"+mode, func(b *testing.B) {
-			tok := ""
+			tok, listed := "", 0
+			defer func() { b.ReportMetric(float64(listed)/float64(b.N), "locks/op") }()
 			for b.Loop() {
 				resp, err := f.g.Client.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{Prefix: "bench/", PageSize: page, PageToken: tok}))
 				if err != nil {
@@ -126,6 +127,7 @@ func BenchmarkListLocksPage(b *testing.B) {
 				if len(resp.Msg.Locks) == 0 {
 					b.Fatal("empty page")
 				}
+				listed += len(resp.Msg.Locks)
 				tok = resp.Msg.NextPageToken
 			}
 		})
