@@ -25,6 +25,7 @@ type endpoint struct {
 	url   string
 	rpc   leasegatev1connect.LockServiceClient
 	elect leasegatev1connect.ElectionServiceClient
+	admin leasegatev1connect.AdminServiceClient
 }
 
 // New returns a client for the gateways at endpoints, base URLs such as
@@ -74,7 +75,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		base := strings.TrimSuffix(raw, "/")
 		c.eps = append(c.eps, endpoint{url: base,
 			rpc:   leasegatev1connect.NewLockServiceClient(cfg.httpClient, base, copts...),
-			elect: leasegatev1connect.NewElectionServiceClient(cfg.httpClient, base, copts...)})
+			elect: leasegatev1connect.NewElectionServiceClient(cfg.httpClient, base, copts...),
+
+			admin: leasegatev1connect.NewAdminServiceClient(cfg.httpClient, base, copts...)})
 	}
 	return c, nil
 }

@@ -51,6 +51,7 @@ var streamingPaths = map[string]bool{
 	leasegatev1connect.LockServiceAcquireProcedure:      true,
 	leasegatev1connect.ElectionServiceCampaignProcedure: true,
 	leasegatev1connect.ElectionServiceObserveProcedure:  true,
+	leasegatev1connect.LockServiceWatchProcedure:        true,
 }
 
 type senderKey struct{}

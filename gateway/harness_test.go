@@ -18,6 +18,7 @@ import (
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 var shared *etcdtest.Cluster
@@ -78,9 +79,17 @@ type waiter struct {
 
 func startWaiter(t *testing.T, g *gw, req *v1.AcquireRequest) *waiter {
 	t.Helper()
+	return waitWith(t, g.Client, req)
+}
+
+// waitWith runs a streaming Acquire with client c; its context ends at
+// t's cleanup at the latest.
+func waitWith(t *testing.T, c leasegatev1connect.LockServiceClient, req *v1.AcquireRequest) *waiter {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctxT(t))
+	t.Cleanup(cancel)
 	w := &waiter{positions: make(chan int64, 64), granted: make(chan *v1.Granted, 1), err: make(chan error, 1), cancel: cancel}
-	stream, err := g.Client.Acquire(ctx, connect.NewRequest(req))
+	stream, err := c.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,8 @@ type Limits struct {
 	ClientRenewBurst int
 	// MaxWaitersPerName caps the keys (holder and waiters) of one name.
 	MaxWaitersPerName int
-	// MaxWaitersPerTenant caps the waits one gateway process serves for a
-	// tenant at once.
+	// MaxWaitersPerTenant caps the waits (and Watch streams) one gateway
+	// process serves for a tenant at once.
 	MaxWaitersPerTenant int
 	// MaxKeysPerTenant caps the keys (held or waiting locks) a tenant has on
 	// each shard, checked against a count refreshed at most once a second.

@@ -469,26 +469,11 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	t, err := s.route(ctx, id, name)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
-	if p := t.Previous; p != nil {
-		// While the name drains from its previous shard, its holder may
-		// still be there.
-		var busy bool
-		if err := call(ctx, *p, func(ctx context.Context) error {
-			var err error
-			busy, err = p.Engine.Occupied(ctx, name)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		if busy {
-			t = *p
-		}
+	t, err := s.holderShard(ctx, id, name)
+	if err != nil {
+		return nil, err
 	}
 	var d queue.Description
 	err = call(ctx, t, func(ctx context.Context) error {

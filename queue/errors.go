@@ -51,6 +51,12 @@ var (
 	// one its name is held or waited for with: a name's limit is fixed
 	// while it has keys.
 	ErrLimitMismatch = errors.New("limit does not match the name's")
+	// ErrHolderChanged reports a force-release whose holder was not the
+	// one it meant to evict: another token, or gone before the delete.
+	ErrHolderChanged = errors.New("holder changed")
+	// ErrCompacted reports a watch whose start revision etcd has
+	// compacted away: the caller must start over from a snapshot.
+	ErrCompacted = errors.New("watch history compacted")
 	// ErrClosed reports use of an engine after Close.
 	ErrClosed = errors.New("engine closed")
 	// ErrNoLeader reports an election that nobody leads.

@@ -513,7 +513,7 @@ func exploreMode() exploreConfig {
 // TestExplore runs the explorer: the quick mode by default, the long mode
 // with LEASEGATE_EXPLORE=long, one schedule with -explore.seed.
 func TestExplore(t *testing.T) {
-	explore(t, exploreMode(), 0)
+	explore(t, exploreMode(), 0, (*world).cast)
 }
 
 // TestExploreSemaphore runs the explorer over semaphores of limit 2 or 3
@@ -521,12 +521,13 @@ func TestExplore(t *testing.T) {
 func TestExploreSemaphore(t *testing.T) {
 	cfg := exploreMode()
 	cfg.schedules /= 4
-	explore(t, cfg, 2)
+	explore(t, cfg, 2, (*world).cast)
 }
 
-// explore runs cfg's schedules; limit 0 runs lock worlds, and a positive
-// limit semaphore worlds of limit, or limit+1 by seed.
-func explore(t *testing.T, cfg exploreConfig, limit int) {
+// explore runs cfg's schedules of the actors cast picks; limit 0 runs lock
+// worlds, and a positive limit semaphore worlds of limit, or limit+1 by
+// seed.
+func explore(t *testing.T, cfg exploreConfig, limit int, cast func(*world)) {
 	if *exploreSchedules > 0 {
 		cfg.schedules = *exploreSchedules
 	}
@@ -553,7 +554,7 @@ func explore(t *testing.T, cfg exploreConfig, limit int) {
 					return
 				}
 				seed := base + uint64(i)
-				n, err := runSchedule(t, seed, limit)
+				n, err := runSchedule(t, seed, limit, cast)
 				steps.Add(int64(n))
 				if err != nil {
 					failed.Add(1)
@@ -569,8 +570,9 @@ func explore(t *testing.T, cfg exploreConfig, limit int) {
 		exploreRecycled.Load(), exploreRenewedRecycled.Load(), exploreStaleSends.Load())
 }
 
-// runSchedule runs one seeded schedule and returns its step count.
-func runSchedule(t *testing.T, seed uint64, limit int) (int, error) {
+// runSchedule runs one seeded schedule of the actors cast picks and
+// returns its step count.
+func runSchedule(t *testing.T, seed uint64, limit int, cast func(*world)) (int, error) {
 	// Clients live as long as the schedule: thousands of schedules must not
 	// pile up connections.
 	var clients []*clientv3.Client
@@ -636,7 +638,7 @@ func runSchedule(t *testing.T, seed uint64, limit int) (int, error) {
 			e.Close()
 		}
 	}()
-	w.cast()
+	cast(w)
 	err = w.run()
 	if err != nil {
 		return len(sch.steps), fmt.Errorf("%v\nactors: %s\nsteps: %s", err, strings.Join(w.castNames(), ", "), sch.trace())

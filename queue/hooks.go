@@ -37,6 +37,7 @@ const (
 	pointPoolKeep = "pool.keepalive"    // before the enqueue and the keepalive beside it of a pooled lease
 	pointPoolBack = "pool.return"       // before a released key's lease is given back to the pool
 	pointPoolFill = "pool.fill"         // before the pool's pass grants and refreshes leases
+	pointForce    = "force.txn"         // a force-release read the holder, before its delete
 )
 
 // Lease events: what the explorer learns about a lease's users, beyond the

@@ -18,6 +18,7 @@ import (
 	"github.com/leasegate/leasegate/internal/buildinfo"
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/internal/telemetry"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // exitUsage is the exit status for invalid flags or configuration.
@@ -97,6 +98,8 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.DurationVar(&cfg.Gateway.MaxWaitTimeout, "max-wait", cfg.Gateway.MaxWaitTimeout, "longest wait_timeout_ms a client may ask for")
 	f.Int64Var(&cfg.Gateway.MaxBodyBytes, "max-body-bytes", cfg.Gateway.MaxBodyBytes, "largest request body or message (1 KiB to 16 MiB)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
+	f.IntVar(&cfg.Gateway.AuditMaxRecords, "audit-max-records", queue.DefaultAuditMaxRecords, "force-release audit records kept per tenant and shard (the oldest beyond are deleted)")
+	f.DurationVar(&cfg.Gateway.AuditMaxAge, "audit-max-age", queue.DefaultAuditMaxAge, "how long a force-release audit record is kept")
 	f.DurationVar(&cfg.AttemptTTL, "attempt-ttl", cfg.AttemptTTL, "how long a session waiter whose gateway stopped keeps its place (and can block its name): 2s to 5m, whole seconds")
 	f.IntVar(&cfg.LeasePool, "lease-pool", cfg.LeasePool, "per-lock leases each engine keeps granted ahead of need, per TTL, and reuses after a release (0 disables)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
