@@ -227,13 +227,15 @@ func onShards(ctx context.Context, targets []locks.Target, fn func(ctx context.C
 }
 
 func lockSummary(t locks.Target, l queue.LockInfo) *v1.LockSummary {
-	out := &v1.LockSummary{Name: l.Name, Shard: t.Shard, Limit: 1, Waiters: l.Waiters(), ShardBreaker: t.Backend.Breaker.State().String()}
-	if len(l.Entries) > 0 {
-		h := l.Entries[0]
-		out.Holders = []*v1.LockHolder{{
+	out := &v1.LockSummary{Name: l.Name, Shard: t.Shard, Limit: int32(l.Limit()), Waiters: l.Waiters(), ShardBreaker: t.Backend.Breaker.State().String()}
+	for _, h := range l.Entries {
+		if !h.Holder() {
+			break
+		}
+		out.Holders = append(out.Holders, &v1.LockHolder{
 			ClientId: h.ClientID, FencingToken: h.Token, ExpiresAt: timestamppb.New(h.Expires),
 			Since: timestamppb.New(h.Enqueued), Session: h.Session, TtlMs: h.TTL.Milliseconds(),
-		}}
+		})
 	}
 	return out
 }
@@ -265,7 +267,7 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	}); err != nil {
 		return nil, err
 	}
-	out := &v1.DescribeQueueResponse{Name: name, Shard: t.Shard, Limit: 1, Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String(), Waiters: info.Waiters()}
+	out := &v1.DescribeQueueResponse{Name: name, Shard: t.Shard, Limit: int32(info.Limit()), Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String(), Waiters: info.Waiters()}
 	for _, en := range info.Entries {
 		q := &v1.QueueEntry{
 			ClientId: en.ClientID, Position: en.Position, WaitingSince: timestamppb.New(en.Enqueued),

@@ -45,10 +45,12 @@ type QueueEntry struct {
 
 	lease  clientv3.LeaseID
 	waiter string // the key's last segment, for the watch's bookkeeping
+	limit  int    // the semaphore limit its value records (1 for a lock)
 }
 
-// Holder reports whether the entry holds the lock (limit 1: the first).
-func (q QueueEntry) Holder() bool { return q.Position == 0 }
+// Holder reports whether the entry holds the lock: one of the first limit
+// keys of its name (the first, for a lock).
+func (q QueueEntry) Holder() bool { return q.Position < int64(max(q.limit, 1)) }
 
 // LockInfo is one name's queue, read at one revision.
 type LockInfo struct {
@@ -63,8 +65,17 @@ type LockInfo struct {
 	Cursor string
 }
 
-// Waiters counts the entries behind the holder.
-func (l LockInfo) Waiters() int64 { return int64(max(len(l.Entries)-1, 0)) }
+// Limit is the name's semaphore limit, as its first key records it (1 for
+// a lock or an empty queue).
+func (l LockInfo) Limit() int {
+	if len(l.Entries) == 0 {
+		return 1
+	}
+	return max(l.Entries[0].limit, 1)
+}
+
+// Waiters counts the entries behind the holders.
+func (l LockInfo) Waiters() int64 { return int64(max(len(l.Entries)-l.Limit(), 0)) }
 
 // ListPage is one page of ListLocks.
 type ListPage struct {
@@ -223,8 +234,11 @@ func (g nameGroup) info(rev int64) (LockInfo, error) {
 		l.Entries = append(l.Entries, q)
 	}
 	slices.SortFunc(l.Entries, func(a, b QueueEntry) int { return cmp.Compare(a.Revision, b.Revision) })
+	lim := l.Limit()
 	for i := range l.Entries {
-		l.Entries[i].Position = int64(i)
+		// A semaphore's keys share its limit while they hold (limit.go);
+		// the first key's is the name's.
+		l.Entries[i].Position, l.Entries[i].limit = int64(i), lim
 	}
 	return l, nil
 }
@@ -245,6 +259,7 @@ func entryOf(kv *mvccpb.KeyValue) (QueueEntry, error) {
 		Revision: kv.CreateRevision,
 		lease:    clientv3.LeaseID(kv.Lease),
 		waiter:   k[strings.LastIndexByte(k, '/')+1:],
+		limit:    max(m.Limit, 1),
 	}, nil
 }
 

@@ -234,7 +234,7 @@ func (w *queueWatch) snapshot(rev int64, emit func(WatchBatch) error) error {
 		q := w.queues[s]
 		for _, en := range q.entries {
 			t := EventQueued
-			if en.Position == 0 {
+			if en.Holder() {
 				t = EventHeld
 			}
 			b.Events = append(b.Events, WatchEvent{Type: t, Name: q.name, Entry: en, Revision: rev})
@@ -301,6 +301,11 @@ func (w *queueWatch) segOf(key string) (string, bool) {
 func renumber(es []QueueEntry) {
 	for i := range es {
 		es[i].Position = int64(i)
+		if len(es) > 0 {
+			// A semaphore's keys share its limit while they hold: the
+			// first key's is the name's (limit.go).
+			es[i].limit = es[0].limit
+		}
 	}
 }
 
@@ -375,14 +380,17 @@ func (w *queueWatch) apply(rev int64, evs []*clientv3.Event) []WatchEvent {
 		}
 		renumber(q.entries)
 		name := q.name
-		var oldHead int64
-		if len(c.before) > 0 {
-			oldHead = c.before[0].Revision
+		// The holders before: the first limit keys (one for a lock).
+		held := map[int64]bool{}
+		for _, en := range c.before {
+			if en.Holder() {
+				held[en.Revision] = true
+			}
 		}
 		sort.Slice(c.gone, func(i, j int) bool { return c.gone[i].Position < c.gone[j].Position })
 		for _, en := range c.gone {
 			t := EventLeft
-			if en.Revision == oldHead {
+			if held[en.Revision] {
 				rel := seg + "/" + en.waiter
 				switch {
 				case released[rel]:
@@ -395,12 +403,14 @@ func (w *queueWatch) apply(rev int64, evs []*clientv3.Event) []WatchEvent {
 			}
 			out = append(out, WatchEvent{Type: t, Name: name, Entry: en, Revision: rev})
 		}
-		if len(q.entries) > 0 && q.entries[0].Revision != oldHead {
-			out = append(out, WatchEvent{Type: EventHeld, Name: name, Entry: q.entries[0], Revision: rev})
+		for _, en := range q.entries {
+			if en.Holder() && !held[en.Revision] {
+				out = append(out, WatchEvent{Type: EventHeld, Name: name, Entry: en, Revision: rev})
+			}
 		}
 		for _, wid := range c.created {
-			for _, en := range q.entries[min(1, len(q.entries)):] {
-				if en.waiter == wid {
+			for _, en := range q.entries {
+				if en.waiter == wid && !en.Holder() {
 					out = append(out, WatchEvent{Type: EventQueued, Name: name, Entry: en, Revision: rev})
 				}
 			}

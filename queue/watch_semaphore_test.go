@@ -1,0 +1,63 @@
+package queue
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// putSemWaiter writes a semaphore waiter key of limit n, as the engine would.
+func putSemWaiter(t *testing.T, e *Engine, cli *clientv3.Client, name, client string, n int, lease clientv3.LeaseID) {
+	t.Helper()
+	var s Secret
+	v := encodeValue(s, waiterMeta{ClientID: client, TTL: 10, Limit: n, Enqueued: time.Now().UnixMilli()})
+	if _, err := cli.Put(testCtx(t), e.keys.waiter(name, WaiterID(client)), v, clientv3.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A semaphore of limit 2 has two holders: ListLocks, DescribeQueue's
+// entries and the watch all say so, and the release of one holder makes
+// the first waiter a holder, not the second key.
+func TestListAndWatchCountEverySemaphoreHolder(t *testing.T) {
+	e, cli := newEngine(t)
+	lease, err := cli.Grant(testCtx(t), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"a", "b", "c"} {
+		putSemWaiter(t, e, cli, "s/n", c, 2, lease.ID)
+	}
+	page, err := e.ListLocks(testCtx(t), "s/", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Locks) != 1 {
+		t.Fatalf("listed %d names, want 1", len(page.Locks))
+	}
+	l := page.Locks[0]
+	var holders []string
+	for _, en := range l.Entries {
+		if en.Holder() {
+			holders = append(holders, en.ClientID)
+		}
+	}
+	if l.Limit() != 2 || l.Waiters() != 1 || !slices.Equal(holders, []string{"a", "b"}) {
+		t.Fatalf("limit %d, waiters %d, holders %v; want 2, 1, [a b]", l.Limit(), l.Waiters(), holders)
+	}
+
+	ch, _ := watchEvents(t, e, "s/", 0)
+	snap := nextBatch(t, ch)
+	if got, want := eventsOf(snap), []string{"held s/n a@0", "held s/n b@1", "queued s/n c@2"}; !slices.Equal(got, want) {
+		t.Fatalf("snapshot %v, want %v", got, want)
+	}
+	if _, err := cli.Delete(testCtx(t), e.keys.waiter("s/n", WaiterID("a"))); err != nil {
+		t.Fatal(err)
+	}
+	b := nextBatch(t, ch)
+	if got, want := eventsOf(b), []string{"expired s/n a@0", "held s/n c@1"}; !slices.Equal(got, want) {
+		t.Fatalf("after a's delete: %v, want %v", got, want)
+	}
+}
