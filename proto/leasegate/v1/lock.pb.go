@@ -83,6 +83,153 @@ func (ShardLeaseState) EnumDescriptor() ([]byte, []int) {
 	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{0}
 }
 
+// WatchMessageKind tells how to apply a WatchResponse.
+type WatchMessageKind int32
+
+const (
+	WatchMessageKind_WATCH_MESSAGE_KIND_UNSPECIFIED WatchMessageKind = 0
+	// Part of a snapshot of the shards in `shards`: events hold the current
+	// holders (HELD) and waiters (QUEUED) in queue order. A snapshot may
+	// span several SNAPSHOT messages; SNAPSHOT_END closes it.
+	WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT WatchMessageKind = 1
+	// The snapshot of `shards` is complete: the client's state for them is
+	// now exact as of their revisions in the resume token.
+	WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END WatchMessageKind = 2
+	// Live changes, in revision order per shard (each lock lives on one
+	// shard, so per lock too). Events of different shards are not ordered
+	// relative to each other.
+	WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS WatchMessageKind = 3
+	// The history a resume (or a lagging stream) needed on `shards` was
+	// compacted: events were missed. Drop every lock of those shards; a
+	// snapshot of them follows.
+	WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC WatchMessageKind = 4
+	// No change: the resume token moved on (etcd progress notification),
+	// sent at most about every few seconds on an idle stream.
+	WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS WatchMessageKind = 5
+)
+
+// Enum value maps for WatchMessageKind.
+var (
+	WatchMessageKind_name = map[int32]string{
+		0: "WATCH_MESSAGE_KIND_UNSPECIFIED",
+		1: "WATCH_MESSAGE_KIND_SNAPSHOT",
+		2: "WATCH_MESSAGE_KIND_SNAPSHOT_END",
+		3: "WATCH_MESSAGE_KIND_EVENTS",
+		4: "WATCH_MESSAGE_KIND_RESYNC",
+		5: "WATCH_MESSAGE_KIND_PROGRESS",
+	}
+	WatchMessageKind_value = map[string]int32{
+		"WATCH_MESSAGE_KIND_UNSPECIFIED":  0,
+		"WATCH_MESSAGE_KIND_SNAPSHOT":     1,
+		"WATCH_MESSAGE_KIND_SNAPSHOT_END": 2,
+		"WATCH_MESSAGE_KIND_EVENTS":       3,
+		"WATCH_MESSAGE_KIND_RESYNC":       4,
+		"WATCH_MESSAGE_KIND_PROGRESS":     5,
+	}
+)
+
+func (x WatchMessageKind) Enum() *WatchMessageKind {
+	p := new(WatchMessageKind)
+	*p = x
+	return p
+}
+
+func (x WatchMessageKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchMessageKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasegate_v1_lock_proto_enumTypes[1].Descriptor()
+}
+
+func (WatchMessageKind) Type() protoreflect.EnumType {
+	return &file_leasegate_v1_lock_proto_enumTypes[1]
+}
+
+func (x WatchMessageKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchMessageKind.Descriptor instead.
+func (WatchMessageKind) EnumDescriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+// LockEventType is what happened to one key of a lock's queue.
+type LockEventType int32
+
+const (
+	LockEventType_LOCK_EVENT_TYPE_UNSPECIFIED LockEventType = 0
+	// The key became a holder: granted at once, or the keys ahead of it
+	// left. In a snapshot: a current holder.
+	LockEventType_LOCK_EVENT_TYPE_HELD LockEventType = 1
+	// A waiter enqueued behind others. In a snapshot: a current waiter.
+	LockEventType_LOCK_EVENT_TYPE_QUEUED LockEventType = 2
+	// A holder released the lock (Release, or the gateway giving up a grant
+	// it could not hand over). Exact: the release transaction marks it.
+	LockEventType_LOCK_EVENT_TYPE_RELEASED LockEventType = 3
+	// A holder's key was deleted without a release mark: its lease lapsed,
+	// or was revoked (CloseSession, a session the gateway revoked). Inferred
+	// from the absence of a mark, so a session closed on purpose also shows
+	// as expired.
+	LockEventType_LOCK_EVENT_TYPE_EXPIRED LockEventType = 4
+	// An administrator evicted the holder (AdminService.ForceRelease).
+	// Exact: the audit record is written in the same transaction.
+	LockEventType_LOCK_EVENT_TYPE_FORCE_RELEASED LockEventType = 5
+	// A waiter left the queue before it was granted (cancelled, timed out,
+	// its lease ended).
+	LockEventType_LOCK_EVENT_TYPE_LEFT LockEventType = 6
+)
+
+// Enum value maps for LockEventType.
+var (
+	LockEventType_name = map[int32]string{
+		0: "LOCK_EVENT_TYPE_UNSPECIFIED",
+		1: "LOCK_EVENT_TYPE_HELD",
+		2: "LOCK_EVENT_TYPE_QUEUED",
+		3: "LOCK_EVENT_TYPE_RELEASED",
+		4: "LOCK_EVENT_TYPE_EXPIRED",
+		5: "LOCK_EVENT_TYPE_FORCE_RELEASED",
+		6: "LOCK_EVENT_TYPE_LEFT",
+	}
+	LockEventType_value = map[string]int32{
+		"LOCK_EVENT_TYPE_UNSPECIFIED":    0,
+		"LOCK_EVENT_TYPE_HELD":           1,
+		"LOCK_EVENT_TYPE_QUEUED":         2,
+		"LOCK_EVENT_TYPE_RELEASED":       3,
+		"LOCK_EVENT_TYPE_EXPIRED":        4,
+		"LOCK_EVENT_TYPE_FORCE_RELEASED": 5,
+		"LOCK_EVENT_TYPE_LEFT":           6,
+	}
+)
+
+func (x LockEventType) Enum() *LockEventType {
+	p := new(LockEventType)
+	*p = x
+	return p
+}
+
+func (x LockEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasegate_v1_lock_proto_enumTypes[2].Descriptor()
+}
+
+func (LockEventType) Type() protoreflect.EnumType {
+	return &file_leasegate_v1_lock_proto_enumTypes[2]
+}
+
+func (x LockEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockEventType.Descriptor instead.
+func (LockEventType) EnumDescriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{2}
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lock name: 1 to 256 bytes of printable UTF-8, no control characters.
@@ -1595,6 +1742,805 @@ func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
 	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
+type ListLocksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only names that begin with this prefix (byte-wise); empty: every name.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Most locks in one page: 1 to 1000; 0 means 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	// A token is only valid with the same prefix.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksRequest) Reset() {
+	*x = ListLocksRequest{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksRequest) ProtoMessage() {}
+
+func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
+func (*ListLocksRequest) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListLocksRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListLocksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListLocksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListLocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Locks in key order: the order of the names' escaped etcd key segments,
+	// which is byte order except that bytes outside [A-Za-z0-9-_.:@+=,] are
+	// escaped as %XX. Only names with at least one key (a holder or a
+	// waiter) are listed. Each lock is read at one revision of its shard;
+	// different shards' locks may be read at different revisions.
+	Locks []*LockSummary `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	// Token for the next page; empty when this page is the last. A walk of
+	// every page lists each name that exists throughout the walk exactly
+	// once; a name created or emptied during the walk may be missing, and
+	// a name removed and re-created behind the walk's position is not seen
+	// again.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksResponse) Reset() {
+	*x = ListLocksResponse{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksResponse) ProtoMessage() {}
+
+func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
+func (*ListLocksResponse) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListLocksResponse) GetLocks() []*LockSummary {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *ListLocksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// LockSummary is one lock's state.
+type LockSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lock name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Shard (etcd cluster) the lock lives on.
+	Shard string `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// How many holders the name admits at once: 1 for every lock today
+	// (a mutex). It is a field, and holders a list, for semaphores.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Current holders, at most limit of them: the oldest keys of the queue.
+	Holders []*LockHolder `protobuf:"bytes,4,rep,name=holders,proto3" json:"holders,omitempty"`
+	// Number of waiters behind the holders.
+	Waiters       int64 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockSummary) Reset() {
+	*x = LockSummary{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockSummary) ProtoMessage() {}
+
+func (x *LockSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
+func (*LockSummary) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LockSummary) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockSummary) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *LockSummary) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LockSummary) GetHolders() []*LockHolder {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockSummary) GetWaiters() int64 {
+	if x != nil {
+		return x.Waiters
+	}
+	return 0
+}
+
+// LockHolder describes one current holder.
+type LockHolder struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Caller identity the holder gave in its acquire (client_id).
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// The holder's fencing token.
+	FencingToken int64 `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// When the holder's lease ends unless renewed, on the gateway's clock:
+	// the lease's remaining TTL as etcd reported it, added to the time of
+	// the read (whole seconds).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// When the holder enqueued: the start of its wait, which is also when
+	// it was granted if no one was ahead. The grant itself writes nothing,
+	// so the moment a waiter became the holder is not recorded (Watch
+	// reports it as a held event).
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// True when the lock belongs to a session (its lease is the session's
+	// lease on the shard), false when it has a lease of its own.
+	Session bool `protobuf:"varint,5,opt,name=session,proto3" json:"session,omitempty"`
+	// Lease TTL in milliseconds.
+	TtlMs         int64 `protobuf:"varint,6,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockHolder) Reset() {
+	*x = LockHolder{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockHolder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockHolder) ProtoMessage() {}
+
+func (x *LockHolder) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
+func (*LockHolder) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LockHolder) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *LockHolder) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *LockHolder) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *LockHolder) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *LockHolder) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
+}
+
+func (x *LockHolder) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type DescribeQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lock name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeQueueRequest) Reset() {
+	*x = DescribeQueueRequest{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeQueueRequest) ProtoMessage() {}
+
+func (x *DescribeQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeQueueRequest.ProtoReflect.Descriptor instead.
+func (*DescribeQueueRequest) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DescribeQueueRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DescribeQueueResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lock name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Shard (etcd cluster) the lock lives on.
+	Shard string `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// How many holders the name admits at once (1 today; see LockSummary).
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Holders then waiters, in queue order: position 0 first. Empty when the
+	// name is free.
+	Entries []*QueueEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The shard's etcd revision the queue was read at.
+	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeQueueResponse) Reset() {
+	*x = DescribeQueueResponse{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeQueueResponse) ProtoMessage() {}
+
+func (x *DescribeQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeQueueResponse.ProtoReflect.Descriptor instead.
+func (*DescribeQueueResponse) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DescribeQueueResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DescribeQueueResponse) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *DescribeQueueResponse) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *DescribeQueueResponse) GetEntries() []*QueueEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *DescribeQueueResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// QueueEntry is one key in a name's queue: a holder or a waiter. It never
+// carries a lock id, a request id, a waiter key or a secret.
+type QueueEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Caller identity the entry's acquire gave (client_id).
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Number of keys ahead of this one: 0 for the holder, 1 for the first
+	// waiter, as Queued.position reports it.
+	Position int64 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
+	// When the entry enqueued, on the enqueuing gateway's clock.
+	WaitingSince *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
+	// True for a lock in a session, false for one with its own lease.
+	Session bool `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
+	// True for a holder (position below limit).
+	Holder bool `protobuf:"varint,5,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Holder only: the fencing token. 0 for waiters.
+	FencingToken int64 `protobuf:"varint,6,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// Holder only: when its lease ends unless renewed (see
+	// LockHolder.expires_at).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Lease TTL in milliseconds.
+	TtlMs         int64 `protobuf:"varint,8,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueEntry) Reset() {
+	*x = QueueEntry{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueEntry) ProtoMessage() {}
+
+func (x *QueueEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueEntry.ProtoReflect.Descriptor instead.
+func (*QueueEntry) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *QueueEntry) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *QueueEntry) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *QueueEntry) GetWaitingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitingSince
+	}
+	return nil
+}
+
+func (x *QueueEntry) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
+}
+
+func (x *QueueEntry) GetHolder() bool {
+	if x != nil {
+		return x.Holder
+	}
+	return false
+}
+
+func (x *QueueEntry) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *QueueEntry) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *QueueEntry) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only names that begin with this prefix (byte-wise); empty: every name.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// resume_token of the last message the client applied, from an earlier
+	// Watch with the same prefix, on any gateway. Empty: start with a
+	// snapshot. A resumed stream sends no snapshot (except RESYNC ones): it
+	// continues with the first event after the token.
+	ResumeToken   string `protobuf:"bytes,2,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How to apply this message.
+	Kind WatchMessageKind `protobuf:"varint,1,opt,name=kind,proto3,enum=leasegate.v1.WatchMessageKind" json:"kind,omitempty"`
+	// Snapshot entries (SNAPSHOT) or changes (EVENTS).
+	Events []*LockEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// Shards a SNAPSHOT, SNAPSHOT_END or RESYNC message is about.
+	Shards []string `protobuf:"bytes,3,rep,name=shards,proto3" json:"shards,omitempty"`
+	// Opaque token: pass it as WatchRequest.resume_token to continue right
+	// after this message. It records a revision per shard and the prefix.
+	ResumeToken   string `protobuf:"bytes,4,opt,name=resume_token,json=resumeToken,proto3" json:"resume_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WatchResponse) GetKind() WatchMessageKind {
+	if x != nil {
+		return x.Kind
+	}
+	return WatchMessageKind_WATCH_MESSAGE_KIND_UNSPECIFIED
+}
+
+func (x *WatchResponse) GetEvents() []*LockEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetShards() []string {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetResumeToken() string {
+	if x != nil {
+		return x.ResumeToken
+	}
+	return ""
+}
+
+// LockEvent is one change of one lock, or one snapshot entry.
+type LockEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Type LockEventType `protobuf:"varint,1,opt,name=type,proto3,enum=leasegate.v1.LockEventType" json:"type,omitempty"`
+	// Lock name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Shard the lock lives on.
+	Shard string `protobuf:"bytes,3,opt,name=shard,proto3" json:"shard,omitempty"`
+	// client_id of the key's acquire.
+	ClientId string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// HELD, RELEASED, EXPIRED, FORCE_RELEASED: the holder's fencing token.
+	// 0 for QUEUED and LEFT.
+	FencingToken int64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// Keys ahead of this one at the event's revision: 0 for HELD; for
+	// QUEUED the waiter's place; for RELEASED, EXPIRED, FORCE_RELEASED and
+	// LEFT the place it had when it went. Positions of other keys shift by
+	// one when a key ahead of them goes; that implied change is not sent as
+	// an event of its own (except HELD for the new holder).
+	Position int64 `protobuf:"varint,6,opt,name=position,proto3" json:"position,omitempty"`
+	// True for a lock in a session.
+	Session bool `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
+	// The etcd revision of the change on its shard (for a snapshot entry:
+	// the snapshot's revision).
+	Revision int64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
+	// When the key enqueued, on the enqueuing gateway's clock.
+	EnqueuedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockEvent) Reset() {
+	*x = LockEvent{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockEvent) ProtoMessage() {}
+
+func (x *LockEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockEvent.ProtoReflect.Descriptor instead.
+func (*LockEvent) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *LockEvent) GetType() LockEventType {
+	if x != nil {
+		return x.Type
+	}
+	return LockEventType_LOCK_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *LockEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockEvent) GetShard() string {
+	if x != nil {
+		return x.Shard
+	}
+	return ""
+}
+
+func (x *LockEvent) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *LockEvent) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *LockEvent) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *LockEvent) GetSession() bool {
+	if x != nil {
+		return x.Session
+	}
+	return false
+}
+
+func (x *LockEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *LockEvent) GetEnqueuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EnqueuedAt
+	}
+	return nil
+}
+
 var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_lock_proto_rawDesc = "" +
@@ -1715,12 +2661,88 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse*\x8f\x01\n" +
+	"\x14CloseSessionResponse\"f\n" +
+	"\x10ListLocksRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
+	"\x11ListLocksResponse\x12/\n" +
+	"\x05locks\x18\x01 \x03(\v2\x19.leasegate.v1.LockSummaryR\x05locks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9b\x01\n" +
+	"\vLockSummary\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x122\n" +
+	"\aholders\x18\x04 \x03(\v2\x18.leasegate.v1.LockHolderR\aholders\x12\x18\n" +
+	"\awaiters\x18\x05 \x01(\x03R\awaiters\"\xec\x01\n" +
+	"\n" +
+	"LockHolder\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
+	"\asession\x18\x05 \x01(\bR\asession\x12\x15\n" +
+	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\"*\n" +
+	"\x14DescribeQueueRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa7\x01\n" +
+	"\x15DescribeQueueResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x122\n" +
+	"\aentries\x18\x04 \x03(\v2\x18.leasegate.v1.QueueEntryR\aentries\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\xaf\x02\n" +
+	"\n" +
+	"QueueEntry\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
+	"\bposition\x18\x02 \x01(\x03R\bposition\x12?\n" +
+	"\rwaiting_since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\x12\x18\n" +
+	"\asession\x18\x04 \x01(\bR\asession\x12\x16\n" +
+	"\x06holder\x18\x05 \x01(\bR\x06holder\x12#\n" +
+	"\rfencing_token\x18\x06 \x01(\x03R\ffencingToken\x129\n" +
+	"\n" +
+	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x15\n" +
+	"\x06ttl_ms\x18\b \x01(\x03R\x05ttlMs\"I\n" +
+	"\fWatchRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12!\n" +
+	"\fresume_token\x18\x02 \x01(\tR\vresumeToken\"\xaf\x01\n" +
+	"\rWatchResponse\x122\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.leasegate.v1.WatchMessageKindR\x04kind\x12/\n" +
+	"\x06events\x18\x02 \x03(\v2\x17.leasegate.v1.LockEventR\x06events\x12\x16\n" +
+	"\x06shards\x18\x03 \x03(\tR\x06shards\x12!\n" +
+	"\fresume_token\x18\x04 \x01(\tR\vresumeToken\"\xb7\x02\n" +
+	"\tLockEvent\x12/\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1b.leasegate.v1.LockEventTypeR\x04type\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05shard\x18\x03 \x01(\tR\x05shard\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\tR\bclientId\x12#\n" +
+	"\rfencing_token\x18\x05 \x01(\x03R\ffencingToken\x12\x1a\n" +
+	"\bposition\x18\x06 \x01(\x03R\bposition\x12\x18\n" +
+	"\asession\x18\a \x01(\bR\asession\x12\x1a\n" +
+	"\brevision\x18\b \x01(\x03R\brevision\x12;\n" +
+	"\venqueued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"enqueuedAt*\x8f\x01\n" +
 	"\x0fShardLeaseState\x12!\n" +
 	"\x1dSHARD_LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SHARD_LEASE_STATE_LIVE\x10\x01\x12\x1a\n" +
 	"\x16SHARD_LEASE_STATE_LOST\x10\x02\x12!\n" +
-	"\x1dSHARD_LEASE_STATE_UNAVAILABLE\x10\x032\xb6\x06\n" +
+	"\x1dSHARD_LEASE_STATE_UNAVAILABLE\x10\x03*\xdb\x01\n" +
+	"\x10WatchMessageKind\x12\"\n" +
+	"\x1eWATCH_MESSAGE_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bWATCH_MESSAGE_KIND_SNAPSHOT\x10\x01\x12#\n" +
+	"\x1fWATCH_MESSAGE_KIND_SNAPSHOT_END\x10\x02\x12\x1d\n" +
+	"\x19WATCH_MESSAGE_KIND_EVENTS\x10\x03\x12\x1d\n" +
+	"\x19WATCH_MESSAGE_KIND_RESYNC\x10\x04\x12\x1f\n" +
+	"\x1bWATCH_MESSAGE_KIND_PROGRESS\x10\x05*\xdf\x01\n" +
+	"\rLockEventType\x12\x1f\n" +
+	"\x1bLOCK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14LOCK_EVENT_TYPE_HELD\x10\x01\x12\x1a\n" +
+	"\x16LOCK_EVENT_TYPE_QUEUED\x10\x02\x12\x1c\n" +
+	"\x18LOCK_EVENT_TYPE_RELEASED\x10\x03\x12\x1b\n" +
+	"\x17LOCK_EVENT_TYPE_EXPIRED\x10\x04\x12\"\n" +
+	"\x1eLOCK_EVENT_TYPE_FORCE_RELEASED\x10\x05\x12\x18\n" +
+	"\x14LOCK_EVENT_TYPE_LEFT\x10\x062\xa2\b\n" +
 	"\vLockService\x12H\n" +
 	"\aAcquire\x12\x1c.leasegate.v1.AcquireRequest\x1a\x1d.leasegate.v1.AcquireResponse0\x01\x12O\n" +
 	"\n" +
@@ -1733,7 +2755,10 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\vOpenSession\x12 .leasegate.v1.OpenSessionRequest\x1a!.leasegate.v1.OpenSessionResponse\x12a\n" +
 	"\x10KeepAliveSession\x12%.leasegate.v1.KeepAliveSessionRequest\x1a&.leasegate.v1.KeepAliveSessionResponse\x12X\n" +
 	"\rExtendSession\x12\".leasegate.v1.ExtendSessionRequest\x1a#.leasegate.v1.ExtendSessionResponse\x12U\n" +
-	"\fCloseSession\x12!.leasegate.v1.CloseSessionRequest\x1a\".leasegate.v1.CloseSessionResponseB?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
+	"\fCloseSession\x12!.leasegate.v1.CloseSessionRequest\x1a\".leasegate.v1.CloseSessionResponse\x12L\n" +
+	"\tListLocks\x12\x1e.leasegate.v1.ListLocksRequest\x1a\x1f.leasegate.v1.ListLocksResponse\x12X\n" +
+	"\rDescribeQueue\x12\".leasegate.v1.DescribeQueueRequest\x1a#.leasegate.v1.DescribeQueueResponse\x12B\n" +
+	"\x05Watch\x12\x1a.leasegate.v1.WatchRequest\x1a\x1b.leasegate.v1.WatchResponse0\x01B?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
 	file_leasegate_v1_lock_proto_rawDescOnce sync.Once
@@ -1747,75 +2772,104 @@ func file_leasegate_v1_lock_proto_rawDescGZIP() []byte {
 	return file_leasegate_v1_lock_proto_rawDescData
 }
 
-var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_leasegate_v1_lock_proto_goTypes = []any{
 	(ShardLeaseState)(0),             // 0: leasegate.v1.ShardLeaseState
-	(*AcquireRequest)(nil),           // 1: leasegate.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 2: leasegate.v1.AcquireResponse
-	(*Queued)(nil),                   // 3: leasegate.v1.Queued
-	(*Granted)(nil),                  // 4: leasegate.v1.Granted
-	(*TryAcquireRequest)(nil),        // 5: leasegate.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),       // 6: leasegate.v1.TryAcquireResponse
-	(*RenewRequest)(nil),             // 7: leasegate.v1.RenewRequest
-	(*RenewResponse)(nil),            // 8: leasegate.v1.RenewResponse
-	(*ReleaseRequest)(nil),           // 9: leasegate.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 10: leasegate.v1.ReleaseResponse
-	(*DescribeRequest)(nil),          // 11: leasegate.v1.DescribeRequest
-	(*DescribeResponse)(nil),         // 12: leasegate.v1.DescribeResponse
-	(*CheckFenceRequest)(nil),        // 13: leasegate.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),       // 14: leasegate.v1.CheckFenceResponse
-	(*OpenSessionRequest)(nil),       // 15: leasegate.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),      // 16: leasegate.v1.OpenSessionResponse
-	(*SessionShard)(nil),             // 17: leasegate.v1.SessionShard
-	(*KeepAliveSessionRequest)(nil),  // 18: leasegate.v1.KeepAliveSessionRequest
-	(*KeepAliveSessionResponse)(nil), // 19: leasegate.v1.KeepAliveSessionResponse
-	(*ExtendSessionRequest)(nil),     // 20: leasegate.v1.ExtendSessionRequest
-	(*ExtendSessionResponse)(nil),    // 21: leasegate.v1.ExtendSessionResponse
-	(*CloseSessionRequest)(nil),      // 22: leasegate.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),     // 23: leasegate.v1.CloseSessionResponse
-	(*timestamppb.Timestamp)(nil),    // 24: google.protobuf.Timestamp
+	(WatchMessageKind)(0),            // 1: leasegate.v1.WatchMessageKind
+	(LockEventType)(0),               // 2: leasegate.v1.LockEventType
+	(*AcquireRequest)(nil),           // 3: leasegate.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 4: leasegate.v1.AcquireResponse
+	(*Queued)(nil),                   // 5: leasegate.v1.Queued
+	(*Granted)(nil),                  // 6: leasegate.v1.Granted
+	(*TryAcquireRequest)(nil),        // 7: leasegate.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),       // 8: leasegate.v1.TryAcquireResponse
+	(*RenewRequest)(nil),             // 9: leasegate.v1.RenewRequest
+	(*RenewResponse)(nil),            // 10: leasegate.v1.RenewResponse
+	(*ReleaseRequest)(nil),           // 11: leasegate.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 12: leasegate.v1.ReleaseResponse
+	(*DescribeRequest)(nil),          // 13: leasegate.v1.DescribeRequest
+	(*DescribeResponse)(nil),         // 14: leasegate.v1.DescribeResponse
+	(*CheckFenceRequest)(nil),        // 15: leasegate.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),       // 16: leasegate.v1.CheckFenceResponse
+	(*OpenSessionRequest)(nil),       // 17: leasegate.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),      // 18: leasegate.v1.OpenSessionResponse
+	(*SessionShard)(nil),             // 19: leasegate.v1.SessionShard
+	(*KeepAliveSessionRequest)(nil),  // 20: leasegate.v1.KeepAliveSessionRequest
+	(*KeepAliveSessionResponse)(nil), // 21: leasegate.v1.KeepAliveSessionResponse
+	(*ExtendSessionRequest)(nil),     // 22: leasegate.v1.ExtendSessionRequest
+	(*ExtendSessionResponse)(nil),    // 23: leasegate.v1.ExtendSessionResponse
+	(*CloseSessionRequest)(nil),      // 24: leasegate.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 25: leasegate.v1.CloseSessionResponse
+	(*ListLocksRequest)(nil),         // 26: leasegate.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),        // 27: leasegate.v1.ListLocksResponse
+	(*LockSummary)(nil),              // 28: leasegate.v1.LockSummary
+	(*LockHolder)(nil),               // 29: leasegate.v1.LockHolder
+	(*DescribeQueueRequest)(nil),     // 30: leasegate.v1.DescribeQueueRequest
+	(*DescribeQueueResponse)(nil),    // 31: leasegate.v1.DescribeQueueResponse
+	(*QueueEntry)(nil),               // 32: leasegate.v1.QueueEntry
+	(*WatchRequest)(nil),             // 33: leasegate.v1.WatchRequest
+	(*WatchResponse)(nil),            // 34: leasegate.v1.WatchResponse
+	(*LockEvent)(nil),                // 35: leasegate.v1.LockEvent
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
 }
 var file_leasegate_v1_lock_proto_depIdxs = []int32{
-	3,  // 0: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
-	4,  // 1: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
-	24, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
-	24, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	24, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	24, // 7: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	17, // 8: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	5,  // 0: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
+	6,  // 1: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
+	36, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
+	36, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 7: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 8: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
 	0,  // 9: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
-	24, // 10: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 11: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	17, // 12: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	17, // 13: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	1,  // 14: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	5,  // 15: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	7,  // 16: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	9,  // 17: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	11, // 18: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	13, // 19: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	15, // 20: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	18, // 21: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	20, // 22: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
-	22, // 23: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	2,  // 24: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	6,  // 25: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	8,  // 26: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	10, // 27: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	12, // 28: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	14, // 29: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	16, // 30: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	19, // 31: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	21, // 32: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
-	23, // 33: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	36, // 10: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 11: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 12: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	19, // 13: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	28, // 14: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
+	29, // 15: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
+	36, // 16: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 17: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	32, // 18: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
+	36, // 19: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
+	36, // 20: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 21: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
+	35, // 22: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
+	2,  // 23: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
+	36, // 24: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
+	3,  // 25: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	7,  // 26: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	9,  // 27: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	11, // 28: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	13, // 29: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	15, // 30: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	17, // 31: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	20, // 32: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	22, // 33: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	24, // 34: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	26, // 35: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
+	30, // 36: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
+	33, // 37: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
+	4,  // 38: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	8,  // 39: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	10, // 40: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	12, // 41: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	14, // 42: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	16, // 43: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	18, // 44: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	21, // 45: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	23, // 46: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	25, // 47: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	27, // 48: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
+	31, // 49: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
+	34, // 50: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
@@ -1832,8 +2886,8 @@ func file_leasegate_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasegate_v1_lock_proto_rawDesc), len(file_leasegate_v1_lock_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   23,
+			NumEnums:      3,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,13 @@ const (
 	// LockServiceCloseSessionProcedure is the fully-qualified name of the LockService's CloseSession
 	// RPC.
 	LockServiceCloseSessionProcedure = "/leasegate.v1.LockService/CloseSession"
+	// LockServiceListLocksProcedure is the fully-qualified name of the LockService's ListLocks RPC.
+	LockServiceListLocksProcedure = "/leasegate.v1.LockService/ListLocks"
+	// LockServiceDescribeQueueProcedure is the fully-qualified name of the LockService's DescribeQueue
+	// RPC.
+	LockServiceDescribeQueueProcedure = "/leasegate.v1.LockService/DescribeQueue"
+	// LockServiceWatchProcedure is the fully-qualified name of the LockService's Watch RPC.
+	LockServiceWatchProcedure = "/leasegate.v1.LockService/Watch"
 )
 
 // LockServiceClient is a client for the leasegate.v1.LockService service.
@@ -105,6 +112,22 @@ type LockServiceClient interface {
 	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
 	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
+	// ListLocks pages through the caller tenant's locks with a name prefix,
+	// across every shard, in key order (see ListLocksRequest). Each page
+	// costs one bounded range read per shard, never a scan of everything.
+	ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error)
+	// DescribeQueue reports a name's holders and waiters in queue (FIFO)
+	// order. It never reveals a lock id, a request id or a secret.
+	DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error)
+	// Watch streams the state of the caller tenant's locks under a name
+	// prefix, on every shard: first a snapshot of the current holders and
+	// waiters, then every change as it happens (held, queued, released,
+	// expired, force-released, left). Every message carries a resume token;
+	// a new Watch given it continues exactly after that message, without a
+	// lost or repeated event, as long as the shards still keep that history.
+	// When a shard's history was compacted the stream says so (RESYNC) and
+	// sends a fresh snapshot of that shard.
+	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the leasegate.v1.LockService service. By default, it
@@ -178,6 +201,24 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("CloseSession")),
 			connect.WithClientOptions(opts...),
 		),
+		listLocks: connect.NewClient[v1.ListLocksRequest, v1.ListLocksResponse](
+			httpClient,
+			baseURL+LockServiceListLocksProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("ListLocks")),
+			connect.WithClientOptions(opts...),
+		),
+		describeQueue: connect.NewClient[v1.DescribeQueueRequest, v1.DescribeQueueResponse](
+			httpClient,
+			baseURL+LockServiceDescribeQueueProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("DescribeQueue")),
+			connect.WithClientOptions(opts...),
+		),
+		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+LockServiceWatchProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -193,6 +234,9 @@ type lockServiceClient struct {
 	keepAliveSession *connect.Client[v1.KeepAliveSessionRequest, v1.KeepAliveSessionResponse]
 	extendSession    *connect.Client[v1.ExtendSessionRequest, v1.ExtendSessionResponse]
 	closeSession     *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	listLocks        *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
+	describeQueue    *connect.Client[v1.DescribeQueueRequest, v1.DescribeQueueResponse]
+	watch            *connect.Client[v1.WatchRequest, v1.WatchResponse]
 }
 
 // Acquire calls leasegate.v1.LockService.Acquire.
@@ -245,6 +289,21 @@ func (c *lockServiceClient) CloseSession(ctx context.Context, req *connect.Reque
 	return c.closeSession.CallUnary(ctx, req)
 }
 
+// ListLocks calls leasegate.v1.LockService.ListLocks.
+func (c *lockServiceClient) ListLocks(ctx context.Context, req *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error) {
+	return c.listLocks.CallUnary(ctx, req)
+}
+
+// DescribeQueue calls leasegate.v1.LockService.DescribeQueue.
+func (c *lockServiceClient) DescribeQueue(ctx context.Context, req *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error) {
+	return c.describeQueue.CallUnary(ctx, req)
+}
+
+// Watch calls leasegate.v1.LockService.Watch.
+func (c *lockServiceClient) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+	return c.watch.CallServerStream(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the leasegate.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire enqueues the caller and streams Queued updates (the number of
@@ -292,6 +351,22 @@ type LockServiceHandler interface {
 	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
 	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
+	// ListLocks pages through the caller tenant's locks with a name prefix,
+	// across every shard, in key order (see ListLocksRequest). Each page
+	// costs one bounded range read per shard, never a scan of everything.
+	ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error)
+	// DescribeQueue reports a name's holders and waiters in queue (FIFO)
+	// order. It never reveals a lock id, a request id or a secret.
+	DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error)
+	// Watch streams the state of the caller tenant's locks under a name
+	// prefix, on every shard: first a snapshot of the current holders and
+	// waiters, then every change as it happens (held, queued, released,
+	// expired, force-released, left). Every message carries a resume token;
+	// a new Watch given it continues exactly after that message, without a
+	// lost or repeated event, as long as the shards still keep that history.
+	// When a shard's history was compacted the stream says so (RESYNC) and
+	// sends a fresh snapshot of that shard.
+	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -361,6 +436,24 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("CloseSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceListLocksHandler := connect.NewUnaryHandler(
+		LockServiceListLocksProcedure,
+		svc.ListLocks,
+		connect.WithSchema(lockServiceMethods.ByName("ListLocks")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceDescribeQueueHandler := connect.NewUnaryHandler(
+		LockServiceDescribeQueueProcedure,
+		svc.DescribeQueue,
+		connect.WithSchema(lockServiceMethods.ByName("DescribeQueue")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceWatchHandler := connect.NewServerStreamHandler(
+		LockServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(lockServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasegate.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -383,6 +476,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceExtendSessionHandler.ServeHTTP(w, r)
 		case LockServiceCloseSessionProcedure:
 			lockServiceCloseSessionHandler.ServeHTTP(w, r)
+		case LockServiceListLocksProcedure:
+			lockServiceListLocksHandler.ServeHTTP(w, r)
+		case LockServiceDescribeQueueProcedure:
+			lockServiceDescribeQueueHandler.ServeHTTP(w, r)
+		case LockServiceWatchProcedure:
+			lockServiceWatchHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -430,4 +529,16 @@ func (UnimplementedLockServiceHandler) ExtendSession(context.Context, *connect.R
 
 func (UnimplementedLockServiceHandler) CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.CloseSession is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.ListLocks is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.DescribeQueue is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.Watch is not implemented"))
 }
