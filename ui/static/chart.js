@@ -87,6 +87,6 @@ export function latencyChart(hist, points) {
   }
   return h('div', { class: 'charts', id: 'handoff' },
     h('figure', {}, distribution(hist),
-      h('figcaption', {}, `${hist.count} handoffs since start · p50 ${ms(quantile(hist, 0.5))} · p99 ${ms(quantile(hist, 0.99))} · mean ${ms(hist.sum / hist.count)}`)),
+      h('figcaption', {}, `${hist.count} handoff${hist.count === 1 ? '' : 's'} since start · p50 ${ms(quantile(hist, 0.5))} · p99 ${ms(quantile(hist, 0.99))} · mean ${ms(hist.sum / hist.count)}`)),
     h('figure', {}, overTime(points), h('figcaption', {}, 'Per poll interval, while this page is open')));
 }

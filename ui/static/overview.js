@@ -57,7 +57,7 @@ function draw(root, history) {
   root.replaceChildren(
     h('h1', {}, 'Fleet overview'),
     h('p', { class: 'muted' }, `Shard map epoch ${o.epoch} · ${o.shards.length} shard${o.shards.length === 1 ? '' : 's'} · as of ${new Date(o.time).toLocaleTimeString()}`),
-    table(['Shard', 'Health', 'Breaker', 'Held', 'Waiting', 'Renewals/s', ''], rows, { id: 'shards' }),
+    table(['Shard', 'Health', 'Breaker', 'Held', 'Waiting', 'Keepalives/s', ''], rows, { id: 'shards' }),
     h('p', { class: 'muted' }, o.metrics
       ? `Session keepalives/s on this gateway: ${rate(now, prev, (x) => x.sessionKeepalives)}`
       : 'This gateway keeps no metrics (--metrics=false): no rates or latency.'),

@@ -1,0 +1,183 @@
+package ui_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/chromedp"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
+	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/telemetry"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// startGateway starts a gateway with metrics over two shards, c0 (the
+// shared etcd member) and c1 (one of the test's own).
+func startGateway(t *testing.T, opts ...gwtest.Option) *gwtest.Gateway {
+	t.Helper()
+	p, err := telemetry.New(context.Background(), telemetry.Config{Version: "v0.0.0-test", Metrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	c1 := etcdtest.Start(t)
+	opts = append([]gwtest.Option{
+		gwtest.Clusters(
+			server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
+			server.Cluster{Name: "c1", Endpoints: []string{c1.Endpoint()}}),
+		gwtest.Configure(func(c *server.Config) { c.Telemetry = p }),
+	}, opts...)
+	return gwtest.Start(t, nil, opts...)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// hold takes name at once for clientID, through the API.
+func hold(t *testing.T, g *gwtest.Gateway, name, clientID string) *v1.Granted {
+	t.Helper()
+	resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 60_000, ClientId: clientID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Msg.Acquired {
+		t.Fatalf("TryAcquire(%q) found it held", name)
+	}
+	return resp.Msg.Granted
+}
+
+func release(t *testing.T, g *gwtest.Gateway, gr *v1.Granted) {
+	t.Helper()
+	if _, err := g.Client.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waiter is a streaming Acquire queued behind the holder.
+type waiter struct {
+	granted chan *v1.Granted
+	cancel  context.CancelFunc
+}
+
+// enqueue starts an Acquire of name for clientID and returns once the
+// gateway says it is queued.
+func enqueue(t *testing.T, g *gwtest.Gateway, name, clientID string) *waiter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, err := g.Client.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 60_000, ClientId: clientID, WaitTimeoutMs: 60_000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Receive() {
+		t.Fatalf("Acquire(%q) for %s: %v", name, clientID, st.Err())
+	}
+	if st.Msg().GetQueued() == nil {
+		t.Fatalf("Acquire(%q) for %s = %v; want queued", name, clientID, st.Msg())
+	}
+	w := &waiter{granted: make(chan *v1.Granted, 1), cancel: cancel}
+	go func() {
+		defer st.Close()
+		for st.Receive() {
+			if gr := st.Msg().GetGranted(); gr != nil {
+				w.granted <- gr
+				return
+			}
+		}
+		if err := st.Err(); err != nil && !errors.Is(err, io.EOF) && ctx.Err() == nil {
+			t.Errorf("Acquire(%q) for %s: %v", name, clientID, err)
+		}
+		close(w.granted)
+	}()
+	return w
+}
+
+func (w *waiter) await(t *testing.T) *v1.Granted {
+	t.Helper()
+	select {
+	case gr, ok := <-w.granted:
+		if !ok {
+			t.Fatal("the waiter's stream ended without a grant")
+		}
+		return gr
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter was not granted within 30 s")
+	}
+	return nil
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	return strings.TrimSpace(value(t, ctx, 10*time.Second, "reading "+sel, chromedp.Text(chromedp.CSS(sel))))
+}
+
+func TestBrowserOverviewShowsShards(t *testing.T) {
+	g := startGateway(t)
+	// A handoff, so the latency chart has something to draw.
+	gr := hold(t, g, "report", "nightly")
+	w := enqueue(t, g, "report", "retry")
+	release(t, g, gr)
+	release(t, g, w.await(t))
+	// Three holders and a waiter, somewhere on the two shards.
+	for _, name := range []string{"orders:1", "orders:2", "invoices:7"} {
+		hold(t, g, name, "worker-"+name)
+	}
+	enqueue(t, g, "orders:1", "worker-b")
+
+	ctx := newBrowser(t)
+	run(t, ctx, 30*time.Second, "opening the console", chromedp.Navigate(g.URL+"/ui/"))
+	await(t, ctx, live(), `#shards tr[data-shard="c0"]`)
+	await(t, ctx, live(), `#shards tr[data-shard="c1"]`)
+	for _, sh := range []string{"c0", "c1"} {
+		if got := text(t, ctx, fmt.Sprintf(`#shards tr[data-shard=%q] td:nth-child(2)`, sh)); got != "ok" {
+			t.Errorf("shard %s health = %q; want ok", sh, got)
+		}
+		if got := text(t, ctx, fmt.Sprintf(`#shards tr[data-shard=%q] td:nth-child(3)`, sh)); got != "closed" {
+			t.Errorf("shard %s breaker = %q; want closed", sh, got)
+		}
+	}
+	awaitJS(t, ctx, live(), "the shards' counts add up to 3 held and 1 waiting", `(() => {
+		const sum = (col) => [...document.querySelectorAll('#shards td[data-col="' + col + '"]')].reduce((a, td) => a + Number(td.textContent), 0);
+		return sum('held') === 3 && sum('waiting') === 1;
+	})()`)
+	await(t, ctx, live(), `#handoff svg rect.bar`)
+	if got := text(t, ctx, `#handoff figcaption`); !strings.HasPrefix(got, "1 handoff since start") {
+		t.Errorf("chart caption = %q; want it to count 1 handoff", got)
+	}
+	// A second poll gives the rates and the chart over time.
+	awaitJS(t, ctx, live()+5*time.Second, "a rate is shown", `!document.querySelector('#shards tr[data-shard="c0"] td:nth-child(6)').textContent.includes('–')`)
+	screenshot(t, ctx, "console-overview.png")
+}
+
+// With authentication on, the page asks for the token once, keeps it for
+// the tab and sends it with every call.
+func TestBrowserAsksForToken(t *testing.T) {
+	g := startGateway(t, gwtest.Tokens(token+" acme ops"))
+	ctx := newBrowser(t)
+	run(t, ctx, 30*time.Second, "opening the console", chromedp.Navigate(g.URL+"/ui/"))
+	await(t, ctx, live(), `#token-form`)
+	if got := text(t, ctx, `#notice`); !strings.Contains(got, "bearer token") {
+		t.Errorf("notice = %q; want it to ask for a bearer token", got)
+	}
+	run(t, ctx, 10*time.Second, "entering the token",
+		chromedp.SendKeys(chromedp.CSS(`#token-input`), token),
+		chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
+	await(t, ctx, live(), `#shards tr[data-shard="c1"]`)
+	if got := text(t, ctx, `#who`); got != "acme / ops (token)" {
+		t.Errorf("identity shown = %q; want acme / ops (token)", got)
+	}
+	// A reload keeps the token: sessionStorage lives as long as the tab.
+	run(t, ctx, 30*time.Second, "reloading", chromedp.Reload())
+	await(t, ctx, live(), `#shards tr[data-shard="c0"]`)
+}
