@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -180,4 +181,103 @@ func TestBrowserAsksForToken(t *testing.T) {
 	// A reload keeps the token: sessionStorage lives as long as the tab.
 	run(t, ctx, 30*time.Second, "reloading", chromedp.Reload())
 	await(t, ctx, live(), `#shards tr[data-shard="c0"]`)
+}
+
+// A lock taken through the API appears in the table as soon as Watch
+// reports it; the prefix filters and the pages follow next_page_token.
+func TestBrowserLockTable(t *testing.T) {
+	g := startGateway(t)
+	hold(t, g, "other:1", "someone")
+	ctx := newBrowser(t)
+	run(t, ctx, 30*time.Second, "opening the lock table", chromedp.Navigate(g.URL+"/ui/#/locks?prefix=batch:&size=2"))
+	awaitJS(t, ctx, live(), "the table follows Watch", `document.querySelector('#locks-status').textContent.startsWith('Live')`)
+
+	start := time.Now()
+	hold(t, g, "batch:17", "worker-17")
+	await(t, ctx, live(), `#locks tr[data-lock="batch:17"]`)
+	t.Logf("batch:17 appeared in the table %s after its TryAcquire", time.Since(start))
+	if got := text(t, ctx, `#locks tr[data-lock="batch:17"] td:nth-child(3)`); got != "worker-17" {
+		t.Errorf("holder shown = %q; want worker-17", got)
+	}
+	if n := value(t, ctx, 5*time.Second, "counting rows", chromedp.Evaluate[int](`document.querySelectorAll('#locks tr[data-lock="other:1"]').length`)); n != 0 {
+		t.Errorf("other:1 is listed under the prefix batch:")
+	}
+
+	// A waiter shows in the holder's row.
+	enqueue(t, g, "batch:17", "worker-18")
+	awaitJS(t, ctx, live(), "batch:17 shows 1 waiter", `document.querySelector('#locks tr[data-lock="batch:17"] td[data-col="waiters"]')?.textContent === '1'`)
+
+	// Three locks at two a page: two pages.
+	hold(t, g, "batch:18", "worker-18")
+	hold(t, g, "batch:19", "worker-19")
+	awaitJS(t, ctx, live(), "the first page is full and has a next page",
+		`document.querySelectorAll('#locks tr[data-lock]').length === 2 && !document.querySelector('.pager button:last-child').disabled`)
+	screenshot(t, ctx, "console-locks.png")
+	run(t, ctx, 10*time.Second, "next page", chromedp.Click(chromedp.CSS(`.pager button:last-child`)))
+	await(t, ctx, live(), `#locks tr[data-lock="batch:19"]`)
+	if n := value(t, ctx, 5*time.Second, "counting rows", chromedp.Evaluate[int](`document.querySelectorAll('#locks tr[data-lock]').length`)); n != 1 {
+		t.Errorf("page 2 has %d rows; want 1", n)
+	}
+	run(t, ctx, 10*time.Second, "previous page", chromedp.Click(chromedp.CSS(`.pager button:first-child`)))
+	await(t, ctx, live(), `#locks tr[data-lock="batch:17"]`)
+}
+
+// The lock page follows the queue: waiters join at their positions, and a
+// release moves everyone up and shows the new holder with its lease.
+func TestBrowserLockPageQueue(t *testing.T) {
+	g := startGateway(t)
+	alice := hold(t, g, "deploy:prod", "alice")
+	ctx := newBrowser(t)
+	run(t, ctx, 30*time.Second, "opening the lock page", chromedp.Navigate(g.URL+"/ui/#/lock/"+url.PathEscape("deploy:prod")))
+	await(t, ctx, live(), `#holder tr[data-holder="alice"]`)
+	await(t, ctx, live(), `#no-waiters`)
+	if got := text(t, ctx, `#holder td[data-col="token"]`); got != fmt.Sprint(alice.FencingToken) {
+		t.Errorf("fencing token shown = %q; want %d", got, alice.FencingToken)
+	}
+	// The lease counts down.
+	first := text(t, ctx, `#holder td[data-expires]`)
+	awaitJS(t, ctx, live(), "the countdown moves", fmt.Sprintf(`document.querySelector('#holder td[data-expires]').textContent !== %q`, first))
+
+	bob := enqueue(t, g, "deploy:prod", "bob")
+	await(t, ctx, live(), `#queue tr[data-position="1"][data-client="bob"]`)
+	enqueue(t, g, "deploy:prod", "carol")
+	await(t, ctx, live(), `#queue tr[data-position="2"][data-client="carol"]`)
+
+	release(t, g, alice)
+	await(t, ctx, live(), `#holder tr[data-holder="bob"]`)
+	await(t, ctx, live(), `#queue tr[data-position="1"][data-client="carol"]`)
+	gr := bob.await(t)
+	awaitJS(t, ctx, live(), "bob's token and lease are shown", fmt.Sprintf(
+		`document.querySelector('#holder td[data-col="token"]')?.textContent === '%d' && /s$/.test(document.querySelector('#holder td[data-expires]').textContent)`, gr.FencingToken))
+	screenshot(t, ctx, "console-lock.png")
+}
+
+// An admin evicts a stuck holder with a reason: the next waiter is granted
+// and the page shows the audit record.
+func TestBrowserForceRelease(t *testing.T) {
+	g := startGateway(t) // no authentication, on loopback: the caller is an admin
+	stuck := hold(t, g, "migrate:db", "stuck-job")
+	next := enqueue(t, g, "migrate:db", "next-job")
+	ctx := newBrowser(t)
+	run(t, ctx, 30*time.Second, "opening the lock page", chromedp.Navigate(g.URL+"/ui/#/lock/"+url.PathEscape("migrate:db")))
+	await(t, ctx, live(), `#holder tr[data-holder="stuck-job"]`)
+	await(t, ctx, live(), `#force-release`)
+	const reason = "job hung on a dead NFS mount"
+	run(t, ctx, 10*time.Second, "asking for a force release",
+		chromedp.Click(chromedp.CSS(`#force-release`)),
+		chromedp.SendKeys(chromedp.CSS(`#force-form textarea`), reason),
+		chromedp.Click(chromedp.CSS(`#force-form button[type=submit]`)))
+	await(t, ctx, live(), `#audit tr[data-audit]`)
+	if got := text(t, ctx, `#audit tr[data-audit] td.reason`); got != reason {
+		t.Errorf("audit reason shown = %q; want %q", got, reason)
+	}
+	if got := text(t, ctx, `#audit tr[data-audit] td:nth-child(5)`); got != "stuck-job" {
+		t.Errorf("audit evicted client = %q; want stuck-job", got)
+	}
+	gr := next.await(t)
+	if gr.FencingToken <= stuck.FencingToken {
+		t.Errorf("next holder's token %d is not above the evicted %d", gr.FencingToken, stuck.FencingToken)
+	}
+	await(t, ctx, live(), `#holder tr[data-holder="next-job"]`)
+	screenshot(t, ctx, "console-force-release.png")
 }

@@ -6,11 +6,12 @@ import { call, watch } from './api.js';
 import { h, table, duration } from './dom.js';
 import { say } from './notice.js';
 
-const PAGE = 50;
+const PAGE = 50; // rows per page unless the URL says size=N
 
 export function locksPage(root, params) {
   const ctl = new AbortController();
   const prefix = params.get('prefix') || '';
+  const size = Number(params.get('size')) || PAGE;
   const pages = ['']; // page tokens: pages[i] starts page i
   let page = 0;
   let last = null;
@@ -28,7 +29,7 @@ export function locksPage(root, params) {
 
   async function load() {
     try {
-      last = await call('LockService', 'ListLocks', { prefix, pageSize: PAGE, pageToken: pages[page] }, ctl.signal);
+      last = await call('LockService', 'ListLocks', { prefix, pageSize: size, pageToken: pages[page] }, ctl.signal);
       draw();
     } catch (err) {
       if (!ctl.signal.aborted && err.code !== 'unauthenticated') say(`Locks: ${err.message}`);
