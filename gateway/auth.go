@@ -28,7 +28,15 @@ type Identity struct {
 	Subject string
 	// Method says how the caller proved it: "mtls", "token", "jwt" or "none".
 	Method string
+	// Roles the credentials grant within the tenant (RoleAdmin).
+	Roles []string
 }
+
+// RoleAdmin lets a caller use AdminService within its tenant.
+const RoleAdmin = "admin"
+
+// HasRole reports whether the identity's credentials grant role.
+func (id Identity) HasRole(role string) bool { return slices.Contains(id.Roles, role) }
 
 // Authentication errors; the gateway answers unauthenticated (401) for them.
 var (
@@ -73,7 +81,8 @@ type Authenticator struct {
 // is the single tenant "" (allowed only on loopback; see Config).
 type AuthConfig struct {
 	// TokensFile holds static bearer tokens, one per line: "TOKEN TENANT
-	// [SUBJECT]"; blank lines and lines starting with # are ignored. It is
+	// [SUBJECT [ROLES]]", ROLES a comma-separated list (e.g. "admin");
+	// blank lines and lines starting with # are ignored. It is
 	// read again when it changes; a file that does not parse leaves the
 	// tokens in force.
 	TokensFile string
@@ -94,8 +103,13 @@ type AuthConfig struct {
 	JWTIssuer, JWTAudience string
 	// JWTTenantClaim names the claim that carries the tenant. Default "tenant".
 	JWTTenantClaim string
+	// JWTRolesClaim names the claim that carries the caller's roles: an
+	// array of strings, or one string of space-separated roles. Default
+	// "roles".
+	JWTRolesClaim string
 	// MTLS takes identities from verified client certificates: tenant from
-	// the subject's first Organization (O), subject from its Common Name.
+	// the subject's first Organization (O), subject from its Common Name,
+	// roles from its Organizational Units (OU).
 	MTLS bool
 	// ReloadInterval is the least time between two looks at the tokens and
 	// JWT keys files for a change. 0 means reload.DefaultInterval (1 s).
@@ -196,8 +210,8 @@ func loadTokens(path string) (map[[32]byte]Identity, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 2 || len(f) > 3 {
-			return nil, fmt.Errorf("auth tokens file %s line %d: want TOKEN TENANT [SUBJECT]", path, i+1)
+		if len(f) < 2 || len(f) > 4 {
+			return nil, fmt.Errorf("auth tokens file %s line %d: want TOKEN TENANT [SUBJECT [ROLES]]", path, i+1)
 		}
 		if len(f[0]) < 16 {
 			return nil, fmt.Errorf("auth tokens file %s line %d: token is shorter than 16 characters", path, i+1)
@@ -206,8 +220,16 @@ func loadTokens(path string) (map[[32]byte]Identity, error) {
 			return nil, fmt.Errorf("auth tokens file %s line %d: %w", path, i+1, err)
 		}
 		id := Identity{Tenant: f[1], Subject: f[1], Method: "token"}
-		if len(f) == 3 {
+		if len(f) >= 3 {
 			id.Subject = f[2]
+		}
+		if len(f) == 4 {
+			for _, r := range strings.Split(f[3], ",") {
+				if r == "" {
+					return nil, fmt.Errorf("auth tokens file %s line %d: empty role in %q", path, i+1, f[3])
+				}
+				id.Roles = append(id.Roles, r)
+			}
 		}
 		out[sha256.Sum256([]byte(f[0]))] = id
 	}
@@ -265,7 +287,7 @@ func (a *Authenticator) authenticate(r *http.Request) (Identity, error) {
 		if err := ValidateTenant(t); err != nil {
 			return Identity{}, fmt.Errorf("%w: client certificate: %v", ErrUnauthenticated, err)
 		}
-		return Identity{Tenant: t, Subject: cert.Subject.CommonName, Method: "mtls"}, nil
+		return Identity{Tenant: t, Subject: cert.Subject.CommonName, Method: "mtls", Roles: slices.Clone(cert.Subject.OrganizationalUnit)}, nil
 	}
 	return Identity{}, fmt.Errorf("%w: send a bearer token or a client certificate", ErrUnauthenticated)
 }

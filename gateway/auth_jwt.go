@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,7 @@ type jwtVerifier struct {
 	stop   context.CancelFunc                // ends the JWKS refreshes
 	parser *jwt.Parser
 	claim  string
+	roles  string // the roles claim
 }
 
 func newJWTVerifier(c AuthConfig, opt reload.Options, log *slog.Logger) (*jwtVerifier, error) {
@@ -47,7 +49,11 @@ func newJWTVerifier(c AuthConfig, opt reload.Options, log *slog.Logger) (*jwtVer
 	if claim == "" {
 		claim = "tenant"
 	}
-	v := &jwtVerifier{claim: claim, stop: func() {}, parser: jwt.NewParser(
+	roles := c.JWTRolesClaim
+	if roles == "" {
+		roles = "roles"
+	}
+	v := &jwtVerifier{claim: claim, roles: roles, stop: func() {}, parser: jwt.NewParser(
 		jwt.WithValidMethods([]string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}),
 		jwt.WithIssuer(c.JWTIssuer), jwt.WithAudience(c.JWTAudience),
 		jwt.WithExpirationRequired(), jwt.WithLeeway(30*time.Second),
@@ -147,7 +153,7 @@ func (v *jwtVerifier) verify(ctx context.Context, raw string) (Identity, error) 
 			return Identity{}, false
 		}
 		sub, _ := claims.GetSubject()
-		return Identity{Tenant: tenant, Subject: sub, Method: "jwt"}, true
+		return Identity{Tenant: tenant, Subject: sub, Method: "jwt", Roles: rolesClaim(claims[v.roles])}, true
 	}
 	if v.files != nil {
 		for _, k := range v.files.Get() {
@@ -204,4 +210,22 @@ func (f fetchRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	f.state.last.Store(&out)
 	return resp, err
+}
+
+// rolesClaim reads a roles claim: an array of strings, or one string of
+// space-separated roles (as OAuth's scope). Anything else grants none.
+func rolesClaim(v any) []string {
+	switch r := v.(type) {
+	case string:
+		return strings.Fields(r)
+	case []any:
+		var out []string
+		for _, x := range r {
+			if s, ok := x.(string); ok && s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }

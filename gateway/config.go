@@ -47,6 +47,12 @@ type Config struct {
 	// fleet must share it. Nil draws a key for this process alone: its ids
 	// are refused by any other process, and by this one after a restart.
 	IDKeys IDKeyring
+	// AuditMaxRecords bounds the force-release audit records kept per
+	// tenant and shard. 0 means queue.DefaultAuditMaxRecords (1,000).
+	AuditMaxRecords int
+	// AuditMaxAge bounds how long a force-release audit record is kept.
+	// 0 means queue.DefaultAuditMaxAge (90 days).
+	AuditMaxAge time.Duration
 	// Clock tells the time for every timeout, expiry and rate the gateway
 	// computes: request and wait timeouts, health-check caching, key-count
 	// refreshes, rate-limit buckets and how often the credential files are
@@ -85,6 +91,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: BodyReadTimeout %s is outside (0, 10m]", c.BodyReadTimeout)
 	case c.SendTimeout <= 0 || c.SendTimeout > 10*time.Minute:
 		return fmt.Errorf("gateway: SendTimeout %s is outside (0, 10m]", c.SendTimeout)
+	case c.AuditMaxRecords < 0:
+		return fmt.Errorf("gateway: AuditMaxRecords %d must not be negative", c.AuditMaxRecords)
+	case c.AuditMaxAge < 0:
+		return fmt.Errorf("gateway: AuditMaxAge %s must not be negative", c.AuditMaxAge)
 	}
 	if err := c.Auth.validate(); err != nil {
 		return err

@@ -47,6 +47,10 @@ func isPublic(path string) bool {
 // one rather than as a whole.
 const acquirePath = "/leasegate.v1.LockService/Acquire"
 
+// watchPath is the other server stream: its messages are written like
+// Acquire's, each within SendTimeout, with no deadline on the whole.
+const watchPath = "/leasegate.v1.LockService/Watch"
+
 type senderKey struct{}
 
 // edge wraps the gateway's handlers.
@@ -87,7 +91,7 @@ func (s *Service) edge(next http.Handler) http.Handler {
 		now := time.Now()
 		_ = rc.SetReadDeadline(now.Add(s.cfg.BodyReadTimeout))
 		r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
-		if r.URL.Path == acquirePath {
+		if r.URL.Path == acquirePath || r.URL.Path == watchPath {
 			fw := &flushWriter{ResponseWriter: w, rc: rc}
 			ctx = context.WithValue(ctx, senderKey{}, fw)
 			w = fw

@@ -184,6 +184,8 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodePermissionDenied, ReasonNotOwner, err.Error()
 	case errors.Is(err, ErrForbidden):
 		return connect.CodePermissionDenied, ReasonPermissionDenied, err.Error()
+	case errors.Is(err, queue.ErrHolderChanged):
+		return connect.CodeFailedPrecondition, noReason, err.Error()
 	case errors.Is(err, queue.ErrQueueFull):
 		return connect.CodeResourceExhausted, ReasonQuotaExceeded, err.Error()
 	case errors.Is(err, ErrUnknownShard):

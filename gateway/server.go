@@ -30,8 +30,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	// telemetry's and the caller's, sees Connect errors.
 	opts = append(opts, connect.WithInterceptors(errorTranslator{}))
 	mux.Handle(leasegatev1connect.NewLockServiceHandler(s, opts...))
+	mux.Handle(leasegatev1connect.NewAdminServiceHandler(s, opts...))
 	mux.Handle(grpchealth.NewHandler(s.Health()))
-	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(leasegatev1connect.LockServiceName, leasegatev1connect.AdminServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle("/api/v1/", s.tel.restHandler(s.RESTHandler()))

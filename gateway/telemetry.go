@@ -75,6 +75,7 @@ type instruments struct {
 	acquire, wait, renew, release metric.Float64Histogram
 	waiters                       metric.Int64UpDownCounter
 	losses, refusals              metric.Int64Counter
+	forced                        metric.Int64Counter
 }
 
 // newTelemetry builds the service's instruments from cfg.
@@ -135,6 +136,8 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 	in.losses, err = m.Int64Counter("leasegate.lease.losses", metric.WithDescription("Leases found lost, by shard and reason (expired, stolen, waiter_lease_lost, session_lost)."))
 	errs = append(errs, err)
 	in.refusals, err = m.Int64Counter("leasegate.rate_limit.rejections", metric.WithDescription("Calls refused by a rate limit or cap, by limit."))
+	errs = append(errs, err)
+	in.forced, err = m.Int64Counter("leasegate.force_releases", metric.WithDescription("Holders evicted by AdminService.ForceRelease, by shard."))
 	errs = append(errs, err)
 	return in, errors.Join(errs...)
 }

@@ -47,6 +47,12 @@ var (
 	ErrCallerGone = errors.New("caller gone")
 	// ErrQueueFull reports a name whose queue is at its configured cap.
 	ErrQueueFull = errors.New("queue full")
+	// ErrHolderChanged reports a force-release whose holder was not the
+	// one it meant to evict: another token, or gone before the delete.
+	ErrHolderChanged = errors.New("holder changed")
+	// ErrCompacted reports a watch whose start revision etcd has
+	// compacted away: the caller must start over from a snapshot.
+	ErrCompacted = errors.New("watch history compacted")
 	// ErrClosed reports use of an engine after Close.
 	ErrClosed = errors.New("engine closed")
 )

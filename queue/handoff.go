@@ -102,12 +102,31 @@ func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
 	return l.id
 }
 
+// Release marks.
+//
+// An etcd delete looks the same whether a release or a lease expiry caused
+// it. So that a watcher can tell them apart exactly, the release
+// transaction also overwrites one key per engine prefix,
+// <prefix>/locks-released, with the released key (relative to the locks
+// prefix): a delete of a key at the revision where the mark names it is a
+// release. The mark is an unconditional put beside the delete in the same
+// transaction: no round trip, no compare, and so no change to when the
+// release succeeds; it is one small key per prefix, overwritten, never a
+// key per name. It sorts just before <prefix>/locks/ ('-' < '/'), so one
+// range watch sees the marks, the audit records and the lock keys in
+// revision order.
+const releaseMarkKey = "/locks-released"
+
+func (e *Engine) releaseMark(key string) clientv3.Op {
+	return clientv3.OpPut(e.cfg.Prefix+releaseMarkKey, strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)))
+}
+
 // releaseCommit runs the release transaction of h's key under cmps: the
 // delete and, when ctx's span is sampled, the handoff record. A record
 // lease that vanished (it should not) never fails the release: the
 // transaction is retried without the record.
 func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp) (*clientv3.TxnResponse, error) {
-	ops := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}
+	ops := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseMark(key)}
 	var lease clientv3.LeaseID
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() && e.tel.tracer != nil {
 		if lease = e.handoffLeaseID(ctx); lease != 0 {
@@ -125,7 +144,7 @@ func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps [
 			e.tel.ho.id = 0
 		}
 		e.tel.ho.mu.Unlock()
-		resp, err = e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).Else(clientv3.OpGet(key)).Commit()
+		resp, err = e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseMark(key)).Else(clientv3.OpGet(key)).Commit()
 	}
 	return resp, err
 }

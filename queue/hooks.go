@@ -29,6 +29,7 @@ const (
 	pointLeaseGet = "attempt.lease"    // before the attempt lease is granted
 	pointWatchEnd = "wait.woke"        // a parked waiter woke up
 	pointSpawned  = "background.start" // a background task of the caller begins
+	pointForce    = "force.txn"        // a force-release read the holder, before its delete
 )
 
 // hooks observe and order the engine's interleaving points. All methods

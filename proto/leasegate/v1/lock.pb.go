@@ -165,13 +165,13 @@ const (
 	LockEventType_LOCK_EVENT_TYPE_HELD LockEventType = 1
 	// A waiter enqueued behind others. In a snapshot: a current waiter.
 	LockEventType_LOCK_EVENT_TYPE_QUEUED LockEventType = 2
-	// A holder released the lock (Release, or the gateway giving up a grant
-	// it could not hand over). Exact: the release transaction marks it.
+	// A holder released the lock with Release. Exact: the release
+	// transaction marks the key it deletes.
 	LockEventType_LOCK_EVENT_TYPE_RELEASED LockEventType = 3
-	// A holder's key was deleted without a release mark: its lease lapsed,
-	// or was revoked (CloseSession, a session the gateway revoked). Inferred
-	// from the absence of a mark, so a session closed on purpose also shows
-	// as expired.
+	// A holder's key was deleted without a release mark or an audit record:
+	// its lease lapsed or was revoked (CloseSession too), or the gateway
+	// gave up a grant it could not deliver. Inferred from the absence of a
+	// mark, so a session closed on purpose also shows as expired.
 	LockEventType_LOCK_EVENT_TYPE_EXPIRED LockEventType = 4
 	// An administrator evicted the holder (AdminService.ForceRelease).
 	// Exact: the audit record is written in the same transaction.
@@ -1881,7 +1881,10 @@ type LockSummary struct {
 	// Current holders, at most limit of them: the oldest keys of the queue.
 	Holders []*LockHolder `protobuf:"bytes,4,rep,name=holders,proto3" json:"holders,omitempty"`
 	// Number of waiters behind the holders.
-	Waiters       int64 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters int64 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	// State of this gateway's circuit breaker for the shard: "closed"
+	// (calls pass), "open" (calls fail fast) or "half-open" (probing).
+	ShardBreaker  string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1949,6 +1952,13 @@ func (x *LockSummary) GetWaiters() int64 {
 		return x.Waiters
 	}
 	return 0
+}
+
+func (x *LockSummary) GetShardBreaker() string {
+	if x != nil {
+		return x.ShardBreaker
+	}
+	return ""
 }
 
 // LockHolder describes one current holder.
@@ -2105,7 +2115,10 @@ type DescribeQueueResponse struct {
 	// name is free.
 	Entries []*QueueEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
 	// The shard's etcd revision the queue was read at.
-	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// State of this gateway's circuit breaker for the shard (see
+	// LockSummary.shard_breaker).
+	ShardBreaker  string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2173,6 +2186,13 @@ func (x *DescribeQueueResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *DescribeQueueResponse) GetShardBreaker() string {
+	if x != nil {
+		return x.ShardBreaker
+	}
+	return ""
 }
 
 // QueueEntry is one key in a name's queue: a holder or a waiter. It never
@@ -2669,13 +2689,14 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x11ListLocksResponse\x12/\n" +
 	"\x05locks\x18\x01 \x03(\v2\x19.leasegate.v1.LockSummaryR\x05locks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9b\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc0\x01\n" +
 	"\vLockSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x122\n" +
 	"\aholders\x18\x04 \x03(\v2\x18.leasegate.v1.LockHolderR\aholders\x12\x18\n" +
-	"\awaiters\x18\x05 \x01(\x03R\awaiters\"\xec\x01\n" +
+	"\awaiters\x18\x05 \x01(\x03R\awaiters\x12#\n" +
+	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\"\xec\x01\n" +
 	"\n" +
 	"LockHolder\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12#\n" +
@@ -2686,13 +2707,14 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\asession\x18\x05 \x01(\bR\asession\x12\x15\n" +
 	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\"*\n" +
 	"\x14DescribeQueueRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xa7\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xcc\x01\n" +
 	"\x15DescribeQueueResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x122\n" +
 	"\aentries\x18\x04 \x03(\v2\x18.leasegate.v1.QueueEntryR\aentries\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\xaf\x02\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12#\n" +
+	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\"\xaf\x02\n" +
 	"\n" +
 	"QueueEntry\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +

@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasegate/leasegate/locks"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+	"github.com/leasegate/leasegate/queue"
+)
+
+var _ leasegatev1connect.AdminServiceHandler = (*Service)(nil)
+
+// admin returns the caller's identity if it may use AdminService: its
+// credentials grant RoleAdmin, or, with no authentication configured, it
+// calls from a loopback address (it then acts as "loopback/<address>").
+func (s *Service) admin(ctx context.Context, peer connect.Peer) (Identity, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return id, err
+	}
+	if id.Method == "none" {
+		if !loopbackPeer(peer.Addr) {
+			return id, fmt.Errorf("%w: without authentication configured, AdminService serves loopback callers only", ErrForbidden)
+		}
+		id.Subject = "loopback/" + peer.Addr
+		return id, nil
+	}
+	if !id.HasRole(RoleAdmin) {
+		return id, fmt.Errorf("%w: AdminService needs the %q role", ErrForbidden, RoleAdmin)
+	}
+	return id, nil
+}
+
+// loopbackPeer reports whether a peer address ("host:port") is loopback.
+func loopbackPeer(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// ForceRelease evicts a name's holder and records why.
+func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error) {
+	name := req.Msg.Name
+	if err := queue.ValidateName(name); err != nil {
+		return nil, fieldOf("name", err)
+	}
+	if req.Msg.Reason == "" {
+		return nil, fieldOf("reason", fmt.Errorf("%w: a reason is required", queue.ErrInvalidArgument))
+	}
+	id, err := s.admin(ctx, req.Peer())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.storeTimeout(ctx)
+	defer cancel()
+	t, err := s.holderShard(ctx, id, name)
+	if err != nil {
+		return nil, err
+	}
+	actor := id.owner()
+	var res queue.ForceReleaseResult
+	if err := call(ctx, t, func(ctx context.Context) error {
+		var err error
+		res, err = t.Engine.ForceRelease(ctx, queue.ForceReleaseRequest{
+			Name: name, Reason: req.Msg.Reason, Actor: actor, Token: req.Msg.FencingToken,
+			Retention: queue.AuditRetention{MaxRecords: s.cfg.AuditMaxRecords, MaxAge: s.cfg.AuditMaxAge},
+		})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := &v1.ForceReleaseResponse{Released: res.Released, Shard: t.Shard}
+	if res.Released {
+		out.EvictedFencingToken, out.EvictedClientId = res.Evicted.Token, res.Evicted.ClientID
+		out.Audit = auditRecord(t.Shard, res.Record)
+		s.log.Warn("lock force-released", "name", name, "shard", t.Shard, "tenant", id.Tenant, "actor", actor,
+			"reason", req.Msg.Reason, "evicted_token", res.Evicted.Token, "evicted_client_id", res.Evicted.ClientID, "audit_id", res.Record.ID)
+		s.tel.forceReleased(ctx, t.Shard)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// auditToken is what a ListAudit page token carries: the id of the page's
+// last (oldest) record.
+type auditToken struct {
+	Before string `json:"b"`
+}
+
+// ListAudit pages through the tenant's audit records, newest first,
+// merged across shards.
+func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	size, err := pageSize(req.Msg.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	var tok auditToken
+	if req.Msg.PageToken != "" {
+		if err := decodeToken("page_token", req.Msg.PageToken, &tok); err != nil {
+			return nil, err
+		}
+	}
+	id, err := s.admin(ctx, req.Peer())
+	if err != nil {
+		return nil, err
+	}
+	targets, err := s.router.All(id.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.storeTimeout(ctx)
+	defer cancel()
+	type rec struct {
+		shard string
+		r     queue.AuditRecord
+	}
+	pages := make([][]rec, len(targets))
+	mores := make([]bool, len(targets))
+	if err := onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
+		rs, more, err := t.Engine.ListAudit(ctx, tok.Before, size)
+		for _, r := range rs {
+			pages[i] = append(pages[i], rec{t.Shard, r})
+		}
+		mores[i] = more
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	all := slices.Concat(pages...)
+	slices.SortFunc(all, func(a, b rec) int { return strings.Compare(b.r.ID, a.r.ID) })
+	more := slices.Contains(mores, true)
+	if len(all) > size {
+		all, more = all[:size], true
+	}
+	out := &v1.ListAuditResponse{}
+	for _, r := range all {
+		out.Records = append(out.Records, auditRecord(r.shard, r.r))
+	}
+	if more && len(all) > 0 {
+		out.NextPageToken = encodeToken(auditToken{Before: all[len(all)-1].r.ID})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func auditRecord(shard string, r queue.AuditRecord) *v1.AuditRecord {
+	return &v1.AuditRecord{
+		Id: r.ID, Action: r.Action, Name: r.Name, Shard: shard, Actor: r.Actor, Reason: r.Reason,
+		At: timestamppb.New(r.At), EvictedFencingToken: r.EvictedToken, EvictedClientId: r.EvictedClientID,
+	}
+}
+
+// forceReleased counts an eviction.
+func (t *telemetry) forceReleased(ctx context.Context, shard string) {
+	if t != nil && t.m != nil {
+		t.m.forced.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard)))
+	}
+}

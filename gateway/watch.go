@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasegate/leasegate/locks"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/queue"
+)
+
+// Watch streams.
+//
+// One goroutine per shard runs the engine's WatchLocks for the caller's
+// tenant and hands its batches to the stream's goroutine, which keeps the
+// resume token — the prefix and, per shard, the revision the client's
+// view has reached — and sends one message per batch. A shard's revision
+// moves only when its snapshot is complete or its events are sent, so a
+// token never points into the middle of a snapshot: a client resuming
+// from it gets that shard's snapshot again. A broken shard watch resumes
+// on its own from its last revision; one whose history was compacted
+// sends RESYNC and a fresh snapshot. Watches do not go through the shard's
+// breaker: a watch is one long call, and it retries on its own.
+
+// watchToken is what a resume token carries.
+type watchToken struct {
+	Prefix string           `json:"p"`
+	Revs   map[string]int64 `json:"r,omitempty"`
+}
+
+// watchRetry is the pause before a broken shard watch resumes.
+var watchRetry = time.Second
+
+// shardBatch is one shard's contribution to the stream.
+type shardBatch struct {
+	shard  string
+	batch  queue.WatchBatch
+	resync bool  // the shard's history is gone: a snapshot follows
+	err    error // the shard's watch cannot go on (bad token)
+}
+
+// Watch streams the caller tenant's lock events under a prefix.
+func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest], stream *connect.ServerStream[v1.WatchResponse]) error {
+	prefix := req.Msg.Prefix
+	if err := validatePrefix(prefix); err != nil {
+		return err
+	}
+	tok := watchToken{Prefix: prefix}
+	if req.Msg.ResumeToken != "" {
+		if err := decodeToken("resume_token", req.Msg.ResumeToken, &tok); err != nil {
+			return err
+		}
+		if tok.Prefix != prefix {
+			return fieldOf("resume_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
+		}
+	}
+	id, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.lim.acquire(id); err != nil {
+		return err
+	}
+	targets, err := s.router.All(id.Tenant)
+	if err != nil {
+		return err
+	}
+	revs := map[string]int64{}
+	for _, t := range targets {
+		if r := tok.Revs[t.Shard]; r > 0 {
+			revs[t.Shard] = r
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan shardBatch)
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	starts := maps.Clone(revs) // revs is the stream goroutine's from here on
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, t := range targets {
+			wg.Go(func() { s.watchShard(ctx, t, prefix, starts[t.Shard], ch) })
+		}
+		wg.Wait()
+	}()
+	token := func() string {
+		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
+		return encodeToken(t)
+	}
+	for {
+		var b shardBatch
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.shutdown:
+			return errShuttingDown
+		case b = <-ch:
+		}
+		if b.err != nil {
+			return b.err
+		}
+		var msgs []*v1.WatchResponse
+		switch {
+		case b.resync:
+			delete(revs, b.shard)
+			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: []string{b.shard}})
+		case b.batch.Snapshot:
+			if len(b.batch.Events) > 0 || !b.batch.SnapshotDone {
+				msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: []string{b.shard}, Events: lockEvents(b.shard, b.batch.Events)})
+			}
+			if b.batch.SnapshotDone {
+				msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: []string{b.shard}})
+			}
+		case len(b.batch.Events) > 0:
+			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: lockEvents(b.shard, b.batch.Events)})
+		default:
+			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS})
+		}
+		for _, m := range msgs {
+			if m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT && m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC {
+				revs[b.shard] = b.batch.Revision
+			}
+			m.ResumeToken = token()
+			if err := s.send(ctx, func() error { return stream.Send(m) }); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watchShard runs one shard's watch until ctx ends, resuming it when it
+// breaks and starting over with a snapshot when its history is gone.
+func (s *Service) watchShard(ctx context.Context, t locks.Target, prefix string, from int64, out chan<- shardBatch) {
+	send := func(b shardBatch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	restarted := false
+	for {
+		if from == 0 && restarted && !send(shardBatch{shard: t.Shard, resync: true}) {
+			return // a snapshot broke off: the next one replaces it
+		}
+		restarted = true
+		err := t.Engine.WatchLocks(ctx, prefix, from, func(b queue.WatchBatch) error {
+			if !send(shardBatch{shard: t.Shard, batch: b}) {
+				return ctx.Err()
+			}
+			if !b.Snapshot || b.SnapshotDone {
+				from = b.Revision
+			}
+			return nil
+		})
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, queue.ErrCompacted):
+			s.log.Info("watch history compacted: resyncing", "shard", t.Shard, "revision", from)
+			from = 0
+			continue
+		case errors.Is(err, queue.ErrInvalidArgument):
+			send(shardBatch{shard: t.Shard, err: fieldOf("resume_token", err)})
+			return
+		}
+		s.log.Debug("shard watch broke: resuming", "shard", t.Shard, "revision", from, "err", err)
+		tm := s.clk.NewTimer(watchRetry)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return
+		case <-tm.C():
+		}
+	}
+}
+
+func lockEvents(shard string, evs []queue.WatchEvent) []*v1.LockEvent {
+	out := make([]*v1.LockEvent, 0, len(evs))
+	for _, ev := range evs {
+		e := &v1.LockEvent{
+			Type: eventTypes[ev.Type], Name: ev.Name, Shard: shard, ClientId: ev.Entry.ClientID,
+			Position: ev.Entry.Position, Session: ev.Entry.Session, Revision: ev.Revision,
+			EnqueuedAt: timestamppb.New(ev.Entry.Enqueued),
+		}
+		if ev.Type != queue.EventQueued && ev.Type != queue.EventLeft {
+			e.FencingToken = ev.Entry.Token
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+var eventTypes = map[queue.EventType]v1.LockEventType{
+	queue.EventHeld:          v1.LockEventType_LOCK_EVENT_TYPE_HELD,
+	queue.EventQueued:        v1.LockEventType_LOCK_EVENT_TYPE_QUEUED,
+	queue.EventReleased:      v1.LockEventType_LOCK_EVENT_TYPE_RELEASED,
+	queue.EventExpired:       v1.LockEventType_LOCK_EVENT_TYPE_EXPIRED,
+	queue.EventForceReleased: v1.LockEventType_LOCK_EVENT_TYPE_FORCE_RELEASED,
+	queue.EventLeft:          v1.LockEventType_LOCK_EVENT_TYPE_LEFT,
+}
