@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/leasegate/leasegate/internal/server"
 	"github.com/leasegate/leasegate/internal/telemetry"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 // startGateway starts a gateway with metrics over two shards, c0 (the
@@ -46,9 +46,9 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // hold takes name at once for clientID, through the API.
-func hold(t *testing.T, g *gwtest.Gateway, name, clientID string) *v1.Granted {
+func hold(t *testing.T, c leasegatev1connect.LockServiceClient, name, clientID string) *v1.Granted {
 	t.Helper()
-	resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 60_000, ClientId: clientID}))
+	resp, err := c.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: name, TtlMs: 60_000, ClientId: clientID}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +58,9 @@ func hold(t *testing.T, g *gwtest.Gateway, name, clientID string) *v1.Granted {
 	return resp.Msg.Granted
 }
 
-func release(t *testing.T, g *gwtest.Gateway, gr *v1.Granted) {
+func release(t *testing.T, c leasegatev1connect.LockServiceClient, gr *v1.Granted) {
 	t.Helper()
-	if _, err := g.Client.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
+	if _, err := c.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: gr.LockId, FencingToken: gr.FencingToken})); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -73,11 +73,11 @@ type waiter struct {
 
 // enqueue starts an Acquire of name for clientID and returns once the
 // gateway says it is queued.
-func enqueue(t *testing.T, g *gwtest.Gateway, name, clientID string) *waiter {
+func enqueue(t *testing.T, c leasegatev1connect.LockServiceClient, name, clientID string) *waiter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, err := g.Client.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 60_000, ClientId: clientID, WaitTimeoutMs: 60_000}))
+	st, err := c.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: 60_000, ClientId: clientID, WaitTimeoutMs: 60_000}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,44 +118,47 @@ func (w *waiter) await(t *testing.T) *v1.Granted {
 	return nil
 }
 
-func text(t *testing.T, ctx context.Context, sel string) string {
+// awaitText waits until the element sel shows want (trimmed). The pages
+// redraw as data arrives, so a check reads the live DOM in the page
+// rather than a node fetched earlier.
+func awaitText(t *testing.T, ctx context.Context, sel, want string) {
 	t.Helper()
-	return strings.TrimSpace(value(t, ctx, 10*time.Second, "reading "+sel, chromedp.Text(chromedp.CSS(sel))))
+	expr := fmt.Sprintf(`document.querySelector(%q)?.textContent.trim() === %q`, sel, want)
+	rctx, cancel := context.WithTimeout(ctx, live())
+	defer cancel()
+	if _, err := chromedp.Run(rctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(live()))); err != nil {
+		got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q)?.textContent.trim() ?? '(no such element)'`, sel)))
+		t.Fatalf("%s shows %q; want %q (%v)", sel, got, want, err)
+	}
 }
 
 func TestBrowserOverviewShowsShards(t *testing.T) {
 	g := startGateway(t)
 	// A handoff, so the latency chart has something to draw.
-	gr := hold(t, g, "report", "nightly")
-	w := enqueue(t, g, "report", "retry")
-	release(t, g, gr)
-	release(t, g, w.await(t))
+	gr := hold(t, g.Client, "report", "nightly")
+	w := enqueue(t, g.Client, "report", "retry")
+	release(t, g.Client, gr)
+	release(t, g.Client, w.await(t))
 	// Three holders and a waiter, somewhere on the two shards.
 	for _, name := range []string{"orders:1", "orders:2", "invoices:7"} {
-		hold(t, g, name, "worker-"+name)
+		hold(t, g.Client, name, "worker-"+name)
 	}
-	enqueue(t, g, "orders:1", "worker-b")
+	enqueue(t, g.Client, "orders:1", "worker-b")
 
 	ctx := newBrowser(t)
 	run(t, ctx, 30*time.Second, "opening the console", chromedp.Navigate(g.URL+"/ui/"))
 	await(t, ctx, live(), `#shards tr[data-shard="c0"]`)
 	await(t, ctx, live(), `#shards tr[data-shard="c1"]`)
 	for _, sh := range []string{"c0", "c1"} {
-		if got := text(t, ctx, fmt.Sprintf(`#shards tr[data-shard=%q] td:nth-child(2)`, sh)); got != "ok" {
-			t.Errorf("shard %s health = %q; want ok", sh, got)
-		}
-		if got := text(t, ctx, fmt.Sprintf(`#shards tr[data-shard=%q] td:nth-child(3)`, sh)); got != "closed" {
-			t.Errorf("shard %s breaker = %q; want closed", sh, got)
-		}
+		awaitText(t, ctx, fmt.Sprintf(`#shards tr[data-shard=%q] td:nth-child(2)`, sh), "ok")
+		awaitText(t, ctx, fmt.Sprintf(`#shards tr[data-shard=%q] td:nth-child(3)`, sh), "closed")
 	}
 	awaitJS(t, ctx, live(), "the shards' counts add up to 3 held and 1 waiting", `(() => {
 		const sum = (col) => [...document.querySelectorAll('#shards td[data-col="' + col + '"]')].reduce((a, td) => a + Number(td.textContent), 0);
 		return sum('held') === 3 && sum('waiting') === 1;
 	})()`)
 	await(t, ctx, live(), `#handoff svg rect.bar`)
-	if got := text(t, ctx, `#handoff figcaption`); !strings.HasPrefix(got, "1 handoff since start") {
-		t.Errorf("chart caption = %q; want it to count 1 handoff", got)
-	}
+	awaitJS(t, ctx, live(), "the chart counts 1 handoff", `document.querySelector('#handoff figcaption').textContent.startsWith('1 handoff since start')`)
 	// A second poll gives the rates and the chart over time.
 	awaitJS(t, ctx, live()+5*time.Second, "a rate is shown", `!document.querySelector('#shards tr[data-shard="c0"] td:nth-child(6)').textContent.includes('–')`)
 	screenshot(t, ctx, "console-overview.png")
@@ -168,16 +171,12 @@ func TestBrowserAsksForToken(t *testing.T) {
 	ctx := newBrowser(t)
 	run(t, ctx, 30*time.Second, "opening the console", chromedp.Navigate(g.URL+"/ui/"))
 	await(t, ctx, live(), `#token-form`)
-	if got := text(t, ctx, `#notice`); !strings.Contains(got, "bearer token") {
-		t.Errorf("notice = %q; want it to ask for a bearer token", got)
-	}
+	awaitJS(t, ctx, live(), "the notice asks for a bearer token", `document.querySelector('#notice').textContent.includes('bearer token')`)
 	run(t, ctx, 10*time.Second, "entering the token",
 		chromedp.SendKeys(chromedp.CSS(`#token-input`), token),
 		chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
 	await(t, ctx, live(), `#shards tr[data-shard="c1"]`)
-	if got := text(t, ctx, `#who`); got != "acme / ops (token)" {
-		t.Errorf("identity shown = %q; want acme / ops (token)", got)
-	}
+	awaitText(t, ctx, `#who`, "acme / ops (token)")
 	// A reload keeps the token: sessionStorage lives as long as the tab.
 	run(t, ctx, 30*time.Second, "reloading", chromedp.Reload())
 	await(t, ctx, live(), `#shards tr[data-shard="c0"]`)
@@ -187,29 +186,27 @@ func TestBrowserAsksForToken(t *testing.T) {
 // reports it; the prefix filters and the pages follow next_page_token.
 func TestBrowserLockTable(t *testing.T) {
 	g := startGateway(t)
-	hold(t, g, "other:1", "someone")
+	hold(t, g.Client, "other:1", "someone")
 	ctx := newBrowser(t)
 	run(t, ctx, 30*time.Second, "opening the lock table", chromedp.Navigate(g.URL+"/ui/#/locks?prefix=batch:&size=2"))
 	awaitJS(t, ctx, live(), "the table follows Watch", `document.querySelector('#locks-status').textContent.startsWith('Live')`)
 
 	start := time.Now()
-	hold(t, g, "batch:17", "worker-17")
+	hold(t, g.Client, "batch:17", "worker-17")
 	await(t, ctx, live(), `#locks tr[data-lock="batch:17"]`)
 	t.Logf("batch:17 appeared in the table %s after its TryAcquire", time.Since(start))
-	if got := text(t, ctx, `#locks tr[data-lock="batch:17"] td:nth-child(3)`); got != "worker-17" {
-		t.Errorf("holder shown = %q; want worker-17", got)
-	}
+	awaitText(t, ctx, `#locks tr[data-lock="batch:17"] td:nth-child(3)`, "worker-17")
 	if n := value(t, ctx, 5*time.Second, "counting rows", chromedp.Evaluate[int](`document.querySelectorAll('#locks tr[data-lock="other:1"]').length`)); n != 0 {
 		t.Errorf("other:1 is listed under the prefix batch:")
 	}
 
 	// A waiter shows in the holder's row.
-	enqueue(t, g, "batch:17", "worker-18")
+	enqueue(t, g.Client, "batch:17", "worker-18")
 	awaitJS(t, ctx, live(), "batch:17 shows 1 waiter", `document.querySelector('#locks tr[data-lock="batch:17"] td[data-col="waiters"]')?.textContent === '1'`)
 
 	// Three locks at two a page: two pages.
-	hold(t, g, "batch:18", "worker-18")
-	hold(t, g, "batch:19", "worker-19")
+	hold(t, g.Client, "batch:18", "worker-18")
+	hold(t, g.Client, "batch:19", "worker-19")
 	awaitJS(t, ctx, live(), "the first page is full and has a next page",
 		`document.querySelectorAll('#locks tr[data-lock]').length === 2 && !document.querySelector('.pager button:last-child').disabled`)
 	screenshot(t, ctx, "console-locks.png")
@@ -226,24 +223,22 @@ func TestBrowserLockTable(t *testing.T) {
 // release moves everyone up and shows the new holder with its lease.
 func TestBrowserLockPageQueue(t *testing.T) {
 	g := startGateway(t)
-	alice := hold(t, g, "deploy:prod", "alice")
+	alice := hold(t, g.Client, "deploy:prod", "alice")
 	ctx := newBrowser(t)
 	run(t, ctx, 30*time.Second, "opening the lock page", chromedp.Navigate(g.URL+"/ui/#/lock/"+url.PathEscape("deploy:prod")))
 	await(t, ctx, live(), `#holder tr[data-holder="alice"]`)
 	await(t, ctx, live(), `#no-waiters`)
-	if got := text(t, ctx, `#holder td[data-col="token"]`); got != fmt.Sprint(alice.FencingToken) {
-		t.Errorf("fencing token shown = %q; want %d", got, alice.FencingToken)
-	}
+	awaitText(t, ctx, `#holder td[data-col="token"]`, fmt.Sprint(alice.FencingToken))
 	// The lease counts down.
-	first := text(t, ctx, `#holder td[data-expires]`)
+	first := value(t, ctx, 5*time.Second, "reading the countdown", chromedp.Evaluate[string](`document.querySelector('#holder td[data-expires]').textContent`))
 	awaitJS(t, ctx, live(), "the countdown moves", fmt.Sprintf(`document.querySelector('#holder td[data-expires]').textContent !== %q`, first))
 
-	bob := enqueue(t, g, "deploy:prod", "bob")
+	bob := enqueue(t, g.Client, "deploy:prod", "bob")
 	await(t, ctx, live(), `#queue tr[data-position="1"][data-client="bob"]`)
-	enqueue(t, g, "deploy:prod", "carol")
+	enqueue(t, g.Client, "deploy:prod", "carol")
 	await(t, ctx, live(), `#queue tr[data-position="2"][data-client="carol"]`)
 
-	release(t, g, alice)
+	release(t, g.Client, alice)
 	await(t, ctx, live(), `#holder tr[data-holder="bob"]`)
 	await(t, ctx, live(), `#queue tr[data-position="1"][data-client="carol"]`)
 	gr := bob.await(t)
@@ -256,8 +251,8 @@ func TestBrowserLockPageQueue(t *testing.T) {
 // and the page shows the audit record.
 func TestBrowserForceRelease(t *testing.T) {
 	g := startGateway(t) // no authentication, on loopback: the caller is an admin
-	stuck := hold(t, g, "migrate:db", "stuck-job")
-	next := enqueue(t, g, "migrate:db", "next-job")
+	stuck := hold(t, g.Client, "migrate:db", "stuck-job")
+	next := enqueue(t, g.Client, "migrate:db", "next-job")
 	ctx := newBrowser(t)
 	run(t, ctx, 30*time.Second, "opening the lock page", chromedp.Navigate(g.URL+"/ui/#/lock/"+url.PathEscape("migrate:db")))
 	await(t, ctx, live(), `#holder tr[data-holder="stuck-job"]`)
@@ -268,16 +263,36 @@ func TestBrowserForceRelease(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`#force-form textarea`), reason),
 		chromedp.Click(chromedp.CSS(`#force-form button[type=submit]`)))
 	await(t, ctx, live(), `#audit tr[data-audit]`)
-	if got := text(t, ctx, `#audit tr[data-audit] td.reason`); got != reason {
-		t.Errorf("audit reason shown = %q; want %q", got, reason)
-	}
-	if got := text(t, ctx, `#audit tr[data-audit] td:nth-child(5)`); got != "stuck-job" {
-		t.Errorf("audit evicted client = %q; want stuck-job", got)
-	}
+	awaitText(t, ctx, `#audit tr[data-audit] td.reason`, reason)
+	awaitText(t, ctx, `#audit tr[data-audit] td:nth-child(5)`, "stuck-job")
 	gr := next.await(t)
 	if gr.FencingToken <= stuck.FencingToken {
 		t.Errorf("next holder's token %d is not above the evicted %d", gr.FencingToken, stuck.FencingToken)
 	}
 	await(t, ctx, live(), `#holder tr[data-holder="next-job"]`)
+	awaitJS(t, ctx, live(), "the new holder's lease is shown", `/s$/.test(document.querySelector('#holder td[data-expires]').textContent)`)
 	screenshot(t, ctx, "console-force-release.png")
+}
+
+// Only admins get the force release; the others see the queue alone.
+func TestBrowserForceReleaseNeedsAdmin(t *testing.T) {
+	const dev = "console-test-dev-token-0123456789"
+	g := startGateway(t, gwtest.Tokens(token+" acme ops admin", dev+" acme dev"))
+	hold(t, g.ConnectClient(gwtest.Bearer(dev)), "nightly", "cron")
+	for _, tc := range []struct {
+		token string
+		admin bool
+	}{{dev, false}, {token, true}} {
+		ctx := newBrowser(t)
+		run(t, ctx, 30*time.Second, "opening the lock page",
+			chromedp.Navigate(g.URL+"/ui/"),
+			chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`sessionStorage.setItem('leasegate.token', %q)`, tc.token)),
+			chromedp.Navigate(g.URL+"/ui/#/lock/nightly"))
+		await(t, ctx, live(), `#holder tr[data-holder="cron"]`)
+		awaitJS(t, ctx, live(), "the admin probe answered", `document.querySelector('#admin').dataset.admin !== undefined`)
+		n := value(t, ctx, 5*time.Second, "looking for the button", chromedp.Evaluate[int](`document.querySelectorAll('#force-release').length`))
+		if (n == 1) != tc.admin {
+			t.Errorf("admin %v: %d force-release buttons", tc.admin, n)
+		}
+	}
 }

@@ -85,27 +85,36 @@ export function lockPage(root, name) {
     if (admin) drawAdmin(holders[0]);
   }
 
-  // Admin: force release, then the audit trail of this lock.
+  // Admin: force release, then the audit trail of this lock. The action
+  // part is rebuilt only when what it acts on changes, so a redraw never
+  // takes the reason from under the operator's fingers.
   let audit = [];
   let highlight = '';
   let asking = false;
+  let actionKey = '';
+  let typed = '';
+  const actionBox = h('div');
+  const auditBox = h('div');
   function drawAdmin(holder) {
-    const reason = h('textarea', { name: 'reason', required: true, maxlength: 512, rows: 2, placeholder: 'Why is the holder evicted? (recorded in the audit log)' });
-    const ask = h('form', { id: 'force-form', onsubmit: (e) => { e.preventDefault(); forceRelease(holder, reason.value.trim()); } },
-      reason, h('div', {}, h('button', { type: 'submit', class: 'danger' }, `Evict ${holder?.clientId || 'holder'} (token ${holder?.fencingToken})`),
-        ' ', h('button', { type: 'button', onclick: () => { asking = false; draw(); } }, 'Cancel')));
-    adminBox.replaceChildren(
-      h('h2', {}, 'Admin'),
-      holder
+    if (!adminBox.firstChild) adminBox.append(h('h2', {}, 'Admin'), actionBox, h('h3', {}, 'Audit records for this lock'), auditBox);
+    const key = `${asking}:${holder?.fencingToken || ''}`;
+    if (key !== actionKey) {
+      actionKey = key;
+      const reason = h('textarea', { name: 'reason', required: true, maxlength: 512, rows: 2, placeholder: 'Why is the holder evicted? (recorded in the audit log)', oninput: (e) => { typed = e.target.value; } });
+      reason.value = typed;
+      const ask = h('form', { id: 'force-form', onsubmit: (e) => { e.preventDefault(); forceRelease(holder, reason.value.trim()); } },
+        reason, h('div', {}, h('button', { type: 'submit', class: 'danger' }, `Evict ${holder?.clientId || 'holder'} (token ${holder?.fencingToken})`),
+          ' ', h('button', { type: 'button', onclick: () => { asking = false; draw(); } }, 'Cancel')));
+      actionBox.replaceChildren(holder
         ? (asking ? ask : h('button', { type: 'button', id: 'force-release', class: 'danger', onclick: () => { asking = true; draw(); } }, 'Force release…'))
-        : h('p', { class: 'muted' }, 'Nothing to release.'),
-      h('h3', {}, 'Audit records for this lock'),
-      audit.length
-        ? table(['When', 'Action', 'Actor', 'Reason', 'Evicted', 'Token'], audit.map((r) => h('tr', { 'data-audit': r.id, class: r.id === highlight ? 'new' : '' },
-          h('td', {}, new Date(r.at).toLocaleString()), h('td', {}, r.action), h('td', {}, r.actor), h('td', { class: 'reason' }, r.reason),
-          h('td', {}, r.evictedClientId || ''), h('td', { class: 'num' }, r.evictedFencingToken))), { id: 'audit' })
-        : h('p', { class: 'muted', id: 'audit' }, 'None kept.'));
-    if (asking) reason.focus();
+        : h('p', { class: 'muted' }, 'Nothing to release.'));
+      if (asking) reason.focus();
+    }
+    auditBox.replaceChildren(audit.length
+      ? table(['When', 'Action', 'Actor', 'Reason', 'Evicted', 'Token'], audit.map((r) => h('tr', { 'data-audit': r.id, class: r.id === highlight ? 'new' : '' },
+        h('td', {}, new Date(r.at).toLocaleString()), h('td', {}, r.action), h('td', {}, r.actor), h('td', { class: 'reason' }, r.reason),
+        h('td', {}, r.evictedClientId || ''), h('td', { class: 'num' }, r.evictedFencingToken))), { id: 'audit' })
+      : h('p', { class: 'muted', id: 'audit' }, 'None kept.'));
   }
 
   async function loadAudit() {
@@ -118,6 +127,7 @@ export function lockPage(root, name) {
     try {
       const r = await call('AdminService', 'ForceRelease', { name, reason, fencingToken: holder.fencingToken }, ctl.signal);
       asking = false;
+      typed = '';
       say(r.released ? `Evicted ${r.evictedClientId || 'the holder'} (token ${r.evictedFencingToken}).` : 'The lock was already free.');
       highlight = r.audit?.id || '';
       await loadAudit();
@@ -146,6 +156,7 @@ export function lockPage(root, name) {
   describe();
   isAdmin().then(async (yes) => {
     admin = yes;
+    adminBox.dataset.admin = String(yes);
     if (yes) { try { await loadAudit(); } catch (err) { say(`ListAudit: ${err.message}`); } draw(); }
   });
   return () => { ctl.abort(); clearInterval(tick); clearTimeout(pending); };
