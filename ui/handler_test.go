@@ -83,7 +83,7 @@ func TestStaticAndAPIAuth(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &o); err != nil {
 		t.Fatal(err)
 	}
-	if o.Identity != (ui.Identity{Tenant: "acme", Subject: "ops", Method: "token"}) || len(o.Shards) != 1 || o.Shards[0].Name != "main" || o.Metrics {
+	if id := o.Identity; id.Tenant != "acme" || id.Subject != "ops" || id.Method != "token" || len(id.Roles) != 0 || len(o.Shards) != 1 || o.Shards[0].Name != "main" || o.Metrics {
 		t.Errorf("overview = %+v; want identity acme/ops/token, the one shard main, no metrics", o)
 	}
 	if o.Shards[0].Health != "ok" || o.Shards[0].Breaker != "closed" || o.Shards[0].Held == nil || *o.Shards[0].Held != 0 {

@@ -44,6 +44,8 @@ type Identity struct {
 	Subject string `json:"subject"`
 	// Method is how the caller proved it: mtls, token, jwt or none.
 	Method string `json:"method"`
+	// Roles are the roles its credentials grant (admin …).
+	Roles []string `json:"roles,omitempty"`
 }
 
 // ShardOverview is one shard's row.
@@ -83,26 +85,21 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request) {
 // concurrently, through each shard's breaker.
 func (c *Console) overview(ctx context.Context, id gateway.Identity) Overview {
 	m := c.cfg.Router.Map()
-	o := Overview{Time: time.Now().UTC(), Epoch: m.Epoch, Identity: Identity{Tenant: id.Tenant, Subject: id.Subject, Method: id.Method}}
+	o := Overview{Time: time.Now().UTC(), Epoch: m.Epoch, Identity: Identity{Tenant: id.Tenant, Subject: id.Subject, Method: id.Method, Roles: id.Roles}}
 	var health map[string]string
 	if c.cfg.Health != nil {
 		health = c.cfg.Health(ctx)
 	}
 	backends := c.cfg.Router.Backends()
 	o.Shards = make([]ShardOverview, len(backends))
-	var wg sync.WaitGroup
+	counts := c.counts(ctx, backends)
 	for i, b := range backends {
 		if b == nil {
 			continue
 		}
-		o.Shards[i] = ShardOverview{Name: b.Name, Health: health[b.Name], Breaker: b.Breaker.State().String()}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.count(ctx, b, &o.Shards[i])
-		}()
+		o.Shards[i] = counts[i]
+		o.Shards[i].Name, o.Shards[i].Health, o.Shards[i].Breaker = b.Name, health[b.Name], b.Breaker.State().String()
 	}
-	wg.Wait()
 	if c.cfg.Metrics != nil {
 		o.Metrics = true
 		if mv, err := readMetrics(c.cfg.Metrics); err == nil {
@@ -115,6 +112,32 @@ func (c *Console) overview(ctx context.Context, id gateway.Identity) Overview {
 		}
 	}
 	return o
+}
+
+// counts returns each backend's held and waiting counts, read at most
+// once a second whoever asks: every open console polls, and the counts
+// are the same for all of them.
+func (c *Console) counts(ctx context.Context, backends []*locks.Backend) []ShardOverview {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.countedAt) < time.Second && len(c.counted) == len(backends) {
+		return c.counted
+	}
+	out := make([]ShardOverview, len(backends))
+	var wg sync.WaitGroup
+	for i, b := range backends {
+		if b == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.count(ctx, b, &out[i])
+		}()
+	}
+	wg.Wait()
+	c.counted, c.countedAt = out, time.Now()
+	return out
 }
 
 // count fills s's held and waiting counts from one keys-only read of the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,8 +35,9 @@ type Config struct {
 	// off) leaves them out.
 	Metrics prometheus.Gatherer
 	// ScanLimit bounds the keys read from one shard to count its held
-	// locks and waiters. Default 100,000; past it the counts are marked
-	// partial.
+	// locks and waiters (one keys-only range read per shard, at most once
+	// a second however many consoles are open). Default 100,000; past it
+	// the counts are marked partial.
 	ScanLimit int64
 	// ScanTimeout bounds one overview's reads. Default 2 s.
 	ScanTimeout time.Duration
@@ -63,6 +65,10 @@ func (c Config) Validate() error {
 // Console serves the web console.
 type Console struct {
 	cfg Config
+
+	mu        sync.Mutex
+	counted   []ShardOverview // the last counts, by backend
+	countedAt time.Time
 }
 
 // New returns the console for cfg; zero ScanLimit and ScanTimeout take

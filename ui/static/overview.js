@@ -21,7 +21,7 @@ export function overviewPage(root) {
       const o = await get('/ui/api/overview', ctl.signal);
       history.push({ t: Date.parse(o.time), o });
       if (history.length > HISTORY) history.shift();
-      who.textContent = o.identity.method === 'none' ? 'no authentication' : `${o.identity.tenant} / ${o.identity.subject} (${o.identity.method})`;
+      who.textContent = o.identity.method === 'none' ? 'no authentication' : `${o.identity.tenant} / ${o.identity.subject} (${[o.identity.method, ...(o.identity.roles || [])].join(', ')})`;
       draw(root, history);
       say('');
     } catch (err) {
