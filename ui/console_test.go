@@ -161,6 +161,13 @@ func TestBrowserOverviewShowsShards(t *testing.T) {
 	awaitJS(t, ctx, live(), "the chart counts 1 handoff", `document.querySelector('#handoff figcaption').textContent.startsWith('1 handoff since start')`)
 	// A second poll gives the rates and the chart over time.
 	awaitJS(t, ctx, live()+5*time.Second, "a rate is shown", `!document.querySelector('#shards tr[data-shard="c0"] td:nth-child(6)').textContent.includes('–')`)
+	// A handoff while the page is open is drawn over time.
+	gr = hold(t, g.Client, "report", "nightly")
+	w = enqueue(t, g.Client, "report", "retry")
+	release(t, g.Client, gr)
+	release(t, g.Client, w.await(t))
+	await(t, ctx, live()+5*time.Second, `#handoff svg circle.dot`)
+	awaitJS(t, ctx, live(), "the chart counts 2 handoffs", `document.querySelector('#handoff figcaption').textContent.startsWith('2 handoffs since start')`)
 	screenshot(t, ctx, "console-overview.png")
 }
 

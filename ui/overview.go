@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // Overview is the answer of GET /ui/api/overview.
@@ -156,16 +157,20 @@ func (c *Console) count(ctx context.Context, b *locks.Backend, s *ShardOverview)
 		s.CountError = err.Error()
 		return
 	}
+	// Every engine's waiter keys, the shard's and each tenant's nested
+	// below it, are <engine prefix>/locks/<escaped name>/<waiter id>
+	// (queue.LocksPrefix, queue.NamePrefix).
+	marker := queue.LocksPrefix("")
 	names := map[string]bool{}
 	var keys int64
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
-		i := strings.LastIndex(k, "/locks/")
+		i := strings.LastIndex(k, marker)
 		if i < 0 {
 			continue
 		}
 		j := strings.LastIndexByte(k, '/')
-		if j <= i+len("/locks/") {
+		if j <= i+len(marker) {
 			continue
 		}
 		keys++
