@@ -18,18 +18,24 @@ import (
 	"github.com/leasegate/leasegate/internal/telemetry"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // startGateway starts a gateway with metrics over two shards, c0 (the
 // shared etcd member) and c1 (one of the test's own).
 func startGateway(t *testing.T, opts ...gwtest.Option) *gwtest.Gateway {
 	t.Helper()
+	return startOn(t, etcdtest.Start(t), opts...)
+}
+
+// startOn is startGateway with c1 given.
+func startOn(t *testing.T, c1 *etcdtest.Cluster, opts ...gwtest.Option) *gwtest.Gateway {
+	t.Helper()
 	p, err := telemetry.New(context.Background(), telemetry.Config{Version: "v0.0.0-test", Metrics: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
-	c1 := etcdtest.Start(t)
 	opts = append([]gwtest.Option{
 		gwtest.Clusters(
 			server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
@@ -169,6 +175,26 @@ func TestBrowserOverviewShowsShards(t *testing.T) {
 	await(t, ctx, live()+5*time.Second, `#handoff svg circle.dot`)
 	awaitJS(t, ctx, live(), "the chart counts 2 handoffs", `document.querySelector('#handoff figcaption').textContent.startsWith('2 handoffs since start')`)
 	screenshot(t, ctx, "console-overview.png")
+}
+
+// A shard whose etcd stops shows as unavailable, its breaker opens, and
+// the other shard's row is unaffected.
+func TestBrowserOverviewShowsDeadShard(t *testing.T) {
+	c1 := etcdtest.Start(t)
+	bc := shard.DefaultBreakerConfig()
+	bc.ConsecutiveFailures = 2
+	bc.OpenTimeout = time.Minute
+	g := startOn(t, c1, gwtest.Configure(func(c *server.Config) { c.Breaker = &bc }))
+	ctx := newBrowser(t)
+	run(t, ctx, 30*time.Second, "opening the console", chromedp.Navigate(g.URL+"/ui/"))
+	awaitText(t, ctx, `#shards tr[data-shard="c1"] td:nth-child(2)`, "ok")
+	c1.Stop()
+	awaitText(t, ctx, `#shards tr[data-shard="c1"] td:nth-child(2)`, "unavailable")
+	awaitText(t, ctx, `#shards tr[data-shard="c1"] td:nth-child(3)`, "open")
+	awaitText(t, ctx, `#shards tr[data-shard="c1"] td[data-col="held"]`, "–")
+	awaitText(t, ctx, `#shards tr[data-shard="c0"] td:nth-child(2)`, "ok")
+	awaitText(t, ctx, `#shards tr[data-shard="c0"] td:nth-child(3)`, "closed")
+	screenshot(t, ctx, "console-overview-dead-shard.png")
 }
 
 // With authentication on, the page asks for the token once, keeps it for

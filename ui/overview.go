@@ -77,29 +77,34 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]string{"code": "unauthenticated", "message": err.Error()}})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ScanTimeout)
-	defer cancel()
-	writeJSON(w, http.StatusOK, c.overview(ctx, id))
+	writeJSON(w, http.StatusOK, c.overview(r.Context(), id))
 }
 
-// overview gathers the figures: the shards' counts are read from etcd
-// concurrently, through each shard's breaker.
+// overview gathers the figures: the shards' health and counts are read
+// from etcd concurrently, the counts through each shard's breaker, each
+// read bounded on its own (a dead shard costs one ScanTimeout, not every
+// other shard's figures).
 func (c *Console) overview(ctx context.Context, id gateway.Identity) Overview {
 	m := c.cfg.Router.Map()
 	o := Overview{Time: time.Now().UTC(), Epoch: m.Epoch, Identity: Identity{Tenant: id.Tenant, Subject: id.Subject, Method: id.Method, Roles: id.Roles}}
-	var health map[string]string
-	if c.cfg.Health != nil {
-		health = c.cfg.Health(ctx)
-	}
+	health := make(chan map[string]string, 1)
+	go func() {
+		if c.cfg.Health == nil {
+			health <- nil
+			return
+		}
+		health <- c.cfg.Health(ctx)
+	}()
 	backends := c.cfg.Router.Backends()
 	o.Shards = make([]ShardOverview, len(backends))
 	counts := c.counts(ctx, backends)
+	status := <-health
 	for i, b := range backends {
 		if b == nil {
 			continue
 		}
 		o.Shards[i] = counts[i]
-		o.Shards[i].Name, o.Shards[i].Health, o.Shards[i].Breaker = b.Name, health[b.Name], b.Breaker.State().String()
+		o.Shards[i].Name, o.Shards[i].Health, o.Shards[i].Breaker = b.Name, status[b.Name], b.Breaker.State().String()
 	}
 	if c.cfg.Metrics != nil {
 		o.Metrics = true
@@ -149,6 +154,10 @@ func (c *Console) count(ctx context.Context, b *locks.Backend, s *ShardOverview)
 	prefix := b.Engine.Config().Prefix + "/"
 	var resp *clientv3.GetResponse
 	err := b.Breaker.Execute(ctx, func(ctx context.Context) error {
+		// Its own deadline: a hung cluster is then a failure the breaker
+		// counts, as for any bounded call.
+		ctx, cancel := context.WithTimeout(ctx, c.cfg.ScanTimeout)
+		defer cancel()
 		var err error
 		resp, err = b.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(c.cfg.ScanLimit))
 		return err

@@ -13,7 +13,8 @@ const T = (type) => `LOCK_EVENT_TYPE_${type}`;
 export function lockPage(root, name) {
   const ctl = new AbortController();
   let q = { entries: [], shard: '', revision: 0 }; // DescribeQueue's shape
-  let applied = 0; // revision of the last event applied
+  let applied = 0; // revision of the last event or read applied
+  let described = 0; // revision of the last DescribeQueue kept: it already shows every event up to it
   let pending = 0;
   const events = []; // the latest events, newest first
   let admin = false;
@@ -29,7 +30,8 @@ export function lockPage(root, name) {
   async function describe() {
     try {
       const d = await call('LockService', 'DescribeQueue', { name }, ctl.signal);
-      if (Number(d.revision || 0) >= applied) { q = { ...d, entries: d.entries || [] }; applied = Number(d.revision || 0); }
+      const rev = Number(d.revision || 0);
+      if (rev >= applied) { q = { ...d, entries: d.entries || [] }; applied = described = rev; }
       draw();
     } catch (err) {
       if (!ctl.signal.aborted && err.code !== 'unauthenticated') say(`DescribeQueue: ${err.message}`);
@@ -40,6 +42,7 @@ export function lockPage(root, name) {
   }
 
   function apply(e) {
+    if (Number(e.revision || 0) <= described) return; // the last read shows it
     const p = Number(e.position || 0);
     const list = q.entries;
     switch (e.type) {
