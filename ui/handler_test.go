@@ -65,6 +65,13 @@ func TestStaticAndAPIAuth(t *testing.T) {
 	if resp, _ := get(t, g, ui.Prefix+"app.js", nil); resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/javascript") {
 		t.Errorf("GET app.js = %d %q; want 200 text/javascript", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	noRedirect := *g.HTTP
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	if resp, err := noRedirect.Get(g.URL + "/ui"); err != nil || (resp.StatusCode != http.StatusMovedPermanently && resp.StatusCode != http.StatusTemporaryRedirect) || resp.Header.Get("Location") != ui.Prefix {
+		t.Errorf("GET /ui = %v %v; want a redirect to %s without credentials", resp, err, ui.Prefix)
+	} else {
+		resp.Body.Close()
+	}
 	if resp, _ := get(t, g, ui.Prefix+"nope.js", nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET nope.js = %d; want 404", resp.StatusCode)
 	}
