@@ -22,8 +22,9 @@ type Client struct {
 }
 
 type endpoint struct {
-	url string
-	rpc leasegatev1connect.LockServiceClient
+	url   string
+	rpc   leasegatev1connect.LockServiceClient
+	admin leasegatev1connect.AdminServiceClient
 }
 
 // New returns a client for the gateways at endpoints, base URLs such as
@@ -71,7 +72,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 			return nil, invalid("new client", "endpoint %q: want an http:// or https:// URL with a host", raw)
 		}
 		base := strings.TrimSuffix(raw, "/")
-		c.eps = append(c.eps, endpoint{url: base, rpc: leasegatev1connect.NewLockServiceClient(cfg.httpClient, base, copts...)})
+		c.eps = append(c.eps, endpoint{url: base,
+			rpc:   leasegatev1connect.NewLockServiceClient(cfg.httpClient, base, copts...),
+			admin: leasegatev1connect.NewAdminServiceClient(cfg.httpClient, base, copts...)})
 	}
 	return c, nil
 }

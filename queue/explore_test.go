@@ -419,8 +419,12 @@ func exploreMode() exploreConfig {
 
 // TestExplore runs the explorer: the quick mode by default, the long mode
 // with LEASEGATE_EXPLORE=long, one schedule with -explore.seed.
-func TestExplore(t *testing.T) {
+func TestExplore(t *testing.T) { explore(t, (*world).cast, 1) }
+
+// explore runs the mode's schedules (divided by share) of cast's actors.
+func explore(t *testing.T, cast func(*world), share int) {
 	cfg := exploreMode()
+	cfg.schedules /= share
 	if *exploreSchedules > 0 {
 		cfg.schedules = *exploreSchedules
 	}
@@ -447,11 +451,11 @@ func TestExplore(t *testing.T) {
 					return
 				}
 				seed := base + uint64(i)
-				n, err := runSchedule(t, seed)
+				n, err := runScheduleWith(t, seed, cast)
 				steps.Add(int64(n))
 				if err != nil {
 					failed.Add(1)
-					t.Errorf("schedule seed %d failed (replay: go test ./queue -run TestExplore -explore.seed %d -v):\n%v", seed, seed, err)
+					t.Errorf("schedule seed %d failed (replay: go test ./queue -run %s -explore.seed %d -v):\n%v", seed, t.Name(), seed, err)
 				}
 			}
 		}()
@@ -461,8 +465,9 @@ func TestExplore(t *testing.T) {
 		min(int(next.Load()), cfg.schedules), steps.Load(), failed.Load(), time.Since(began).Round(time.Millisecond))
 }
 
-// runSchedule runs one seeded schedule and returns its step count.
-func runSchedule(t *testing.T, seed uint64) (int, error) {
+// runScheduleWith runs one seeded schedule of the actors cast picks and
+// returns its step count.
+func runScheduleWith(t *testing.T, seed uint64, cast func(*world)) (int, error) {
 	// Clients live as long as the schedule: thousands of schedules must not
 	// pile up connections.
 	var clients []*clientv3.Client
@@ -511,7 +516,7 @@ func runSchedule(t *testing.T, seed uint64) (int, error) {
 			e.Close()
 		}
 	}()
-	w.cast()
+	cast(w)
 	err = w.run()
 	if err != nil {
 		return len(sch.steps), fmt.Errorf("%v\nactors: %s\nsteps: %s", err, strings.Join(w.castNames(), ", "), sch.trace())

@@ -97,10 +97,22 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
-func TestWatchPrintsChanges(t *testing.T) {
+func TestWatchStreamsChanges(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t)
-	cmd := command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched", "--interval", "20ms")
+	c, err := client.New([]string{g.URL}, client.WithClientID("watcher-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	first, err := c.Acquire(ctx, "watched/a", client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --interval is still accepted (and ignored) for scripts written for
+	// the polling watch.
+	cmd := command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched/", "--interval", "20ms")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -109,27 +121,24 @@ func TestWatchPrintsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := lines(stdout)
-	if d := decode(t, nextLine(t, out, "initial state")); d["held"] != false {
-		t.Fatalf("first watch line %v; want held false", d)
+	if d := decode(t, nextLine(t, out, "snapshot")); d["from"] != "snapshot" || d["event"] != "held" || d["name"] != "watched/a" || d["fencingToken"] != float64(first.Token()) {
+		t.Fatalf("first watch line %v; want the snapshot's holder of watched/a", d)
 	}
-	c, err := client.New([]string{g.URL}, client.WithClientID("watcher-test"))
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := decode(t, nextLine(t, out, "released line"))
+	if d["from"] != "live" || d["event"] != "released" || d["clientId"] != "watcher-test" || d["fencingToken"] != float64(first.Token()) {
+		t.Fatalf("watch line after release %v; want released by watcher-test", d)
+	}
+	resume, _ := d["resumeToken"].(string)
+	l, err := c.Acquire(ctx, "watched/b", client.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	ctx := context.Background()
-	l, err := c.Acquire(ctx, "watched", client.WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := decode(t, nextLine(t, out, "holder line")); d["held"] != true || d["fencingToken"] != float64(l.Token()) || d["holderClientId"] != "watcher-test" {
-		t.Fatalf("watch line after acquire %v; want held by watcher-test with token %d", d, l.Token())
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if d := decode(t, nextLine(t, out, "released line")); d["held"] != false {
-		t.Fatalf("watch line after release %v; want held false", d)
+	defer func() { _ = l.Release(ctx) }()
+	if d := decode(t, nextLine(t, out, "holder line")); d["event"] != "held" || d["name"] != "watched/b" || d["fencingToken"] != float64(l.Token()) {
+		t.Fatalf("watch line after acquire %v; want held watched/b with token %d", d, l.Token())
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -137,4 +146,19 @@ func TestWatchPrintsChanges(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("watch ended with %v after SIGINT; want exit 0", err)
 	}
+	// --resume continues after the release: the acquire of watched/b
+	// comes again, nothing before it.
+	cmd = command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched/", "--resume", resume)
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out = lines(stdout)
+	if d := decode(t, nextLine(t, out, "resumed line")); d["from"] != "live" || d["event"] != "held" || d["name"] != "watched/b" {
+		t.Fatalf("first resumed line %v; want watched/b held", d)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
 }

@@ -1,6 +1,7 @@
 // Command leasectl is the command-line client of leasegate: it acquires,
-// renews, releases and describes locks, watches a name, and runs a command
-// while holding a lock (leasectl run).
+// renews, releases and describes locks, lists them and their queues,
+// streams their events, evicts holders as an administrator (with an audit
+// trail), and runs a command while holding a lock (leasectl run).
 //
 // Exit statuses: 0 success; 1 error (for example no gateway reachable);
 // 2 bad flags or arguments (including ones a gateway refuses); 3 the lock
@@ -141,8 +142,10 @@ func newRootCmd(stdout io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "leasectl",
 		Short: "Command-line client for the leasegate lock gateway",
-		Long: `leasectl acquires, renews, releases and describes leasegate locks, watches a
-lock name, and runs a command while holding a lock (see "leasectl run --help").
+		Long: `leasectl acquires, renews, releases and describes leasegate locks, lists them
+(ls) and their queues (queue), streams their events (watch), evicts a holder as
+an administrator (force-release, audit), and runs a command while holding a
+lock (see "leasectl run --help").
 
 Gateways come from --endpoint (repeatable) or, when no --endpoint is given,
 from LEASEGATE_ENDPOINT (URLs separated by commas or spaces); the default is
@@ -185,7 +188,8 @@ unexpectedly. "leasectl run" otherwise exits with the command's status, or
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("protocol", cobra.FixedCompletions([]string{"connect", "grpc", "grpcweb"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(newAcquireCmd(g), newTryCmd(g), newRenewCmd(g), newReleaseCmd(g),
-		newDescribeCmd(g), newWatchCmd(g), newRunCmd(g))
+		newDescribeCmd(g), newWatchCmd(g), newRunCmd(g),
+		newLsCmd(g), newQueueCmd(g), newForceReleaseCmd(g), newAuditCmd(g))
 	// A refusal of the credentials is explained in leasectl's terms (which
 	// flag to pass), whichever command met it.
 	for _, sub := range cmd.Commands() {

@@ -47,7 +47,16 @@ func NewJWTIssuer(tb testing.TB) *JWTIssuer {
 // Sign returns a token for tenant and subject that expires after ttl.
 func (j *JWTIssuer) Sign(tb testing.TB, tenant, subject string, ttl time.Duration) string {
 	tb.Helper()
+	return j.SignRoles(tb, tenant, subject, ttl, nil)
+}
+
+// SignRoles is Sign with a "roles" claim (omitted when roles is nil).
+func (j *JWTIssuer) SignRoles(tb testing.TB, tenant, subject string, ttl time.Duration, roles []string) string {
+	tb.Helper()
 	claims := jwt.MapClaims{"iss": JWTIssuerName, "aud": JWTAudience, "sub": subject, "tenant": tenant, "exp": time.Now().Add(ttl).Unix()}
+	if roles != nil {
+		claims["roles"] = roles
+	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodES256, claims).SignedString(j.key)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,344 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
+)
+
+// LockSummary is one lock as ListLocks reports it.
+type LockSummary struct {
+	// Name is the lock name.
+	Name string
+	// Shard is the etcd cluster the lock lives on.
+	Shard string
+	// Limit is how many holders the name admits at once (1 today).
+	Limit int
+	// Holders are the current holders (at most Limit).
+	Holders []LockHolder
+	// Waiters counts the waiters behind the holders.
+	Waiters int64
+	// ShardBreaker is the gateway's breaker state for the shard: "closed",
+	// "open" or "half-open".
+	ShardBreaker string
+}
+
+// LockHolder is one holder of a lock.
+type LockHolder struct {
+	// ClientID is the holder's client id.
+	ClientID string
+	// Token is its fencing token.
+	Token int64
+	// Expires is when its lease lapses unless renewed (gateway's clock).
+	Expires time.Time
+	// Since is when it enqueued (see the API's LockHolder.since).
+	Since time.Time
+	// Session is true for a lock in a session.
+	Session bool
+	// TTL is the lease TTL.
+	TTL time.Duration
+}
+
+// LockPage is one page of ListLocks.
+type LockPage struct {
+	// Locks in key order.
+	Locks []LockSummary
+	// NextPageToken continues the walk; empty on the last page.
+	NextPageToken string
+}
+
+// ListLocks reads one page of the tenant's locks whose names begin with
+// prefix, across every shard. pageSize 0 means the gateway's default
+// (100); pageToken is the previous page's NextPageToken, or empty.
+func (c *Client) ListLocks(ctx context.Context, prefix string, pageSize int, pageToken string) (LockPage, error) {
+	var out LockPage
+	err := c.call(ctx, fmt.Sprintf("list locks %q", prefix), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{Prefix: prefix, PageSize: int32(pageSize), PageToken: pageToken}))
+		if err != nil {
+			return err
+		}
+		out = LockPage{NextPageToken: r.Msg.NextPageToken}
+		for _, l := range r.Msg.Locks {
+			s := LockSummary{Name: l.Name, Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
+			for _, h := range l.Holders {
+				s.Holders = append(s.Holders, LockHolder{
+					ClientID: h.ClientId, Token: h.FencingToken, Expires: timeOf(h.ExpiresAt), Since: timeOf(h.Since),
+					Session: h.Session, TTL: time.Duration(h.TtlMs) * time.Millisecond,
+				})
+			}
+			out.Locks = append(out.Locks, s)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func timeOf(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
+}
+
+// QueueEntry is one key of a lock's queue: a holder or a waiter.
+type QueueEntry struct {
+	// ClientID is the entry's client id.
+	ClientID string
+	// Position counts the keys ahead: 0 for the holder.
+	Position int64
+	// WaitingSince is when it enqueued.
+	WaitingSince time.Time
+	// Session is true for a lock in a session.
+	Session bool
+	// Holder is true for the holder.
+	Holder bool
+	// Token is the holder's fencing token (0 for waiters).
+	Token int64
+	// Expires is the holder's lease expiry (zero for waiters).
+	Expires time.Time
+	// TTL is the lease TTL.
+	TTL time.Duration
+}
+
+// Queue is a lock's queue as DescribeQueue reports it.
+type Queue struct {
+	// Name is the lock name.
+	Name string
+	// Shard is the etcd cluster the lock lives on.
+	Shard string
+	// Limit is how many holders the name admits at once.
+	Limit int
+	// Entries are holders then waiters, in FIFO order.
+	Entries []QueueEntry
+	// Revision is the shard's etcd revision the queue was read at.
+	Revision int64
+	// ShardBreaker is the gateway's breaker state for the shard.
+	ShardBreaker string
+}
+
+// DescribeQueue reads name's holders and waiters in queue order.
+func (c *Client) DescribeQueue(ctx context.Context, name string) (Queue, error) {
+	var out Queue
+	err := c.call(ctx, fmt.Sprintf("describe queue %q", name), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.DescribeQueue(ctx, connect.NewRequest(&v1.DescribeQueueRequest{Name: name}))
+		if err != nil {
+			return err
+		}
+		m := r.Msg
+		out = Queue{Name: m.Name, Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker}
+		for _, e := range m.Entries {
+			out.Entries = append(out.Entries, QueueEntry{
+				ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,
+				Holder: e.Holder, Token: e.FencingToken, Expires: timeOf(e.ExpiresAt), TTL: time.Duration(e.TtlMs) * time.Millisecond,
+			})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// WatchMessage is one message of a Watch stream.
+type WatchMessage struct {
+	// Kind is "snapshot", "snapshot_end", "events", "resync" or
+	// "progress" (see the API's WatchMessageKind).
+	Kind string
+	// Events are snapshot entries or changes.
+	Events []LockEvent
+	// Shards a snapshot, snapshot_end or resync message is about.
+	Shards []string
+	// ResumeToken continues the stream right after this message.
+	ResumeToken string
+}
+
+// LockEvent is one change of one lock, or one snapshot entry.
+type LockEvent struct {
+	// Type is "held", "queued", "released", "expired", "force_released"
+	// or "left".
+	Type string
+	// Name is the lock name.
+	Name string
+	// Shard is the etcd cluster the lock lives on.
+	Shard string
+	// ClientID is the key's client id.
+	ClientID string
+	// Token is the holder's fencing token (0 for queued and left).
+	Token int64
+	// Position counts the keys ahead at the event.
+	Position int64
+	// Session is true for a lock in a session.
+	Session bool
+	// Revision is the etcd revision of the change on its shard.
+	Revision int64
+	// Enqueued is when the key enqueued.
+	Enqueued time.Time
+}
+
+// Watch streams the tenant's lock events under prefix to fn, starting
+// after resumeToken (empty: with a snapshot), until ctx ends (it then
+// returns ctx's error), fn fails (its error), or the gateways refuse the
+// watch for good. A stream that breaks is resumed, on the next gateway
+// and after a backoff, from the last message fn accepted: fn sees no
+// event twice and misses none, except as RESYNC messages announce.
+func (c *Client) Watch(ctx context.Context, prefix, resumeToken string, fn func(WatchMessage) error) error {
+	op := fmt.Sprintf("watch %q", prefix)
+	bo := c.newBackoff()
+	for {
+		i, ep := c.pick()
+		stream, err := ep.rpc.Watch(ctx, connect.NewRequest(&v1.WatchRequest{Prefix: prefix, ResumeToken: resumeToken}))
+		if err == nil {
+			for stream.Receive() {
+				bo.reset()
+				m := watchMessage(stream.Msg())
+				if ferr := fn(m); ferr != nil {
+					stream.Close()
+					return ferr
+				}
+				resumeToken = m.ResumeToken
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !retryable(err) {
+			return wrap(op, err)
+		}
+		c.failed(i)
+		if serr := sleep(ctx, c.cfg.clock, bo.next()); serr != nil {
+			return serr
+		}
+	}
+}
+
+func watchMessage(m *v1.WatchResponse) WatchMessage {
+	out := WatchMessage{
+		Kind:   strings.ToLower(strings.TrimPrefix(m.Kind.String(), "WATCH_MESSAGE_KIND_")),
+		Shards: m.Shards, ResumeToken: m.ResumeToken,
+	}
+	for _, e := range m.Events {
+		out.Events = append(out.Events, LockEvent{
+			Type: strings.ToLower(strings.TrimPrefix(e.Type.String(), "LOCK_EVENT_TYPE_")),
+			Name: e.Name, Shard: e.Shard, ClientID: e.ClientId, Token: e.FencingToken, Position: e.Position,
+			Session: e.Session, Revision: e.Revision, Enqueued: timeOf(e.EnqueuedAt),
+		})
+	}
+	return out
+}
+
+// AuditRecord is one administrative action.
+type AuditRecord struct {
+	// ID orders records by time within a shard.
+	ID string
+	// Action is "force_release".
+	Action string
+	// Name is the lock acted on.
+	Name string
+	// Shard holds the lock and the record.
+	Shard string
+	// Actor is who acted.
+	Actor string
+	// Reason is why.
+	Reason string
+	// At is when, on the gateway's clock.
+	At time.Time
+	// EvictedToken is the evicted holder's fencing token.
+	EvictedToken int64
+	// EvictedClientID is the evicted holder's client id.
+	EvictedClientID string
+}
+
+// Eviction is what ForceRelease did.
+type Eviction struct {
+	// Released is false when the name was free.
+	Released bool
+	// EvictedToken and EvictedClientID name the evicted holder.
+	EvictedToken    int64
+	EvictedClientID string
+	// Shard is the etcd cluster the lock lives on.
+	Shard string
+	// Audit is the record written with the eviction (nil when nothing
+	// was evicted).
+	Audit *AuditRecord
+}
+
+// ForceRelease evicts name's holder (admin role), recording reason. With
+// token non-zero only the holder with that fencing token is evicted
+// (otherwise it fails: the API's FAILED_PRECONDITION), and
+// a failed attempt is retried on another gateway; with token 0 whoever
+// holds the name is evicted, and the call is tried once, since a retry
+// after an unknown outcome could evict the next holder.
+func (c *Client) ForceRelease(ctx context.Context, name, reason string, token int64) (Eviction, error) {
+	var out Eviction
+	fn := func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := c.adminOf(rpc).ForceRelease(ctx, connect.NewRequest(&v1.ForceReleaseRequest{Name: name, Reason: reason, FencingToken: token}))
+		if err != nil {
+			return err
+		}
+		m := r.Msg
+		out = Eviction{Released: m.Released, EvictedToken: m.EvictedFencingToken, EvictedClientID: m.EvictedClientId, Shard: m.Shard}
+		if m.Audit != nil {
+			a := auditRecord(m.Audit)
+			out.Audit = &a
+		}
+		return nil
+	}
+	op := fmt.Sprintf("force release %q", name)
+	if token == 0 {
+		if err := c.attempt(ctx, c.cfg.requestTimeout, fn); err != nil {
+			return out, wrap(op, err)
+		}
+		return out, nil
+	}
+	return out, c.call(ctx, op, fn)
+}
+
+// AuditPage is one page of ListAudit.
+type AuditPage struct {
+	// Records, newest first.
+	Records []AuditRecord
+	// NextPageToken continues with older records; empty on the last page.
+	NextPageToken string
+}
+
+// ListAudit reads one page of the tenant's audit records, newest first
+// (admin role).
+func (c *Client) ListAudit(ctx context.Context, pageSize int, pageToken string) (AuditPage, error) {
+	var out AuditPage
+	err := c.call(ctx, "list audit", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := c.adminOf(rpc).ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}))
+		if err != nil {
+			return err
+		}
+		out = AuditPage{NextPageToken: r.Msg.NextPageToken}
+		for _, a := range r.Msg.Records {
+			out.Records = append(out.Records, auditRecord(a))
+		}
+		return nil
+	})
+	return out, err
+}
+
+func auditRecord(a *v1.AuditRecord) AuditRecord {
+	return AuditRecord{
+		ID: a.Id, Action: a.Action, Name: a.Name, Shard: a.Shard, Actor: a.Actor, Reason: a.Reason,
+		At: timeOf(a.At), EvictedToken: a.EvictedFencingToken, EvictedClientID: a.EvictedClientId,
+	}
+}
+
+// adminOf is the admin client of the endpoint whose lock client is rpc.
+func (c *Client) adminOf(rpc leasegatev1connect.LockServiceClient) leasegatev1connect.AdminServiceClient {
+	for _, ep := range c.eps {
+		if ep.rpc == rpc {
+			return ep.admin
+		}
+	}
+	return c.eps[0].admin
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasegate/leasegate/client"
+)
+
+// Commands that look across the fleet (ls, queue, watch) and steer it
+// (force-release, audit).
+
+func newLsCmd(g *globals) *cobra.Command {
+	var pageSize, limit int
+	cmd := &cobra.Command{
+		Use:   "ls [PREFIX]",
+		Short: "List locks (holder, token, waiters, shard) across every shard",
+		Long: `ls lists the locks whose names begin with PREFIX (every lock without one), on
+every shard, in key order: for each, its holder's client id, fencing token,
+since when it waited or held, its lease expiry, the number of waiters, the shard
+and that shard's breaker state on the gateway. It reads --page-size locks per
+call and stops after --limit locks (0: all).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if pageSize < 1 || pageSize > 1000 {
+				return usagef("--page-size %d: want 1 to 1000", pageSize)
+			}
+			if limit < 0 {
+				return usagef("--limit %d: want 0 (all) or more", limit)
+			}
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p := g.printer()
+			tok, n := "", 0
+			for {
+				ctx, cancel := g.callCtx(cmd.Context())
+				page, err := c.ListLocks(ctx, prefix, pageSize, tok)
+				cancel()
+				if err != nil {
+					return err
+				}
+				for _, l := range page.Locks {
+					if limit > 0 && n == limit {
+						return nil
+					}
+					n++
+					if err := p.print(lsFields(l)...); err != nil {
+						return err
+					}
+				}
+				if tok = page.NextPageToken; tok == "" {
+					return nil
+				}
+			}
+		},
+	}
+	cmd.Flags().IntVar(&pageSize, "page-size", 100, "locks per call (1 to 1000)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "stop after this many locks (0: all)")
+	return cmd
+}
+
+func lsFields(l client.LockSummary) []field {
+	var h client.LockHolder
+	if len(l.Holders) > 0 {
+		h = l.Holders[0]
+	}
+	return []field{
+		{"NAME", "name", l.Name},
+		{"HOLDER", "holderClientId", h.ClientID},
+		{"TOKEN", "fencingToken", h.Token},
+		{"SINCE", "since", h.Since},
+		{"EXPIRES", "expiresAt", h.Expires},
+		{"WAITERS", "waiters", l.Waiters},
+		{"SHARD", "shard", l.Shard},
+		{"BREAKER", "shardBreaker", l.ShardBreaker},
+	}
+}
+
+func newQueueCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "queue NAME",
+		Short: "Show a lock's holder and waiters in queue order",
+		Long: `queue lists NAME's holder and waiters in FIFO order, one row each: position (0
+is the holder), client id, since when it waited, whether it belongs to a
+session, and the holder's fencing token and lease expiry. It never shows a
+lock id, a request id or a secret.`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				q, err := c.DescribeQueue(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				p := g.printer()
+				for _, e := range q.Entries {
+					if err := p.print(
+						field{"POS", "position", e.Position},
+						field{"CLIENT", "clientId", e.ClientID},
+						field{"HOLDER", "holder", e.Holder},
+						field{"TOKEN", "fencingToken", e.Token},
+						field{"WAITING SINCE", "waitingSince", e.WaitingSince},
+						field{"EXPIRES", "expiresAt", e.Expires},
+						field{"SESSION", "session", e.Session},
+						field{"SHARD", "shard", q.Shard},
+						field{"BREAKER", "shardBreaker", q.ShardBreaker},
+					); err != nil {
+						return err
+					}
+				}
+				if len(q.Entries) == 0 && !p.json {
+					fmt.Fprintf(g.stdout, "%s is free (shard %s)\n", q.Name, q.Shard)
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func newWatchCmd(g *globals) *cobra.Command {
+	var resume string
+	cmd := &cobra.Command{
+		Use:   "watch PREFIX",
+		Short: "Stream lock events (held, queued, released, expired, left) under a name prefix",
+		Long: `watch prints the current holders and waiters of the locks whose names begin
+with PREFIX (from "snapshot"), then every change as it happens (from "live"):
+held, queued, released, expired, force_released and left, with fencing tokens
+and queue positions, until interrupted. It follows every shard through the
+gateway's Watch stream; a stream that breaks is resumed where it stopped, on
+the next gateway, without losing or repeating an event. When a shard's history
+is gone the gateway resyncs it: a note goes to stderr and that shard's current
+state is printed again (from "snapshot").
+
+With -o json every line carries resumeToken: pass the last one to --resume to
+continue a watch that was stopped. (--interval, from when watch polled, is
+accepted and ignored.)`,
+		Args: exactArgs("PREFIX"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p := g.printer()
+			err = c.Watch(cmd.Context(), args[0], resume, func(m client.WatchMessage) error {
+				from := "live"
+				switch m.Kind {
+				case "snapshot":
+					from = "snapshot"
+				case "resync":
+					cmd.PrintErrf("leasectl: shard %v: history compacted; its current state follows\n", m.Shards)
+				}
+				for _, e := range m.Events {
+					if err := p.print(
+						field{"TIME", "time", time.Now()},
+						field{"FROM", "from", from},
+						field{"EVENT", "event", e.Type},
+						field{"NAME", "name", e.Name},
+						field{"CLIENT", "clientId", e.ClientID},
+						field{"TOKEN", "fencingToken", e.Token},
+						field{"POS", "position", e.Position},
+						field{"SHARD", "shard", e.Shard},
+						field{"REVISION", "revision", e.Revision},
+						field{"RESUME", "resumeToken", m.ResumeToken},
+					); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if cmd.Context().Err() != nil {
+				return nil // interrupted
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&resume, "resume", "", "resume token of the last event seen (from -o json): continue after it")
+	// watch polled Describe before the gateway had a Watch stream.
+	cmd.Flags().Duration("interval", time.Second, "ignored: watch streams changes")
+	_ = cmd.Flags().MarkHidden("interval")
+	return cmd
+}
+
+func newForceReleaseCmd(g *globals) *cobra.Command {
+	var reason string
+	var token int64
+	cmd := &cobra.Command{
+		Use:   "force-release NAME --reason REASON",
+		Short: "Evict a lock's holder (admin role), recording why",
+		Long: `force-release evicts NAME's current holder: its key is deleted, the next waiter
+is granted with a higher fencing token, and the evicted holder's renew and
+release fail. The gateway records who, when, why, the evicted token and client
+id (see "leasectl audit"), logs it and counts it. It needs the admin role (see
+docs/security.md); without authentication, only loopback callers have it.
+
+Without --fencing-token, leasectl first reads the holder's token and evicts only that
+holder: a holder that changes in between is not evicted, and the command fails
+(exit status 1). A free name is reported as released=false.`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if reason == "" {
+				return usagef("--reason is required: say why the holder is evicted")
+			}
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+				tok := token
+				if tok == 0 {
+					d, err := c.Describe(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					if !d.Held {
+						return g.printer().print(evictionFields(args[0], client.Eviction{Shard: d.Shard})...)
+					}
+					tok = d.Token
+				}
+				ev, err := c.ForceRelease(ctx, args[0], reason, tok)
+				if err != nil {
+					return err
+				}
+				return g.printer().print(evictionFields(args[0], ev)...)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the holder is evicted (required; recorded)")
+	cmd.Flags().Int64Var(&token, "fencing-token", 0, "evict only the holder with this fencing token (default: the one holding when read)")
+	return cmd
+}
+
+func evictionFields(name string, ev client.Eviction) []field {
+	id := ""
+	if ev.Audit != nil {
+		id = ev.Audit.ID
+	}
+	return []field{
+		{"NAME", "name", name},
+		{"RELEASED", "released", ev.Released},
+		{"EVICTED TOKEN", "evictedFencingToken", ev.EvictedToken},
+		{"EVICTED CLIENT", "evictedClientId", ev.EvictedClientID},
+		{"SHARD", "shard", ev.Shard},
+		{"AUDIT ID", "auditId", id},
+	}
+}
+
+func newAuditCmd(g *globals) *cobra.Command {
+	var pageSize, limit int
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "List force-releases, newest first (admin role)",
+		Long: `audit lists the tenant's audit records across every shard, newest first: when,
+who, what, which lock, the evicted holder's token and client id, and why. It
+stops after --limit records (0: all the gateway keeps).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pageSize < 1 || pageSize > 1000 {
+				return usagef("--page-size %d: want 1 to 1000", pageSize)
+			}
+			if limit < 0 {
+				return usagef("--limit %d: want 0 (all) or more", limit)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			p := g.printer()
+			tok, n := "", 0
+			for {
+				ctx, cancel := g.callCtx(cmd.Context())
+				page, err := c.ListAudit(ctx, pageSize, tok)
+				cancel()
+				if err != nil {
+					return err
+				}
+				for _, r := range page.Records {
+					if limit > 0 && n == limit {
+						return nil
+					}
+					n++
+					if err := p.print(
+						field{"AT", "at", r.At},
+						field{"ACTOR", "actor", r.Actor},
+						field{"ACTION", "action", r.Action},
+						field{"NAME", "name", r.Name},
+						field{"TOKEN", "evictedFencingToken", r.EvictedToken},
+						field{"CLIENT", "evictedClientId", r.EvictedClientID},
+						field{"SHARD", "shard", r.Shard},
+						field{"REASON", "reason", r.Reason},
+					); err != nil {
+						return err
+					}
+				}
+				if tok = page.NextPageToken; tok == "" {
+					return nil
+				}
+			}
+		},
+	}
+	cmd.Flags().IntVar(&pageSize, "page-size", 100, "records per call (1 to 1000)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "stop after this many records (0: all)")
+	return cmd
+}

@@ -1,0 +1,277 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
+	"github.com/leasegate/leasegate/internal/gwtest"
+	"github.com/leasegate/leasegate/internal/server"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/queue"
+)
+
+// Benchmarks of the fleet APIs beside etcd doing the same reads and
+// watches directly, in the same run (absolute figures on a shared machine
+// are noise; the ratios are the result):
+//
+//	go test ./gateway -run '^$' -bench 'ListLocks|Watch' -benchtime=2s
+//
+// The locks are written straight into etcd in the engine's key layout (a
+// lock is a key; building 10,000 of them through Acquire would only slow
+// the setup), on the shard the router places each name on.
+
+// benchFleet is three etcd clusters, a gateway over them, and a client of
+// each cluster by shard name.
+type benchFleet struct {
+	g    *gw
+	etcd map[string]*clientv3.Client
+}
+
+func startBenchFleet(b *testing.B) *benchFleet {
+	b.Helper()
+	f := &benchFleet{etcd: map[string]*clientv3.Client{}}
+	var clusters []server.Cluster
+	for i := range 3 {
+		c := etcdtest.Start(b)
+		name := fmt.Sprintf("c%d", i)
+		clusters = append(clusters, server.Cluster{Name: name, Endpoints: []string{c.Endpoint()}})
+		f.etcd[name] = c.ClientFor(b)
+	}
+	f.g = gwtest.Start(b, nil, gwtest.Clusters(clusters...))
+	return f
+}
+
+// lockValue is a waiter value as the engine writes it.
+func lockValue(client string) string {
+	var s queue.Secret
+	return queue.ValueHeader(s) + fmt.Sprintf(`{"c":%q,"t":30,"e":0,"s":"00","q":%d}`, client, time.Now().UnixMilli())
+}
+
+// fill writes n locks "bench/%06d" (one holder key each), each shard's in
+// transactions of 100 puts. With perLock every key gets a lease of its
+// own (as locks outside sessions have); otherwise each shard's keys share
+// one lease (as a session's do).
+func (f *benchFleet) fill(b *testing.B, n int, perLock bool) []string {
+	b.Helper()
+	ctx := context.Background()
+	byShard := map[string][]string{}
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("bench/%06d", i)
+		t, err := f.g.Server.Router().Route(name, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		byShard[t.Shard] = append(byShard[t.Shard], name)
+		names = append(names, name)
+	}
+	var wg sync.WaitGroup
+	for shard, ns := range byShard {
+		cli := f.etcd[shard]
+		wg.Go(func() {
+			shared, err := cli.Grant(ctx, 600)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for i := 0; i < len(ns); i += 100 {
+				var ops []clientv3.Op
+				for _, name := range ns[i:min(i+100, len(ns))] {
+					lease := shared.ID
+					if perLock {
+						l, err := cli.Grant(ctx, 600)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						lease = l.ID
+					}
+					ops = append(ops, clientv3.OpPut(queue.NamePrefix(f.g.Prefix, name)+queue.WaiterID(name), lockValue("bench"), clientv3.WithLease(lease)))
+				}
+				if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return names
+}
+
+// BenchmarkListLocksPage reads pages of 100 of 10,000 locks on 3 shards
+// through the gateway (one op = one page), beside the etcd range reads a
+// page costs at the least: one range of 100 keys on one shard, and three
+// in parallel (one per shard).
+func BenchmarkListLocksPage(b *testing.B) {
+	const locks, page = 10_000, 100
+	for _, mode := range []string{"session", "perlock"} {
+		f := startBenchFleet(b)
+		f.fill(b, locks, mode == "perlock")
+		ctx := context.Background()
+		b.Run("gateway-"+mode, func(b *testing.B) {
+			tok := ""
+			for b.Loop() {
+				resp, err := f.g.Client.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{Prefix: "bench/", PageSize: page, PageToken: tok}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(resp.Msg.Locks) == 0 {
+					b.Fatal("empty page")
+				}
+				tok = resp.Msg.NextPageToken
+			}
+		})
+		if mode != "session" {
+			continue
+		}
+		from := queue.LocksPrefix(f.g.Prefix)
+		end := clientv3.GetPrefixRangeEnd(from)
+		b.Run("etcd-range-1shard", func(b *testing.B) {
+			start := from
+			for b.Loop() {
+				resp, err := f.etcd["c0"].Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(page))
+				if err != nil {
+					b.Fatal(err)
+				}
+				start = from
+				if resp.More {
+					start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+				}
+			}
+		})
+		b.Run("etcd-range-3shards", func(b *testing.B) {
+			starts := map[string]string{"c0": from, "c1": from, "c2": from}
+			var mu sync.Mutex
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for shard, cli := range f.etcd {
+					wg.Go(func() {
+						mu.Lock()
+						start := starts[shard]
+						mu.Unlock()
+						resp, err := cli.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(page))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						next := from
+						if resp.More {
+							next = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+						}
+						mu.Lock()
+						starts[shard] = next
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+			}
+		})
+	}
+}
+
+// BenchmarkWatchEvents measures lock events delivered per second by one
+// gateway's Watch stream (one op = one event at the client), beside a raw
+// etcd watch of the same keys. A writer creates and deletes lock keys
+// directly in etcd, 100 per transaction, spread over the three shards;
+// every put is a held event and every delete an expired one.
+func BenchmarkWatchEvents(b *testing.B) {
+	f := startBenchFleet(b)
+	ctx := context.Background()
+	shards := []string{"c0", "c1", "c2"}
+	// writer writes until stop closes: puts then deletes of 100 keys per
+	// transaction, round robin over the shards.
+	writer := func(stop <-chan struct{}) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		for si, shard := range shards {
+			cli := f.etcd[shard]
+			wg.Go(func() {
+				val := lockValue("w")
+				for round := 0; ; round++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var puts, dels []clientv3.Op
+					for i := range 100 {
+						key := queue.NamePrefix(f.g.Prefix, fmt.Sprintf("w/%d-%d", si, i)) + "k"
+						puts = append(puts, clientv3.OpPut(key, val))
+						dels = append(dels, clientv3.OpDelete(key))
+					}
+					if _, err := cli.Txn(ctx).Then(puts...).Commit(); err != nil {
+						return
+					}
+					if _, err := cli.Txn(ctx).Then(dels...).Commit(); err != nil {
+						return
+					}
+				}
+			})
+		}
+		return &wg
+	}
+	b.Run("gateway", func(b *testing.B) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := f.g.Client.Watch(wctx, connect.NewRequest(&v1.WatchRequest{Prefix: "w/"}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		ends := 0
+		for ends < 3 && s.Receive() {
+			if s.Msg().Kind == v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END {
+				ends++
+			}
+		}
+		stop := make(chan struct{})
+		wg := writer(stop)
+		b.ResetTimer()
+		n := 0
+		for n < b.N && s.Receive() {
+			n += len(s.Msg().Events)
+		}
+		b.StopTimer()
+		close(stop)
+		wg.Wait()
+		if n < b.N {
+			b.Fatalf("stream ended after %d events: %v", n, s.Err())
+		}
+	})
+	b.Run("etcd-watch", func(b *testing.B) {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		from := queue.LocksPrefix(f.g.Prefix)
+		events := make(chan int, 1024)
+		for _, shard := range shards {
+			wch := f.etcd[shard].Watch(wctx, from, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+			<-wch // created
+			go func() {
+				for wr := range wch {
+					select {
+					case events <- len(wr.Events):
+					case <-wctx.Done():
+						return
+					}
+				}
+			}()
+		}
+		stop := make(chan struct{})
+		wg := writer(stop)
+		b.ResetTimer()
+		n := 0
+		for n < b.N {
+			n += <-events
+		}
+		b.StopTimer()
+		close(stop)
+		wg.Wait()
+	})
+}
