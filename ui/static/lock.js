@@ -42,6 +42,8 @@ export function lockPage(root, name) {
   }
 
   function apply(e) {
+    events.unshift({ ...e, seen: new Date().toLocaleTimeString() });
+    events.length = Math.min(events.length, 20);
     if (Number(e.revision || 0) <= described) return; // the last read shows it
     const p = Number(e.position || 0);
     const list = q.entries;
@@ -58,8 +60,6 @@ export function lockPage(root, name) {
     }
     list.forEach((x, i) => { x.position = String(i); });
     applied = Math.max(applied, Number(e.revision || 0));
-    events.unshift(e);
-    events.length = Math.min(events.length, 20);
   }
 
   function draw() {
@@ -67,13 +67,13 @@ export function lockPage(root, name) {
     const waiters = q.entries.filter((x) => !x.holder);
     head.textContent = q.shard ? `Shard ${q.shard} · read at revision ${applied}` : '';
     holderBox.replaceChildren(holders.length
-      ? table(['Client', 'Fencing token', 'Lease ends in', 'TTL', 'Kind', 'Since'], holders.map((x) => h('tr', { 'data-holder': x.clientId || '' },
+      ? table(['Client', 'Fencing token', 'Lease ends in', 'TTL', 'Kind', 'Enqueued'], holders.map((x) => h('tr', { 'data-holder': x.clientId || '' },
         h('td', {}, x.clientId || '(no client id)'),
         h('td', { class: 'num', 'data-col': 'token' }, x.fencingToken),
         h('td', { class: 'num', 'data-expires': x.expiresAt || '' }, x.expiresAt ? duration(Date.parse(x.expiresAt) - Date.now()) : '…'),
         h('td', { class: 'num' }, x.ttlMs ? duration(Number(x.ttlMs)) : ''),
         h('td', {}, x.session ? 'session' : 'own lease'),
-        h('td', {}, since(x.waitingSince)))))
+        h('td', {}, `${since(x.waitingSince)} ago`))))
       : h('p', { class: 'muted', id: 'free' }, 'Free: no one holds this lock.'));
     queueBox.replaceChildren(waiters.length
       ? table(['Position', 'Client', 'Waiting for', 'Kind'], waiters.map((x) => h('tr', { 'data-position': x.position, 'data-client': x.clientId || '' },
@@ -83,7 +83,7 @@ export function lockPage(root, name) {
         h('td', {}, x.session ? 'session' : 'own lease'))))
       : h('p', { class: 'muted', id: 'no-waiters' }, 'No one is waiting.'));
     eventsBox.replaceChildren(events.length
-      ? h('ul', { class: 'events' }, events.map((e) => h('li', {}, `${e.type.replace('LOCK_EVENT_TYPE_', '').toLowerCase()} · ${e.clientId || '(no client id)'} · position ${e.position || 0}${e.fencingToken && e.fencingToken !== '0' ? ` · token ${e.fencingToken}` : ''}`)))
+      ? h('ul', { class: 'events' }, events.map((e) => h('li', {}, `${e.seen} · ${e.type.replace('LOCK_EVENT_TYPE_', '').toLowerCase()} · ${e.clientId || '(no client id)'} · position ${e.position || 0}${e.fencingToken && e.fencingToken !== '0' ? ` · token ${e.fencingToken}` : ''}`)))
       : h('p', { class: 'muted' }, 'None since this page opened.'));
     if (admin) drawAdmin(holders[0]);
   }
