@@ -115,8 +115,11 @@ type Queue struct {
 	Shard string
 	// Limit is how many holders the name admits at once.
 	Limit int
-	// Entries are holders then waiters, in FIFO order.
+	// Entries are holders then waiters, in FIFO order; a long queue is
+	// cut short to fit one answer (Waiters counts them all).
 	Entries []QueueEntry
+	// Waiters counts every waiter behind the holders.
+	Waiters int64
 	// Revision is the shard's etcd revision the queue was read at.
 	Revision int64
 	// ShardBreaker is the gateway's breaker state for the shard.
@@ -132,7 +135,7 @@ func (c *Client) DescribeQueue(ctx context.Context, name string) (Queue, error) 
 			return err
 		}
 		m := r.Msg
-		out = Queue{Name: m.Name, Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker}
+		out = Queue{Name: m.Name, Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
 		for _, e := range m.Entries {
 			out.Entries = append(out.Entries, QueueEntry{
 				ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,

@@ -149,6 +149,9 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 	for _, r := range all {
 		out.Records = append(out.Records, auditRecord(r.shard, r.r))
 	}
+	if n := fit(s, out.Records); n < len(out.Records) {
+		out.Records, all, more = out.Records[:n], all[:n], true
+	}
 	if more && len(all) > 0 {
 		out.NextPageToken = encodeToken(auditToken{Before: all[len(all)-1].r.ID})
 	}

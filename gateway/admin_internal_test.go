@@ -1,9 +1,14 @@
 package gateway
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasegate/leasegate/queue"
 )
 
 func TestLoopbackPeer(t *testing.T) {
@@ -57,5 +62,53 @@ func TestTokensFileRoles(t *testing.T) {
 	}
 	if _, err := loadTokens(path); err == nil {
 		t.Fatal("an empty role was accepted")
+	}
+}
+
+// A batch is cut into messages at revision boundaries; a revision too big
+// for one message spans several, and only its last moves the token.
+func TestWatchMessagesCutAtRevisions(t *testing.T) {
+	var evs []queue.WatchEvent
+	for i := range 250 {
+		rev := int64(10)
+		if i >= 50 {
+			rev = 11
+		}
+		evs = append(evs, queue.WatchEvent{Type: queue.EventExpired, Name: "n", Revision: rev})
+	}
+	got := watchMessages(shardBatch{shard: "c0", batch: queue.WatchBatch{Events: evs, Revision: 12}}, 64<<10)
+	type msg struct {
+		n   int
+		rev int64
+	}
+	var out []msg
+	for _, m := range got {
+		out = append(out, msg{len(m.msg.Events), m.rev})
+	}
+	want := []msg{{50, 10}, {100, 10}, {100, 12}}
+	if !slices.Equal(out, want) {
+		t.Fatalf("messages %v; want %v", out, want)
+	}
+	if got := watchMessages(shardBatch{shard: "c0", batch: queue.WatchBatch{Revision: 7}}, 64<<10); len(got) != 1 || got[0].msg != nil || got[0].rev != 7 {
+		t.Fatalf("an empty batch gave %v; want only a revision", got)
+	}
+}
+
+// A small message budget cuts messages by size too.
+func TestWatchMessagesFitTheBudget(t *testing.T) {
+	var evs []queue.WatchEvent
+	for i := range 10 {
+		evs = append(evs, queue.WatchEvent{Type: queue.EventHeld, Name: fmt.Sprintf("%0200d", i), Revision: int64(10 + i)})
+	}
+	got := watchMessages(shardBatch{shard: "c0", batch: queue.WatchBatch{Events: evs, Revision: 19}}, 1000)
+	n := 0
+	for _, m := range got {
+		if sz := proto.Size(m.msg); sz > 1000 {
+			t.Errorf("a message of %d bytes; budget 1000", sz)
+		}
+		n += len(m.msg.Events)
+	}
+	if n != 10 || len(got) < 3 || got[len(got)-1].rev != 19 {
+		t.Fatalf("%d messages with %d events; last revision %d", len(got), n, got[len(got)-1].rev)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasegate/leasegate/locks"
@@ -133,14 +134,53 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 	if len(all) > size {
 		all, more = all[:size], true
 	}
+	// Lease expiries only for the locks kept: a lookup per lease.
+	kept := make([][]queue.LockInfo, len(targets))
+	idx := map[string]int{}
+	for i, t := range targets {
+		idx[t.Shard] = i
+	}
+	for _, it := range all {
+		i := idx[it.t.Shard]
+		kept[i] = append(kept[i], it.lock)
+	}
+	if err := onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
+		return t.Engine.FillExpiry(ctx, kept[i])
+	}); err != nil {
+		return nil, err
+	}
+	pos := make([]int, len(targets))
+	for j, it := range all {
+		i := idx[it.t.Shard]
+		all[j].lock = kept[i][pos[i]]
+		pos[i]++
+	}
 	out := &v1.ListLocksResponse{}
 	for _, it := range all {
 		out.Locks = append(out.Locks, lockSummary(it.t, it.lock))
+	}
+	if n := fit(s, out.Locks); n < len(out.Locks) {
+		out.Locks, all, more = out.Locks[:n], all[:n], true
 	}
 	if more && len(all) > 0 {
 		out.NextPageToken = encodeToken(listToken{Prefix: prefix, Cursor: all[len(all)-1].lock.Cursor})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// fit returns how many of msgs, from the first, fit in one answer under
+// the gateway's message size cap (with room for the rest of the answer);
+// at least one.
+func fit[M proto.Message](s *Service, msgs []M) int {
+	budget := int(s.cfg.MaxBodyBytes) - 512
+	total := 0
+	for i, m := range msgs {
+		total += proto.Size(m) + 4 // the field's tag and length
+		if total > budget {
+			return max(i, 1)
+		}
+	}
+	return len(msgs)
 }
 
 // onShards runs fn on every target at once, each through its breaker,
@@ -203,7 +243,7 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	}); err != nil {
 		return nil, err
 	}
-	out := &v1.DescribeQueueResponse{Name: name, Shard: t.Shard, Limit: 1, Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String()}
+	out := &v1.DescribeQueueResponse{Name: name, Shard: t.Shard, Limit: 1, Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String(), Waiters: info.Waiters()}
 	for _, en := range info.Entries {
 		q := &v1.QueueEntry{
 			ClientId: en.ClientID, Position: en.Position, WaitingSince: timestamppb.New(en.Enqueued),
@@ -214,6 +254,7 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 		}
 		out.Entries = append(out.Entries, q)
 	}
+	out.Entries = out.Entries[:fit(s, out.Entries)]
 	return connect.NewResponse(out), nil
 }
 

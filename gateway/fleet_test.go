@@ -12,7 +12,9 @@ import (
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
@@ -211,7 +213,7 @@ func TestDescribeQueueIsFIFOAndLeaksNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := d.Msg
-	if m.Name != name || m.Shard != held.Shard || m.Limit != 1 || len(m.Entries) != 4 || m.ShardBreaker != "closed" {
+	if m.Name != name || m.Shard != held.Shard || m.Limit != 1 || len(m.Entries) != 4 || m.Waiters != 3 || m.ShardBreaker != "closed" {
 		t.Fatalf("DescribeQueue = %v", m)
 	}
 	for i, e := range m.Entries {
@@ -460,5 +462,33 @@ func TestWatchTellsForceReleaseFromRelease(t *testing.T) {
 	expectEvents(t, "forced", got, ev{"force_released", "f/a", "H", 0})
 	if got[0].FencingToken != h.FencingToken {
 		t.Fatalf("token %d; want %d", got[0].FencingToken, h.FencingToken)
+	}
+}
+
+// Pages and queues are cut to fit the gateway's message size cap; the walk
+// still lists every lock once, and the queue still counts every waiter.
+func TestAnswersFitTheMessageCap(t *testing.T) {
+	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.MaxBodyBytes = 2048 })
+	for i := range 30 {
+		try(t, g, fmt.Sprintf("cap/%s-%02d", strings.Repeat("x", 60), i), strings.Repeat("c", 100))
+	}
+	got := listAll(t, g, "cap/", 100, nil)
+	if len(got) != 30 {
+		t.Fatalf("listed %d locks; want 30", len(got))
+	}
+	resp, err := g.Client.ListLocks(ctxT(t), connect.NewRequest(&v1.ListLocksRequest{Prefix: "cap/", PageSize: 100}))
+	if err != nil || len(resp.Msg.Locks) >= 30 || resp.Msg.NextPageToken == "" || proto.Size(resp.Msg) > 2048 {
+		t.Fatalf("first page: %d locks, %d bytes, token %q, %v", len(resp.Msg.Locks), proto.Size(resp.Msg), resp.Msg.NextPageToken, err)
+	}
+	name := "cap/q"
+	try(t, g, name, "h")
+	for i := range 20 {
+		w := startWaiter(t, g, &v1.AcquireRequest{Name: name, TtlMs: 30000, ClientId: fmt.Sprintf("%0100d", i)})
+		t.Cleanup(w.cancel)
+		<-w.positions
+	}
+	d, err := g.Client.DescribeQueue(ctxT(t), connect.NewRequest(&v1.DescribeQueueRequest{Name: name}))
+	if err != nil || d.Msg.Waiters != 20 || len(d.Msg.Entries) >= 21 || len(d.Msg.Entries) == 0 || d.Msg.Entries[0].ClientId != "h" {
+		t.Fatalf("DescribeQueue of 21 keys under a 2 KiB cap: %d entries, %d waiters, %v", len(d.Msg.Entries), d.Msg.Waiters, err)
 	}
 }

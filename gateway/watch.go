@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasegate/leasegate/locks"
@@ -96,6 +97,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
 		return encodeToken(t)
 	}
+	var lastSent time.Time
 	for {
 		var b shardBatch
 		select {
@@ -108,33 +110,113 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		if b.err != nil {
 			return b.err
 		}
-		var msgs []*v1.WatchResponse
-		switch {
-		case b.resync:
+		if b.resync {
 			delete(revs, b.shard)
-			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: []string{b.shard}})
-		case b.batch.Snapshot:
-			if len(b.batch.Events) > 0 || !b.batch.SnapshotDone {
-				msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: []string{b.shard}, Events: lockEvents(b.shard, b.batch.Events)})
-			}
-			if b.batch.SnapshotDone {
-				msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: []string{b.shard}})
-			}
-		case len(b.batch.Events) > 0:
-			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: lockEvents(b.shard, b.batch.Events)})
-		default:
-			msgs = append(msgs, &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS})
 		}
-		for _, m := range msgs {
-			if m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT && m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC {
-				revs[b.shard] = b.batch.Revision
+		for _, m := range watchMessages(b, int(s.cfg.MaxBodyBytes)-1024) {
+			if m.rev != 0 {
+				revs[b.shard] = m.rev
 			}
-			m.ResumeToken = token()
-			if err := s.send(ctx, func() error { return stream.Send(m) }); err != nil {
+			if m.msg == nil {
+				if s.clk.Now().Sub(lastSent) < watchProgressEvery {
+					continue // nothing to show: the next message's token covers it
+				}
+				m.msg = &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS}
+			}
+			m.msg.ResumeToken = token()
+			if err := s.send(ctx, func() error { return stream.Send(m.msg) }); err != nil {
 				return err
 			}
+			lastSent = s.clk.Now()
 		}
 	}
+}
+
+// watchProgressEvery is the least time between two PROGRESS messages.
+var watchProgressEvery = 5 * time.Second
+
+// maxWatchEvents is the most events in one message: far below the
+// gateway's message size cap (64 KiB by default) even for events with the
+// longest names and client ids.
+const maxWatchEvents = 100
+
+// watchMessage is one message to send and the shard revision its token
+// records (0: unchanged); a nil msg only moves the revision.
+type watchMessage struct {
+	msg *v1.WatchResponse
+	rev int64
+}
+
+// watchMessages cuts a shard's batch into messages of at most
+// maxWatchEvents events and about budget bytes. Live events are cut at
+// revision boundaries, each message's token recording the last revision
+// it completes; a single revision with more events than fit (a revoked
+// lease with many keys) spans messages, and all but its last carry the
+// previous revision's token, so a resume from them repeats that
+// revision's earlier part (the only case where a resumed stream repeats an
+// event).
+func watchMessages(b shardBatch, budget int) []watchMessage {
+	shards := []string{b.shard}
+	pevs := lockEvents(b.shard, b.batch.Events)
+	// fits is how many of the events from i fit in one message.
+	fits := func(i int) int {
+		total, n := 0, 0
+		for n < maxWatchEvents && i+n < len(pevs) {
+			total += proto.Size(pevs[i+n]) + 4
+			if total > budget && n > 0 {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	switch {
+	case b.resync:
+		return []watchMessage{{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: shards}}}
+	case b.batch.Snapshot:
+		var out []watchMessage
+		for i := 0; i < len(pevs); {
+			n := fits(i)
+			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: shards, Events: pevs[i : i+n]}})
+			i += n
+		}
+		if b.batch.SnapshotDone {
+			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: shards}, rev: b.batch.Revision})
+		}
+		return out
+	case len(pevs) == 0:
+		return []watchMessage{{rev: b.batch.Revision}}
+	}
+	var out []watchMessage
+	evs := b.batch.Events
+	done := int64(0) // the last revision whose events are all in messages
+	for i := 0; i < len(evs); {
+		n := fits(i)
+		if end := i + n; end < len(evs) && evs[end].Revision == evs[end-1].Revision {
+			// Cut before the revision that would straddle, unless it
+			// alone fills the message.
+			cut := end
+			for cut > i && evs[cut-1].Revision == evs[end].Revision {
+				cut--
+			}
+			if cut > i {
+				n = cut - i
+			}
+		}
+		end := i + n
+		rev := evs[end-1].Revision
+		if end < len(evs) && evs[end].Revision == rev {
+			rev = done // the revision goes on in the next message
+		} else {
+			done = rev
+		}
+		out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_EVENTS, Events: pevs[i:end]}, rev: rev})
+		i = end
+	}
+	// The batch's revision may pass its last event's (revisions without
+	// events for this prefix).
+	out[len(out)-1].rev = b.batch.Revision
+	return out
 }
 
 // watchShard runs one shard's watch until ctx ends, resuming it when it

@@ -47,6 +47,17 @@
 // (attempt.go), so it lapses within AttemptTTL once no live attempt serves
 // it, whatever the session does.
 //
+// # Observers and administrators
+//
+// ListLocks, DescribeQueue and WatchLocks (list.go, watch.go) only read.
+// A watcher tells a release from an expiry by the release mark the release
+// transaction writes beside its delete (handoff.go): an unconditional put
+// of one key per prefix, which adds no compare and no round trip.
+// ForceRelease (force.go) deletes the first key only if its create
+// revision is still the one it read — a key that left or was re-created
+// in between is never deleted — and writes the audit record in the same
+// transaction; the explorer's evictor breaks when that compare is gone.
+//
 // docs/safety.md takes every transaction in turn: what it compares, and
 // what a forged, stale, replayed or racing input can make it do. The
 // interleaving explorer (explore_test.go) runs actors against a real etcd

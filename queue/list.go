@@ -85,8 +85,8 @@ const listBatch = 64
 
 // ListLocks reads up to limit names that begin with prefix and sort after
 // the cursor after ("" for the first page), in key order, with their
-// queues, all at one revision. Holders' Expires are filled (one lease
-// lookup per distinct lease, a few at a time).
+// queues, all at one revision. Holders' Expires are left zero: a caller
+// that merges pages fills them with FillExpiry for the locks it keeps.
 func (e *Engine) ListLocks(ctx context.Context, prefix, after string, limit int) (ListPage, error) {
 	defer e.enter()()
 	if limit <= 0 {
@@ -117,7 +117,7 @@ read:
 			page.Revision = resp.Header.Revision
 		}
 		groups := groupByName(base, resp.Kvs)
-		if resp.More && len(groups) > 0 {
+		if resp.More && len(groups) > 0 && len(groups)-1 < limit-len(page.Locks) {
 			// The last name may go on beyond the read: read it whole, at
 			// the same revision.
 			last := groups[len(groups)-1]
@@ -149,9 +149,6 @@ read:
 			break
 		}
 	}
-	if err := e.fillExpiry(ctx, page.Locks); err != nil {
-		return ListPage{}, err
-	}
 	return page, nil
 }
 
@@ -173,7 +170,7 @@ func (e *Engine) DescribeQueue(ctx context.Context, name string) (LockInfo, erro
 		}
 	}
 	locks := []LockInfo{info}
-	if err := e.fillExpiry(ctx, locks); err != nil {
+	if err := e.FillExpiry(ctx, locks); err != nil {
 		return LockInfo{}, err
 	}
 	return locks[0], nil
@@ -249,9 +246,12 @@ func entryOf(kv *mvccpb.KeyValue) (QueueEntry, error) {
 // expiryLookups bounds the lease lookups one call runs at once.
 const expiryLookups = 16
 
-// fillExpiry asks etcd for the remaining TTL of every holder's lease (once
-// per distinct lease, a few at a time) and sets Expires.
-func (e *Engine) fillExpiry(ctx context.Context, locks []LockInfo) error {
+// FillExpiry asks etcd for the remaining TTL of every holder's lease (once
+// per distinct lease, a few at a time) and sets Expires: one round trip
+// per lease, so a page of locks with leases of their own costs one per
+// lock.
+func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
+	defer e.enter()()
 	leases := map[clientv3.LeaseID]time.Time{}
 	for _, l := range locks {
 		if len(l.Entries) > 0 && l.Entries[0].lease != 0 {

@@ -120,6 +120,9 @@ lock id, a request id or a secret.`,
 				if len(q.Entries) == 0 && !p.json {
 					fmt.Fprintf(g.stdout, "%s is free (shard %s)\n", q.Name, q.Shard)
 				}
+				if shown := int64(len(q.Entries)); shown > 0 && shown < q.Waiters+1 {
+					cmd.PrintErrf("leasectl: %d more waiters not shown (the answer is cut to fit one message)\n", q.Waiters+1-shown)
+				}
 				return nil
 			})
 		},

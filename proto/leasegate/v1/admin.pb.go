@@ -173,7 +173,8 @@ func (x *ForceReleaseResponse) GetAudit() *AuditRecord {
 
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Most records in one page: 1 to 1000; 0 means 100.
+	// Most records in one page: 1 to 1000; 0 means 100. A page holds fewer
+	// when more would not fit in one message (see ListLocksRequest).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
 	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

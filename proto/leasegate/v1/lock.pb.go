@@ -1746,7 +1746,9 @@ type ListLocksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only names that begin with this prefix (byte-wise); empty: every name.
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	// Most locks in one page: 1 to 1000; 0 means 100.
+	// Most locks in one page: 1 to 1000; 0 means 100. A page holds fewer
+	// when more would not fit in one message (the gateway's message size
+	// cap, 64 KiB by default); next_page_token then continues.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
 	// A token is only valid with the same prefix.
@@ -2112,13 +2114,18 @@ type DescribeQueueResponse struct {
 	// How many holders the name admits at once (1 today; see LockSummary).
 	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Holders then waiters, in queue order: position 0 first. Empty when the
-	// name is free.
+	// name is free. Cut short, from the end, when the whole queue would not
+	// fit in one message (the gateway's message size cap, 64 KiB by default:
+	// some hundreds of entries); waiters still counts every waiter.
 	Entries []*QueueEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
 	// The shard's etcd revision the queue was read at.
 	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// State of this gateway's circuit breaker for the shard (see
 	// LockSummary.shard_breaker).
-	ShardBreaker  string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
+	ShardBreaker string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
+	// Number of waiters behind the holders, all of them, whether or not
+	// entries lists them all.
+	Waiters       int64 `protobuf:"varint,7,opt,name=waiters,proto3" json:"waiters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2193,6 +2200,13 @@ func (x *DescribeQueueResponse) GetShardBreaker() string {
 		return x.ShardBreaker
 	}
 	return ""
+}
+
+func (x *DescribeQueueResponse) GetWaiters() int64 {
+	if x != nil {
+		return x.Waiters
+	}
+	return 0
 }
 
 // QueueEntry is one key in a name's queue: a holder or a waiter. It never
@@ -2707,14 +2721,15 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\asession\x18\x05 \x01(\bR\asession\x12\x15\n" +
 	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\"*\n" +
 	"\x14DescribeQueueRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xcc\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xe6\x01\n" +
 	"\x15DescribeQueueResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x122\n" +
 	"\aentries\x18\x04 \x03(\v2\x18.leasegate.v1.QueueEntryR\aentries\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12#\n" +
-	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\"\xaf\x02\n" +
+	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\x12\x18\n" +
+	"\awaiters\x18\a \x01(\x03R\awaiters\"\xaf\x02\n" +
 	"\n" +
 	"QueueEntry\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
