@@ -49,13 +49,18 @@ export function lockPage(root, name) {
     const list = q.entries;
     switch (e.type) {
       case T('QUEUED'):
+        q.waiters = String(Number(q.waiters || 0) + 1);
         list.splice(Math.min(p, list.length), 0, { clientId: e.clientId, waitingSince: e.enqueuedAt, session: e.session });
         break;
       case T('HELD'):
-        if (list.length && !list[0].holder) list[0] = { ...list[0], holder: true, fencingToken: e.fencingToken };
+        if (list.length && !list[0].holder) {
+          list[0] = { ...list[0], holder: true, fencingToken: e.fencingToken };
+          q.waiters = String(Math.max(Number(q.waiters || 0) - 1, 0));
+        }
         else if (!list.length) list.push({ clientId: e.clientId, waitingSince: e.enqueuedAt, session: e.session, holder: true, fencingToken: e.fencingToken });
         break;
       default: // RELEASED, EXPIRED, FORCE_RELEASED, LEFT
+        if (e.type === T('LEFT')) q.waiters = String(Math.max(Number(q.waiters || 0) - 1, 0));
         if (p < list.length) list.splice(p, 1);
     }
     list.forEach((x, i) => { x.position = String(i); });
@@ -81,7 +86,9 @@ export function lockPage(root, name) {
         h('td', {}, x.clientId || '(no client id)'),
         h('td', { class: 'num', 'data-since': x.waitingSince || '' }, since(x.waitingSince)),
         h('td', {}, x.session ? 'session' : 'own lease'))))
-      : h('p', { class: 'muted', id: 'no-waiters' }, 'No one is waiting.'));
+      : h('p', { class: 'muted', id: 'no-waiters' }, 'No one is waiting.'),
+      // A long queue is cut to fit one message; waiters counts all of it.
+      Number(q.waiters || 0) > waiters.length ? h('p', { class: 'muted', id: 'more-waiters' }, `… and ${Number(q.waiters) - waiters.length} more waiting, not listed.`) : '');
     eventsBox.replaceChildren(events.length
       ? h('ul', { class: 'events' }, events.map((e) => h('li', {}, `${e.seen} · ${e.type.replace('LOCK_EVENT_TYPE_', '').toLowerCase()} · ${e.clientId || '(no client id)'} · position ${e.position || 0}${e.fencingToken && e.fencingToken !== '0' ? ` · token ${e.fencingToken}` : ''}`)))
       : h('p', { class: 'muted' }, 'None since this page opened.'));
