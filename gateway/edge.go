@@ -78,7 +78,7 @@ func (s *Service) edge(next http.Handler) http.Handler {
 			return
 		}
 		ctx := r.Context()
-		if !isPublic(r.URL.Path) {
+		if !isPublic(r.URL.Path) && !s.routePublic(r.URL.Path) {
 			id, err := s.auth.authenticate(r)
 			if err != nil {
 				refuse(w, r, http.StatusUnauthorized, connect.CodeUnauthenticated, err.Error())

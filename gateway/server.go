@@ -54,6 +54,9 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"status": status, "shards": shards})
 	})
+	for _, rt := range s.routes {
+		mux.Handle(rt.prefix, rt.h)
+	}
 	return s.edge(mux)
 }
 
@@ -157,6 +160,14 @@ func (h *Health) ping(ctx context.Context) error {
 	}
 	h.checked, h.last = h.svc.clk.Now(), err
 	return err
+}
+
+// Shards reports each shard's etcd as "ok" or "unavailable", asking
+// every shard at most once a second (as GET /healthz does). It blocks for
+// the reads, at most 2 s.
+func (h *Health) Shards(ctx context.Context) map[string]string {
+	_ = h.ping(ctx)
+	return h.shardStatus()
 }
 
 // shardStatus returns the last per-shard result.

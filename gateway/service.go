@@ -48,6 +48,8 @@ type Service struct {
 	tel  *telemetry
 	keys IDKeyring
 	clk  clock.Clock
+
+	routes []route // served beside the API (Handle)
 }
 
 var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)

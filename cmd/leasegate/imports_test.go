@@ -33,6 +33,7 @@ func TestServerDependencyFence(t *testing.T) {
 		"github.com/envoyproxy/",
 		"github.com/prometheus-operator/",
 		"go.uber.org/goleak",
+		"github.com/chromedp/", // the web console's browser tests drive Chromium with it
 		"testing",
 	}
 

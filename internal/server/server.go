@@ -308,6 +308,9 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	if s.service, err = gateway.NewService(cfg.Gateway, s.router, s.log); err != nil {
 		return nil, err
 	}
+	if err := s.mountConsole(cfg.Telemetry); err != nil {
+		return nil, err
+	}
 	s.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
+	"github.com/leasegate/leasegate/ui"
 )
 
 // gatewayTelemetry is the lock service's share of the providers.
@@ -71,4 +72,19 @@ func withMetrics(h http.Handler, p *telemetry.Providers) http.Handler {
 	mux.Handle("GET /metrics", p.Metrics)
 	mux.Handle("/", h)
 	return mux
+}
+
+// mountConsole serves the web console at /ui/ beside the API; it reads
+// the gateway's own metrics when p serves them.
+func (s *Server) mountConsole(p *telemetry.Providers) error {
+	cfg := ui.Config{Router: s.router, Health: s.service.Health().Shards}
+	if p != nil && p.Gatherer != nil {
+		cfg.Metrics = p.Gatherer
+	}
+	con, err := ui.New(cfg)
+	if err != nil {
+		return err
+	}
+	con.Mount(s.service)
+	return nil
 }

@@ -61,6 +61,9 @@ type Providers struct {
 	// Metrics serves the Prometheus text (and OpenMetrics, with exemplars)
 	// exposition of the process's metrics; nil when not serving metrics.
 	Metrics http.Handler
+	// Gatherer reads the same registry in-process (the web console's
+	// overview); nil when not serving metrics.
+	Gatherer prometheus.Gatherer
 
 	shutdown []func(context.Context) error
 }
@@ -125,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Providers, error) {
 		}
 		readers = append(readers, sdkmetric.WithReader(exp))
 		p.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true})
+		p.Gatherer = reg
 	}
 	if pushMetrics {
 		r, err := autoexport.NewMetricReader(ctx)
