@@ -34,7 +34,14 @@ type Engine struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// bg is the context of background tasks (cleanups, give-ups, revokes):
+	// it outlives ctx by up to closeGrace, so that Close lets the tasks
+	// that make a key nobody serves go away finish instead of cutting
+	// them (a give-up cut short leaves a session key behind for as long as
+	// its session lives).
+	bg       context.Context
+	bgCancel context.CancelFunc
+	wg       sync.WaitGroup
 
 	// testHookBeforeViewRead runs before a name hub reads its view at the
 	// revision its watch started at (tests compact history at that moment).
@@ -48,7 +55,10 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	bg, bgCancel := context.WithCancel(context.Background())
 	e := &Engine{
+		bg:       bg,
+		bgCancel: bgCancel,
 		cli:    cli,
 		cfg:    cfg,
 		keys:   keys{prefix: cfg.Prefix},
@@ -109,9 +119,14 @@ func (e *Engine) Client() *clientv3.Client { return e.cli }
 // Config is the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Close stops background work (lease revocations and cleanups in flight
-// are abandoned; the leases expire on their own) and blocks until it has
-// stopped. A wait still in progress ends with ErrClosed: its name's watch
+// closeGrace bounds how long Close lets background tasks in flight finish.
+const closeGrace = 2 * time.Second
+
+// Close stops background work and blocks until it has stopped. Cleanups,
+// give-ups and revocations already started get up to closeGrace (bounded
+// by RequestTimeout) to finish, because a session key whose give-up is cut
+// short stays for as long as its session lives; past it they are
+// abandoned, and per-lock leases expire on their own. A wait still in progress ends with ErrClosed: its name's watch
 // stops with the engine. It revokes the pooled leases, spending at most a
 // second on it (any left lapse within their TTL; no key rides on them). It
 // does not revoke the attempt lease: waiters detached from their attempts
@@ -123,7 +138,20 @@ func (e *Engine) Close() {
 	e.ka.close()
 	e.hubs.close()
 	e.sess.close()
-	e.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(min(closeGrace, e.cfg.RequestTimeout))
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		e.bgCancel()
+		<-done
+	}
+	e.bgCancel()
 }
 
 // Handle names one waiter key and proves its ownership. It is everything a

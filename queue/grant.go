@@ -102,9 +102,17 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 	}, OwnerCmps(skey, r.SessionSecret)...)
 	b := newBackoff(e.cfg.Clock)
 	for {
-		resp, err := e.cli.Txn(ctx).If(cmps...).
+		// The move runs to its answer even when the wait ends meanwhile (a
+		// gateway shutting down detaches its waiters): a move whose outcome
+		// nobody learns would leave the key on the session lease, granted
+		// to nobody and never given up, for as long as the session lives.
+		// With the answer, a move that landed is a grant, and a grant the
+		// caller can no longer receive is given up (Abandon).
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+		resp, err := e.cli.Txn(tctx).If(cmps...).
 			Then(clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)).
-			Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+			Else(clientv3.OpGet(key), clientv3.OpGet(skey)).Commit()
+		cancel()
 		if err != nil {
 			if werr := b.wait(ctx); werr != nil {
 				return fmt.Errorf("queue: grant: %w", err)
@@ -120,6 +128,16 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		switch mine := firstKV(resp.Responses[0]); {
 		case mine == nil || mine.CreateRevision != q.h.Revision:
 			return fmt.Errorf("%w: the waiter's key is gone", ErrLeaseLost)
+		case mine.ModRevision != q.modRev && clientv3.LeaseID(mine.Lease) == q.h.Lease && string(mine.Value) == q.value:
+			// An earlier try of this very move landed and its answer was
+			// lost: the value, with this attempt's nonce, is on the
+			// session lease (the session's secret was compared when it
+			// landed, and the key would have gone with the session). No
+			// other attempt writes this value, so the key is this grant's.
+			e.att.release(q.att)
+			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, mine.ModRevision
+			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
+			return nil
 		case mine.ModRevision != q.modRev:
 			return fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)
 		default:

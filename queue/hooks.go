@@ -115,7 +115,7 @@ func (e *Engine) background(parent context.Context, task string, d time.Duration
 	go func() {
 		defer e.wg.Done()
 		defer exit()
-		var ctx context.Context = valuesOf{Context: e.ctx, vals: vals}
+		var ctx context.Context = valuesOf{Context: e.bg, vals: vals}
 		if d > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
