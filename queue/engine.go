@@ -59,13 +59,13 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	e := &Engine{
 		bg:       bg,
 		bgCancel: bgCancel,
-		cli:    cli,
-		cfg:    cfg,
-		keys:   keys{prefix: cfg.Prefix},
-		ka:     newKeepAliver(cli, cfg.Clock.Now),
-		tel:    newEngineTel(cfg.Telemetry),
-		ctx:    ctx,
-		cancel: cancel,
+		cli:      cli,
+		cfg:      cfg,
+		keys:     keys{prefix: cfg.Prefix},
+		ka:       newKeepAliver(cli, cfg.Clock.Now),
+		tel:      newEngineTel(cfg.Telemetry),
+		ctx:      ctx,
+		cancel:   cancel,
 	}
 	e.hubs, e.sess = newHubSet(e), newSessionWatch(e)
 	e.att.e = e
