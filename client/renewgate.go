@@ -88,6 +88,13 @@ func (g *renewGate) release() {
 	g.busy--
 }
 
+// waitingCount is how many renewals wait for their turn.
+func (g *renewGate) waitingCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting)
+}
+
 // renewQueue is a min-heap of waiting renewals by deadline, then arrival.
 type renewQueue []*renewTurn
 
