@@ -25,9 +25,9 @@ type heldRenewals struct {
 	arrived chan string // the lock id of each renewal, as it arrives
 	pass    chan struct{}
 
-	mu       sync.Mutex
-	held     int
-	maxHeld  int
+	mu      sync.Mutex
+	held    int
+	maxHeld int
 }
 
 func (h *heldRenewals) RoundTrip(r *http.Request) (*http.Response, error) {
