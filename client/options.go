@@ -197,7 +197,8 @@ func WithRetryBackoff(initial, max time.Duration) Option {
 
 // WithRequestTimeout bounds each attempt of a unary call (TryAcquire,
 // Release, Describe, sessions) on one endpoint before the SDK tries the
-// next. Renewals use the smaller of this and TTL/4. The streaming Acquire
+// next. Renewals use the smaller of this and TTL/4, counted from when a
+// renewal is admitted (see WithMaxRenewals). The streaming Acquire
 // has no per-attempt bound: its wait is bounded by WithWaitTimeout and the
 // caller's context. Default 10 s.
 func WithRequestTimeout(d time.Duration) Option {
