@@ -16,6 +16,7 @@ import (
 // for concurrent use; make one per process and share it.
 type Client struct {
 	cfg    config
+	renews *renewGate // the scheduled renewals in flight
 	eps    []endpoint
 	cur    atomic.Uint32
 	closed atomic.Bool
@@ -66,7 +67,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	}
 	copts = append(copts, topts...)
 	copts = append(copts, cfg.interceptorOptions()...)
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, renews: newRenewGate(cfg.maxRenewals)}
 	for _, raw := range endpoints {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -242,11 +242,20 @@ func (k *keeper) observe(r renewResult) {
 	}
 }
 
-// attempt sends one renewal to the current endpoint. Any failure that does
-// not prove the lease gone moves later attempts to the next endpoint.
+// attempt sends one renewal to the current endpoint once the client's
+// renewal gate admits it (the most urgent leases first; see renewGate).
+// Any failure that does not prove the lease gone moves later attempts to
+// the next endpoint.
 func (k *keeper) attempt(ctx context.Context) renewResult {
 	clk := k.c.cfg.clock
+	release, err := k.c.renews.enter(ctx, k.Deadline())
+	if err != nil {
+		// Only when the keeper stops: its deadline ends the wait.
+		return renewResult{sent: clk.Now(), err: err}
+	}
+	defer release()
 	i, ep := k.c.pick()
+	// Read after the wait: the request leaves now.
 	sent := clk.Now()
 	actx, cancel := withTimeout(ctx, clk, min(k.c.cfg.requestTimeout, k.ttl/4))
 	defer cancel()

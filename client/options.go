@@ -60,6 +60,7 @@ type config struct {
 	backoffInitial time.Duration
 	backoffMax     time.Duration
 	requestTimeout time.Duration
+	maxRenewals    int
 	hooks          hooks
 	tracing        bool
 	tracerProvider trace.TracerProvider // nil: the global one
@@ -80,6 +81,7 @@ func defaultConfig() config {
 		backoffInitial: 100 * time.Millisecond,
 		backoffMax:     2 * time.Second,
 		requestTimeout: 10 * time.Second,
+		maxRenewals:    DefaultMaxRenewals,
 	}
 }
 
@@ -97,6 +99,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("retry backoff %s..%s: want 0 < initial <= max", c.backoffInitial, c.backoffMax)
 	case c.requestTimeout <= 0:
 		return fmt.Errorf("request timeout %s must be positive", c.requestTimeout)
+	case c.maxRenewals < 1:
+		return fmt.Errorf("max renewals in flight %d: want at least 1", c.maxRenewals)
 	}
 	return nil
 }
@@ -193,11 +197,30 @@ func WithRetryBackoff(initial, max time.Duration) Option {
 
 // WithRequestTimeout bounds each attempt of a unary call (TryAcquire,
 // Release, Describe, sessions) on one endpoint before the SDK tries the
-// next. Renewals use the smaller of this and TTL/4. The streaming Acquire
+// next. Renewals use the smaller of this and TTL/4, counted from when a
+// renewal is admitted (see WithMaxRenewals). The streaming Acquire
 // has no per-attempt bound: its wait is bounded by WithWaitTimeout and the
 // caller's context. Default 10 s.
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.requestTimeout = d })
+}
+
+// DefaultMaxRenewals is how many scheduled lock renewals one Client has in
+// flight at most unless WithMaxRenewals says otherwise: well under the
+// gateway's default of 1,000 concurrent streams per HTTP/2 connection, and
+// 256 renewals in flight at a 10 ms round trip are 25,600 a second.
+const DefaultMaxRenewals = 256
+
+// WithMaxRenewals bounds the scheduled renewals of per-lock leases that the
+// Client has in flight at once (default DefaultMaxRenewals). Renewals due
+// beyond it wait, and the ones whose lease is closest to its deadline go
+// first. Without a bound, a process holding thousands of per-lock leases
+// floods a slow gateway with thousands of requests and connections at
+// once, every renewal misses its timeout, and every lock is lost together
+// (docs/capacity.md). Raise it for a gateway far away: each renewal holds
+// its turn for a round trip. n must be at least 1.
+func WithMaxRenewals(n int) Option {
+	return optionFunc(func(c *config) { c.maxRenewals = n })
 }
 
 // marginFor is the safety margin of a lease with the given TTL.

@@ -12,6 +12,7 @@ func init() {
 	testhook.RenewHook = func(fn func(sent time.Time, err error)) any { return withRenewHook(fn) }
 	testhook.LostAt = func(l any) time.Time { return lostAt(l.(*Lock)) }
 	testhook.Margin = func(c any, ttl time.Duration) time.Duration { return c.(*Client).cfg.marginFor(ttl) }
+	testhook.WaitingRenewals = func(c any) int { return c.(*Client).renews.waitingCount() }
 }
 
 // withRenewHook makes fn observe every renewal or keepalive attempt after

@@ -32,3 +32,7 @@ func LostAt(l *client.Lock) time.Time { return testhook.LostAt(l) }
 // a lock's deadline: the lock counts as lost that long before the lease
 // could lapse in etcd.
 func Margin(c *client.Client, ttl time.Duration) time.Duration { return testhook.Margin(c, ttl) }
+
+// WaitingRenewals is how many of c's scheduled lock renewals are due but
+// wait for their turn (see client.WithMaxRenewals). It does not block.
+func WaitingRenewals(c *client.Client) int { return testhook.WaitingRenewals(c) }

@@ -18,4 +18,7 @@ var (
 	// Margin returns the safety margin a *client.Client applies to a
 	// lease of ttl.
 	Margin func(c any, ttl time.Duration) time.Duration
+	// WaitingRenewals returns how many scheduled renewals of a
+	// *client.Client wait for their turn to be sent.
+	WaitingRenewals func(c any) int
 )
