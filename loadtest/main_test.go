@@ -156,7 +156,12 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("got %d figures; want 13", len(res.Figures))
 	}
 	for _, f := range res.Figures {
-		if f.Value == nil || math.IsNaN(*f.Value) || math.IsInf(*f.Value, 0) || *f.Value <= 0 {
+		// Five waiters' memory is within the noise of a GC of the embedded
+		// etcd's heap, so its sign means nothing at smoke size: it must be
+		// measured (finite); the waiter-memory check above proves the
+		// measurement saw the waiters' goroutines.
+		positive := !strings.HasPrefix(f.Name, "gateway memory per queued")
+		if f.Value == nil || math.IsNaN(*f.Value) || math.IsInf(*f.Value, 0) || positive && *f.Value <= 0 {
 			t.Errorf("figure %q = %v (%s, %s); want a finite positive number", f.Name, f.Value, f.Shown, f.Detail)
 		}
 	}
