@@ -34,6 +34,8 @@ type acquireSpec struct {
 	try bool
 	// ttl is the lease TTL; zero means the run's.
 	ttl time.Duration
+	// limit makes the name a semaphore of that limit; 0 or 1 is a lock.
+	limit int
 }
 
 // acquire runs one recorded Acquire. It returns the lock when granted.
@@ -53,7 +55,7 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 	if sp.try {
 		wait = 0
 	}
-	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, RequestID: rid, Wait: wait, Invoke: time.Now()})
+	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, Limit: sp.limit, RequestID: rid, Wait: wait, Invoke: time.Now()})
 	onQueued := func(int64) {
 		now := time.Now()
 		h.Hist.update(func() {
@@ -68,6 +70,9 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 		ttl = h.cfg.TTL
 	}
 	opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(rid)}
+	if sp.limit > 1 {
+		opts = append(opts, client.WithLimit(sp.limit))
+	}
 	if !sp.try {
 		opts = append(opts, client.WithWaitTimeout(wait), client.WithOnQueued(onQueued))
 	}
