@@ -197,17 +197,23 @@ func (h *Harness) lost(l heldLock, op *AcquireOp) {
 // release lets go of l and, once the gateway confirmed, offers its id to
 // the replaying adversary.
 func (h *Harness) release(l heldLock, op *AcquireOp) {
+	if h.letGo(l, op) {
+		h.stale.addLock(staleLock{id: l.ID(), token: l.Token(), name: l.Name(), shard: l.Shard(), client: op.Client})
+	}
+}
+
+// letGo releases l, or records its loss when it is already gone. It
+// reports whether a gateway confirmed the release.
+func (h *Harness) letGo(l heldLock, op *AcquireOp) bool {
 	now := time.Now()
 	if l.Err() != nil {
 		h.lost(l, op)
-		return
+		return false
 	}
 	h.Hist.update(func() { op.End = now })
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if l.Release(rctx) == nil {
-		h.stale.addLock(staleLock{id: l.ID(), token: l.Token(), name: l.Name(), shard: l.Shard(), client: op.Client})
-	}
+	return l.Release(rctx) == nil
 }
 
 // runWorkers runs the contended workload until ctx ends.
