@@ -5,6 +5,7 @@ package chaos
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -202,14 +203,53 @@ func checkGrants(ops []AcquireOp, ix *keyIndex) []Violation {
 		}
 	}
 	for name, gs := range grants {
+		n := nameLimit(gs)
 		vs = append(vs, tokenOrder(name, gs)...)
+		if n > 1 {
+			vs = append(vs, distinctTokens(name, gs)...)
+		}
 		vs = append(vs, belief(name, gs)...)
 		vs = append(vs, fifo(name, gs, ix)...)
 		for _, g := range gs {
 			if k := keyOf[g.ID]; k != nil {
-				vs = append(vs, exclusion(g, k, ix)...)
+				vs = append(vs, exclusion(g, k, ix, n)...)
 			}
 		}
+	}
+	return vs
+}
+
+// nameLimit is the limit a name's grants are judged by: the smallest any
+// of them recorded (the workload fixes one per name for the run, so they
+// agree; were they to differ, the stricter one is the safe reading). A
+// lock's is 1.
+func nameLimit(gs []AcquireOp) int {
+	n := 0
+	for _, g := range gs {
+		if n == 0 || g.limit() < n {
+			n = g.limit()
+		}
+	}
+	return max(n, 1)
+}
+
+// distinctTokens: the holders of a semaphore never share a token. A lock
+// needs no such check: two grants of one token that overlap are two
+// holders (belief), and two in turn are out of order (tokenOrder); a
+// semaphore's concurrent holders are neither. One grant resumed by a retry
+// of the same acquire, or granted again under the same request id, is one
+// holder.
+func distinctTokens(name string, gs []AcquireOp) []Violation {
+	var vs []Violation
+	seen := map[int64]AcquireOp{}
+	for _, g := range gs {
+		if p, ok := seen[g.Token]; ok && p.grantWaiter() != g.grantWaiter() {
+			vs = append(vs, Violation{Check: checkTokens, Name: name, Ops: []int{p.ID, g.ID}, Detail: fmt.Sprintf(
+				"op %d (%s) and op %d (%s) were both granted token %d of a semaphore of limit %d",
+				p.ID, p.Client, g.ID, g.Client, g.Token, nameLimit(gs))})
+			continue
+		}
+		seen[g.Token] = g
 	}
 	return vs
 }
@@ -240,28 +280,44 @@ func tokenOrder(name string, gs []AcquireOp) []Violation {
 	return vs
 }
 
-// exclusion: the key of a grant became first (every key ahead of it on
-// its cluster deleted) before the client had the grant, and every key of
+// exclusion: the key of a grant became one of the first n of its name
+// (fewer than n keys ahead of it on its cluster left; for a lock, n = 1,
+// every one deleted) before the client had the grant, and every key of
 // the name from an older epoch on another cluster was deleted before it
 // too. Revisions are tied to time by the sampled linearizable reads: a
 // revision is committed after the invoke of any read that returned less.
-func exclusion(g AcquireOp, k *keyLife, ix *keyIndex) []Violation {
+func exclusion(g AcquireOp, k *keyLife, ix *keyIndex, n int) []Violation {
 	var vs []Violation
-	ahead := int64(0)
+	var dels []int64
 	for _, p := range ix.byName[k.cluster][k.name] {
 		if p.createRev >= k.createRev {
 			break
 		}
-		ahead = max(ahead, p.delRev)
+		dels = append(dels, p.delRev)
+	}
+	// With m keys ahead, fewer than n are left from the revision the
+	// (m-n+1)th of them to go was deleted at; for a lock, the last.
+	ahead := int64(0)
+	if len(dels) >= n {
+		slices.Sort(dels)
+		ahead = dels[len(dels)-n]
+	}
+	what := "the last key ahead of it"
+	if n > 1 {
+		what = fmt.Sprintf("the key ahead of it that left fewer than its limit %d", n)
 	}
 	if ahead == math.MaxInt64 {
-		vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: fmt.Sprintf(
-			"op %d (%s) granted token %d on %s while a key ahead of it was never deleted", g.ID, g.Client, g.Token, k.cluster)})
+		detail := fmt.Sprintf("op %d (%s) granted token %d on %s while a key ahead of it was never deleted", g.ID, g.Client, g.Token, k.cluster)
+		if n > 1 {
+			detail = fmt.Sprintf("op %d (%s) granted token %d on %s while %d of the keys ahead of it were never deleted (limit %d)",
+				g.ID, g.Client, g.Token, k.cluster, len(dels)-slices.Index(dels, math.MaxInt64), n)
+		}
+		vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: detail})
 	} else if ahead > 0 {
 		if t := ix.clocks[k.cluster].committedAfter(ahead); !g.Complete.After(t) {
 			vs = append(vs, Violation{Check: checkExclusion, Name: g.Name, Detail: fmt.Sprintf(
-				"op %d (%s) had token %d at %s, but the last key ahead of it on %s was deleted at revision %d, committed after %s",
-				g.ID, g.Client, g.Token, ts(g.Complete), k.cluster, ahead, ts(t))})
+				"op %d (%s) had token %d at %s, but %s on %s was deleted at revision %d, committed after %s",
+				g.ID, g.Client, g.Token, ts(g.Complete), what, k.cluster, ahead, ts(t))})
 		}
 	}
 	for c, byName := range ix.byName {

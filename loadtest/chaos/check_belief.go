@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/leasegate/leasegate/client"
@@ -73,8 +74,16 @@ func attributeEarlyLosses(vs []Violation, ops []AcquireOp, injections []Injectio
 		return deletedUnderHolder(op, injections, ix)
 	}
 	for i, v := range vs {
-		if (v.Check == checkEarlyLoss || v.Check == checkBelief) && v.Known == "" && len(v.Ops) > 0 && revoked(v.Ops[0]) {
-			vs[i].Known = knownPausedLeaderRevokes
+		if (v.Check != checkEarlyLoss && v.Check != checkBelief) || v.Known != "" || len(v.Ops) == 0 {
+			continue
+		}
+		// The holders the last op joined (for a lock, the one before it;
+		// for an early loss, the op itself).
+		for _, id := range v.Ops[:max(1, len(v.Ops)-1)] {
+			if revoked(id) {
+				vs[i].Known = knownPausedLeaderRevokes
+				break
+			}
 		}
 	}
 }
@@ -119,12 +128,14 @@ func deletedUnderHolder(op AcquireOp, injections []Injection, ix *keyIndex) bool
 // maxBeliefViolations bounds the overlaps reported per name.
 const maxBeliefViolations = 20
 
-// belief: no two holders of name believed they held it at once.
+// belief: no two holders of a lock believed they held it at once, and
+// no more than N holders of a semaphore of limit N (nameLimit).
 func belief(name string, gs []AcquireOp) []Violation {
 	type interval struct {
 		op       AcquireOp
 		from, to time.Time
 	}
+	n := nameLimit(gs)
 	var ivs []interval
 	for _, g := range gs {
 		// A holder whose deadline passed before its grant arrived never
@@ -144,16 +155,41 @@ func belief(name string, gs []AcquireOp) []Violation {
 			}
 		}
 		active = kept
+		// The others: every active holder but b's own grant, resumed by a
+		// retry of the same acquire; counted once per grant.
+		var others []interval
+		grantsOf := map[[2]any]bool{}
 		for _, a := range active {
 			if a.op.Token == b.op.Token && a.op.RequestID == b.op.RequestID {
-				continue // one grant, resumed by a retry of the same acquire
+				continue
 			}
-			if len(vs) < maxBeliefViolations {
-				vs = append(vs, Violation{Check: checkBelief, Name: name, Ops: []int{a.op.ID, b.op.ID}, Detail: fmt.Sprintf(
-					"op %d (%s, %s) believed it held token %d from %s until %s (%s), and op %d (%s, %s) believed it held token %d from %s, %s before",
-					a.op.ID, a.op.Client, a.op.Role, a.op.Token, ts(a.from), ts(a.to), howEnded(a.op),
-					b.op.ID, b.op.Client, b.op.Role, b.op.Token, ts(b.from), a.to.Sub(b.from))})
+			others = append(others, a)
+			grantsOf[[2]any{a.op.Token, a.op.RequestID}] = true
+		}
+		switch {
+		case len(vs) >= maxBeliefViolations:
+		case n == 1:
+			for _, a := range others {
+				if len(vs) < maxBeliefViolations {
+					vs = append(vs, Violation{Check: checkBelief, Name: name, Ops: []int{a.op.ID, b.op.ID}, Detail: fmt.Sprintf(
+						"op %d (%s, %s) believed it held token %d from %s until %s (%s), and op %d (%s, %s) believed it held token %d from %s, %s before",
+						a.op.ID, a.op.Client, a.op.Role, a.op.Token, ts(a.from), ts(a.to), howEnded(a.op),
+						b.op.ID, b.op.Client, b.op.Role, b.op.Token, ts(b.from), a.to.Sub(b.from))})
+				}
 			}
+		case len(grantsOf) >= n:
+			// One more than the limit: the holders b joined, oldest grant
+			// first, then b.
+			var ids []int
+			var held []string
+			for _, a := range others {
+				ids = append(ids, a.op.ID)
+				held = append(held, fmt.Sprintf("op %d (%s, %s) token %d from %s until %s (%s)",
+					a.op.ID, a.op.Client, a.op.Role, a.op.Token, ts(a.from), ts(a.to), howEnded(a.op)))
+			}
+			vs = append(vs, Violation{Check: checkBelief, Name: name, Ops: append(ids, b.op.ID), Detail: fmt.Sprintf(
+				"op %d (%s, %s) believed it held token %d of a semaphore of limit %d from %s, while %d others believed they held it: %s",
+				b.op.ID, b.op.Client, b.op.Role, b.op.Token, n, ts(b.from), len(grantsOf), strings.Join(held, "; "))})
 		}
 		active = append(active, b)
 	}

@@ -239,3 +239,73 @@ func TestAttributeDeletionUnderHolder(t *testing.T) {
 		}
 	}
 }
+
+// withLimit returns ops recorded with limit n.
+func withLimit(n int, ops ...AcquireOp) []AcquireOp {
+	out := make([]AcquireOp, len(ops))
+	for i, op := range ops {
+		op.Limit = n
+		out[i] = op
+	}
+	return out
+}
+
+func TestBeliefSemaphore(t *testing.T) {
+	// Four holders of x, granted 10 ms apart, all believing until 400.
+	hs := []AcquireOp{
+		grant(0, "a", "x", 10, 0, 100, 400),
+		grant(1, "b", "x", 11, 0, 110, 400),
+		grant(2, "c", "x", 12, 0, 120, 400),
+		grant(3, "d", "x", 13, 0, 130, 400),
+	}
+	for _, n := range []int{2, 3} {
+		if vs := belief("x", withLimit(n, hs[:n]...)); len(vs) != 0 {
+			t.Errorf("belief(%d holders at once, limit %d) = %v; want none", n, n, vs)
+		}
+		vs := belief("x", withLimit(n, hs[:n+1]...))
+		if len(vs) != 1 || vs[0].Check != checkBelief || len(vs[0].Ops) != n+1 || vs[0].Ops[n] != hs[n].ID {
+			t.Errorf("belief(%d holders at once, limit %d) = %v; want one violation naming all %d, op %d last", n+1, n, vs, n+1, hs[n].ID)
+		}
+		// The same holders judged as a lock's: every later one overlaps
+		// every earlier one.
+		if vs := belief("x", withLimit(1, hs[:n]...)); len(vs) != n*(n-1)/2 {
+			t.Errorf("belief(%d holders at once, limit 1) = %v; want %d overlaps", n, vs, n*(n-1)/2)
+		}
+		// Unrecorded limits are a lock's.
+		if vs := belief("x", hs[:n]); len(vs) != n*(n-1)/2 {
+			t.Errorf("belief(%d holders at once, no limit recorded) = %v; want %d overlaps", n, vs, n*(n-1)/2)
+		}
+	}
+	// A holder that let go makes room: a ends at 125, so d joins b and c.
+	a := hs[0]
+	a.End = at(125)
+	if vs := belief("x", withLimit(3, a, hs[1], hs[2], hs[3])); len(vs) != 0 {
+		t.Errorf("belief(a let go before d's grant, limit 3) = %v; want none", vs)
+	}
+	// One grant resumed by a retry of the same acquire is one holder.
+	again := hs[1]
+	again.ID = 9
+	if vs := belief("x", withLimit(2, hs[0], hs[1], again)); len(vs) != 0 {
+		t.Errorf("belief(one grant, two ops, limit 2) = %v; want none", vs)
+	}
+}
+
+func TestAttributeSemaphoreOverlap(t *testing.T) {
+	// A paused leader resumed at 110 and revoked a lease, proven at 140:
+	// the overlap of three holders on a limit-2 name is put down to it,
+	// whichever of the earlier holders lost early.
+	inj := []Injection{{Kind: kindLeaderPause, Clusters: []string{"c0"}, Start: at(0), Heal: at(110)}}
+	for _, lostOne := range []int{0, 1} {
+		hs := withLimit(2, grant(0, "a", "x", 10, 0, 100, 400), grant(1, "b", "x", 11, 0, 105, 400), grant(2, "c", "x", 12, 0, 130, 400))
+		hs[lostOne].Lost, hs[lostOne].LostProof, hs[lostOne].DoneAt, hs[lostOne].Deadline = true, true, at(140), at(2000)
+		hs[lostOne].End = at(145)
+		vs := belief("x", hs)
+		if len(vs) != 1 {
+			t.Fatalf("belief(three holders, limit 2) = %v; want one violation", vs)
+		}
+		attributeEarlyLosses(vs, hs, inj, nil)
+		if vs[0].Known != knownPausedLeaderRevokes {
+			t.Errorf("attributeEarlyLosses(op %d lost after the resumption) = %+v; want it put down to %s", lostOne, vs[0], knownPausedLeaderRevokes)
+		}
+	}
+}

@@ -180,3 +180,52 @@ func TestStuckWaiters(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckGrantsSemaphore(t *testing.T) {
+	clusters := []string{"c0"}
+	var keys []KeyEvent
+	keys = append(keys, keyEvents("c0", "x", "a", 1, 10, 20)...)
+	keys = append(keys, keyEvents("c0", "x", "b", 1, 11, 25)...)
+	keys = append(keys, keyEvents("c0", "x", "c", 1, 12, 30)...)
+	ix := buildKeyIndex(keys, clockEvery("c0", 40), clusters)
+	// Limit 2: a and b hold at once; c is granted once a's key is gone
+	// (revision 20, ≈ 200 ms), while b still holds.
+	good := withLimit(2,
+		grant(0, "a", "x", 10, 90, 100, 195),
+		grant(1, "b", "x", 11, 95, 105, 245),
+		grant(2, "c", "x", 12, 150, 205, 295),
+	)
+	if vs := checkGrants(good, ix); len(vs) != 0 {
+		t.Errorf("checkGrants(two holders of a limit-2 semaphore) = %v; want none", vs)
+	}
+	has := func(vs []Violation, check string) bool {
+		for _, v := range vs {
+			if v.Check == check {
+				return true
+			}
+		}
+		return false
+	}
+	// The same history judged as a lock's: b was granted while a held.
+	if vs := checkGrants(withLimit(1, good...), ix); !has(vs, checkExclusion) || !has(vs, checkBelief) {
+		t.Errorf("checkGrants(two holders at once, limit 1) = %v; want %s and %s violations", vs, checkExclusion, checkBelief)
+	}
+	// c granted while a and b both held: a third holder of a limit-2 name.
+	early := withLimit(2, good[0], good[1], grant(2, "c", "x", 12, 150, 150, 295))
+	if vs := checkGrants(early, ix); !has(vs, checkExclusion) || !has(vs, checkBelief) {
+		t.Errorf("checkGrants(a third holder of a limit-2 semaphore) = %v; want %s and %s violations", vs, checkExclusion, checkBelief)
+	}
+	if vs := checkGrants(withLimit(3, early...), ix); len(vs) != 0 {
+		t.Errorf("checkGrants(three holders of a limit-3 semaphore) = %v; want none", vs)
+	}
+	// Two concurrent holders with one token.
+	twin := good[2]
+	twin.ID, twin.Client, twin.RequestID = 3, "d", "d"
+	twin.Token = good[1].Token
+	if vs := distinctTokens("x", []AcquireOp{good[1], twin}); len(vs) != 1 || vs[0].Check != checkTokens {
+		t.Errorf("distinctTokens(two holders of token %d) = %v; want one %s violation", twin.Token, vs, checkTokens)
+	}
+	if vs := distinctTokens("x", good); len(vs) != 0 {
+		t.Errorf("distinctTokens(distinct tokens) = %v; want none", vs)
+	}
+}

@@ -10,7 +10,10 @@
 // that reach the gateways through fault proxies too. Workers take locks with the Go SDK and write
 // their fencing tokens to a fenced register (fence.Memory); campaigners
 // (elections.go) do the same as leaders of two elections, whose terms every
-// checker below judges as the locks they are; every operation
+// checker below judges as the locks they are; semaphore workers
+// (semaphores.go) take three names as semaphores of limit 2 or 3, per lock
+// and in sessions, and the same checkers judge them at their limit N
+// (recorded with every acquire; a lock's is 1); every operation
 // is recorded with its invoke and complete times. A recorder watches each
 // cluster's lock keys from the first revision, and compaction never passes
 // what it has seen, so the etcd history is complete even while the nemesis
@@ -55,9 +58,10 @@
 // linearizable under the model "a write is legal only with a token at least
 // the highest accepted" (porcupine, per name); fencing tokens grow per name
 // and every grant is backed by its key in etcd; no grant happened while a
-// key ahead of it still existed (in etcd's history, bounded in real time by
+// key ahead of it still existed (for a semaphore of limit N: while N keys
+// ahead of it still existed) (in etcd's history, bounded in real time by
 // sampled linearizable reads); no two holders believed they held one name
-// at once; no holder was told its lock was gone before its own deadline;
+// at once (no more than N; a semaphore's holders never share a token); no holder was told its lock was gone before its own deadline;
 // no thief was granted the waiter it named, and no victim lost its wait to
 // one; every adversary call was refused as the API documents or was a
 // no-op; FIFO among waiters that stayed; no waiter outlived its wait

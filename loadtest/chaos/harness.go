@@ -45,6 +45,7 @@ type Harness struct {
 	inMap      []string // clusters names are hashed over now
 	epoch      uint16
 	names      []string // the workers' contended names
+	semaphores []semaphore
 	holderNo   int
 	leasectlNo int
 	probeNo    int
@@ -110,6 +111,7 @@ func Start(ctx context.Context, cfg Config, bins Binaries, out string, logf func
 		h.Gateways = append(h.Gateways, g)
 	}
 	h.names = h.pickNames()
+	h.semaphores = h.pickSemaphores()
 	if h.probes, err = h.newSDK("probe", nil); err != nil {
 		return nil, err
 	}

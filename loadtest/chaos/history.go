@@ -33,6 +33,9 @@ type AcquireOp struct {
 	Role string `json:"role"`
 	// Name is the lock name.
 	Name string `json:"name"`
+	// Limit is the semaphore limit the acquire asked for: 1 for a lock
+	// (begin records 1 where the caller gave none).
+	Limit int `json:"limit"`
 	// RequestID is the idempotency key; its waiter id names the etcd key.
 	RequestID string `json:"requestId"`
 	// GrantedUnder is the request id of the grant when the SDK made it
@@ -94,6 +97,9 @@ func (op *AcquireOp) grantWaiter() string {
 	}
 	return queue.WaiterID(op.RequestID)
 }
+
+// limit is the op's semaphore limit, 1 when unrecorded.
+func (op *AcquireOp) limit() int { return max(op.Limit, 1) }
 
 // believedUntil is when the holder stopped believing it held the lock:
 // the earlier of End and DoneAt; zero when neither is known.
@@ -169,6 +175,7 @@ func (h *History) begin(op *AcquireOp) *AcquireOp {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	op.ID = len(h.Acquires)
+	op.Limit = op.limit()
 	h.Acquires = append(h.Acquires, op)
 	return op
 }

@@ -117,6 +117,7 @@ func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 		counts[checkStuck], verdict(counts[checkStuck] == 0), knownStuck)
 	fmt.Fprintf(w, "orphaned keys: %d, orphaned leases: %d (goal 0) %s\n", r.OrphanKeys, r.OrphanLeases, verdict(r.OrphanKeys+r.OrphanLeases == 0))
 	r.reportClients(w)
+	r.reportSemaphores(w)
 	if len(r.Violations) > 0 {
 		fmt.Fprintln(w, "\nfirst violations:")
 		shown := 0
@@ -199,4 +200,19 @@ func (r *Result) reportClients(w io.Writer) {
 		fmt.Fprintf(w, " %9d", total[o])
 	}
 	fmt.Fprintln(w)
+}
+
+// reportSemaphores writes what the semaphore workers did, by name.
+func (r *Result) reportSemaphores(w io.Writer) {
+	var names []string
+	for n := range r.Semaphores {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "\nsemaphores (max holders: the most that believed they held one at once; goal: the limit, never more):")
+	for _, n := range names {
+		s := r.Semaphores[n]
+		fmt.Fprintf(w, "  %-8s limit %d: %6d acquires, %6d granted, %4d lost, %d limit mismatches, max holders %d, %d violations %s\n",
+			n, s.Limit, s.Acquires, s.Granted, s.Lost, s.Mismatch, s.MaxHolders, s.Violations, verdict(s.Violations == 0 && s.MaxHolders <= s.Limit))
+	}
 }

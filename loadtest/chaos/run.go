@@ -33,6 +33,8 @@ type Result struct {
 	Adversary map[string]map[string]int `json:"adversary"`
 	// Roles counts the acquires by client role.
 	Roles map[string]*RoleCount `json:"roles"`
+	// Semaphores counts, by name, what the semaphore workers did.
+	Semaphores map[string]*SemaphoreCount `json:"semaphores"`
 }
 
 // RoleCount is what the clients of one role did.
@@ -69,8 +71,8 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 			logf("save history: %v", err)
 		}
 	}()
-	logf("system up in %s: clusters %v, gateways %s, names %v, seed %d", time.Since(began).Round(time.Millisecond),
-		h.clustersInMap(), h.frontURLs(), h.names, cfg.Seed)
+	logf("system up in %s: clusters %v, gateways %s, names %v, semaphores %v, seed %d", time.Since(began).Round(time.Millisecond),
+		h.clustersInMap(), h.frontURLs(), h.names, h.semaphores, cfg.Seed)
 	nem, err := newNemesis(h, cfg.Seed)
 	if err != nil {
 		return nil, err
@@ -82,6 +84,9 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 		return nil, err
 	}
 	if err := h.runCampaigners(wctx, wg); err != nil {
+		return nil, err
+	}
+	if err := h.runSemaphores(wctx, wg); err != nil {
 		return nil, err
 	}
 	if err := h.runAdversaries(wctx, wg, cfg.Seed); err != nil {
@@ -123,6 +128,7 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	if orphanLeases > 0 {
 		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence + TTL", orphanLeases)})
 	}
+	res.Semaphores = semaphoreFigures(h.semaphores, h.Hist.snapshotAcquires(), res.Violations)
 	h.Hist.update(func() {
 		res.Injections = h.Hist.Injections
 		res.Acquires, res.RegisterOps = len(h.Hist.Acquires), len(h.Hist.Register)

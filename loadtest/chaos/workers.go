@@ -34,6 +34,8 @@ type acquireSpec struct {
 	try bool
 	// ttl is the lease TTL; zero means the run's.
 	ttl time.Duration
+	// limit makes the name a semaphore of that limit; 0 or 1 is a lock.
+	limit int
 }
 
 // acquire runs one recorded Acquire. It returns the lock when granted.
@@ -53,7 +55,7 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 	if sp.try {
 		wait = 0
 	}
-	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, RequestID: rid, Wait: wait, Invoke: time.Now()})
+	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, Limit: sp.limit, RequestID: rid, Wait: wait, Invoke: time.Now()})
 	onQueued := func(int64) {
 		now := time.Now()
 		h.Hist.update(func() {
@@ -68,6 +70,9 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 		ttl = h.cfg.TTL
 	}
 	opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(rid)}
+	if sp.limit > 1 {
+		opts = append(opts, client.WithLimit(sp.limit))
+	}
 	if !sp.try {
 		opts = append(opts, client.WithWaitTimeout(wait), client.WithOnQueued(onQueued))
 	}
@@ -192,17 +197,23 @@ func (h *Harness) lost(l heldLock, op *AcquireOp) {
 // release lets go of l and, once the gateway confirmed, offers its id to
 // the replaying adversary.
 func (h *Harness) release(l heldLock, op *AcquireOp) {
+	if h.letGo(l, op) {
+		h.stale.addLock(staleLock{id: l.ID(), token: l.Token(), name: l.Name(), shard: l.Shard(), client: op.Client})
+	}
+}
+
+// letGo releases l, or records its loss when it is already gone. It
+// reports whether a gateway confirmed the release.
+func (h *Harness) letGo(l heldLock, op *AcquireOp) bool {
 	now := time.Now()
 	if l.Err() != nil {
 		h.lost(l, op)
-		return
+		return false
 	}
 	h.Hist.update(func() { op.End = now })
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if l.Release(rctx) == nil {
-		h.stale.addLock(staleLock{id: l.ID(), token: l.Token(), name: l.Name(), shard: l.Shard(), client: op.Client})
-	}
+	return l.Release(rctx) == nil
 }
 
 // runWorkers runs the contended workload until ctx ends.
