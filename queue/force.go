@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -67,8 +69,9 @@ type ForceReleaseRequest struct {
 	Reason string
 	// Actor is who asks, as authenticated; recorded.
 	Actor string
-	// Token, when non-zero, must be the holder's fencing token
-	// (ErrHolderChanged otherwise).
+	// Token, when non-zero, picks the holder to evict by its fencing
+	// token — any holder of a semaphore — and must be a holder's
+	// (ErrHolderChanged otherwise). Zero evicts the first holder.
 	Token int64
 	// Retention bounds the audit records.
 	Retention AuditRetention
@@ -149,14 +152,10 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 	}
 	ret := r.Retention.withDefaults()
 	prefix := e.keys.namePrefix(r.Name)
-	resp, err := e.cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
-	if err != nil {
-		return ForceReleaseResult{}, fmt.Errorf("queue: force release: %w", err)
+	kv, err := e.forceTarget(ctx, prefix, r.Token)
+	if err != nil || kv == nil {
+		return ForceReleaseResult{}, err
 	}
-	if len(resp.Kvs) == 0 {
-		return ForceReleaseResult{}, nil
-	}
-	kv := resp.Kvs[0]
 	held, err := entryOf(kv)
 	if err != nil {
 		return ForceReleaseResult{}, err
@@ -233,4 +232,47 @@ func (e *Engine) ListAudit(ctx context.Context, before string, limit int) (recs 
 		recs = append(recs, rec)
 	}
 	return recs, resp.More, nil
+}
+
+// forceTarget reads the key a force-release evicts: the first key of the
+// name, or, given a token, the key whose create revision the token
+// carries — one of a semaphore's holders — provided it holds: fewer keys
+// than its limit were created before it. Keys created later cannot get
+// ahead of it, so a holder found here holds until its key goes, which the
+// delete's compare of its create revision checks. It returns nil for a
+// free name.
+func (e *Engine) forceTarget(ctx context.Context, prefix string, token int64) (*mvccpb.KeyValue, error) {
+	if token == 0 {
+		resp, err := e.cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return nil, fmt.Errorf("queue: force release: %w", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, nil
+		}
+		return resp.Kvs[0], nil
+	}
+	_, rev, err := SplitToken(token)
+	if err != nil || rev <= 0 {
+		return nil, fmt.Errorf("%w: fencing token %d names no key", ErrHolderChanged, token)
+	}
+	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("queue: force release: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: no key of the name has fencing token %d", ErrHolderChanged, token)
+	}
+	kv := resp.Kvs[0]
+	// The holders are the first limit keys by create revision (etcd's
+	// counts ignore revision filters, so the keys are read, not counted).
+	first, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(max(limitOf(kv.Value), 1))))
+	if err != nil {
+		return nil, fmt.Errorf("queue: force release: %w", err)
+	}
+	if !slices.ContainsFunc(first.Kvs, func(h *mvccpb.KeyValue) bool { return h.CreateRevision == rev }) {
+		return nil, fmt.Errorf("%w: fencing token %d is a waiter's, not a holder's", ErrHolderChanged, token)
+	}
+	return kv, nil
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -59,5 +60,41 @@ func TestListAndWatchCountEverySemaphoreHolder(t *testing.T) {
 	b := nextBatch(t, ch)
 	if got, want := eventsOf(b), []string{"expired s/n a@0", "held s/n c@1"}; !slices.Equal(got, want) {
 		t.Fatalf("after a's delete: %v, want %v", got, want)
+	}
+}
+
+// A force-release given a token evicts that holder of a semaphore — the
+// second, here — and refuses a waiter's token: a waiter holds nothing.
+func TestForceReleasePicksASemaphoreHolderByToken(t *testing.T) {
+	e, cli := newEngine(t)
+	ctx := testCtx(t)
+	var gs []Grant
+	for range 2 {
+		r := req("s/force")
+		r.Limit = 2
+		gs = append(gs, mustAcquire(t, e, r))
+	}
+	r := req("s/force")
+	r.Limit = 2
+	w, err := e.Enqueue(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiterToken := w.q.h.Token()
+	if _, err := e.ForceRelease(ctx, ForceReleaseRequest{Name: "s/force", Reason: "test", Actor: "t", Token: waiterToken}); !errors.Is(err, ErrHolderChanged) {
+		t.Fatalf("force-release of the waiter's token: %v; want ErrHolderChanged", err)
+	}
+	res, err := e.ForceRelease(ctx, ForceReleaseRequest{Name: "s/force", Reason: "test", Actor: "t", Token: gs[1].Token()})
+	if err != nil || !res.Released {
+		t.Fatalf("force-release of the second holder: %+v, %v", res, err)
+	}
+	for i, g := range gs {
+		resp, err := cli.Get(ctx, e.keys.waiter(g.Name, g.WaiterID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone := len(resp.Kvs) == 0; gone != (i == 1) {
+			t.Errorf("holder %d: key gone %v; want only the second holder's gone", i, gone)
+		}
 	}
 }
