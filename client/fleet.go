@@ -19,7 +19,8 @@ type LockSummary struct {
 	Name string
 	// Shard is the etcd cluster the lock lives on.
 	Shard string
-	// Limit is how many holders the name admits at once (1 today).
+	// Limit is how many holders the name admits at once: 1 for a lock,
+	// N for a semaphore of limit N.
 	Limit int
 	// Holders are the current holders (at most Limit).
 	Holders []LockHolder

@@ -275,9 +275,12 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 	var ids []clientv3.LeaseID
 	seen := map[clientv3.LeaseID]bool{}
 	for _, l := range locks {
-		if id := leaseOf(l); id != 0 && !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
+		// Every holder: one for a lock, up to the limit for a semaphore.
+		for _, en := range l.Entries {
+			if id := en.lease; en.Holder() && id != 0 && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
 		}
 	}
 	if len(ids) == 0 {
@@ -314,17 +317,11 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 		return first
 	}
 	for i := range locks {
-		if id := leaseOf(locks[i]); id != 0 {
-			locks[i].Entries[0].Expires = leases[id]
+		for j := range locks[i].Entries {
+			if en := &locks[i].Entries[j]; en.Holder() && en.lease != 0 {
+				en.Expires = leases[en.lease]
+			}
 		}
 	}
 	return nil
-}
-
-// leaseOf is the lease of l's holder, 0 when l is free or the key has none.
-func leaseOf(l LockInfo) clientv3.LeaseID {
-	if len(l.Entries) == 0 {
-		return 0
-	}
-	return l.Entries[0].lease
 }

@@ -61,7 +61,8 @@ func walkPages[T any](ctx context.Context, g *globals, pf pageFlags, fetch func(
 		return err
 	}
 	defer c.Close()
-	p := g.printer()
+	p := g.batchPrinter()
+	defer p.flush()
 	tok, n := "", 0
 	for {
 		cctx, cancel := g.callCtx(ctx)
@@ -79,6 +80,9 @@ func walkPages[T any](ctx context.Context, g *globals, pf pageFlags, fetch func(
 				return err
 			}
 		}
+		if err := p.flush(); err != nil {
+			return err
+		}
 		if tok = next; tok == "" {
 			return nil
 		}
@@ -92,6 +96,8 @@ func lsFields(l client.LockSummary) []field {
 	}
 	return []field{
 		{"NAME", "name", l.Name},
+		{"LIMIT", "limit", l.Limit},
+		{"HELD", "held", len(l.Holders)},
 		{"HOLDER", "holderClientId", h.ClientID},
 		{"TOKEN", "fencingToken", h.Token},
 		{"SINCE", "since", h.Since},
@@ -117,7 +123,8 @@ lock id, a request id or a secret.`,
 				if err != nil {
 					return err
 				}
-				p := g.printer()
+				p := g.batchPrinter()
+				defer p.flush()
 				for _, e := range q.Entries {
 					if err := p.print(
 						field{"POS", "position", e.Position},
@@ -169,8 +176,9 @@ accepted and ignored.)`,
 				return err
 			}
 			defer c.Close()
-			p := g.printer()
+			p := g.batchPrinter()
 			err = c.Watch(cmd.Context(), args[0], resume, func(m client.WatchMessage) error {
+				defer p.flush() // a message's events at once, aligned
 				from := "live"
 				switch m.Kind {
 				case "snapshot":

@@ -171,3 +171,53 @@ func TestWatchSurvivesItsGatewayStopping(t *testing.T) {
 		t.Fatalf("line after the gateway stopped %v; want sv/b held, live, and no repeat of sv/a", d)
 	}
 }
+
+// A semaphore's holders are all listed, with their lease expiries, and the
+// table's rows line up with each other and with the header.
+func TestLsAndQueueTablesShowEverySemaphoreHolderAligned(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t)
+	ctx := context.Background()
+	var held []*client.Lock
+	defer func() {
+		for _, l := range held {
+			_ = l.Release(ctx)
+		}
+	}()
+	for _, who := range []string{"a", "a-much-longer-client-id"} {
+		c, err := client.New([]string{g.URL}, client.WithClientID(who))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := c.Acquire(ctx, "pool/gpu", client.WithTTL(30*time.Second), client.WithLimit(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	ls := decode(t, strings.TrimSpace(runOK(t, "--endpoint", g.URL, "-o", "json", "ls", "pool/")))
+	if ls["limit"] != float64(2) || ls["held"] != float64(2) {
+		t.Fatalf("ls: %v; want limit 2, held 2", ls)
+	}
+	out := strings.Split(strings.TrimRight(runOK(t, "--endpoint", g.URL, "queue", "pool/gpu"), "\n"), "\n")
+	if len(out) != 3 {
+		t.Fatalf("queue printed %d lines; want a header and 2 holders:\n%s", len(out), strings.Join(out, "\n"))
+	}
+	col := func(line, word string) int { return strings.Index(line, word) }
+	header := out[0]
+	for _, row := range out[1:] {
+		// Every row's HOLDER column starts where the header's does, and
+		// both holders show a lease expiry, not "-".
+		fields := strings.Fields(row)
+		if len(fields) < 6 || fields[2] != "true" {
+			t.Fatalf("queue row %q: want a holder", row)
+		}
+		if at := strings.Index(row, " true "); at+1 != col(header, "HOLDER") {
+			t.Errorf("queue row %q: HOLDER at %d, header's at %d\n%s", row, at+1, col(header, "HOLDER"), strings.Join(out, "\n"))
+		}
+		if fields[5] == "-" {
+			t.Errorf("queue row %q: no lease expiry for a holder", row)
+		}
+	}
+}

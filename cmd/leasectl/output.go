@@ -14,10 +14,29 @@ import (
 type printer struct {
 	w      io.Writer
 	json   bool
-	header bool // table: the header was printed
+	header bool              // table: the header was printed
+	batch  bool              // table: rows wait for flush, which aligns them
+	tw     *tabwriter.Writer // table: the rows since the last flush
 }
 
 func (g *globals) printer() *printer { return &printer{w: g.stdout, json: g.output == "json"} }
+
+// batchPrinter is a printer whose table rows are written, aligned with
+// each other, at each flush: for commands that print many rows (a page, a
+// queue, a message of events).
+func (g *globals) batchPrinter() *printer {
+	p := g.printer()
+	p.batch = true
+	return p
+}
+
+// flush writes the rows a batch printer holds.
+func (p *printer) flush() error {
+	if p.tw == nil {
+		return nil
+	}
+	return p.tw.Flush()
+}
 
 // field is one column of a record.
 type field struct {
@@ -48,7 +67,10 @@ func (p *printer) print(fields ...field) error {
 		_, err := io.WriteString(p.w, b.String())
 		return err
 	}
-	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	if p.tw == nil {
+		p.tw = tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	}
+	tw := p.tw
 	if !p.header {
 		p.header = true
 		cols := make([]string, len(fields))
@@ -62,6 +84,9 @@ func (p *printer) print(fields ...field) error {
 		vals[i] = tableValue(f.val)
 	}
 	fmt.Fprintln(tw, strings.Join(vals, "\t"))
+	if p.batch {
+		return nil
+	}
 	return tw.Flush()
 }
 
