@@ -13,13 +13,11 @@ import (
 //     start profiles from a developer's browser.
 //   - requireToken true (any other listener): every request must carry a
 //     bearer token the gateway accepts — a line of the tokens file or a
-//     JWT it verifies — in its Authorization header; anything else is
-//     refused with 401. Client certificates alone do not pass: the debug
-//     listener does not ask for them.
-//
-// The gateway has no administrator role: a token names a tenant, and every
-// tenant's token passes. A profile shows where the process spends its time
-// and memory, never lock names, ids or credentials.
+//     JWT it verifies — in its Authorization header (401 otherwise), and
+//     the token must grant the admin role (RoleAdmin; 403 otherwise): a
+//     profile covers the whole process, every tenant's work in it, so it
+//     is an operator's, not a tenant's. Client certificates alone do not
+//     pass: the debug listener does not ask for them.
 func (s *Service) GuardDebug(h http.Handler, requireToken bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !requireToken {
@@ -42,6 +40,10 @@ func (s *Service) GuardDebug(h http.Handler, requireToken bool) http.Handler {
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if !id.HasRole(RoleAdmin) {
+			http.Error(w, fmt.Sprintf("the debug listener needs a token with the %q role", RoleAdmin), http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -12,7 +12,10 @@ import (
 	"github.com/leasegate/leasegate/internal/server"
 )
 
-const debugToken = "debug-token-0123456789"
+const (
+	debugToken  = "debug-token-0123456789"
+	tenantToken = "tenant-token-0123456789"
+)
 
 // get fetches url with Host host (the URL's own when "") and token as a
 // bearer token (none when ""), and returns the status and body.
@@ -101,7 +104,7 @@ func TestDebugListenerRemoteNeedsAuth(t *testing.T) {
 
 func TestDebugListenerRemoteTakesTokens(t *testing.T) {
 	t.Parallel()
-	g := gwtest.Start(t, shared, gwtest.Tokens(debugToken+" ops"),
+	g := gwtest.Start(t, shared, gwtest.Tokens(debugToken+" ops ops admin", tenantToken+" ops app"),
 		gwtest.Configure(func(c *server.Config) { c.DebugListen = "0.0.0.0:0" }))
 	_, port, err := net.SplitHostPort(g.Server.DebugAddr())
 	if err != nil {
@@ -114,7 +117,8 @@ func TestDebugListenerRemoteTakesTokens(t *testing.T) {
 	}{
 		{"no token", "", http.StatusUnauthorized},
 		{"a wrong token", "wrong-token-0123456789", http.StatusUnauthorized},
-		{"a valid token", debugToken, http.StatusOK},
+		{"a tenant's token without the admin role", tenantToken, http.StatusForbidden},
+		{"an admin's token", debugToken, http.StatusOK},
 	} {
 		code, body := get(t, dbg+"/debug/pprof/", "", tc.token)
 		if code != tc.want || (tc.want == http.StatusOK) != strings.Contains(body, pprofIndex) {
