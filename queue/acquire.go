@@ -224,8 +224,12 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 	defer func() {
 		switch {
 		case lease == 0 || used || gone:
-		case errors.Is(err, ErrQueueFull):
-			e.revokeLater(ctx, lease) // its key was put on it and removed
+		case errors.Is(err, ErrQueueFull), errors.Is(err, ErrLimitMismatch) && !onlyIfFree:
+			// Its key was put on it and removed (the removal revokes it
+			// too): a lease that went back to the pool as well would be
+			// revoked under the next lock that takes it. A TryAcquire
+			// refused for its limit put no key.
+			e.revokeLater(ctx, lease)
 		default:
 			e.pool.giveBack(ctx, l) // no key of this attempt is on it
 		}

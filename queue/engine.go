@@ -209,6 +209,11 @@ type Grant struct {
 	// asOf is a revision at which the key was first and carried the
 	// attempt's write: what the grant rests on (the explorer checks it).
 	asOf int64
+	// heldFrom is the revision from which the key held its place among
+	// the first keys — the revision its hub found it holding at, or its
+	// own write's: a grant of a slot earned before another holder expired
+	// is not that holder's slot (the explorer's lock-delay check).
+	heldFrom int64
 }
 
 // Holder describes the current holder of a name.

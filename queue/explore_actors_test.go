@@ -158,9 +158,11 @@ func (w *world) believe(client string, g Grant) bool {
 		return false
 	}
 	w.grants++
-	if now := w.clocks[0].Now(); now.Before(w.delayEnd) && g.asOf > w.delayRev {
-		// A grant that rests on a state after the expiry (a semaphore's
-		// holder that held its slot before it is not the expired slot's).
+	if now := w.clocks[0].Now(); now.Before(w.delayEnd) && g.heldFrom >= w.delayRev {
+		// A grant whose slot was earned after the expiry. A semaphore's
+		// holder that held its slot before it — granted later, after its
+		// session move or its lease's renewal — is not the expired slot's;
+		// a lock's first key after the expiry is always later than it.
 		w.violations = append(w.violations, fmt.Sprintf("%s granted at %s, before an expired holder's lock-delay ended at %s",
 			client, now.Format("15:04:05.000"), w.delayEnd.Format("15:04:05.000")))
 	}

@@ -30,6 +30,10 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 	// An attempt first when it wrote its key (enqueue, takeover) read the
 	// first key in that same transaction.
 	asOf := max(q.firstAt, q.modRev)
+	heldFrom := asOf
+	if q.firstAt != 0 {
+		heldFrom = q.firstAt
+	}
 	if q.h.Session {
 		if !q.onSession() {
 			if err := e.moveToSession(ctx, r, q); err != nil {
@@ -42,10 +46,10 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 				return Grant{}, err
 			}
 		}
-		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}, nil
+		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf, heldFrom: heldFrom}, nil
 	}
 	deadline := q.confirmed()
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, asOf: asOf}
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, asOf: asOf, heldFrom: heldFrom}
 	if deadline.IsZero() || deadline.Sub(e.cfg.Clock.Now()) < q.ttl/2 {
 		b := newBackoff(e.cfg.Clock)
 		for {

@@ -98,3 +98,29 @@ func TestForceReleasePicksASemaphoreHolderByToken(t *testing.T) {
 		}
 	}
 }
+
+// An acquire refused for its limit after its key went onto a pooled lease
+// has that key removed and the lease revoked with it; the lease must not
+// also go back to the pool, or the next lock to take it would lose its key
+// to that revocation (two holders: it believes it holds while its key is
+// gone).
+func TestLimitRefusalNeverGivesItsLeaseBackToThePool(t *testing.T) {
+	e, _ := newEngine(t)
+	ctx := testCtx(t)
+	const ttlSec = 10
+	if err := e.pool.prefill(ctx, ttlSec); err != nil {
+		t.Fatal(err)
+	}
+	r := req("s/refused")
+	r.Limit = 2
+	mustAcquire(t, e, r)
+	free0, _ := e.pool.count(ttlSec)
+	bad := req("s/refused")
+	bad.Limit = 3
+	if _, err := e.Acquire(ctx, bad); !errors.Is(err, ErrLimitMismatch) {
+		t.Fatalf("acquire with another limit: %v; want ErrLimitMismatch", err)
+	}
+	if free1, _ := e.pool.count(ttlSec); free1 != free0-1 {
+		t.Fatalf("free pooled leases: %d before the refused acquire, %d after; want one fewer (its lease is revoked, not given back)", free0, free1)
+	}
+}
