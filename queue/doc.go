@@ -235,7 +235,9 @@
 // keepalive after its quarantine and dropped if etcd says it is gone, and a
 // pooled lease is handed out only with half its TTL left by its
 // conservative deadline. Waiters that give up, undelivered grants and
-// enqueues with an unknown outcome revoke as before.
+// enqueues with an unknown outcome revoke as before, and so does an
+// enqueue whose key was put and then removed (a full queue, another
+// semaphore limit): a lease is either revoked or given back, never both.
 //
 // # Observers and administrators
 //
