@@ -46,8 +46,8 @@
 // name's prefix at a known revision R: a read at R0 and then every event
 // of the watch, which etcd delivers gaplessly and in revision order from
 // R0+1 (a failed watch — compaction, cancellation, a lost leader — is
-// replaced and the view read afresh, never patched). A waiter is granted,
-// with no read of its own, when at some R of the view:
+// replaced and the view read afresh, never patched). A waiter is granted
+// when at some R of the view:
 //
 //  1. its key exists with its create revision (its identity),
 //  2. its key carries its attempt's mod revision (its ownership), and
@@ -67,6 +67,14 @@
 // unchanged: a superseded attempt's give-up and Abandon compare its mod
 // revision and touch nothing, and a session waiter's grant moves its key
 // in a transaction comparing both revisions and the session's secret.
+//
+// The guard. The chaos harness has seen a grant made while a key created
+// earlier was still live, which a view equal to etcd's state cannot allow;
+// until the cause is found, a grant from the view is confirmed by one read
+// of the name's first keys (confirmHolds in wait.go), and a waiter the
+// read does not confirm reads again after a pause until etcd agrees. The
+// argument above is what the view is meant to give; the read is what
+// makes a grant safe while the view is in doubt.
 //
 // Conditions 1 and 2 also end the wait: the key written by another attempt
 // is ErrSuperseded, the key gone or created anew ErrLeaseLost, judged from
