@@ -243,22 +243,11 @@ func lockSummary(t locks.Target, l queue.LockInfo) *v1.LockSummary {
 // DescribeQueue reports a name's holders and waiters in queue order.
 func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error) {
 	name := req.Msg.Name
-	if err := queue.ValidateName(name); err != nil {
-		return nil, fieldOf("name", err)
-	}
-	id, err := s.caller(ctx)
+	ctx, cancel, t, err := s.readTarget(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.lim.acquire(id); err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
-	t, err := s.holderShard(ctx, id, name)
-	if err != nil {
-		return nil, err
-	}
 	var info queue.LockInfo
 	if err := call(ctx, t, func(ctx context.Context) error {
 		var err error
@@ -280,6 +269,30 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	}
 	out.Entries = out.Entries[:fit(s, out.Entries)]
 	return connect.NewResponse(out), nil
+}
+
+// readTarget is what a read of one name's queue (Describe, DescribeQueue)
+// starts with: the name checked, the caller authenticated and admitted by
+// its rate limit, the store's timeout on ctx, and the shard that holds the
+// name's holder. The returned cancel ends the timeout; it is nil on error.
+func (s *Service) readTarget(ctx context.Context, name string) (context.Context, context.CancelFunc, locks.Target, error) {
+	if err := queue.ValidateName(name); err != nil {
+		return ctx, nil, locks.Target{}, fieldOf("name", err)
+	}
+	id, err := s.caller(ctx)
+	if err != nil {
+		return ctx, nil, locks.Target{}, err
+	}
+	if err := s.lim.acquire(id); err != nil {
+		return ctx, nil, locks.Target{}, err
+	}
+	ctx, cancel := s.storeTimeout(ctx)
+	t, err := s.holderShard(ctx, id, name)
+	if err != nil {
+		cancel()
+		return ctx, nil, locks.Target{}, err
+	}
+	return ctx, cancel, t, nil
 }
 
 // holderShard routes name and, while it drains from a previous shard that

@@ -461,22 +461,11 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 // Describe reports a name's holder and queue.
 func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.DescribeRequest]) (*connect.Response[v1.DescribeResponse], error) {
 	name := req.Msg.Name
-	if err := queue.ValidateName(name); err != nil {
-		return nil, fieldOf("name", err)
-	}
-	id, err := s.caller(ctx)
+	ctx, cancel, t, err := s.readTarget(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.lim.acquire(id); err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
-	t, err := s.holderShard(ctx, id, name)
-	if err != nil {
-		return nil, err
-	}
 	var d queue.Description
 	err = call(ctx, t, func(ctx context.Context) error {
 		var err error
