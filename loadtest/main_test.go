@@ -55,7 +55,9 @@ func tiny() scenario.Config {
 	c.Rate = 40
 	c.Names, c.Waiters = 2, 2
 	c.ReleaseDelay = 5 * time.Millisecond
-	c.DrainWaiters, c.MemWaiters = 5, 5
+	// Forty waiters: fewer put the per-waiter goroutine count within the
+	// noise of other goroutines ending during the window.
+	c.DrainWaiters, c.MemWaiters = 5, 40
 	c.RenewLocks, c.RenewClients = 12, 2
 	c.RenewTTL = 2 * time.Second
 	c.CapacityTarget = 300
