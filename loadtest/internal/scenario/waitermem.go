@@ -233,7 +233,7 @@ func (e *Env) waiterMem(ctx context.Context, exe string, own bool) (WaiterMemRun
 	// server allocated and the stacks of its goroutines.
 	stackShare := 1.0
 	if r.Goroutines > 0 {
-		stackShare = max(0, 1-r.GoroutinesByLayer[layers.EtcdSrv]/r.Goroutines)
+		stackShare = min(1, max(0, 1-r.GoroutinesByLayer[layers.EtcdSrv]/r.Goroutines))
 	}
 	r.GatewayKiB = (r.HeapB - r.HeapByLayerB[layers.EtcdSrv] + r.StackB*stackShare) / 1024
 	return r, nil
