@@ -220,18 +220,25 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 		keep = &besideKeep{e: e, id: lease}
 		e.at(ctx, pointPoolKeep)
 	}
+	// used: a key of this attempt is or was on the lease, so it never
+	// goes back to the pool from here. A key put on it and taken back
+	// (queue full, another limit) was deleted by a removal that revokes
+	// the lease in the background: a lease given back as well would be
+	// handed to the next lock and revoked under it.
 	used, gone := false, false
 	defer func() {
+		var put keyTakenBack
+		taken := errors.As(err, &put)
+		if taken {
+			err = put.error
+		}
 		switch {
-		case lease == 0 || used || gone:
-		case errors.Is(err, ErrQueueFull), errors.Is(err, ErrLimitMismatch) && !onlyIfFree:
-			// Its key was put on it and removed (the removal revokes it
-			// too): a lease that went back to the pool as well would be
-			// revoked under the next lock that takes it. A TryAcquire
-			// refused for its limit put no key.
+		case lease == 0 || gone:
+		case taken:
 			e.revokeLater(ctx, lease)
+		case used:
 		default:
-			e.pool.giveBack(ctx, l) // no key of this attempt is on it
+			e.pool.giveBack(ctx, l) // no key of this attempt was ever on it
 		}
 	}()
 
@@ -408,14 +415,21 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		// The first key at the enqueue's revision carries the name's limit
 		// (doc.go, "Semaphores"): one written with another is taken back.
 		e.removeWaiter(ctx, q)
-		return nil, nil, limitMismatch(r.Name, n, have)
+		return nil, nil, keyTakenBack{limitMismatch(r.Name, n, have)}
 	}
 	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
 		e.removeWaiter(ctx, q)
-		return nil, nil, fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)
+		return nil, nil, keyTakenBack{fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)}
 	}
 	return q, nil, nil
 }
+
+// keyTakenBack is the error of an enqueue that put its key and then took
+// it back (removeWaiter): the key's per-lock lease is being revoked and
+// must never go back to the pool (enqueueOn).
+type keyTakenBack struct{ error }
+
+func (k keyTakenBack) Unwrap() error { return k.error }
 
 // notEnqueued explains a failed acquire transaction.
 func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, onlyIfFree bool) (*enqueued, *mvccpb.KeyValue, error) {

@@ -344,3 +344,37 @@ func TestSessionLeaseIsNeverPooled(t *testing.T) {
 		t.Errorf("the session's lease died with the release of one of its locks")
 	}
 }
+
+// TestRefusedSemaphoreTryKeepsLeaseOutOfPool: a semaphore's TryAcquire
+// puts its key before it can see the name's limit; refused for another
+// limit, it takes the key back, and the removal revokes the key's lease in
+// the background. That lease must not also go back to the pool, where the
+// next lock would take it and lose its key to the revocation.
+func TestRefusedSemaphoreTryKeepsLeaseOutOfPool(t *testing.T) {
+	e, cli, _ := newPoolEngine(t, 4)
+	filledPool(t, e)
+	holder := mustAcquire(t, e, semReq("s", 2))
+	var taken []clientv3.LeaseID
+	e.hooks = &pointHooks{onLease: func(_ context.Context, event string, id clientv3.LeaseID, _ int64) {
+		if event == leaseTaken {
+			taken = append(taken, id)
+		}
+	}}
+	r := semReq("s", 3)
+	if _, err := e.TryAcquire(testCtx(t), r); !errors.Is(err, ErrLimitMismatch) {
+		t.Fatalf("TryAcquire(limit 3) on a semaphore of limit 2 = %v; want ErrLimitMismatch", err)
+	}
+	e.hooks = nil
+	if len(taken) != 1 {
+		t.Fatalf("the refused TryAcquire took %d pooled leases; want 1", len(taken))
+	}
+	requireRevoked(t, e, cli, taken[0], pooled(e, taken[0]), "a semaphore TryAcquire refused for its limit")
+	// Whatever the pool holds now is alive: the next lock keeps its key.
+	g := mustAcquire(t, e, req("after"))
+	settle(e)
+	if !leaseAlive(t, cli, g.Lease) {
+		t.Fatalf("the lock acquired after the refused TryAcquire lost its lease %x", int64(g.Lease))
+	}
+	mustRelease(t, e, g)
+	mustRelease(t, e, holder)
+}
