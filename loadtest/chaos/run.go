@@ -9,6 +9,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -116,17 +117,18 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	stopWork()
 	waitTimeout(wg.Wait, 30*time.Second)
 	orphanKeys, orphanLeases := h.orphans(ctx, stop.Add(cfg.TTL+1500*time.Millisecond), stop.Add(cfg.TTL+5*time.Second))
+	leaseNotes := h.describeLeases(ctx, orphanLeases)
 	time.Sleep(500 * time.Millisecond) // let the recorder see the last deletions
 	stopRec()
 	h.rec.wait()
 
-	res := &Result{Seed: cfg.Seed, OrphanKeys: len(orphanKeys), OrphanLeases: orphanLeases}
+	res := &Result{Seed: cfg.Seed, OrphanKeys: len(orphanKeys), OrphanLeases: len(orphanLeases)}
 	res.Violations = h.check(stop, out)
 	for _, k := range orphanKeys {
 		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: k})
 	}
-	if orphanLeases > 0 {
-		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence + TTL", orphanLeases)})
+	if len(orphanLeases) > 0 {
+		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence + TTL: %s", len(orphanLeases), strings.Join(leaseNotes, "; "))})
 	}
 	res.Semaphores = semaphoreFigures(h.semaphores, h.Hist.snapshotAcquires(), res.Violations)
 	h.Hist.update(func() {
@@ -204,13 +206,19 @@ func (h *Harness) backgroundCompaction(ctx context.Context) {
 	}
 }
 
+// clusterLease is a lease found in one cluster.
+type clusterLease struct {
+	cluster *EtcdCluster
+	id      clientv3.LeaseID
+}
+
 // orphans waits until from, then polls until until for lock keys and
 // leases left in any cluster; it returns those still there at the end.
-func (h *Harness) orphans(ctx context.Context, from, until time.Time) ([]string, int) {
+func (h *Harness) orphans(ctx context.Context, from, until time.Time) ([]string, []clusterLease) {
 	time.Sleep(time.Until(from))
 	for {
 		var keys []string
-		leases := 0
+		var leases []clusterLease
 		for _, c := range h.Clusters {
 			gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			resp, err := c.Client.Get(gctx, lockRoot, clientv3.WithPrefix())
@@ -220,15 +228,39 @@ func (h *Harness) orphans(ctx context.Context, from, until time.Time) ([]string,
 				}
 			}
 			if ls, err := c.Client.Leases(gctx); err == nil {
-				leases += len(ls.Leases)
+				for _, l := range ls.Leases {
+					leases = append(leases, clusterLease{c, l.ID})
+				}
 			}
 			cancel()
 		}
-		if (len(keys) == 0 && leases == 0) || time.Now().After(until) {
+		if (len(keys) == 0 && len(leases) == 0) || time.Now().After(until) {
 			return keys, leases
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// describeLeases says of each lease left behind what etcd knows of it:
+// its TTL, what is left of it, and the keys on it (for a first look at who
+// keeps renewing it).
+func (h *Harness) describeLeases(ctx context.Context, leases []clusterLease) []string {
+	var out []string
+	for _, l := range leases {
+		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		r, err := l.cluster.Client.TimeToLive(gctx, l.id, clientv3.WithAttachedKeys())
+		cancel()
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s lease %x: %v", l.cluster.Name, int64(l.id), err))
+			continue
+		}
+		keys := make([]string, len(r.Keys))
+		for i, k := range r.Keys {
+			keys[i] = string(k)
+		}
+		out = append(out, fmt.Sprintf("%s lease %x (granted TTL %ds, %ds left, keys %q)", l.cluster.Name, int64(l.id), r.GrantedTTL, r.TTL, keys))
+	}
+	return out
 }
 
 // check runs every checker over the recorded history.
