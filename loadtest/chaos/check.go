@@ -97,6 +97,7 @@ type keyLife struct {
 	cluster, name, waiter string
 	createRev, delRev     int64 // delRev math.MaxInt64 while never deleted
 	epoch                 uint16
+	delSeen               time.Time // when the recorder first received the deletion; zero when unknown
 }
 
 // keyIndex is the etcd revision history of every waiter key.
@@ -153,6 +154,9 @@ func buildKeyIndex(events []KeyEvent, samples []ClockSample, clusters []string) 
 		}
 		if !e.Create {
 			k.delRev = e.ModRev
+			if !e.Seen.IsZero() && (k.delSeen.IsZero() || e.Seen.Before(k.delSeen)) {
+				k.delSeen = e.Seen
+			}
 		}
 	}
 	for _, byName := range ix.byName {

@@ -39,6 +39,9 @@ type KeyEvent struct {
 	Epoch uint16 `json:"epoch"`
 	// Lease is the key's lease.
 	Lease int64 `json:"lease"`
+	// Seen is when the recorder received the event: etcd committed it
+	// by then.
+	Seen time.Time `json:"seen,omitzero"`
 }
 
 // ClockSample is one linearizable read of a cluster: its header revision
@@ -95,8 +98,10 @@ func (r *recorder) watch(ctx context.Context, c *EtcdCluster) {
 			if resp.Err() != nil {
 				break
 			}
+			seen := time.Now()
 			for _, ev := range resp.Events {
 				if ke, ok := keyEvent(c.Name, ev); ok {
+					ke.Seen = seen
 					r.hist.update(func() { r.hist.Keys = append(r.hist.Keys, ke) })
 					if !ke.Create {
 						r.noteDeleted(ke)

@@ -157,6 +157,12 @@ type Injection struct {
 	Note string `json:"note,omitempty"`
 	// Violation is set when the injection's own check failed.
 	Violation string `json:"violation,omitempty"`
+	// StaleRevokes is, for a leader-pause, the last moment after the
+	// member resumed at which its log shows a lease revoke of its own
+	// timing out ("failed to revoke lease": its lessor still acting as the
+	// primary; etcd re-sends the revoke, which can still land until then);
+	// zero when it logged none. See knownPausedLeaderRevokes.
+	StaleRevokes time.Time `json:"staleRevokes,omitzero"`
 }
 
 // History is everything a run records. It is safe for concurrent use.

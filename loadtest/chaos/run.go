@@ -123,6 +123,9 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	h.rec.wait()
 
 	res := &Result{Seed: cfg.Seed, OrphanKeys: len(orphanKeys), OrphanLeases: len(orphanLeases)}
+	h.Hist.update(func() {
+		noteStaleRevokes(h.Hist.Injections, func(m string) string { return filepath.Join(out, "logs", m+".log") })
+	})
 	res.Violations = h.check(stop, out)
 	for _, k := range orphanKeys {
 		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: k})
