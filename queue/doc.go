@@ -68,13 +68,11 @@
 // revision and touch nothing, and a session waiter's grant moves its key
 // in a transaction comparing both revisions and the session's secret.
 //
-// The guard. The chaos harness has seen a grant made while a key created
-// earlier was still live, which a view equal to etcd's state cannot allow;
-// until the cause is found, a grant from the view is confirmed by one read
-// of the name's first keys (confirmHolds in wait.go), and a waiter the
-// read does not confirm reads again after a pause until etcd agrees. The
-// argument above is what the view is meant to give; the read is what
-// makes a grant safe while the view is in doubt.
+// A grant the chaos harness once flagged as made beside a live earlier key
+// was not one: etcd itself had deleted that key a moment before — a
+// paused etcd leader's late revocation of a lease the new leader had
+// renewed (docs/safety.md, "What can still go wrong") — and the view saw
+// the deletion before granting. The grant reads nothing more.
 //
 // Conditions 1 and 2 also end the wait: the key written by another attempt
 // is ErrSuperseded, the key gone or created anew ErrLeaseLost, judged from

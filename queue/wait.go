@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"sync"
 	"time"
 
@@ -277,9 +276,6 @@ func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued,
 			return Grant{}, st.err
 		}
 	}
-	if err := e.confirmHolds(ctx, q); err != nil {
-		return Grant{}, err
-	}
 	q.handoff = e.handoffOf(ctx, r.Name, st.left, q.h.Revision)
 	q.firstAt = st.rev
 	g, err := e.granted(ctx, r, q, began)
@@ -287,42 +283,4 @@ func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued,
 		e.observeHandoff(ctx, seen)
 	}
 	return g, err
-}
-
-// confirmHolds reads the first keys of the waiter's name and returns once
-// etcd itself says the waiter's key holds (doc.go, "The name hub"). The
-// hub's view is the grant's argument; this read is its guard: the
-// long-mode chaos harness saw a grant made while a key created earlier
-// was still live, which a view equal to etcd's state cannot allow, and
-// until the cause is found a grant costs this one read. When etcd
-// disagrees with the view, the waiter reads again after a pause until
-// etcd agrees, its key is gone or taken over, or ctx ends.
-func (e *Engine) confirmHolds(ctx context.Context, q *enqueued) error {
-	prefix := e.keys.namePrefix(q.h.Name)
-	key := prefix + q.h.WaiterID
-	n := max(q.limit, 1)
-	b := newBackoff(e.cfg.Clock)
-	for {
-		resp, err := e.cli.Txn(ctx).Then(
-			clientv3.OpGet(prefix, withFirstN(n)...),
-			clientv3.OpGet(key, clientv3.WithKeysOnly()),
-		).Commit()
-		if err == nil {
-			mine := firstKV(resp.Responses[1])
-			switch {
-			case mine == nil || mine.CreateRevision != q.h.Revision:
-				return fmt.Errorf("%w: the waiter's key is gone (its lease expired or was revoked)", ErrLeaseLost)
-			case mine.ModRevision != q.modRev:
-				return fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)
-			case holdsIn(resp.Responses[0].GetResponseRange().GetKvs(), q.h.Revision, n):
-				return nil
-			}
-		}
-		if werr := b.wait(ctx); werr != nil {
-			if err != nil {
-				return fmt.Errorf("queue: confirm the grant: %w", err)
-			}
-			return werr
-		}
-	}
 }
