@@ -65,8 +65,10 @@
 // no thief was granted the waiter it named, and no victim lost its wait to
 // one; every adversary call was refused as the API documents or was a
 // no-op; FIFO among waiters that stayed; no waiter outlived its wait
-// timeout by more than a second; no keys or leases are left after
-// quiescence; and how long each fault kept the affected names from being
+// timeout by more than a second; no keys or leases are left once the
+// workload has stopped and every lease's lifetime has passed (a lock's TTL,
+// a gateway's idle attempt lease its AttemptTTL and one renewal tick; a
+// lease left is reported with its TTL and the keys on it); and how long each fault kept the affected names from being
 // granted, including how long a stopped gateway's session waiters kept
 // their name (at most the attempt TTL).
 //

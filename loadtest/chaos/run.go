@@ -116,7 +116,13 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	stop := time.Now()
 	stopWork()
 	waitTimeout(wg.Wait, 30*time.Second)
-	orphanKeys, orphanLeases := h.orphans(ctx, stop.Add(cfg.TTL+1500*time.Millisecond), stop.Add(cfg.TTL+5*time.Second))
+	// From the moment the last worker is done, a lock's lease lapses within
+	// its TTL and a gateway's idle attempt lease is revoked once it has had
+	// no reference for AttemptTTL, seen at its next renewal tick
+	// (AttemptTTL/3 later).
+	quiet := time.Now()
+	lapse := max(cfg.TTL, cfg.AttemptTTL+cfg.AttemptTTL/3)
+	orphanKeys, orphanLeases := h.orphans(ctx, quiet.Add(lapse+1500*time.Millisecond), quiet.Add(lapse+5*time.Second))
 	leaseNotes := h.describeLeases(ctx, orphanLeases)
 	time.Sleep(500 * time.Millisecond) // let the recorder see the last deletions
 	stopRec()
@@ -131,7 +137,7 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: k})
 	}
 	if len(orphanLeases) > 0 {
-		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence + TTL: %s", len(orphanLeases), strings.Join(leaseNotes, "; "))})
+		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence and their lifetimes (TTL, idle attempt lease): %s", len(orphanLeases), strings.Join(leaseNotes, "; "))})
 	}
 	res.Semaphores = semaphoreFigures(h.semaphores, h.Hist.snapshotAcquires(), res.Violations)
 	h.Hist.update(func() {
