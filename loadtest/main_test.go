@@ -254,18 +254,16 @@ func checkContendedExtras(t *testing.T, c *scenario.Contended, cfg scenario.Conf
 	}
 	for _, r := range wm.Runs {
 		// A few waiters' growth can be lost in the heap's noise, but the
-		// goroutines serving them cannot: each streaming waiter holds at
-		// least one in the gateway. The embedded etcd server's own
-		// goroutines come and go (compaction, raft, its watch streams)
-		// independently of the waiters, so they are left out of the count.
-		gw := 0.0
-		for l, g := range r.GoroutinesByLayer {
-			if l != layers.EtcdSrv {
-				gw += g
-			}
-		}
-		if r.Error != "" || r.Waiters != cfg.MemWaiters || gw < 1 {
-			t.Errorf("waiter memory, %s connections: %+v; want %d waiters measured, at least a goroutine each", r.Connections, r, cfg.MemWaiters)
+		// goroutines serving them cannot: each streaming waiter holds one
+		// in the gateway's own code (its handler, parked in the wait). Other
+		// layers' goroutines come and go apart from the waiters (the
+		// embedded etcd server's, the runtime's), and so may a couple of
+		// the gateway's background tasks during the window: those two are
+		// allowed for.
+		gw := r.GoroutinesByLayer[layers.Gateway] * float64(r.Waiters)
+		t.Logf("waiter memory, %s connections: goroutines per waiter by layer %v", r.Connections, r.GoroutinesByLayer)
+		if r.Error != "" || r.Waiters != cfg.MemWaiters || gw < float64(r.Waiters-2) {
+			t.Errorf("waiter memory, %s connections: %+v; want %d waiters measured, a goroutine each in the gateway's code", r.Connections, r, cfg.MemWaiters)
 		}
 	}
 }
