@@ -197,8 +197,12 @@ func (e *Engine) enqueue(ctx context.Context, r *AcquireRequest, ttlSec int64, o
 	if l, ok := e.pool.take(ctx, ttlSec); ok {
 		q, err := e.enqueueOn(ctx, r, ttlSec, onlyIfFree, l, true)
 		if !errors.Is(err, errPoolMiss) {
+			e.observePoolTake(ctx, poolHit)
 			return q, err
 		}
+		e.observePoolTake(ctx, poolLapsed)
+	} else if e.pool.size > 0 {
+		e.observePoolTake(ctx, poolMiss)
 	}
 	id, ttl, deadline, err := e.grantLease(ctx, ttlSec)
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/leasegate/leasegate/internal/clock"
 )
 
@@ -377,4 +380,67 @@ func TestRefusedSemaphoreTryKeepsLeaseOutOfPool(t *testing.T) {
 	}
 	mustRelease(t, e, g)
 	mustRelease(t, e, holder)
+}
+
+// TestPoolTakesAreCounted: every per-lock acquire counts where its lease
+// came from — a miss while the pool is empty, a hit once a pass filled it,
+// lapsed when the pooled lease was gone by the enqueue — and a session
+// acquire, which takes none, counts nothing.
+func TestPoolTakesAreCounted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) {
+		c.Clock, c.LeasePool = clk, 4
+		c.Telemetry = Telemetry{MeterProvider: mp, Cluster: "c0"}
+	})
+	counts := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(testCtx(t), &rm); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "leasegate.lease_pool.takes" {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					o, _ := dp.Attributes.Value("outcome")
+					out[o.AsString()] += dp.Value
+				}
+			}
+		}
+		return out
+	}
+	mustRelease(t, e, mustAcquire(t, e, req("a"))) // empty pool: a miss, and a pass fills it
+	settle(e)
+	mustRelease(t, e, mustAcquire(t, e, req("b"))) // a hit
+	settle(e)
+	e.pool.mu.Lock()
+	var free []clientv3.LeaseID
+	for _, l := range e.pool.classes[poolTTL].free {
+		free = append(free, l.id)
+	}
+	e.pool.mu.Unlock()
+	if len(free) == 0 {
+		t.Fatal("the pool has no free lease left to revoke")
+	}
+	for _, id := range free { // behind the pool's back
+		if _, err := cli.Revoke(testCtx(t), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRelease(t, e, mustAcquire(t, e, req("c"))) // the pooled lease is gone: lapsed
+	s, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("d")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	mustRelease(t, e, mustAcquire(t, e, r)) // a session acquire: nothing
+	got := counts()
+	if len(got) != 3 || got[poolMiss] != 1 || got[poolHit] != 1 || got[poolLapsed] != 1 {
+		t.Errorf("pool takes by outcome = %v; want 1 miss, 1 hit, 1 lapsed", got)
+	}
 }

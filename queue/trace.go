@@ -67,6 +67,8 @@ func nameAttr(name string) attribute.KeyValue {
 type engineTel struct {
 	tracer    trace.Tracer
 	handoff   metric.Float64Histogram
+	poolTakes metric.Int64Counter
+	poolOpts  map[string]metric.AddOption // by outcome
 	shard     attribute.KeyValue
 	shardOpts metric.MeasurementOption
 	ho        handoffLease
@@ -85,8 +87,31 @@ func newEngineTel(t Telemetry) *engineTel {
 		if err == nil && h.Enabled(context.Background()) {
 			et.handoff = h
 		}
+		c, err := t.MeterProvider.Meter(scopeName).Int64Counter("leasegate.lease_pool.takes",
+			metric.WithDescription("Per-lock acquires by where their lease came from: hit (a pooled lease), miss (the pool had none: granted inline), lapsed (the pooled lease was gone by the enqueue: granted inline)."))
+		if err == nil && c.Enabled(context.Background()) {
+			et.poolTakes = c
+			et.poolOpts = map[string]metric.AddOption{}
+			for _, o := range []string{poolHit, poolMiss, poolLapsed} {
+				et.poolOpts[o] = metric.WithAttributes(attribute.String("shard", t.Cluster), attribute.String("outcome", o))
+			}
+		}
 	}
 	return et
+}
+
+// Outcomes of a per-lock acquire's look into the lease pool.
+const (
+	poolHit    = "hit"
+	poolMiss   = "miss"
+	poolLapsed = "lapsed"
+)
+
+// observePoolTake counts one per-lock acquire's lease by outcome.
+func (e *Engine) observePoolTake(ctx context.Context, outcome string) {
+	if e.tel.poolTakes != nil {
+		e.tel.poolTakes.Add(ctx, 1, e.tel.poolOpts[outcome])
+	}
 }
 
 // span is one engine span; a nil *span (tracing off) ignores every call.

@@ -244,6 +244,15 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if v := gauge("leasegate_rate_limit_rejections_total", map[string]string{"limit": "tenant_renew_rate"}); v != 1 {
 		t.Errorf("rate-limit rejections: %g; want 1", v)
 	}
+	// Every acquire of the workload is per-lock, and each counts where its
+	// lease came from: 11 immediate, 1 queued, 1 busy try, 1 REST.
+	var takes float64
+	for _, m := range fams["leasegate_lease_pool_takes_total"].GetMetric() {
+		takes += m.GetCounter().GetValue()
+	}
+	if takes != 14 {
+		t.Errorf("lease pool takes: %g; want 14, one per per-lock acquire", takes)
+	}
 	if v := gauge("leasegate_build_info", map[string]string{"version": "v0.0.0-test"}); v != 1 {
 		t.Errorf("build info: %g; want 1", v)
 	}
