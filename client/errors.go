@@ -118,6 +118,9 @@ const (
 	ReasonPermissionDenied = v1.ErrorReason_PERMISSION_DENIED
 	// ReasonNotOwner: the id or token is not the caller's (ErrNotOwner).
 	ReasonNotOwner = v1.ErrorReason_NOT_OWNER
+	// ReasonLimitMismatch: a semaphore acquire's limit is not the one the
+	// name's holders and waiters have (ErrLimitMismatch).
+	ReasonLimitMismatch = v1.ErrorReason_LIMIT_MISMATCH
 )
 
 // Reason returns the leasegate reason (one of the Reason constants) carried
@@ -255,7 +258,8 @@ func kindOf(err error) error {
 		case ReasonExpired, ReasonStolen, ReasonLeaseLost:
 			return ErrLockLost
 		}
-		if ce.Code() == connect.CodeFailedPrecondition && badField(ce) == "limit" {
+		if ce.Code() == connect.CodeFailedPrecondition && (Reason(err) == ReasonLimitMismatch || badField(ce) == "limit") {
+			// (The field alone is what gateways before the reason send.)
 			return ErrLimitMismatch
 		}
 	case connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnimplemented:

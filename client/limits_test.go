@@ -243,3 +243,41 @@ func TestClientSideFailureIsRetryable(t *testing.T) {
 		t.Fatalf("retryable = %v, kindOf = %v for a failure connect made up; want true, ErrUnavailable", retryable(local), kindOf(local))
 	}
 }
+
+// TestLimitMismatchKind: a semaphore acquire refused for its limit is
+// ErrLimitMismatch whether the gateway says so by its reason or, as
+// gateways before the reason do, only by the field it names.
+func TestLimitMismatchKind(t *testing.T) {
+	refusal := func(reason v1.ErrorReason, field string) error {
+		ce := connect.NewError(connect.CodeFailedPrecondition, errors.New(`"pool" is held with limit 2, not 3`))
+		if reason != v1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+			d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ce.AddDetail(d)
+		}
+		if field != "" {
+			d, err := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ce.AddDetail(d)
+		}
+		return ce
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"reason and field", refusal(ReasonLimitMismatch, "limit"), ErrLimitMismatch},
+		{"reason alone", refusal(ReasonLimitMismatch, ""), ErrLimitMismatch},
+		{"field alone (an older gateway)", refusal(v1.ErrorReason_ERROR_REASON_UNSPECIFIED, "limit"), ErrLimitMismatch},
+		{"neither", refusal(v1.ErrorReason_ERROR_REASON_UNSPECIFIED, ""), nil},
+	} {
+		if got := kindOf(tc.err); got != tc.want {
+			t.Errorf("%s: kindOf = %v; want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -32,6 +32,7 @@ func TestReasonWireStrings(t *testing.T) {
 		{client.ReasonQuotaExceeded, "QUOTA_EXCEEDED"},
 		{client.ReasonPermissionDenied, "PERMISSION_DENIED"},
 		{client.ReasonNotOwner, "NOT_OWNER"},
+		{client.ReasonLimitMismatch, "LIMIT_MISMATCH"},
 	} {
 		if got := tc.reason.String(); got != tc.wire {
 			t.Errorf("%d.String() = %q; want %q", tc.reason, got, tc.wire)

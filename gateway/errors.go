@@ -36,6 +36,7 @@ const (
 	ReasonQuotaExceeded       = v1.ErrorReason_QUOTA_EXCEEDED        // a cap (keys, waiters) refused the call
 	ReasonPermissionDenied    = v1.ErrorReason_PERMISSION_DENIED     // the tenant's name policy refuses the name
 	ReasonNotOwner            = v1.ErrorReason_NOT_OWNER             // the id or token is not the caller's
+	ReasonLimitMismatch       = v1.ErrorReason_LIMIT_MISMATCH        // a semaphore acquire's limit is not the name's
 )
 
 // noReason is an error without a leasegate reason.
@@ -187,7 +188,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	switch {
 	case errors.Is(err, queue.ErrLimitMismatch):
 		// Not a bad request: the same limit is right once the name is free.
-		return connect.CodeFailedPrecondition, noReason, err.Error()
+		return connect.CodeFailedPrecondition, ReasonLimitMismatch, err.Error()
 	case errors.As(err, &fe):
 		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),

@@ -55,8 +55,8 @@ func TestSemaphoreAcrossGateways(t *testing.T) {
 	}
 	// Another limit: failed_precondition naming the field and the limit.
 	_, err = try(g2, 3)
-	if codeOf(err) != connect.CodeFailedPrecondition || violatedField(err) != "limit" || !strings.Contains(err.Error(), "limit 2") {
-		t.Fatalf("TryAcquire with limit 3 = %v (field %q); want failed_precondition on field limit naming limit 2", err, violatedField(err))
+	if codeOf(err) != connect.CodeFailedPrecondition || violatedField(err) != "limit" || reasonOf(err) != "LIMIT_MISMATCH" || !strings.Contains(err.Error(), "limit 2") {
+		t.Fatalf("TryAcquire with limit 3 = %v (field %q, reason %q); want failed_precondition LIMIT_MISMATCH on field limit naming limit 2", err, violatedField(err), reasonOf(err))
 	}
 	status, body := postJSON(t, g1, "/api/v1/locks/acquire", `{"name":"pool","ttlMs":10000,"limit":1}`)
 	e, _ := body["error"].(map[string]any)

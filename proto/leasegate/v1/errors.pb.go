@@ -81,6 +81,12 @@ const (
 	// the caller owns what it names: it belongs to another lock, caller or
 	// tenant. Code permission_denied.
 	ErrorReason_NOT_OWNER ErrorReason = 14
+	// A semaphore acquire asked for another limit than the one the name's
+	// holders and waiters were enqueued with (a lock's is 1). A
+	// google.rpc.BadRequest detail names the field "limit" and the message
+	// names the name's limit. The same request succeeds once every holder and
+	// waiter of the name has gone. Code failed_precondition (HTTP 409).
+	ErrorReason_LIMIT_MISMATCH ErrorReason = 15
 )
 
 // Enum value maps for ErrorReason.
@@ -101,6 +107,7 @@ var (
 		12: "QUOTA_EXCEEDED",
 		13: "PERMISSION_DENIED",
 		14: "NOT_OWNER",
+		15: "LIMIT_MISMATCH",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -118,6 +125,7 @@ var (
 		"QUOTA_EXCEEDED":           12,
 		"PERMISSION_DENIED":        13,
 		"NOT_OWNER":                14,
+		"LIMIT_MISMATCH":           15,
 	}
 )
 
@@ -152,7 +160,7 @@ var File_leasegate_v1_errors_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xb3\x02\n" +
+	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xc7\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fLOCK_EXPIRED\x10\x01\x12\x0f\n" +
@@ -172,7 +180,8 @@ const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\fRATE_LIMITED\x10\v\x12\x12\n" +
 	"\x0eQUOTA_EXCEEDED\x10\f\x12\x15\n" +
 	"\x11PERMISSION_DENIED\x10\r\x12\r\n" +
-	"\tNOT_OWNER\x10\x0eB?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
+	"\tNOT_OWNER\x10\x0e\x12\x12\n" +
+	"\x0eLIMIT_MISMATCH\x10\x0fB?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
 	file_leasegate_v1_errors_proto_rawDescOnce sync.Once
