@@ -234,6 +234,21 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	return &g, nil
 }
 
+// tryAcquire is acquire without waiting: nil and no error when the name
+// is not free.
+func (w *world) tryAcquire(ctx context.Context, who string, e *Engine, r AcquireRequest) (*Grant, error) {
+	res, err := e.TryAcquire(ctx, r)
+	if err != nil || !res.Acquired {
+		return nil, err
+	}
+	g := res.Grant
+	w.mu.Lock()
+	w.limitOf[g.Revision] = max(r.Limit, 1)
+	w.mu.Unlock()
+	w.certify(who, g)
+	return &g, nil
+}
+
 // certify checks what every grant rests on, whoever receives it (a zombie
 // attempt's grant too): at the revision the engine says it knew the key
 // first (g.asOf), etcd had the key with the grant's identity, carrying the
@@ -679,14 +694,26 @@ func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
 
 // mismatcher acquires the world's semaphore with another limit: it is
 // refused while the name has keys, or holds the name under its own limit
-// (which the others' acquires are then refused for).
+// (which the others' acquires are then refused for). One in two tries
+// instead (TryAcquire), which puts its key before it can see the name's
+// limit and takes it back when refused.
 func (w *world) mismatcher(name string) actorSpec {
 	e := w.engine()
+	try := w.rng.IntN(2) == 0
 	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		r := w.request(name, name+"-req")
 		r.Limit = w.limit + 1
 		w.step(ctx, "acquire")
-		g, err := w.acquire(ctx, name, e, r)
+		var g *Grant
+		var err error
+		if try {
+			g, err = w.tryAcquire(ctx, name, e, r)
+		} else {
+			g, err = w.acquire(ctx, name, e, r)
+		}
+		if g == nil && err == nil {
+			return // not free
+		}
 		if err != nil {
 			if !expectedEnd(err) && !errors.Is(err, ErrLimitMismatch) {
 				w.violate("%s: acquire: %v", name, err)
