@@ -243,7 +243,9 @@
 // conservative deadline. Waiters that give up, undelivered grants and
 // enqueues with an unknown outcome revoke as before, and so does an
 // enqueue whose key was put and then removed (a full queue, another
-// semaphore limit): a lease is either revoked or given back, never both.
+// semaphore limit — a semaphore's TryAcquire included, which puts its key
+// before it can see the name's limit): a lease is either revoked or given
+// back, never both.
 //
 // # Observers and administrators
 //
