@@ -78,7 +78,12 @@ type BreakerConfig struct {
 	Window time.Duration
 
 	// OpenTimeout is how long the breaker stays open before it lets probes
-	// through (half-open). Default 5 s.
+	// through (half-open). Default 1 s: the usual trip is an etcd leader
+	// election (writes fail until a new leader is elected, about an
+	// election timeout), and every second the breaker stays open after the
+	// cluster recovers is a second of refused acquires and renewals — a
+	// holder whose renewals are refused past its deadline loses its lock.
+	// A dead cluster costs one probe call per OpenTimeout per gateway.
 	OpenTimeout time.Duration
 
 	// HalfOpenProbes is how many calls the half-open breaker lets through;
@@ -95,13 +100,13 @@ type BreakerConfig struct {
 }
 
 // DefaultBreakerConfig returns the defaults: trip after 5 consecutive
-// failures, no ratio trip, 5 s open, 1 half-open probe.
+// failures, no ratio trip, 1 s open, 1 half-open probe.
 func DefaultBreakerConfig() BreakerConfig {
 	return BreakerConfig{
 		ConsecutiveFailures: 5,
 		MinCalls:            20,
 		Window:              10 * time.Second,
-		OpenTimeout:         5 * time.Second,
+		OpenTimeout:         time.Second,
 		HalfOpenProbes:      1,
 	}
 }
