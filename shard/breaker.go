@@ -185,6 +185,10 @@ func NewBreaker(cluster string, cfg BreakerConfig) (*Breaker, error) {
 // Cluster returns the name of the cluster the breaker guards.
 func (b *Breaker) Cluster() string { return b.cluster }
 
+// OpenTimeout returns how long the breaker stays open before it probes
+// (BreakerConfig.OpenTimeout, its default filled in).
+func (b *Breaker) OpenTimeout() time.Duration { return b.cfg.OpenTimeout }
+
 // State returns the current state, for metrics and health reporting.
 func (b *Breaker) State() State { return stateOf(b.cb.State()) }
 

@@ -50,3 +50,26 @@ func TestLeasePool(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerOpenTimeout: the configured open period reaches every
+// cluster's breaker, and one outside its range is refused.
+func TestBreakerOpenTimeout(t *testing.T) {
+	t.Parallel()
+	srv := startGateway(t, nil, func(c *server.Config) { c.BreakerOpenTimeout = 3 * time.Second })
+	bes := srv.Router().Backends()
+	if len(bes) == 0 {
+		t.Fatal("no backends")
+	}
+	for _, be := range bes {
+		if got := be.Breaker.OpenTimeout(); got != 3*time.Second {
+			t.Errorf("cluster %s: breaker open timeout = %s; want 3s", be.Name, got)
+		}
+	}
+	for _, bad := range []time.Duration{time.Millisecond, 2 * time.Minute} {
+		cfg := server.DefaultConfig()
+		cfg.BreakerOpenTimeout = bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "breaker open timeout") {
+			t.Errorf("Validate with BreakerOpenTimeout %s = %v; want a breaker open timeout error", bad, err)
+		}
+	}
+}

@@ -55,6 +55,11 @@ type Config struct {
 	// Breaker configures the per-cluster circuit breakers; nil uses
 	// shard.DefaultBreakerConfig.
 	Breaker *shard.BreakerConfig
+	// BreakerOpenTimeout, when positive, is how long a cluster's tripped
+	// breaker stays open before it lets a probe through, over Breaker's.
+	// Default shard.DefaultBreakerConfig's (1 s); 100 ms to 1 min. Set it
+	// near the etcd clusters' election timeout.
+	BreakerOpenTimeout time.Duration
 	// TLSCert and TLSKey, when set, make the listener serve TLS only.
 	TLSCert, TLSKey string
 	// TLSClientCA, when set, verifies client certificates against it and
@@ -118,17 +123,18 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Listen:            "127.0.0.1:7070",
-		DataDir:           "./leasegate-data",
-		EmbeddedShards:    3,
-		Prefix:            shard.DefaultPrefix,
-		Gateway:           gateway.DefaultConfig(),
-		ShutdownTimeout:   15 * time.Second,
-		MaxStreamsPerConn: 1000,
-		MaxConns:          10_000,
-		MaxConnsPerIP:     1_000,
-		AttemptTTL:        queue.DefaultConfig().AttemptTTL,
-		LeasePool:         queue.DefaultConfig().LeasePool,
+		Listen:             "127.0.0.1:7070",
+		DataDir:            "./leasegate-data",
+		EmbeddedShards:     3,
+		Prefix:             shard.DefaultPrefix,
+		Gateway:            gateway.DefaultConfig(),
+		ShutdownTimeout:    15 * time.Second,
+		MaxStreamsPerConn:  1000,
+		MaxConns:           10_000,
+		MaxConnsPerIP:      1_000,
+		AttemptTTL:         queue.DefaultConfig().AttemptTTL,
+		LeasePool:          queue.DefaultConfig().LeasePool,
+		BreakerOpenTimeout: shard.DefaultBreakerConfig().OpenTimeout,
 	}
 }
 
@@ -168,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.LeasePool < 0 || c.LeasePool > queue.MaxLeasePool {
 		return fmt.Errorf("lease pool %d is outside 0 (off) to %d", c.LeasePool, queue.MaxLeasePool)
+	}
+	if c.BreakerOpenTimeout != 0 && (c.BreakerOpenTimeout < 100*time.Millisecond || c.BreakerOpenTimeout > time.Minute) {
+		return fmt.Errorf("breaker open timeout %s is outside 100ms to 1m", c.BreakerOpenTimeout)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout %s must be positive", c.ShutdownTimeout)
@@ -465,6 +474,9 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Queue.LeasePool = s.cfg.LeasePool
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
+	}
+	if s.cfg.BreakerOpenTimeout > 0 {
+		rc.Breaker.OpenTimeout = s.cfg.BreakerOpenTimeout
 	}
 	if err := s.instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
 		return err
