@@ -228,20 +228,16 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 	// goes back to the pool from here. A key put on it and taken back
 	// (queue full, another limit) was deleted by a removal that revokes
 	// the lease in the background: a lease given back as well would be
-	// handed to the next lock and revoked under it.
+	// handed to the next lock and revoked under it. Nothing else revokes
+	// it here: a removal that found the key taken over by a retry (which
+	// keeps the key's lease) owns neither the key nor the lease.
 	used, gone := false, false
 	defer func() {
 		var put keyTakenBack
-		taken := errors.As(err, &put)
-		if taken {
-			err = put.error
+		if errors.As(err, &put) {
+			err, used = put.error, true
 		}
-		switch {
-		case lease == 0 || gone:
-		case taken:
-			e.revokeLater(ctx, lease)
-		case used:
-		default:
+		if lease != 0 && !used && !gone {
 			e.pool.giveBack(ctx, l) // no key of this attempt was ever on it
 		}
 	}()
