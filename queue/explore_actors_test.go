@@ -227,11 +227,16 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	if err != nil {
 		return nil, err
 	}
+	return w.granted(who, g, r), nil
+}
+
+// granted records a grant of r's limit and certifies it.
+func (w *world) granted(who string, g Grant, r AcquireRequest) *Grant {
 	w.mu.Lock()
 	w.limitOf[g.Revision] = max(r.Limit, 1)
 	w.mu.Unlock()
 	w.certify(who, g)
-	return &g, nil
+	return &g
 }
 
 // tryAcquire is acquire without waiting: nil and no error when the name
@@ -241,12 +246,7 @@ func (w *world) tryAcquire(ctx context.Context, who string, e *Engine, r Acquire
 	if err != nil || !res.Acquired {
 		return nil, err
 	}
-	g := res.Grant
-	w.mu.Lock()
-	w.limitOf[g.Revision] = max(r.Limit, 1)
-	w.mu.Unlock()
-	w.certify(who, g)
-	return &g, nil
+	return w.granted(who, res.Grant, r), nil
 }
 
 // certify checks what every grant rests on, whoever receives it (a zombie
