@@ -355,17 +355,25 @@ func staleRevokesIn(log io.Reader, from, until time.Time) (time.Time, bool) {
 
 // noteStaleRevokes sets StaleRevokes on each leader-pause injection from
 // its member's log (logOf names the file), looking up to a minute past the
-// resumption.
+// resumption, and never past the start of the next leader-pause of that
+// cluster: the timed-out revokes after it are that pause's, with a window
+// of their own, and the stretch between the two is not excused.
 func noteStaleRevokes(injections []*Injection, logOf func(member string) string) {
 	for _, in := range injections {
 		if in.Kind != kindLeaderPause || in.Heal.IsZero() || in.Target == "" {
 			continue
 		}
+		until := in.Heal.Add(time.Minute)
+		for _, next := range injections {
+			if next.Kind == kindLeaderPause && next.Start.After(in.Heal) && next.Start.Before(until) && slices.Equal(next.Clusters, in.Clusters) {
+				until = next.Start
+			}
+		}
 		f, err := os.Open(logOf(in.Target))
 		if err != nil {
 			continue
 		}
-		if at, ok := staleRevokesIn(f, in.Heal, in.Heal.Add(time.Minute)); ok {
+		if at, ok := staleRevokesIn(f, in.Heal, until); ok {
 			in.StaleRevokes = at
 		}
 		f.Close()

@@ -386,3 +386,25 @@ func TestAttributeDeletionSeenBeforeRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleRevokesStopAtTheNextPause: a member's timed-out revokes after a
+// later pause of its cluster belong to that pause, not to the earlier one,
+// whose window would otherwise cover the whole stretch between them.
+func TestStaleRevokesStopAtTheNextPause(t *testing.T) {
+	log := fmt.Sprintf(`{"level":"warn","ts":%.6f,"msg":"failed to revoke lease","error":"etcdserver: request timed out"}`,
+		float64(at(47000).UnixNano())/1e9) + "\n"
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/c0-m0.log", []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first := &Injection{Kind: kindLeaderPause, Target: "c0-m0", Clusters: []string{"c0"}, Start: at(0), Heal: at(2500)}
+	second := &Injection{Kind: kindLeaderPause, Target: "c0-m0", Clusters: []string{"c0"}, Start: at(38000), Heal: at(40500)}
+	other := &Injection{Kind: kindLinkDelay, Target: "g1->etcd", Start: at(20000), Heal: at(23000)}
+	noteStaleRevokes([]*Injection{first, other, second}, func(m string) string { return dir + "/" + m + ".log" })
+	if !first.StaleRevokes.IsZero() {
+		t.Errorf("the first pause took the second one's timed-out revoke (%s)", first.StaleRevokes)
+	}
+	if second.StaleRevokes.IsZero() || second.StaleRevokes.Sub(at(47000)).Abs() > time.Millisecond {
+		t.Errorf("second pause: StaleRevokes = %s; want %s", second.StaleRevokes, at(47000))
+	}
+}
