@@ -53,15 +53,7 @@ func (t leaderTerm) Name() string                      { return t.name }
 func (h *Harness) campaign(ctx context.Context, s *sdk, who, election string, wait time.Duration) (heldLock, *AcquireOp) {
 	rid := newRequestID()
 	op := h.Hist.begin(&AcquireOp{Client: who, Role: "campaigner", Name: electionOpName(election), RequestID: rid, Wait: wait, Invoke: time.Now()})
-	onQueued := func(int64) {
-		now := time.Now()
-		h.Hist.update(func() {
-			if op.Queued.IsZero() {
-				op.Queued = now
-			}
-			op.LastQueued = now
-		})
-	}
+	onQueued := h.recordQueued(op)
 	var l *client.Leadership
 	c, err := s.forOp(h.Hist, op)
 	if err == nil {

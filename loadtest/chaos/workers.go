@@ -56,15 +56,7 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 		wait = 0
 	}
 	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, Limit: sp.limit, RequestID: rid, Wait: wait, Invoke: time.Now()})
-	onQueued := func(int64) {
-		now := time.Now()
-		h.Hist.update(func() {
-			if op.Queued.IsZero() {
-				op.Queued = now
-			}
-			op.LastQueued = now
-		})
-	}
+	onQueued := h.recordQueued(op)
 	ttl := sp.ttl
 	if ttl == 0 {
 		ttl = h.cfg.TTL
@@ -307,4 +299,18 @@ func (h *Harness) probe(ctx context.Context, cluster string, start, until time.T
 	}
 	wg.Wait()
 	return res
+}
+
+// recordQueued returns an OnQueued callback that records, on op, when it
+// was first and last told its queue position.
+func (h *Harness) recordQueued(op *AcquireOp) func(int64) {
+	return func(int64) {
+		now := time.Now()
+		h.Hist.update(func() {
+			if op.Queued.IsZero() {
+				op.Queued = now
+			}
+			op.LastQueued = now
+		})
+	}
 }
