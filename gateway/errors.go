@@ -158,6 +158,9 @@ func toConnect(err error) *connect.Error {
 		if errors.Is(err, queue.ErrQueueFull) {
 			info.Metadata = map[string]string{MetadataLimit: limitNameWaiters}
 		}
+		if errors.Is(err, queue.ErrTooManyHolds) {
+			info.Metadata = map[string]string{MetadataLimit: limitNameHolds}
+		}
 		if d, derr := connect.NewErrorDetail(info); derr == nil {
 			out.AddDetail(d)
 		}
@@ -202,7 +205,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodePermissionDenied, ReasonPermissionDenied, err.Error()
 	case errors.Is(err, queue.ErrHolderChanged):
 		return connect.CodeFailedPrecondition, noReason, err.Error()
-	case errors.Is(err, queue.ErrQueueFull):
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrTooManyHolds):
 		return connect.CodeResourceExhausted, ReasonQuotaExceeded, err.Error()
 	case errors.Is(err, ErrUnknownShard):
 		return connect.CodeNotFound, noReason, "the id names a shard this gateway does not know"

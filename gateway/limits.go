@@ -72,6 +72,7 @@ const (
 	limitTenantWaiters     = "tenant_waiters"
 	limitTenantKeys        = "tenant_keys"
 	limitNameWaiters       = "name_waiters" // queue.ErrQueueFull
+	limitNameHolds         = "lock_holds"   // queue.ErrTooManyHolds
 )
 
 // limitedError carries the limit that refused a call, whether it is a rate

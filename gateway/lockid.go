@@ -21,6 +21,7 @@ const (
 	lockIDVersion    = 2
 	sessionIDVersion = 2
 	flagSession      = 1
+	flagHold         = 2 // the id names one hold of a re-entered lock
 	maxIDLen         = 2048
 	tagLen           = 16
 )
@@ -103,6 +104,10 @@ func EncodeLockID(keys IDKeyring, id LockID) string {
 	if id.Handle.Session {
 		flags |= flagSession
 	}
+	hold, _ := hex.DecodeString(id.Handle.HoldID)
+	if len(hold) > 0 {
+		flags |= flagHold
+	}
 	b = append(b, flags)
 	b = appendString(b, id.Tenant)
 	b = appendString(b, id.Shard)
@@ -112,6 +117,9 @@ func EncodeLockID(keys IDKeyring, id LockID) string {
 	b = appendString(b, string(wid))
 	b = append(b, id.Handle.Secret[:]...)
 	b = appendString(b, id.Handle.Name)
+	if len(hold) > 0 {
+		b = appendString(b, string(hold))
+	}
 	return seal(keys, lockIDDomain, lockIDVersion, b)
 }
 
@@ -134,16 +142,24 @@ func DecodeLockID(keys IDKeyring, s string) (LockID, error) {
 	copy(id.Handle.Secret[:], r.bytes(queue.SecretLen))
 	id.Handle.Name = r.string()
 	id.Handle.Session = flags&flagSession != 0
+	var hold string
+	if flags&flagHold != 0 {
+		hold = r.string()
+	}
 	if r.err || len(r.b) != 0 {
 		return LockID{}, fmt.Errorf("%w: lock id is truncated or has trailing bytes", ErrMalformedID)
 	}
-	if len(wid) != 16 || id.Handle.Revision <= 0 || id.Handle.Lease == 0 || id.Shard == "" || flags&^flagSession != 0 {
+	if len(wid) != 16 || id.Handle.Revision <= 0 || id.Handle.Lease == 0 || id.Shard == "" || flags&^(flagSession|flagHold) != 0 ||
+		flags&flagHold != 0 && (len(hold) != 16 || !id.Handle.Session) {
 		return LockID{}, fmt.Errorf("%w: lock id fields are out of range", ErrMalformedID)
 	}
 	if err := queue.ValidateKeyName(id.Handle.Name); err != nil {
 		return LockID{}, fmt.Errorf("%w: lock id names an invalid lock", ErrMalformedID)
 	}
 	id.Handle.WaiterID = hex.EncodeToString([]byte(wid))
+	if hold != "" {
+		id.Handle.HoldID = hex.EncodeToString([]byte(hold))
+	}
 	return id, nil
 }
 

@@ -254,7 +254,12 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 				if err == nil && mine == nil && q.h.Revision != 0 {
 					// The key went onto a lease that had expired and
 					// is not yet revoked: take it off again.
-					e.deleteOwned(ctx, r.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+					// Its removal runs without the caller: the lease is
+					// past its deadline, and etcd's revocation would take
+					// the key too, later.
+					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+					e.deleteOwned(dctx, r.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+					cancel()
 				}
 				return nil, errPoolMiss
 			case kerr == nil:
@@ -321,29 +326,29 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Delay:    r.LockDelay.Milliseconds(),
 	})
 
-	// A session waiter that may have to wait rides on the attempt lease
-	// until its grant; one that is first goes straight onto the session
-	// lease. Only a name with no keys at all makes the new key first, and
-	// a nested transaction decides that atomically, so an uncontested
-	// session acquire stays one round trip. A moved name's first waiter
-	// still waits for the previous cluster (BeforeGrant): it waits on the
-	// attempt lease too.
+	// A session waiter rides on the attempt lease until its grant, so that
+	// it dies with its attempt (attempt.go); only a key that is granted in
+	// the enqueue's own transaction goes straight onto the session lease,
+	// which its caller keeps alive for as long as the session lives. That
+	// is a key of a name with no keys at all and no lock-delay record (a
+	// pending delay would make it wait), and no BeforeGrant (a moved name's
+	// first waiter still waits for the previous cluster): a nested
+	// transaction decides it atomically, so an uncontested session acquire
+	// stays one round trip.
 	var att attemptRef
-	direct := r.BeforeGrant == nil
-	if r.Session != 0 && !onlyIfFree {
+	if r.Session != 0 {
 		if att, err = e.att.acquire(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
 	var put clientv3.Op
 	empty := clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)
+	undelayed := clientv3.Compare(clientv3.CreateRevision(e.keys.delayPrefix(r.Name)).WithPrefix(), "=", 0)
 	switch {
 	case r.Session == 0:
 		put = clientv3.OpPut(key, value, clientv3.WithLease(lease))
-	case onlyIfFree:
-		put = clientv3.OpPut(key, value, clientv3.WithLease(r.Session))
-	case direct:
-		put = clientv3.OpTxn([]clientv3.Cmp{empty},
+	case r.BeforeGrant == nil:
+		put = clientv3.OpTxn([]clientv3.Cmp{empty, undelayed},
 			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(r.Session))},
 			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(att.id))})
 	default:
@@ -405,20 +410,22 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	if r.Session != 0 {
 		q.h.Lease, q.keyLease = r.Session, r.Session
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[4]).GetValue()).TTL) * time.Second
-		if !onlyIfFree && !(direct && resp.Responses[0].GetResponseTxn().GetSucceeded()) {
-			q.keyLease, q.att = att.id, att
+		if resp.Responses[0].GetResponseTxn().GetSucceeded() {
+			e.att.release(att) // it went straight onto the session lease
 		} else {
-			e.att.release(att)
+			q.keyLease, q.att = att.id, att
 		}
 	}
+	// A key taken back is removed by the engine, whatever becomes of the
+	// caller: the removal must finish even when the caller has gone.
 	if have := limitOf(q.first.GetValue()); have != n {
 		// The first key at the enqueue's revision carries the name's limit
 		// (doc.go, "Semaphores"): one written with another is taken back.
-		e.removeWaiter(ctx, q)
+		e.removeWaiterLater(ctx, q)
 		return nil, nil, keyTakenBack{limitMismatch(r.Name, n, have)}
 	}
 	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
-		e.removeWaiter(ctx, q)
+		e.removeWaiterLater(ctx, q)
 		return nil, nil, keyTakenBack{fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)}
 	}
 	return q, nil, nil

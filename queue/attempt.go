@@ -23,25 +23,28 @@ import (
 // long as the session lives.
 //
 // So a session waiter's key does not ride on the session lease while it
-// waits. It rides on this engine's attempt lease, which lives exactly as
-// long as some attempt of this process needs it: it is granted on first
-// use, renewed every AttemptTTL/3 while attempts hold references to it, and
-// revoked once it has had none for an AttemptTTL. A process that stops
-// renews it no more, so its waiters' keys lapse within AttemptTTL — long
-// enough for a client to resume its place on another gateway, which moves
-// the key onto that gateway's attempt lease. The grant moves the key onto
+// waits. It rides on this engine's attempt lease, which is renewed every
+// AttemptTTL/3 only while some attempt of this process holds a reference
+// to it: once the last reference is given back it is renewed no more and
+// lapses within AttemptTTL, with every key left on it (a waiter detached
+// by a shutdown, which keeps its place that long for a retry on another
+// gateway to take over). A lease not renewed for AttemptTTL/3 is retired:
+// the next attempt is given a fresh one, so no attempt puts its key on a
+// lease about to lapse. A process that stops renews nothing, so its
+// waiters' keys lapse within AttemptTTL alike. The grant moves the key onto
 // the session lease in the same transaction that proves the session (see
-// grant.go), and a waiter that is first when it enqueues is put on the
-// session lease at once, so an uncontested session acquire stays one
-// transaction.
+// grant.go), and a waiter granted in its enqueue's own transaction is put
+// on the session lease at once, so an uncontested session acquire stays
+// one transaction.
 type attemptLease struct {
 	e *Engine
 
-	mu   sync.Mutex
-	id   clientv3.LeaseID
-	refs int
-	gen  uint64 // bumps whenever id changes
-	stop context.CancelFunc
+	mu      sync.Mutex
+	id      clientv3.LeaseID
+	refs    int
+	gen     uint64    // bumps whenever id changes
+	renewed time.Time // when the last confirmed renewal (or the grant) was sent, on the real clock
+	stop    context.CancelFunc
 }
 
 // attemptRef is a reference to one attempt lease; the zero value holds none.
@@ -52,19 +55,28 @@ type attemptRef struct {
 
 // acquire returns the attempt lease, granting it if needed, with a
 // reference the caller gives back with release when its attempt no longer
-// needs the lease. Callers that find no lease grant one each rather than
-// wait on one another; all but the first to finish revoke theirs.
+// needs the lease. A lease that is referenced, or was renewed within
+// AttemptTTL/3, is usable; otherwise a new one is granted. Callers that
+// find no usable lease grant one each rather than wait on one another; all
+// but the first to finish revoke theirs.
 func (a *attemptLease) acquire(ctx context.Context) (attemptRef, error) {
 	a.mu.Lock()
-	if a.id != 0 {
+	if a.id != 0 && (a.refs > 0 || time.Since(a.renewed) < a.e.cfg.AttemptTTL/3) {
+		// In use (and renewed while it is), or renewed recently.
 		a.refs++
 		ref := attemptRef{a.id, a.gen}
 		a.mu.Unlock()
 		return ref, nil
 	}
+	if a.id != 0 {
+		// Unreferenced and not renewed for a third of its TTL: it is left
+		// to lapse with the keys of attempts that have gone.
+		a.dropLocked()
+	}
 	a.mu.Unlock()
 
 	a.e.at(ctx, pointLeaseGet)
+	sent := time.Now()
 	resp, err := a.e.cli.Grant(ctx, int64(a.e.cfg.AttemptTTL/time.Second))
 	if err != nil {
 		return attemptRef{}, fmt.Errorf("queue: grant attempt lease: %w", err)
@@ -77,7 +89,7 @@ func (a *attemptLease) acquire(ctx context.Context) (attemptRef, error) {
 		a.refs++
 		return attemptRef{a.id, a.gen}, nil
 	}
-	a.id, a.refs = resp.ID, 1
+	a.id, a.refs, a.renewed = resp.ID, 1, sent
 	a.gen++
 	kctx, cancel := context.WithCancel(a.e.ctx)
 	a.stop = cancel
@@ -118,15 +130,15 @@ func (a *attemptLease) dropLocked() {
 	}
 }
 
-// keep renews id every AttemptTTL/3 on the real clock (etcd's lease timers
-// run on it, whatever clock the engine measures deadlines with) and revokes
-// it after an AttemptTTL without references.
+// keep renews id every AttemptTTL/3 while it has references, on the real
+// clock (etcd's lease timers run on it, whatever clock the engine measures
+// deadlines with), and lets it lapse once it has none: it ends when the
+// lease is retired or, unreferenced at a tick, retires it.
 func (a *attemptLease) keep(ctx context.Context, id clientv3.LeaseID, gen uint64) {
 	defer a.e.wg.Done()
 	every := a.e.cfg.AttemptTTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var idleSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -138,27 +150,28 @@ func (a *attemptLease) keep(ctx context.Context, id clientv3.LeaseID, gen uint64
 			a.mu.Unlock()
 			return
 		}
-		if a.refs > 0 {
-			idleSince = time.Time{}
-		} else if idleSince.IsZero() {
-			idleSince = time.Now()
-		} else if time.Since(idleSince) >= a.e.cfg.AttemptTTL {
-			// Nobody has needed it for a while: let it go. A key still on
-			// it belongs to no live attempt, so it goes with it.
+		if a.refs == 0 {
+			// Nobody needs it: a key still on it belongs to no live
+			// attempt, and goes with it within AttemptTTL.
 			a.dropLocked()
 			a.mu.Unlock()
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.e.cfg.RequestTimeout)
-			_, _ = a.e.cli.Revoke(rctx, id)
-			cancel()
 			return
 		}
 		a.mu.Unlock()
+		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, every)
 		_, _, err := a.e.renewLease(rctx, id)
 		cancel()
 		if errors.Is(err, errLeaseNotFound) {
 			a.invalidate(id)
 			return
+		}
+		if err == nil {
+			a.mu.Lock()
+			if a.gen == gen {
+				a.renewed = sent
+			}
+			a.mu.Unlock()
 		}
 	}
 }

@@ -74,7 +74,7 @@ func BenchmarkSemaphoreCycle(b *testing.B) {
 				}
 				n++
 			}
-			e.wg.Wait()
+			e.tasks.Wait()
 			b.ReportMetric(float64(lock.Nanoseconds())/float64(n), "ns/lock")
 			b.ReportMetric(float64(sem.Nanoseconds())/float64(n), "ns/semaphore")
 			b.ReportMetric(float64(sem)/float64(lock), "sem/lock")

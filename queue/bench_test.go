@@ -269,7 +269,7 @@ func warmUp(b *testing.B, e *Engine, workers int) {
 		})
 	}
 	wg.Wait()
-	e.wg.Wait()
+	e.tasks.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
 		b.Fatal(err)
@@ -425,7 +425,7 @@ func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter Ac
 			b.Fatalf("waiter Release = %v, %v; want true, nil", ok, err)
 		}
 	}
-	e.wg.Wait() // per-lock leases: let the background revokes finish
+	e.tasks.Wait() // per-lock leases: let the background revokes finish
 	reportHandoffs(b, ds)
 	requireNoLocks(b, e)
 }

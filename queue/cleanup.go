@@ -49,7 +49,7 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 			clientv3.Compare(clientv3.ModRevision(key), "=", modRev),
 			// A lock re-entered through its session is not an attempt's
 			// to delete (reenter.go).
-			clientv3.Compare(clientv3.CreateRevision(e.keys.holds(name, waiterID)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(e.keys.holds(name, waiterID, rev)), "=", 0),
 		).Then(clientv3.OpDelete(key, clientv3.WithPrevKV()),
 			// A grant nobody received leaves no lock-delay behind (delay.go).
 			e.releaseDelayOp(Handle{Name: name, WaiterID: waiterID, Revision: rev})).Commit()
@@ -71,49 +71,17 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 // Abandon gives up a grant that could not be delivered to its client: it
 // deletes the holder's key if the attempt that made the grant still owns it
 // (a retry with the same request id that took the key over, and may have
-// delivered the grant, keeps it) and revokes the lock's own lease. It does
-// not block: the removal runs in the background, owned by the engine.
+// delivered the grant, keeps it) and revokes the lock's own lease. A grant
+// of a hold of a re-entered lock, or of a lock re-entered since, gives up
+// that one hold (reenter.go). It does not block: the removal runs in the
+// background, owned by the engine.
 func (e *Engine) Abandon(ctx context.Context, g Grant) {
 	e.background(ctx, "abandon", 0, func(ctx context.Context) {
-		if !g.reentered && e.deleteOwned(ctx, g.Name, g.WaiterID, g.Revision, g.attempt, pointAbandon) {
+		if g.HoldID == "" && e.deleteOwned(ctx, g.Name, g.WaiterID, g.Revision, g.attempt, pointAbandon) {
 			return
 		}
-		// A re-entered grant, or one re-entered by another acquire of its
-		// session since: it gives up one hold, never the key.
 		e.dropHoldOwned(ctx, g)
 	})
-}
-
-// dropHoldOwned drops one hold of g's lock, if it has extra holds, for an
-// undelivered grant; an original grant only while its attempt still owns
-// the key.
-func (e *Engine) dropHoldOwned(ctx context.Context, g Grant) {
-	modRev := g.attempt
-	if g.reentered {
-		modRev = 0
-	}
-	b := newBackoff(e.cfg.Clock)
-	for changed := 0; changed < 3; {
-		resp, err := e.cli.Get(ctx, e.keys.holds(g.Name, g.WaiterID))
-		if err == nil {
-			if len(resp.Kvs) == 0 {
-				return
-			}
-			var dropped bool
-			if dropped, err = e.dropHold(ctx, g.Handle, resp.Kvs[0], modRev); err == nil {
-				if dropped {
-					return
-				}
-				// Released, taken over or re-entered since the read: a few
-				// looks, then the key is not this grant's to touch.
-				changed++
-				continue
-			}
-		}
-		if b.wait(ctx) != nil {
-			return
-		}
-	}
 }
 
 // revokeOwnLease revokes the lease of a waiter key that was just deleted,

@@ -132,7 +132,7 @@ func TestTakeoverKeepsProclaimedValue(t *testing.T) {
 	// may remove the leader.
 	e.Abandon(ctx, g)
 	e.Abandon(ctx, again)
-	e.wg.Wait()
+	e.tasks.Wait()
 	if l, err := e.Leader(ctx, "svc"); err != nil || string(l.Value) != "v2" {
 		t.Fatalf("Leader after a stale give-up = %+v, %v; want v2", l, err)
 	}

@@ -41,7 +41,10 @@ type Engine struct {
 	// its session lives).
 	bg       context.Context
 	bgCancel context.CancelFunc
-	wg       sync.WaitGroup
+	// tasks counts the background tasks (background); wg the engine's
+	// other goroutines, which ctx stops.
+	tasks sync.WaitGroup
+	wg    sync.WaitGroup
 
 	// testHookBeforeViewRead runs before a name hub reads its view at the
 	// revision its watch started at (tests compact history at that moment).
@@ -140,7 +143,7 @@ func (e *Engine) Close() {
 	e.sess.close()
 	done := make(chan struct{})
 	go func() {
-		e.wg.Wait()
+		e.tasks.Wait()
 		close(done)
 	}()
 	grace := time.NewTimer(min(closeGrace, e.cfg.RequestTimeout))
@@ -152,6 +155,7 @@ func (e *Engine) Close() {
 		<-done
 	}
 	e.bgCancel()
+	e.wg.Wait()
 }
 
 // Handle names one waiter key and proves its ownership. It is everything a
@@ -162,6 +166,10 @@ type Handle struct {
 	Name string
 	// WaiterID is the key segment derived from the request id.
 	WaiterID string
+	// HoldID names one hold of a re-entered lock (reenter.go): the waiter
+	// id of the re-entrant acquire that took it. Empty for the key's own
+	// hold, the only one of every lock not re-entered.
+	HoldID string
 	// Lease is the etcd lease the key is attached to.
 	Lease clientv3.LeaseID
 	// Revision is the create revision of the key.
@@ -199,9 +207,9 @@ type Grant struct {
 	// Holds is the lock's hold count after a re-entrant acquire re-entered
 	// it (2 and up); 0 for every other grant, which is the lock's only hold.
 	Holds int
-	// reentered marks a grant that added a hold to a lock the session held:
-	// giving it up drops the hold, never the key.
-	reentered bool
+	// hold is the nonce a re-entered hold's entry carries for this grant:
+	// giving the grant up drops the hold only while it is still that.
+	hold string
 
 	// attempt is the mod revision of the granting attempt's last write to
 	// the key: Abandon removes the key only if it is still that.

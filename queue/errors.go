@@ -65,4 +65,7 @@ var (
 	// comes joined with ErrExpired (nobody leads) or ErrStolen (another
 	// campaigner leads).
 	ErrNotLeader = errors.New("not the leader")
+	// ErrTooManyHolds reports a re-entrant acquire of a lock that already
+	// has MaxHolds holds.
+	ErrTooManyHolds = errors.New("too many holds")
 )

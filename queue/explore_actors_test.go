@@ -727,10 +727,15 @@ func (w *world) mismatcher(name string) actorSpec {
 
 // reenterer takes the lock re-entrant in a session, on one gateway, and
 // re-enters it on either (or has the re-entered grant undelivered, given
-// up); it holds until its last release, and the name is free after it.
+// up); half the time it retries the re-entry with the same request id, as a
+// client whose answer was lost does, and gets the same hold back. It lets
+// its holds go in either order, and half the time repeats a release (a
+// retry after a lost answer), which drops nothing more. It believes it
+// holds until its last hold is released, and the name is free after it.
 func (w *world) reenterer(name string) actorSpec {
 	e1, e2 := w.engine(), w.engine()
 	undelivered := w.rng.IntN(3) == 0
+	retryEnter, retryRelease, innerFirst := w.rng.IntN(2) == 0, w.rng.IntN(2) == 0, w.rng.IntN(2) == 0
 	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		r := w.request(name, name+"-1")
 		closeSession, ok := w.openSession(ctx, e1, name, &r)
@@ -754,6 +759,22 @@ func (w *world) reenterer(name string) actorSpec {
 		r2.RequestID = name + "-2"
 		w.step(ctx, "re-enter")
 		g2, err := w.acquire(ctx, name, e2, r2)
+		if err == nil && retryEnter {
+			// The answer was lost: the same request again, on the other
+			// gateway. The first answer reaches nobody.
+			w.step(ctx, "re-enter-retry")
+			again, rerr := w.acquire(ctx, name, e1, r2)
+			switch {
+			case rerr != nil:
+				err = rerr
+			case again.HoldID != g2.HoldID || again.Holds != 2:
+				w.violate("%s: retried re-entry got hold %q with %d holds; want the same hold %q with 2", name, again.HoldID, again.Holds, g2.HoldID)
+			}
+			if rerr == nil {
+				e2.Abandon(ctx, *g2) // the lost answer's grant: given up, it must drop nothing
+				g2 = again
+			}
+		}
 		switch {
 		case err != nil:
 			if !expectedEnd(err) {
@@ -771,19 +792,46 @@ func (w *world) reenterer(name string) actorSpec {
 			w.letGo(name)
 			w.release(ctx, name, e2, *g2)
 			return
-		case g2.Handle != g1.Handle || g2.Holds != 2:
-			w.violate("%s: re-entered grant: holds %d, same handle %v; want 2, true", name, g2.Holds, g2.Handle == g1.Handle)
+		case g2.HoldID == "" || g2.Token() != g1.Token() || g2.Holds != 2:
+			w.violate("%s: re-entered grant: hold %q, token %d (lock's %d), holds %d; want a hold of its own with the lock's token, 2 holds",
+				name, g2.HoldID, g2.Token(), g1.Token(), g2.Holds)
 		}
 		if undelivered {
 			e2.Abandon(ctx, *g2) // the re-entered grant reaches nobody
-		} else {
-			w.step(ctx, "release-inner")
-			if _, err := e2.Release(ctx, g2.Handle, g2.Token()); err != nil {
-				w.violate("%s: inner release: %v", name, err)
-			}
+			w.release(ctx, name, e1, *g1)
+			return
 		}
-		w.release(ctx, name, e1, *g1)
+		first, second := *g1, *g2
+		if innerFirst {
+			first, second = second, first
+		}
+		w.step(ctx, "release-first")
+		w.releaseHold(ctx, name, e2, first, false)
+		if retryRelease {
+			w.step(ctx, "release-first-again")
+			w.releaseHold(ctx, name, e1, first, true)
+		}
+		w.release(ctx, name, e1, second)
+		if retryRelease {
+			w.step(ctx, "release-last-again")
+			w.releaseHold(ctx, name, e2, second, true)
+		}
 	}}
+}
+
+// releaseHold releases one hold of client's while it holds another:
+// released must be true the first time and false when repeated.
+func (w *world) releaseHold(ctx context.Context, client string, e *Engine, g Grant, repeated bool) {
+	ok, err := e.Release(ctx, g.Handle, g.Token())
+	w.mu.Lock()
+	lost := w.expiredRev[g.Revision]
+	w.mu.Unlock()
+	switch {
+	case err != nil && !errors.Is(err, ErrNotOwner):
+		w.violate("%s: release of hold %q: %v", client, g.HoldID, err)
+	case ok == repeated && !lost:
+		w.violate("%s: release of hold %q (repeated %v) = %v", client, g.HoldID, repeated, ok)
+	}
 }
 
 // delayer takes the lock with a lock-delay (with a lease of its own or in

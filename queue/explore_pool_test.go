@@ -70,7 +70,7 @@ func (w *world) leaseEvent(ctx context.Context, event string, id clientv3.LeaseI
 		}
 		w.takenAt[id] = resp.Header.Revision
 		w.mu.Unlock()
-	case leaseRenewProof:
+	case leaseRenewProof, leaseWaitKeep:
 		w.mu.Lock()
 		at := w.takenAt[id]
 		w.mu.Unlock()

@@ -177,6 +177,8 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 		clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
 	).Then(
 		clientv3.OpDelete(key, clientv3.WithPrevKV()),
+		// A re-entered lock's holds go with it (reenter.go).
+		clientv3.OpDelete(e.keys.holdsOf(r.Name, waiterIDOf(kv)), clientv3.WithPrefix()),
 		clientv3.OpPut(ap+rec.ID, string(val)),
 		clientv3.OpDelete(ap, clientv3.WithRange(ap+auditID(now.Add(-ret.MaxAge))[:20])),
 		clientv3.OpGet(ap, clientv3.WithPrefix(), clientv3.WithCountOnly()),
@@ -188,7 +190,7 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 		return ForceReleaseResult{}, fmt.Errorf("%w: the holder (token %d) left before it could be evicted; nothing was evicted", ErrHolderChanged, held.Token)
 	}
 	e.revokeOwnLease(ctx, deletedKV(txn, 0))
-	if n := txn.Responses[3].GetResponseRange().Count; n > int64(ret.MaxRecords) {
+	if n := txn.Responses[4].GetResponseRange().Count; n > int64(ret.MaxRecords) {
 		e.trimAudit(ctx, n-int64(ret.MaxRecords))
 	}
 	return ForceReleaseResult{Released: true, Evicted: held, Record: rec}, nil

@@ -122,13 +122,16 @@ func (e *Engine) releaseMark(key string) clientv3.Op {
 }
 
 // releaseCommit runs the release transaction of h's key under cmps: the
-// delete and, when ctx's span is sampled, the handoff record. A record
-// lease that vanished (it should not) never fails the release: the
-// transaction is retried without the record.
-func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp) (*clientv3.TxnResponse, error) {
+// delete, the ops in also (a re-entered lock's holds record) and, when
+// ctx's span is sampled, the handoff record. A record lease that vanished
+// (it should not) never fails the release: the transaction is retried
+// without the record. Its Else reads the key and its holds record, for
+// Release to judge.
+func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp, also ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	// The lock-delay record goes with a clean release (delay.go), and the
 	// release marker tells a watcher this delete was a release (watch.go).
-	ops := []clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseDelayOp(h), e.releaseMark(key)}
+	ops := append([]clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseDelayOp(h), e.releaseMark(key)}, also...)
+	base := len(ops)
 	var lease clientv3.LeaseID
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() && e.tel.tracer != nil {
 		if lease = e.handoffLeaseID(ctx); lease != 0 {
@@ -139,8 +142,7 @@ func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps [
 			ops = append(ops, clientv3.OpPut(e.keys.handoff(h.Name), string(v), clientv3.WithLease(lease)))
 		}
 	}
-	// Else: the key and its holds key (reenter.go), for Release to judge.
-	els := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(e.keys.holds(h.Name, h.WaiterID))}
+	els := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(e.keys.holds(h.Name, h.WaiterID, h.Revision))}
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Else(els...).Commit()
 	if lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		e.tel.ho.mu.Lock()
@@ -148,7 +150,7 @@ func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps [
 			e.tel.ho.id = 0
 		}
 		e.tel.ho.mu.Unlock()
-		resp, err = e.cli.Txn(ctx).If(cmps...).Then(ops[:3]...).Else(els...).Commit()
+		resp, err = e.cli.Txn(ctx).If(cmps...).Then(ops[:base]...).Else(els...).Commit()
 	}
 	return resp, err
 }

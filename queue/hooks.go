@@ -45,6 +45,7 @@ const (
 const (
 	leaseTaken      = "pool.taken"  // an acquire took the lease from the pool
 	leaseRenewProof = "renew.proof" // a Renew proved the key of rev rides on the lease, and now sends its keepalive
+	leaseWaitKeep   = "wait.keep"   // a waiting attempt of the key of rev sends a keepalive for its lease
 )
 
 // hooks observe and order the engine's interleaving points. All methods
@@ -110,10 +111,10 @@ func (e *Engine) background(parent context.Context, task string, d time.Duration
 	if e.hooks != nil {
 		vals = e.hooks.spawn(parent, task)
 	}
-	e.wg.Add(1)
+	e.tasks.Add(1)
 	exit := e.enter()
 	go func() {
-		defer e.wg.Done()
+		defer e.tasks.Done()
 		defer exit()
 		var ctx context.Context = valuesOf{Context: e.bg, vals: vals}
 		if d > 0 {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -83,10 +84,17 @@ func (k keys) waiter(name, waiterID string) string {
 
 func (k keys) session(lease clientv3.LeaseID) string { return SessionKey(k.prefix, lease) }
 
-// holds is the key counting a re-entered lock's extra holds (reenter.go):
-// outside the name's prefix, so no hub or count sees it as a waiter.
-func (k keys) holds(name, waiterID string) string {
-	return k.prefix + "/holds/" + escapeName(name) + "/" + waiterID
+// holds is the record of the holds of the re-entered lock whose key is
+// name's waiterID created at rev (reenter.go): outside the name's prefix,
+// so no hub or count sees it as a waiter.
+func (k keys) holds(name, waiterID string, rev int64) string {
+	return k.holdsOf(name, waiterID) + strconv.FormatInt(rev, 10)
+}
+
+// holdsOf is the range of the holds records of every key of name's
+// waiterID.
+func (k keys) holdsOf(name, waiterID string) string {
+	return k.prefix + "/holds/" + escapeName(name) + "/" + waiterID + "/"
 }
 
 // escapeName maps a valid name to a key segment that never contains '/', so

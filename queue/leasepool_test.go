@@ -40,7 +40,7 @@ func leaseAlive(t *testing.T, cli *clientv3.Client, id clientv3.LeaseID) bool {
 }
 
 // settle waits for the engine's background work (pool passes, revocations).
-func settle(e *Engine) { e.wg.Wait() }
+func settle(e *Engine) { e.tasks.Wait() }
 
 func poolCount(e *Engine) (free, held int) { return e.pool.count(poolTTL) }
 
@@ -442,5 +442,68 @@ func TestPoolTakesAreCounted(t *testing.T) {
 	got := counts()
 	if len(got) != 3 || got[poolMiss] != 1 || got[poolHit] != 1 || got[poolLapsed] != 1 {
 		t.Errorf("pool takes by outcome = %v; want 1 miss, 1 hit, 1 lapsed", got)
+	}
+}
+
+// TestWaiterTickSendsNothingAfterGrant: a waiter's renewal tick that began
+// before its grant (its caller's heartbeat still running) sends no
+// keepalive once the wait has returned the grant: the grant may have been
+// released meanwhile and its lease pooled, and a keepalive for it then
+// would keep another lock alive.
+func TestWaiterTickSendsNothingAfterGrant(t *testing.T) {
+	e, _, clk := newPoolEngine(t, 4)
+	filledPool(t, e)
+	holder := mustAcquire(t, e, req("n"))
+	inBeat, letBeat := make(chan struct{}), make(chan struct{})
+	var beats atomic.Int32
+	r := req("n")
+	r.Heartbeat = func(ctx context.Context) error {
+		if beats.Add(1) == 1 {
+			close(inBeat)
+			<-letBeat
+		}
+		return nil
+	}
+	w, err := e.Enqueue(testCtx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan struct{}, 16)
+	e.hooks = &pointHooks{onLease: func(_ context.Context, event string, id clientv3.LeaseID, _ int64) {
+		if event == leaseWaitKeep && id == w.q.h.Lease {
+			sent <- struct{}{}
+		}
+	}}
+	granted := make(chan Grant, 1)
+	go func() {
+		g, err := w.Wait(testCtx(t))
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- g
+	}()
+	// The first tick, once the wait has armed it: its heartbeat stalls
+	// until the grant is done with.
+	for ticked := false; !ticked; {
+		clk.Advance(time.Second)
+		select {
+		case <-inBeat:
+			ticked = true
+		case <-time.After(time.Millisecond):
+		}
+	}
+	mustRelease(t, e, holder)
+	g := <-granted
+	mustRelease(t, e, g)
+	settle(e)
+	if !pooled(e, g.Lease) {
+		t.Fatalf("the released grant's lease %x was not pooled; the test needs it to be", int64(g.Lease))
+	}
+	close(letBeat)
+	// A tick that goes on sends at once: half a second is ample.
+	select {
+	case <-sent:
+		t.Fatalf("the waiter's tick sent a keepalive for lease %x after the wait returned its grant", int64(g.Lease))
+	case <-time.After(500 * time.Millisecond):
 	}
 }

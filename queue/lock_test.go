@@ -221,7 +221,7 @@ func TestCancelledWaiterLeavesAndQueueAdvances(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire = %v; want context.Canceled", err)
 	}
-	e.wg.Wait() // the key's removal runs in the background
+	e.tasks.Wait() // the key's removal runs in the background
 	if n := keyCount(t, e, cli, "cancel"); n != 2 {
 		t.Fatalf("keys after cancel = %d; want 2 (holder and second waiter)", n)
 	}
@@ -253,7 +253,7 @@ func TestTimedOutWaiterLeavesNoKey(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrWaitTimeout) {
 		t.Fatalf("Acquire = %v; want ErrWaitTimeout", err)
 	}
-	e.wg.Wait() // the key's removal runs in the background
+	e.tasks.Wait() // the key's removal runs in the background
 	if n := keyCount(t, e, cli, "timeout"); n != 1 {
 		t.Fatalf("keys after timeout = %d; want only the holder's", n)
 	}

@@ -3,9 +3,10 @@ package queue
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,35 +17,86 @@ import (
 // Re-entrancy (opt-in, sessions only).
 //
 // A re-entrant acquire (AcquireRequest.Reentrant) through a session that
-// already holds the name, acquired re-entrant by the same caller, returns
-// the same lock — the same handle, so the same lock id and token — and
-// adds a hold; every release drops one, and the last frees the name.
+// already holds the name, acquired re-entrant by the same caller, adds a
+// hold to that lock. A hold is an identity of its own: the lock's handle
+// with a HoldID (the waiter id its request id derives), so its own lock id,
+// and the lock's fencing token. Releasing a hold drops exactly that hold
+// and a repeated release of it is a no-op; the lock is freed when its last
+// hold goes. An acquire retried with the request id of a hold it already
+// has is the same hold, not another.
 //
-// The waiter key is never written again: a rewrite would change its mod
-// revision, which is an attempt's identity (doc.go, "Identities"). The
-// extra holds are counted in a key of their own, <prefix>/holds/<escaped
-// name>/<waiter id>, on the session lease (it dies with the session, as
-// the lock does), outside the name's prefix (no hub, count or Describe
-// sees it). Its value is the number of holds beyond the first.
+// The waiter key is never written again by a re-entry: a rewrite would
+// change its mod revision, which is an attempt's identity (doc.go,
+// "Identities"). The holds live in one record per lock incarnation,
+// <prefix>/holds/<escaped name>/<waiter id>/<create revision>, on the
+// session lease (it dies with the session, as the lock does), outside the
+// name's prefix (no hub, count or Describe sees it). Its value lists the
+// holds, the key's own first hold as the empty id; no record means that
+// one hold alone. The create revision in the key binds the record to
+// exactly one key: a record left by an earlier key of the same waiter id
+// names another revision and is never read for a later one, and a
+// force-release deletes every record of the waiter id with the key.
 //
 //   - Adding a hold is one transaction comparing the waiter key's create
-//     revision, mod revision (as read: no takeover since) and lease (the
-//     session's: it was granted) and its secret,
-//     the session's secret, and the holds key's mod revision as read. The
-//     key was among the holders at the read (holdsIn), and a key that
-//     holds at some revision holds until it goes (doc.go, "Semaphores"):
-//     the create revision compare makes the hold a hold on a live grant.
-//   - Release compares, beside what it always compares, that no holds key
-//     exists; when one does, it drops a hold instead, comparing the holds
-//     key's mod revision, and deletes nothing else.
-//   - Every cleanup (deleteOwned) compares that no holds key exists: an
-//     undelivered grant given up (Abandon) while another acquire through
-//     the session re-entered it drops a hold instead of freeing a lock
-//     someone was told they hold.
+//     revision, mod revision (as read: no takeover since), lease (the
+//     session's: it was granted) and secret, the session's secret, and
+//     the record's mod revision as read. The key was among the holders at
+//     the read (holdsIn), and a key that holds at some revision holds
+//     until it goes (doc.go, "Semaphores").
+//   - Each entry carries the nonce of the attempt that wrote it last, so a
+//     retry of a hold's acquire re-takes the entry with a nonce of its own
+//     and the attempt it replaced, giving up its undelivered grant, finds
+//     another nonce and drops nothing.
+//   - Release of the key's own hold compares that no record exists and
+//     deletes the key; otherwise every release and give-up removes its
+//     entry comparing the record's mod revision, and the removal of the
+//     last entry deletes the key and the record in the same transaction.
+//     Concurrent releases of two holds serialise on that mod revision.
+//   - Every cleanup (deleteOwned) compares that no record exists: a waiter
+//     key with holds is not an attempt's to delete.
 //
 // The secret is sealed in the waiter value with a digest of the session's
 // secret as well as of the request id, so only a caller that proves the
-// session (its id is a secret) can be handed the lock id again.
+// session (its id is a secret) can be handed a lock id of the lock again.
+
+// MaxHolds is the most holds one re-entered lock may have at once.
+const MaxHolds = 64
+
+// holdEntry is one hold of a re-entered lock.
+type holdEntry struct {
+	// ID is the hold's id: "" for the key's own hold, else the waiter id
+	// the hold's request id derives.
+	ID string `json:"i,omitempty"`
+	// Attempt is the nonce of the attempt that took the hold last.
+	Attempt string `json:"a,omitempty"`
+}
+
+type holdsValue struct {
+	Holds []holdEntry `json:"h"`
+}
+
+// decodeHolds decodes a holds record: the key's own hold alone when kv is nil.
+// A record that cannot be read counts as that one hold, which can only
+// withhold a release, never make one.
+func decodeHolds(kv *mvccpb.KeyValue) []holdEntry {
+	if kv == nil {
+		return []holdEntry{{}}
+	}
+	var v holdsValue
+	if json.Unmarshal(kv.Value, &v) != nil || len(v.Holds) == 0 {
+		return []holdEntry{{}}
+	}
+	return v.Holds
+}
+
+func encodeHolds(hs []holdEntry) string {
+	b, _ := json.Marshal(holdsValue{Holds: hs}) // strings only
+	return string(b)
+}
+
+func holdIndex(hs []holdEntry, id string) int {
+	return slices.IndexFunc(hs, func(h holdEntry) bool { return h.ID == id })
+}
 
 // reenterMask masks a lock's secret for the re-entrant acquires of the
 // session whose secret is s.
@@ -55,28 +107,41 @@ func reenterMask(s Secret) [SecretLen]byte {
 	return m
 }
 
+// errReenterContended reports a re-entrant acquire whose lock kept changing
+// under it; retrying the same request is safe.
+var errReenterContended = errors.New("queue: re-entrant acquire: the lock kept changing under it; retry")
+
 // reenter adds a hold to the lock r's session holds on r.Name, if it
 // acquired it re-entrant as the same caller. It returns nil and no error
-// when there is none (the caller enqueues as usual).
+// when there is none, and when r is the lock's own acquire retried (its
+// request id is the key's): the enqueue then takes its key over as for any
+// retry.
 func (e *Engine) reenter(ctx context.Context, r *AcquireRequest) (*Grant, error) {
 	prefix := e.keys.namePrefix(r.Name)
 	n := r.effectiveLimit()
-	for try := 0; try < 3; try++ {
+	hid := WaiterID(r.RequestID)
+	for try := 0; try < 8; try++ {
 		resp, err := e.cli.Get(ctx, prefix, withFirstN(n)...)
 		if err != nil {
 			return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 		}
 		kv, secret := e.heldBySession(r, resp.Kvs, n)
-		if kv == nil {
+		if kv == nil || waiterIDOf(kv) == hid {
 			return nil, nil
 		}
-		g, err := e.addHold(ctx, r, kv, secret)
+		g, err := e.addHold(ctx, r, kv, secret, hid)
 		if errors.Is(err, errRaced) {
 			continue
 		}
 		return g, err
 	}
-	return nil, nil
+	return nil, errReenterContended
+}
+
+// waiterIDOf is the waiter id a waiter key ends in.
+func waiterIDOf(kv *mvccpb.KeyValue) string {
+	key := string(kv.Key)
+	return key[strings.LastIndexByte(key, '/')+1:]
 }
 
 // heldBySession finds, among kvs (the first n keys of a name), a key that
@@ -103,30 +168,43 @@ func (e *Engine) heldBySession(r *AcquireRequest, kvs []*mvccpb.KeyValue, n int)
 	return nil, Secret{}
 }
 
-// addHold adds a hold to kv, which held at the read; see above.
-func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyValue, secret Secret) (*Grant, error) {
+// addHold adds the hold hid to kv's lock, which held at the read, or takes
+// it again when the lock has it already (a retry); see above.
+func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyValue, secret Secret, hid string) (*Grant, error) {
 	key := string(kv.Key)
-	wid := key[strings.LastIndexByte(key, '/')+1:]
-	hkey := e.keys.holds(r.Name, wid)
+	wid := waiterIDOf(kv)
+	hkey := e.keys.holds(r.Name, wid, kv.CreateRevision)
 	hr, err := e.cli.Get(ctx, hkey)
 	if err != nil {
 		return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 	}
-	extra, hmod := int64(0), int64(0)
+	var rec *mvccpb.KeyValue
 	if len(hr.Kvs) > 0 {
-		extra, hmod = holdsOf(hr.Kvs[0]), hr.Kvs[0].ModRevision
+		rec = hr.Kvs[0]
+	}
+	holds := decodeHolds(rec)
+	nonce := newAttempt()
+	i := holdIndex(holds, hid)
+	retried := i >= 0
+	switch {
+	case retried:
+		holds[i].Attempt = nonce
+	case len(holds) >= MaxHolds:
+		return nil, fmt.Errorf("%w: %q already has %d holds through this session, the most a re-entered lock may have", ErrTooManyHolds, r.Name, MaxHolds)
+	default:
+		holds = append(holds, holdEntry{ID: hid, Attempt: nonce})
 	}
 	skey := e.keys.session(r.Session)
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", r.Session),
-		clientv3.Compare(clientv3.ModRevision(hkey), "=", hmod),
+		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
 	}, OwnerCmps(key, secret)...)
 	cmps = append(cmps, OwnerCmps(skey, r.SessionSecret)...)
 	e.at(ctx, pointReenter)
 	resp, err := e.cli.Txn(ctx).If(cmps...).
-		Then(clientv3.OpPut(hkey, strconv.FormatInt(extra+1, 10), clientv3.WithLease(r.Session)), clientv3.OpGet(skey)).
+		Then(clientv3.OpPut(hkey, encodeHolds(holds), clientv3.WithLease(r.Session)), clientv3.OpGet(skey)).
 		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
@@ -135,48 +213,101 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 		return nil, errRaced // released, expired or re-entered meanwhile: look again
 	}
 	_, meta, _ := decodeValue(kv.Value)
-	h := Handle{Name: r.Name, WaiterID: wid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
+	h := Handle{Name: r.Name, WaiterID: wid, HoldID: hid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	ttl := time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
-	// attempt is the write the key carries, unchanged: the grant rests on it
-	// as an attempt's does (the explorer checks it), but nothing deletes by
-	// it — giving this grant up drops a hold.
-	return &Grant{Handle: h, TTL: ttl, Holds: int(extra + 2), reentered: true, attempt: kv.ModRevision, asOf: resp.Header.Revision}, nil
+	// attempt is the write the key carries, unchanged: the grant rests on
+	// it as an attempt's does (the explorer checks it); giving the grant
+	// up compares the hold's nonce instead.
+	return &Grant{Handle: h, TTL: ttl, Holds: len(holds), Resumed: retried, attempt: kv.ModRevision, hold: nonce, asOf: resp.Header.Revision}, nil
 }
 
-// holdsOf reads a holds key's count of extra holds.
-func holdsOf(kv *mvccpb.KeyValue) int64 {
-	n, err := strconv.ParseInt(string(kv.Value), 10, 64)
-	if err != nil || n < 0 {
-		return 0
+// dropHold removes hold h.HoldID from h's lock, whose holds record was read
+// as rec (nil: the key's own hold alone, which the release transaction
+// handles), comparing the lock key's identity, lease and secret and the
+// record's mod revision; and, for an undelivered grant's give-up, the
+// hold's nonce (nonce) or, for the key's own hold, the key's mod revision
+// (keyMod). The removal of the last hold deletes the key and the record
+// in the same transaction, as a release does.
+//
+// It reports dropped when it removed the hold, and final when the outcome
+// stands (removed, or the hold is not there); not final means the keys
+// changed since the read, and the caller reads again.
+func (e *Engine) dropHold(ctx context.Context, h Handle, rec *mvccpb.KeyValue, nonce string, keyMod int64) (dropped, final bool, err error) {
+	holds := decodeHolds(rec)
+	i := holdIndex(holds, h.HoldID)
+	if i < 0 || nonce != "" && holds[i].Attempt != nonce {
+		// Released before (a repeated release), or re-taken by a retry
+		// that now serves the caller.
+		return false, true, nil
 	}
-	return n
-}
-
-// dropHold drops one extra hold of h's lock, read as hk, comparing the
-// lock key's identity, lease and secret (and its mod revision when modRev
-// is set: an Abandon's attempt) and the holds key's mod revision. It
-// reports whether it dropped one; false with no error means the keys
-// changed since the read.
-func (e *Engine) dropHold(ctx context.Context, h Handle, hk *mvccpb.KeyValue, modRev int64) (bool, error) {
+	rest := slices.Delete(slices.Clone(holds), i, i+1)
 	key := e.keys.waiter(h.Name, h.WaiterID)
+	hkey := string(rec.Key)
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-		clientv3.Compare(clientv3.ModRevision(string(hk.Key)), "=", hk.ModRevision),
+		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision),
 	}, OwnerCmps(key, h.Secret)...)
-	if modRev != 0 {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev))
-	}
-	op := clientv3.OpDelete(string(hk.Key))
-	if n := holdsOf(hk) - 1; n > 0 {
-		op = clientv3.OpPut(string(hk.Key), strconv.FormatInt(n, 10), clientv3.WithLease(clientv3.LeaseID(hk.Lease)))
+	if keyMod != 0 {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", keyMod))
 	}
 	e.at(ctx, pointDropHold)
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(op).Commit()
-	if err != nil {
-		return false, fmt.Errorf("queue: release a hold: %w", err)
+	var resp *clientv3.TxnResponse
+	switch {
+	case len(rest) == 0:
+		// The last hold: the lock is released.
+		resp, err = e.releaseCommit(ctx, h, key, cmps, clientv3.OpDelete(hkey))
+		if err == nil && resp.Succeeded {
+			e.recycleOwnLease(ctx, deletedKV(resp, 0))
+		}
+	case len(rest) == 1 && rest[0].ID == "":
+		// The key's own hold alone: no record says so.
+		resp, err = e.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(hkey)).Commit()
+	default:
+		resp, err = e.cli.Txn(ctx).If(cmps...).
+			Then(clientv3.OpPut(hkey, encodeHolds(rest), clientv3.WithLease(clientv3.LeaseID(rec.Lease)))).Commit()
 	}
-	return resp.Succeeded, nil
+	if err != nil {
+		return false, false, fmt.Errorf("queue: release a hold: %w", err)
+	}
+	return resp.Succeeded, resp.Succeeded, nil
+}
+
+// dropHoldOwned gives up the hold of an undelivered grant g (Abandon): a
+// re-entered hold while its entry carries g's nonce, the key's own hold
+// while the key carries g's attempt. It retries transient failures and
+// re-reads a few times when the keys change, and then leaves them: keys
+// that keep changing are another attempt's.
+func (e *Engine) dropHoldOwned(ctx context.Context, g Grant) {
+	key := e.keys.waiter(g.Name, g.WaiterID)
+	hkey := e.keys.holds(g.Name, g.WaiterID, g.Revision)
+	nonce, keyMod := g.hold, int64(0)
+	if g.HoldID == "" {
+		keyMod = g.attempt
+	}
+	b := newBackoff(e.cfg.Clock)
+	for changed := 0; changed < 3; {
+		resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(hkey)).Commit()
+		if err == nil {
+			mine, rec := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+			if mine == nil || mine.CreateRevision != g.Revision || rec == nil {
+				// The lock is gone, or holds only its own hold, which
+				// deleteOwned gives up.
+				return
+			}
+			var final bool
+			if _, final, err = e.dropHold(ctx, g.Handle, rec, nonce, keyMod); err == nil {
+				if final {
+					return
+				}
+				changed++
+				continue
+			}
+		}
+		if b.wait(ctx) != nil {
+			return
+		}
+	}
 }
 
 // reenterSeal is what a waiter value of r records for re-entry: the

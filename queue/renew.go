@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -136,7 +137,8 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 // owner's secret, and reads the deleted key back. It is idempotent:
 // releasing a lock that is already gone reports released == false and no
 // error, and a late or retried release can never remove a newer holder's
-// key.
+// key. A handle with a HoldID releases that hold of a re-entered lock
+// (reenter.go) and nothing else; releasing it again is released == false.
 //
 // Only the lease read back from the deleted key is revoked, and only when
 // the key's own value says it is the lock's own lease: the lease a lock id
@@ -152,32 +154,49 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 		return false, err
 	}
 	key := e.keys.waiter(h.Name, h.WaiterID)
-	hkey := e.keys.holds(h.Name, h.WaiterID)
+	hkey := e.keys.holds(h.Name, h.WaiterID, h.Revision)
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-		// A lock re-entered through its session drops a hold instead.
-		clientv3.Compare(clientv3.CreateRevision(hkey), "=", 0),
 	}, OwnerCmps(key, h.Secret)...)
 	for {
 		e.at(ctx, pointRelease)
-		resp, err := e.releaseCommit(ctx, h, key, cmps)
-		if err != nil {
-			return false, fmt.Errorf("queue: release: %w", err)
+		var mine, rec *mvccpb.KeyValue
+		if h.HoldID == "" {
+			// The key's own hold: one transaction when the lock has no
+			// other holds.
+			resp, err := e.releaseCommit(ctx, h, key, append(cmps, clientv3.Compare(clientv3.CreateRevision(hkey), "=", 0)))
+			if err != nil {
+				return false, fmt.Errorf("queue: release: %w", err)
+			}
+			if resp.Succeeded {
+				e.recycleOwnLease(ctx, deletedKV(resp, 0))
+				return true, nil
+			}
+			mine, rec = firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
+		} else {
+			resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(hkey)).Commit()
+			if err != nil {
+				return false, fmt.Errorf("queue: release: %w", err)
+			}
+			mine, rec = firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
 		}
-		if resp.Succeeded {
-			e.recycleOwnLease(ctx, deletedKV(resp, 0))
-			return true, nil
-		}
-		mine, hk := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
 		if mine == nil || mine.CreateRevision != h.Revision {
 			return false, nil
 		}
-		if hk == nil {
+		if clientv3.LeaseID(mine.Lease) != h.Lease || !hasHeader(mine.Value, h.Secret) {
 			return false, fmt.Errorf("%w: the lock id does not match the lock's secret or lease", ErrNotOwner)
 		}
-		dropped, err := e.dropHold(ctx, h, hk, 0)
-		if err != nil || dropped {
+		if rec == nil {
+			// A hold of a lock that has only its own hold left: released
+			// before.
+			if h.HoldID != "" {
+				return false, nil
+			}
+			continue // the record went since the read
+		}
+		dropped, final, err := e.dropHold(ctx, h, rec, "", 0)
+		if err != nil || final {
 			return dropped, err
 		}
 		if err := ctx.Err(); err != nil {

@@ -43,8 +43,15 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	n := r.effectiveLimit()
 	prefix := e.keys.namePrefix(r.Name)
 	key := string(mine.Key)
-	// The takeover writes the value again with a nonce of its own.
+	// The takeover writes the value again with a nonce of its own, and
+	// with what the retry asks for where a retry may ask anew: the value is
+	// what every gateway's hub and grant read the lock's lock-delay and
+	// re-entrancy from, so it must say what the grant will do.
 	meta.Attempt = newAttempt()
+	meta.Delay = r.LockDelay.Milliseconds()
+	if meta.Session {
+		meta.Reenter = reenterSeal(r, secret)
+	}
 	value := encodeValue(secret, meta)
 	h := Handle{
 		Name: r.Name, WaiterID: WaiterID(r.RequestID), Lease: clientv3.LeaseID(mine.Lease),
@@ -69,6 +76,11 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
 	}
 	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
+	if meta.Delay == 0 {
+		// A lock-delay record an earlier attempt's grant wrote goes: the
+		// lock asks for none now.
+		then = append(then, e.releaseDelayOp(h))
+	}
 	e.at(ctx, pointTakeover)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {

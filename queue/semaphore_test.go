@@ -200,10 +200,10 @@ func TestSemaphoreTryAcquire(t *testing.T) {
 }
 
 // TestReentrantSessionAcquire: a re-entrant acquire through the session
-// that holds returns the same lock with one more hold; each release drops
-// one and the last frees the name for the next waiter; another session, or
-// an acquire that is not re-entrant, waits as usual; without a session it
-// is refused.
+// that holds returns the same lock (its token) with a hold of its own;
+// each release drops its hold and the last frees the name for the next
+// waiter; another session, or an acquire that is not re-entrant, waits as
+// usual; without a session it is refused.
 func TestReentrantSessionAcquire(t *testing.T) {
 	e, cli := newEngine(t)
 	s, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
@@ -222,9 +222,12 @@ func TestReentrantSessionAcquire(t *testing.T) {
 		t.Fatalf("re-entrant TryAcquire = %+v, %v; want acquired", res, err)
 	}
 	g3 := res.Grant
-	if g2.Handle != g1.Handle || g3.Handle != g1.Handle || g2.Token() != g1.Token() || g2.Holds != 2 || g3.Holds != 3 {
-		t.Fatalf("re-entered grants: holds %d, %d; same handle %v %v; want the first lock with holds 2 and 3",
-			g2.Holds, g3.Holds, g2.Handle == g1.Handle, g3.Handle == g1.Handle)
+	if g2.Revision != g1.Revision || g3.Revision != g1.Revision || g2.Token() != g1.Token() || g3.Token() != g1.Token() || g2.Holds != 2 || g3.Holds != 3 {
+		t.Fatalf("re-entered grants: holds %d, %d; tokens %d, %d; want the first lock's token %d with holds 2 and 3",
+			g2.Holds, g3.Holds, g2.Token(), g3.Token(), g1.Token())
+	}
+	if g2.HoldID == "" || g3.HoldID == "" || g2.HoldID == g3.HoldID || g1.HoldID != "" {
+		t.Fatalf("hold ids %q, %q, %q; want the lock's own hold empty and one id of its own per re-entry", g1.HoldID, g2.HoldID, g3.HoldID)
 	}
 	// Another session waits behind the re-entered lock.
 	s2, err := e.OpenSession(testCtx(t), "c", 10*time.Second)
@@ -245,8 +248,8 @@ func TestReentrantSessionAcquire(t *testing.T) {
 		}
 		granted <- g
 	}()
-	for i := 0; i < 2; i++ {
-		mustRelease(t, e, g1)
+	for i, g := range []Grant{g2, g1} {
+		mustRelease(t, e, g)
 		if k := keyCount(t, e, cli, "re"); k != 2 {
 			t.Fatalf("after release %d of 3 holds: %d keys; want the holder and the waiter", i+1, k)
 		}
@@ -256,8 +259,8 @@ func TestReentrantSessionAcquire(t *testing.T) {
 		default:
 		}
 	}
-	mustRelease(t, e, g1)
-	if g := <-granted; g.Handle == g1.Handle {
+	mustRelease(t, e, g3)
+	if g := <-granted; g.Revision == g1.Revision {
 		t.Fatal("the waiter was handed the released lock")
 	}
 	// Without a session: refused.

@@ -96,9 +96,24 @@ func (e *Engine) keepWaiterAlive(ctx context.Context, r *AcquireRequest, q *enqu
 			}
 		}
 		if !q.h.Session {
+			// The keepalive leaves only for a lease the waiter still owns:
+			// stop, which the wait runs before it returns a grant, and this
+			// registration of the renewal with the lease pool are ordered by
+			// mu. A renewal registered first is one a release of the grant
+			// sees, and it revokes the lease instead of pooling it
+			// (leasepool.go); one after stop sends nothing.
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				return
+			}
+			done := e.pool.renew(q.h.Lease)
+			mu.Unlock()
+			e.leaseEvent(ctx, leaseWaitKeep, q.h.Lease, q.h.Revision)
 			rctx, cancel := context.WithTimeout(ctx, every)
 			_, deadline, err := e.renewLease(rctx, q.h.Lease)
 			cancel()
+			done()
 			if errors.Is(err, errLeaseNotFound) {
 				return
 			}
