@@ -327,6 +327,9 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			if resp.HolderExpiresAt != nil {
 				held.HolderExpires = resp.HolderExpiresAt.AsTime()
 			}
+			if resp.DelayUntil != nil {
+				held.DelayUntil = resp.DelayUntil.AsTime()
+			}
 			return nil, held
 		}
 		l, err := c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{}, cfg.manualRenew)

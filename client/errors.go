@@ -168,10 +168,18 @@ type HeldError struct {
 	// the gateway's clock reckons it; zero when the gateway did not say
 	// (the name had waiters but no live holder at that instant).
 	HolderExpires time.Time
+	// DelayUntil is set when the name is free but an expired holder's
+	// lock-delay keeps it from everyone until then: a TryAcquire after it
+	// can succeed.
+	DelayUntil time.Time
 }
 
-// Error names the lock and, when known, until when its holder's lease runs.
+// Error names the lock and, when known, until when its holder's lease runs
+// or its lock-delay lasts.
 func (e *HeldError) Error() string {
+	if !e.DelayUntil.IsZero() {
+		return fmt.Sprintf("leasegate: lock %q is free, but an expired holder's lock-delay keeps it from everyone until %s", e.Name, e.DelayUntil.Format(time.RFC3339Nano))
+	}
 	if e.HolderExpires.IsZero() {
 		return fmt.Sprintf("leasegate: lock %q is held", e.Name)
 	}

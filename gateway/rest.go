@@ -49,6 +49,9 @@ type restAcquired struct {
 	LockID       string `json:"lockId,omitempty"`
 	FencingToken int64  `json:"fencingToken,omitempty"`
 	ExpiresAt    string `json:"expiresAt,omitempty"`
+	// DelayUntil is set on a refusal of a free name an expired holder's
+	// lock-delay holds back: when the delay ends (and ExpiresAt with it).
+	DelayUntil string `json:"delayUntil,omitempty"`
 }
 
 // restLockRef names a held lock in renew and release bodies.
@@ -258,6 +261,11 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 		out := restAcquired{}
 		if res.Holder != nil {
 			out.ExpiresAt = rfc3339(res.Holder.Expires)
+		}
+		if !res.DelayedUntil.IsZero() {
+			// Free, but held back by an expired holder's lock-delay: the
+			// name can be had from then.
+			out.ExpiresAt, out.DelayUntil = rfc3339(res.DelayedUntil), rfc3339(res.DelayedUntil)
 		}
 		return http.StatusOK, out, nil
 	}

@@ -370,6 +370,9 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 		if res.Holder != nil {
 			out.HolderExpiresAt = timestamppb.New(res.Holder.Expires)
 		}
+		if !res.DelayedUntil.IsZero() {
+			out.DelayUntil = timestamppb.New(res.DelayedUntil)
+		}
 	}
 	return connect.NewResponse(out), nil
 }

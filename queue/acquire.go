@@ -555,17 +555,22 @@ func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
 		return TryResult{Acquired: true, Grant: *w.reentered}, nil
 	}
 	q := w.q
-	if q.holds && w.r.BeforeGrant == nil && !w.e.delayPending(ctx, q) {
-		g, err := w.e.granted(ctx, &w.r, q, w.began)
-		if err != nil {
-			w.e.endAttempt(ctx, q, err)
-			return TryResult{}, err
+	var until time.Time
+	if q.holds && w.r.BeforeGrant == nil {
+		if until = w.e.delayPending(ctx, q); until.IsZero() {
+			g, err := w.e.granted(ctx, &w.r, q, w.began)
+			if err != nil {
+				w.e.endAttempt(ctx, q, err)
+				return TryResult{}, err
+			}
+			return TryResult{Acquired: true, Grant: g}, nil
 		}
-		return TryResult{Acquired: true, Grant: g}, nil
 	}
 	w.e.removeWaiterLater(ctx, q)
 	if q.first.GetCreateRevision() == q.h.Revision {
-		return TryResult{}, nil // first, but a lock-delay is pending: no holder to report
+		// First, but a lock-delay is pending (or the name is moving): no
+		// holder to report.
+		return TryResult{DelayedUntil: until}, nil
 	}
 	holder, err := w.e.holderInfo(ctx, q.first)
 	if err != nil {
@@ -582,6 +587,11 @@ type TryResult struct {
 	Grant Grant
 	// Holder describes the current holder when not Acquired.
 	Holder *Holder
+	// DelayedUntil, when not Acquired and set, is when the pending
+	// lock-delay of an expired holder that withheld the grant ends
+	// (delay.go): a TryAcquire after it is granted, if nobody took the
+	// name meanwhile.
+	DelayedUntil time.Time
 }
 
 // TryAcquire grants the lock only if nobody holds or waits for it — a
@@ -610,13 +620,16 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 	if err != nil {
 		return TryResult{}, err
 	}
-	if q.h.Revision != 0 && q.holds && !e.delayPending(ctx, q) {
-		g, err := e.granted(ctx, &r, q, began)
-		if err != nil {
-			e.endAttempt(ctx, q, err)
-			return TryResult{}, err
+	var until time.Time
+	if q.h.Revision != 0 && q.holds {
+		if until = e.delayPending(ctx, q); until.IsZero() {
+			g, err := e.granted(ctx, &r, q, began)
+			if err != nil {
+				e.endAttempt(ctx, q, err)
+				return TryResult{}, err
+			}
+			return TryResult{Acquired: true, Grant: g}, nil
 		}
-		return TryResult{Acquired: true, Grant: g}, nil
 	}
 	if q.h.Revision != 0 {
 		// An earlier Acquire with this request id is still waiting (or a
@@ -627,7 +640,7 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		e.removeWaiterLater(ctx, q)
 	}
 	if q.h.Revision != 0 && q.first.GetCreateRevision() == q.h.Revision {
-		return TryResult{}, nil // first, but a lock-delay is pending: no holder to report
+		return TryResult{DelayedUntil: until}, nil // first, but a lock-delay is pending: no holder to report
 	}
 	holder, err := e.holderInfo(ctx, q.first)
 	if err != nil {

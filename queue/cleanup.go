@@ -26,6 +26,28 @@ func (e *Engine) removeWaiterLater(ctx context.Context, q *enqueued) {
 	e.background(ctx, "cleanup", 0, func(ctx context.Context) { e.removeWaiter(ctx, q) })
 }
 
+// forgetDetached leaves q's key, detached from its attempt, for a retry
+// elsewhere to take over (ErrDetached), and removes it AttemptTTL later if
+// nobody has: the removal compares this attempt's mod revision, which a
+// takeover changes. So a detached key outlives its attempt by at most
+// AttemptTTL however busy this engine is; when the engine stops first, the
+// key lapses with its lease — the attempt lease within AttemptTTL (its
+// reference is given back now), a lock's own lease within its TTL.
+func (e *Engine) forgetDetached(ctx context.Context, q *enqueued) {
+	e.att.release(q.att)
+	q.att = attemptRef{}
+	e.background(ctx, "detached", 0, func(ctx context.Context) {
+		t := e.cfg.Clock.NewTimer(e.cfg.AttemptTTL)
+		defer t.Stop()
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C():
+		}
+		e.deleteOwned(ctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+	})
+}
+
 // removeWaiter deletes q's key if q's attempt still owns it, retrying
 // transient failures until ctx ends, and then gives back the attempt lease
 // reference: a key that could not be removed dies with that lease once no

@@ -30,14 +30,25 @@ import (
 //  2. A clean release deletes the record in the release transaction (a
 //     nested transaction comparing the record's create-revision prefix),
 //     so it frees at once.
-//  3. A waiter about to be granted looks for records whose holder key is
-//     gone: each is an expiry. It waits d from the moment it saw the
-//     record with its key gone, on the engine's clock. That moment is
-//     after the expiry, whichever gateway sees it and however late, so
-//     the grant comes after expiry + d: conservative across gateways and
-//     restarts. Then it deletes the records it waited out, comparing their
-//     mod revision, and looks again. A waiter that gives up during the
-//     delay leaves the records, and the next waits a whole delay again.
+//  3. The first gateway to see a record whose holder key is gone — an
+//     expiry — stamps it with the moment it saw that, on its clock, in a
+//     transaction comparing the record's mod revision: "<rev> <d> <ms>".
+//     The moment is after the expiry, whoever sees it and however late,
+//     and the delay ends d after the stamp for every caller alike: a
+//     waiter waits it out, a TryAcquire is refused until then and granted
+//     after it, and Describe reports it. Once it has passed, whoever looks
+//     next deletes the records it has outlived, comparing their mod
+//     revision, and looks again.
+//  4. So that the stamp is the expiry itself and not a later first look,
+//     the gateway that granted a holder with a lock-delay watches the
+//     holder's key (its name's hub) until the key goes, and stamps at once
+//     when it goes without its record (the granting gateway down, the next
+//     to look stamps; the delay then counts from that look).
+//
+// Stamps are read across gateways, so the delay's end is measured on the
+// stamping gateway's clock: gateways' clocks are assumed to agree within a
+// small skew, which the delay (a courtesy to holders without fencing, on
+// top of the fencing tokens that protect the data) absorbs.
 //
 // Looking costs a read, paid only where a record may exist: an enqueue
 // counts the name's records in its own transaction, and a hub notes
@@ -63,15 +74,44 @@ func delayValue(rev int64, d time.Duration) string {
 	return strconv.FormatInt(rev, 10) + " " + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-// parseDelay reads a delay record: its holder's create revision and delay.
-func parseDelay(v []byte) (rev int64, d time.Duration, ok bool) {
-	a, b, found := strings.Cut(string(v), " ")
-	r, err1 := strconv.ParseInt(a, 10, 64)
-	ms, err2 := strconv.ParseInt(b, 10, 64)
-	if !found || err1 != nil || err2 != nil || ms < 0 {
-		return 0, 0, false
+// delayRecord is a decoded delay record.
+type delayRecord struct {
+	kv  *mvccpb.KeyValue
+	rev int64         // the holder key's create revision
+	d   time.Duration // the delay
+	// expired is the stamp: when a gateway first saw the holder key gone;
+	// zero while unstamped.
+	expired time.Time
+}
+
+// end is when the delay ends; zero while unstamped.
+func (r delayRecord) end() time.Time {
+	if r.expired.IsZero() {
+		return time.Time{}
 	}
-	return r, time.Duration(ms) * time.Millisecond, true
+	return r.expired.Add(r.d)
+}
+
+// parseDelay reads a delay record.
+func parseDelay(kv *mvccpb.KeyValue) (delayRecord, bool) {
+	f := strings.Fields(string(kv.Value))
+	if len(f) != 2 && len(f) != 3 {
+		return delayRecord{}, false
+	}
+	rev, err1 := strconv.ParseInt(f[0], 10, 64)
+	ms, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || ms < 0 {
+		return delayRecord{}, false
+	}
+	rec := delayRecord{kv: kv, rev: rev, d: time.Duration(ms) * time.Millisecond}
+	if len(f) == 3 {
+		at, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return delayRecord{}, false
+		}
+		rec.expired = time.UnixMilli(at)
+	}
+	return rec, true
 }
 
 // releaseDelayOp deletes h's delay record, if it is h's, in a release.
@@ -92,84 +132,149 @@ func delayDue(v []byte) bool {
 }
 
 // pendingDelays reads name's delay records whose holder key is gone, as
-// of now, and the longest of their delays.
-func (e *Engine) pendingDelays(ctx context.Context, name string) ([]*mvccpb.KeyValue, time.Duration, error) {
+// of now.
+func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord, error) {
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(e.keys.delayPrefix(name), clientv3.WithPrefix()),
 		clientv3.OpGet(e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	).Commit()
 	if err != nil {
-		return nil, 0, fmt.Errorf("queue: read lock-delays: %w", err)
+		return nil, fmt.Errorf("queue: read lock-delays: %w", err)
 	}
-	recs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(recs) == 0 {
-		return nil, 0, nil
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil, nil
 	}
 	live := map[int64]bool{}
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		live[kv.CreateRevision] = true
 	}
-	var out []*mvccpb.KeyValue
-	var longest time.Duration
-	for _, kv := range recs {
-		rev, d, ok := parseDelay(kv.Value)
-		if ok && live[rev] {
+	var out []delayRecord
+	for _, kv := range kvs {
+		rec, ok := parseDelay(kv)
+		if ok && live[rec.rev] {
 			continue // its holder lives: nothing has expired
 		}
-		out = append(out, kv)
-		longest = max(longest, d)
+		if !ok {
+			// Unreadable: a delay of its own length from whenever it is
+			// seen, so that it too ends.
+			rec = delayRecord{kv: kv}
+		}
+		out = append(out, rec)
 	}
-	return out, longest, nil
+	return out, nil
 }
 
-// awaitLockDelays waits out name's pending lock-delays (step 3 above),
-// measured from when this waiter saw each expiry, and deletes the records
-// it waited out. With wait unset it only reports whether any is pending.
-func (e *Engine) awaitLockDelays(ctx context.Context, name string, wait bool) (pending bool, err error) {
+// stampDelay stamps rec with the moment at, its first sighting, unless
+// another gateway changed it since it was read; it reports the record as it
+// now stands, or false when it is gone or changed (read it again).
+func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) (delayRecord, bool, error) {
+	key := string(rec.kv.Key)
+	v := strconv.FormatInt(rec.rev, 10) + " " + strconv.FormatInt(rec.d.Milliseconds(), 10) + " " + strconv.FormatInt(at.UnixMilli(), 10)
+	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rec.kv.ModRevision)).
+		Then(clientv3.OpPut(key, v)).Commit()
+	if err != nil {
+		return rec, false, fmt.Errorf("queue: stamp a lock-delay: %w", err)
+	}
+	if !resp.Succeeded {
+		return rec, false, nil
+	}
+	rec.expired = time.UnixMilli(at.UnixMilli())
+	rec.kv = &mvccpb.KeyValue{Key: rec.kv.Key, Value: []byte(v), ModRevision: resp.Header.Revision, CreateRevision: rec.kv.CreateRevision}
+	return rec, true, nil
+}
+
+// stampExpiry stamps the lock-delay record at key, of the holder key
+// created at create, with at — when a hub saw the key go — unless it is
+// another key's, gone (a release), or stamped already.
+func (e *Engine) stampExpiry(ctx context.Context, key string, create int64, at time.Time) {
+	resp, err := e.cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return
+	}
+	if rec, ok := parseDelay(resp.Kvs[0]); ok && rec.rev == create && rec.expired.IsZero() {
+		_, _, _ = e.stampDelay(ctx, rec, at)
+	}
+}
+
+// awaitLockDelays waits out name's pending lock-delays (steps 3 and 4
+// above) and deletes the records it outlived. With wait unset it never
+// waits: it reports when the pending delays end (zero when none is
+// pending), stamping the ones nobody has stamped yet.
+func (e *Engine) awaitLockDelays(ctx context.Context, name string, wait bool) (until time.Time, err error) {
 	for {
-		recs, d, err := e.pendingDelays(ctx, name)
+		recs, err := e.pendingDelays(ctx, name)
 		if err != nil || len(recs) == 0 {
-			return false, err
+			return time.Time{}, err
 		}
-		if !wait {
-			return true, nil
+		now := e.cfg.Clock.Now()
+		until = time.Time{}
+		changed := false
+		for i, rec := range recs {
+			if rec.expired.IsZero() {
+				var ok bool
+				if recs[i], ok, err = e.stampDelay(ctx, rec, now); err != nil {
+					return now.Add(rec.d), err
+				}
+				changed = changed || !ok
+			}
+			if end := recs[i].end(); end.After(until) {
+				until = end
+			}
 		}
-		e.at(ctx, pointDelay)
-		t := e.cfg.Clock.NewTimer(d)
-		if e.hooks != nil {
-			e.hooks.park(ctx, parked{until: e.cfg.Clock.Now().Add(d), now: e.cfg.Clock.Now})
+		if changed {
+			continue // another gateway wrote a record meanwhile: look again
 		}
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C():
+		if until.After(now) {
+			if !wait {
+				return until, nil
+			}
+			if err := e.sleepUntil(ctx, until); err != nil {
+				return until, err
+			}
+			continue
 		}
-		if e.hooks != nil {
-			e.hooks.unpark(ctx)
-		}
-		if ctx.Err() != nil {
-			return true, context.Cause(ctx)
-		}
-		for _, kv := range recs {
+		for _, rec := range recs {
 			// Only the record seen: one written again since is another's.
-			_, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-				Then(clientv3.OpDelete(string(kv.Key))).Commit()
+			key := string(rec.kv.Key)
+			_, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rec.kv.ModRevision)).
+				Then(clientv3.OpDelete(key)).Commit()
 			if err != nil {
-				return true, fmt.Errorf("queue: clear a lock-delay: %w", err)
+				return time.Time{}, fmt.Errorf("queue: clear a lock-delay: %w", err)
 			}
 		}
 	}
 }
 
-// delayPending reports whether q, which holds, must not be granted now
-// for a pending lock-delay: TryAcquire's look, which never waits. An
-// answer it cannot get counts as pending.
-func (e *Engine) delayPending(ctx context.Context, q *enqueued) bool {
-	if !q.delays {
-		return false
+// sleepUntil waits on the engine's clock until at, or ctx's end.
+func (e *Engine) sleepUntil(ctx context.Context, at time.Time) error {
+	e.at(ctx, pointDelay)
+	t := e.cfg.Clock.NewTimer(at.Sub(e.cfg.Clock.Now()))
+	defer t.Stop()
+	if e.hooks != nil {
+		e.hooks.park(ctx, parked{until: at, now: e.cfg.Clock.Now})
+		defer e.hooks.unpark(ctx)
 	}
-	pending, err := e.awaitLockDelays(ctx, q.h.Name, false)
-	return pending || err != nil
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C():
+		return nil
+	}
+}
+
+// delayPending reports until when q, which holds, must not be granted for
+// a pending lock-delay: TryAcquire's look, which never waits. An answer it
+// cannot get counts as pending (until a delay's length from now).
+func (e *Engine) delayPending(ctx context.Context, q *enqueued) time.Time {
+	if !q.delays {
+		return time.Time{}
+	}
+	until, err := e.awaitLockDelays(ctx, q.h.Name, false)
+	if err != nil && until.IsZero() {
+		until = e.cfg.Clock.Now().Add(MaxLockDelay)
+	}
+	return until
 }
 
 // recordLockDelay writes a delay record for a grant (step 1 above).
@@ -184,6 +289,7 @@ func (e *Engine) recordLockDelay(ctx context.Context, r *AcquireRequest, q *enqu
 		return fmt.Errorf("queue: record the lock-delay: %w", err)
 	}
 	if resp.Succeeded {
+		e.hubs.watchExpiry(ctx, e.keys.namePrefix(q.h.Name), e.keys.delayPrefix(q.h.Name), key, q.h.Revision)
 		return nil
 	}
 	if kv := firstKV(resp.Responses[0]); kv != nil && kv.CreateRevision == q.h.Revision {

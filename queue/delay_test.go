@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // awaitDeleted blocks until key's deletion (from rev on) and returns when
@@ -158,4 +160,162 @@ func TestLockDelayOnTheEngineClock(t *testing.T) {
 		t.Fatalf("the waiter's token %d is not above the expired holder's %d", g2.Token(), g.Token())
 	}
 	mustRelease(t, e, g2)
+}
+
+// delayedHolder acquires name on e with a lock-delay d and returns its
+// grant and the key's lock-delay record key.
+func delayedHolder(t *testing.T, e *Engine, name string, d time.Duration) (Grant, string) {
+	t.Helper()
+	r := req(name)
+	r.LockDelay = d
+	g := mustAcquire(t, e, r)
+	return g, e.keys.delay(name, g.WaiterID)
+}
+
+// awaitStamped blocks until the lock-delay record at key is stamped, from
+// revision rev on, and returns the stamp.
+func awaitStamped(t *testing.T, cli *clientv3.Client, key string, rev int64) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(rev)) {
+		for _, ev := range wr.Events {
+			if rec, ok := parseDelay(ev.Kv); ev.Type == mvccpb.PUT && ok && !rec.expired.IsZero() {
+				return rec.expired
+			}
+		}
+	}
+	t.Fatalf("the lock-delay record %s was never stamped", key)
+	return time.Time{}
+}
+
+// expireNow revokes g's lease, as an expiry would end it, and returns the
+// revision after it.
+func expireNow(t *testing.T, cli *clientv3.Client, g Grant) int64 {
+	t.Helper()
+	resp, err := cli.Revoke(testCtx(t), g.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// tryUntilGranted polls TryAcquire every step of fake time from the clock's
+// now, and returns when it was first granted; every refusal must say how
+// long the delay lasts.
+func tryUntilGranted(t *testing.T, e *Engine, clk *clock.Fake, name string, step time.Duration, limit int) time.Time {
+	t.Helper()
+	for range limit {
+		res, err := e.TryAcquire(testCtx(t), req(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Acquired {
+			mustRelease(t, e, res.Grant)
+			return clk.Now()
+		}
+		if res.DelayedUntil.IsZero() || res.Holder != nil {
+			t.Fatalf("TryAcquire during a lock-delay = %+v; want refused with its end and no holder", res)
+		}
+		settle(e) // the refused poll's key goes in the background
+		clk.Advance(step)
+	}
+	t.Fatalf("TryAcquire polled every %s was never granted in %d tries: the lock-delay never ended", step, limit)
+	return time.Time{}
+}
+
+// TestLockDelayEndsForPollers: after a delayed holder expires, a caller
+// that polls with TryAcquire is refused until the delay, counted from the
+// expiry, has passed — every poll the same answer, not a fresh delay — and
+// then granted.
+func TestLockDelayEndsForPollers(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	const d = 5 * time.Second
+	g, rec := delayedHolder(t, e, "p", d)
+	rev := expireNow(t, cli, g)
+	stamp := awaitStamped(t, cli, rec, rev)
+	if !stamp.Equal(clk.Now().Truncate(time.Millisecond)) {
+		t.Fatalf("the expiry was stamped at %s; want the moment the granting engine saw it, %s", stamp, clk.Now())
+	}
+	at := tryUntilGranted(t, e, clk, "p", time.Second, 20)
+	if at.Before(stamp.Add(d)) || at.After(stamp.Add(d+time.Second)) {
+		t.Fatalf("polled every second, granted %s after the expiry; want %s (the lock-delay) to %s", at.Sub(stamp), d, d+time.Second)
+	}
+}
+
+// TestLockDelayCountsFromTheExpiry: a name nobody looked at for longer than
+// the delay after its holder expired is granted at the first look.
+func TestLockDelayCountsFromTheExpiry(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	g, rec := delayedHolder(t, e, "q", 5*time.Second)
+	awaitStamped(t, cli, rec, expireNow(t, cli, g))
+	clk.Advance(6 * time.Second)
+	res, err := e.TryAcquire(testCtx(t), req("q"))
+	if err != nil || !res.Acquired {
+		t.Fatalf("TryAcquire 6 s after an expiry with a 5 s lock-delay = %+v, %v; want acquired", res, err)
+	}
+	mustRelease(t, e, res.Grant)
+	if d, err := e.Describe(testCtx(t), "q"); err != nil || !d.DelayUntil.IsZero() {
+		t.Fatalf("Describe after the delay = %+v, %v; want no lock-delay pending", d, err)
+	}
+}
+
+// TestLockDelayFirstSightingElsewhere: when the gateway that granted the
+// delayed holder is gone, the first gateway to look stamps the expiry, and
+// the delay ends a delay's length after that look for every caller: a
+// poller and a waiter alike, and Describe says when.
+func TestLockDelayFirstSightingElsewhere(t *testing.T) {
+	clk := newFakeClock()
+	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	const d = 4 * time.Second
+	g, rec := delayedHolder(t, granting, "s", d)
+	granting.Close() // it no longer watches its holder
+	other, err := New(cli, granting.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	expireNow(t, cli, g)
+	seen := clk.Now()
+	res, err := other.TryAcquire(testCtx(t), req("s"))
+	if err != nil || res.Acquired || !res.DelayedUntil.Equal(seen.Truncate(time.Millisecond).Add(d)) {
+		t.Fatalf("first look = %+v, %v; want refused until %s", res, err, seen.Add(d))
+	}
+	if desc, err := other.Describe(testCtx(t), "s"); err != nil || !desc.DelayUntil.Equal(res.DelayedUntil) {
+		t.Fatalf("Describe = %+v, %v; want the same end %s", desc, err, res.DelayedUntil)
+	}
+	clk.Advance(d / 2)
+	type grant struct {
+		g  Grant
+		at time.Time
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		g, err := other.Acquire(testCtx(t), req("s"))
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- grant{g, clk.Now()}
+	}()
+	// The waiter waits on the fake clock: time passes only here.
+	for {
+		select {
+		case got := <-granted:
+			if got.at.Before(seen.Add(d)) {
+				t.Fatalf("the waiter was granted at %s, before the delay's end %s", got.at, seen.Add(d))
+			}
+			mustRelease(t, other, got.g)
+			if n := keyCount(t, other, cli, "s"); n != 0 {
+				t.Fatalf("%d keys left", n)
+			}
+			if resp, err := cli.Get(testCtx(t), rec); err != nil || len(resp.Kvs) != 0 {
+				t.Fatalf("the waited-out lock-delay record is still there: %v", err)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+			clk.Advance(100 * time.Millisecond)
+		}
+	}
 }

@@ -24,10 +24,11 @@ type Description struct {
 	Limit int
 	// Waiters counts the waiters behind the holders.
 	Waiters int64
-	// DelayUntil, when set, is when a pending lock-delay of a holder whose
-	// lease expired ends at the latest, as seen now: no one is granted the
-	// name before then (a waiter measures from when it saw the expiry, so
-	// it may be granted sooner than this).
+	// DelayUntil, when set, is when the pending lock-delay of a holder
+	// whose lease expired ends: no one is granted the name before then
+	// (delay.go). For a lock-delay no gateway has stamped yet it is a
+	// delay's length from now, when the next acquire or TryAcquire would
+	// stamp it.
 	DelayUntil time.Time
 	// Revision is the etcd revision the snapshot was read at.
 	Revision int64
@@ -51,12 +52,19 @@ func (e *Engine) Describe(ctx context.Context, name string) (Description, error)
 	}
 	d := Description{Name: name, Revision: resp.Header.Revision}
 	if resp.Responses[2].GetResponseRange().Count > 0 {
-		recs, delay, err := e.pendingDelays(ctx, name)
+		recs, err := e.pendingDelays(ctx, name)
 		if err != nil {
 			return Description{}, err
 		}
-		if len(recs) > 0 {
-			d.DelayUntil = e.cfg.Clock.Now().Add(delay)
+		now := e.cfg.Clock.Now()
+		for _, rec := range recs {
+			end := rec.end()
+			if end.IsZero() {
+				end = now.Add(rec.d)
+			}
+			if end.After(now) && end.After(d.DelayUntil) {
+				d.DelayUntil = end
+			}
 		}
 	}
 	first := firstKV(resp.Responses[0])

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +121,11 @@ type nameHub struct {
 	// key that asked for a lock-delay has gone since (delay.go).
 	delayed bool
 	waiters map[*hubWaiter]struct{}
+	// watched are the keys of holders with a lock-delay this engine
+	// granted, by key, with their create revisions: the hub runs until
+	// each has gone, to stamp its expiry the moment it sees it (delay.go,
+	// step 4). Each counts one of refs.
+	watched map[string]int64
 }
 
 // hubSet is an engine's hubs, by name prefix.
@@ -138,19 +144,7 @@ func newHubSet(e *Engine) *hubSet { return &hubSet{e: e, hubs: map[string]*nameH
 // values (the explorer's actor identity), not its cancellation.
 func (s *hubSet) register(ctx context.Context, prefix, delays, key string, create, mod int64, limit int, positions bool) *hubWaiter {
 	s.mu.Lock()
-	h := s.hubs[prefix]
-	if h == nil {
-		hctx, cancel := context.WithCancel(s.e.ctx)
-		h = &nameHub{set: s, prefix: prefix, delays: delays, cancel: cancel, done: make(chan struct{}),
-			keys: map[string]*viewKey{}, limits: map[int64]int{}, waiters: map[*hubWaiter]struct{}{}}
-		s.hubs[prefix] = h
-		vals := ctx
-		if s.e.hooks != nil {
-			vals = s.e.hooks.spawn(ctx, "hub")
-		}
-		s.wg.Add(1)
-		go h.run(valuesOf{Context: hctx, vals: vals})
-	}
+	h := s.hubLocked(ctx, prefix, delays)
 	h.refs++
 	s.mu.Unlock()
 
@@ -165,19 +159,113 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 	return w
 }
 
-// unregister removes a waiter; the hub stops with its last one.
+// hubLocked returns prefix's hub, starting it if there is none. ctx is
+// the caller's: the hub started for it carries its values (the explorer's
+// actor identity), not its cancellation.
+func (s *hubSet) hubLocked(ctx context.Context, prefix, delays string) *nameHub {
+	h := s.hubs[prefix]
+	if h == nil {
+		hctx, cancel := context.WithCancel(s.e.ctx)
+		h = &nameHub{set: s, prefix: prefix, delays: delays, cancel: cancel, done: make(chan struct{}),
+			keys: map[string]*viewKey{}, limits: map[int64]int{}, waiters: map[*hubWaiter]struct{}{}, watched: map[string]int64{}}
+		s.hubs[prefix] = h
+		vals := ctx
+		if s.e.hooks != nil {
+			vals = s.e.hooks.spawn(ctx, "hub")
+		}
+		s.wg.Add(1)
+		go h.run(valuesOf{Context: hctx, vals: vals})
+	}
+	return h
+}
+
+// unregister removes a waiter; the hub stops with its last reference.
 func (s *hubSet) unregister(w *hubWaiter) {
 	h := w.h
 	h.mu.Lock()
 	delete(h.waiters, w)
 	h.mu.Unlock()
+	s.unref(h, 1)
+}
+
+// unref drops n references to h and stops it with its last.
+func (s *hubSet) unref(h *nameHub, n int) {
+	if n == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if h.refs--; h.refs == 0 {
+	if h.refs -= n; h.refs == 0 {
 		delete(s.hubs, h.prefix)
 		close(h.done)
 		h.cancel()
 	}
+}
+
+// watchExpiry has the hub of prefix watch key, a holder with a lock-delay
+// created at create, until it goes, and stamp its record the moment it
+// goes without a release (delay.go, step 4).
+func (s *hubSet) watchExpiry(ctx context.Context, prefix, delays, key string, create int64) {
+	s.mu.Lock()
+	if s.e.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	h := s.hubLocked(ctx, prefix, delays)
+	h.mu.Lock()
+	if h.watched[key] == create {
+		h.mu.Unlock()
+		s.mu.Unlock()
+		return // watched already (a retry's grant of the same key)
+	}
+	if h.watched[key] == 0 {
+		h.refs++
+	}
+	h.watched[key] = create
+	var gone []expiry
+	if h.rev != 0 {
+		gone = h.expiredLocked(s.e.cfg.Clock.Now())
+	}
+	h.mu.Unlock()
+	s.mu.Unlock()
+	h.stamp(ctx, gone)
+}
+
+// expiry is a watched holder's key seen gone at a moment.
+type expiry struct {
+	key     string
+	create  int64
+	at      time.Time
+	watched bool // it was on the watch list, and held a reference
+}
+
+// expiredLocked takes the watched keys the view no longer has, as seen at
+// at, off the watch list.
+func (h *nameHub) expiredLocked(at time.Time) []expiry {
+	var out []expiry
+	for key, create := range h.watched {
+		if k := h.keys[key]; k == nil || k.create != create {
+			out = append(out, expiry{key, create, at, true})
+			delete(h.watched, key)
+		}
+	}
+	return out
+}
+
+// stamp stamps the lock-delay records of the keys seen gone, in the
+// background, and drops the hub's references to them.
+func (h *nameHub) stamp(ctx context.Context, gone []expiry) {
+	e := h.set.e
+	refs := 0
+	for _, g := range gone {
+		if g.watched {
+			refs++
+		}
+		e.background(ctx, "stamp", e.cfg.RequestTimeout, func(ctx context.Context) {
+			e.stampExpiry(ctx, h.delays+g.key[strings.LastIndexByte(g.key, '/')+1:], g.create, g.at)
+		})
+	}
+	h.set.unref(h, refs)
 }
 
 func (s *hubSet) close() { s.wg.Wait() }
@@ -230,7 +318,7 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	if err != nil {
 		return fmt.Errorf("queue: hub read: %w", err)
 	}
-	h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().Count > 0)
+	h.stamp(ctx, h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().Count > 0))
 	b.reset()
 	for {
 		var wr clientv3.WatchResponse
@@ -268,7 +356,7 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			h.apply(evs[:n])
+			h.stamp(ctx, h.apply(evs[:n]))
 			evs = evs[n:]
 		}
 	}
@@ -291,8 +379,8 @@ func (h *nameHub) closing() bool {
 }
 
 // rebuild replaces the view with kvs, read at rev, and judges every
-// waiter again.
-func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) {
+// waiter again. It returns the watched holders gone from the view.
+func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) []expiry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.delayed = h.delayed || delayed
@@ -310,18 +398,23 @@ func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) {
 	for w := range h.waiters {
 		h.judgeLocked(w, "", 0)
 	}
+	return h.expiredLocked(h.set.e.cfg.Clock.Now())
 }
 
 // apply applies the events of one revision and judges every waiter at
-// that revision.
-func (h *nameHub) apply(evs []*clientv3.Event) {
+// that revision. It returns the holders with a lock-delay whose keys the
+// revision deleted, the moment it saw them go: watched ones, and any other
+// (a release deletes the record with the key, and then there is nothing
+// to stamp).
+func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	type gone struct {
+	var gone []expiry
+	type leftKey struct {
 		key    string
 		create int64
 	}
-	var left []gone
+	var left []leftKey
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		old := h.keys[key]
@@ -352,8 +445,15 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 			}
 			delete(h.keys, key)
 			h.removeLocked(old.create)
-			left = append(left, gone{key, old.create})
+			left = append(left, leftKey{key, old.create})
 			h.delayed = h.delayed || old.delay
+			if old.delay {
+				watched := h.watched[key] == old.create
+				if watched {
+					delete(h.watched, key)
+				}
+				gone = append(gone, expiry{key, old.create, h.set.e.cfg.Clock.Now(), watched})
+			}
 		}
 	}
 	h.rev = evs[len(evs)-1].Kv.ModRevision
@@ -366,6 +466,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) {
 		}
 		h.judgeLocked(w, key, h.rev)
 	}
+	return gone
 }
 
 func (h *nameHub) removeLocked(create int64) {

@@ -40,10 +40,7 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began
 	if wctx.Err() != nil {
 		cause := context.Cause(wctx)
 		if errors.Is(cause, ErrDetached) {
-			// The key stays for a retry elsewhere; it lapses with its lease
-			// (per-lock) or this process's attempt lease (session) unless
-			// that retry takes it over.
-			e.att.release(q.att)
+			e.forgetDetached(ctx, q)
 		} else {
 			// Leaving the queue starts at once but does not hold up the
 			// answer: a slow etcd must not make a timed-out wait late.

@@ -124,7 +124,8 @@ func newTryCmd(g *globals) *cobra.Command {
 		Short: "Take a lock only if it is free; never wait",
 		Long: `try takes NAME's lock if nobody holds or waits for it and prints the lock id and
 fencing token; otherwise it exits with status 3 and says until when the holder's
-lease runs. Like acquire, it does not renew the lock after it exits.`,
+lease runs — or, for a free name an expired holder's lock-delay holds back, until
+when the delay lasts. Like acquire, it does not renew the lock after it exits.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := a.options()
@@ -135,7 +136,11 @@ lease runs. Like acquire, it does not renew the lock after it exits.`,
 				l, err := c.TryAcquire(ctx, args[0], opts...)
 				var held *client.HeldError
 				if errors.As(err, &held) && g.output == "json" {
-					if perr := g.printer().print(field{"", "acquired", false}, field{"", "holderExpiresAt", held.HolderExpires}); perr != nil {
+					fields := []field{{"", "acquired", false}, {"", "holderExpiresAt", held.HolderExpires}}
+					if !held.DelayUntil.IsZero() {
+						fields = append(fields, field{"", "delayUntil", held.DelayUntil})
+					}
+					if perr := g.printer().print(fields...); perr != nil {
 						return perr
 					}
 					return exitStatus{code: exitNotAcquired}

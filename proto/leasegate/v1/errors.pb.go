@@ -70,8 +70,8 @@ const (
 	ErrorReason_RATE_LIMITED ErrorReason = 11
 	// A cap refused the call: the holders and waiters of one name
 	// (name_waiters), a tenant's open waits on this gateway
-	// (tenant_waiters) or a tenant's locks on one shard (tenant_keys), as
-	// metadata["limit"] names. Retrying does not help until some of them
+	// (tenant_waiters), a tenant's locks on one shard (tenant_keys) or the
+	// holds of one re-entered lock (lock_holds), as metadata["limit"] names. Retrying does not help until some of them
 	// end. Code resource_exhausted (HTTP 429).
 	ErrorReason_QUOTA_EXCEEDED ErrorReason = 12
 	// The caller's tenant may not do this: its name policy refuses the

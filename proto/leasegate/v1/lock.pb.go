@@ -260,9 +260,13 @@ type AcquireRequest struct {
 	Limit int32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Re-entrant, for a session acquire only (invalid_argument without
 	// session_id): when the session already holds the name through a
-	// re-entrant acquire, the same grant is returned (same lock_id and
-	// fencing_token) with hold_count one higher; each Release drops one hold
-	// and the last frees the name. Off by default.
+	// re-entrant acquire, the grant is a hold of that lock: the lock's
+	// fencing_token, a lock_id of its own and hold_count the lock's holds.
+	// Releasing a hold's lock_id drops that hold, and releasing it again
+	// drops nothing (released false); the last hold's release frees the
+	// name. A retry with the request_id of a hold the lock has returns that
+	// hold again. At most 64 holds (resource_exhausted, QUOTA_EXCEEDED with
+	// limit lock_holds). Off by default.
 	Reentrant bool `protobuf:"varint,8,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
 	// Lock-delay in milliseconds, 0 to 60000 (default 0): should this
 	// holder's lease expire rather than be released, nobody is granted the
@@ -725,8 +729,14 @@ type TryAcquireResponse struct {
 	Granted *Granted `protobuf:"bytes,2,opt,name=granted,proto3" json:"granted,omitempty"`
 	// When not acquired: the current holder's lease expiry.
 	HolderExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=holder_expires_at,json=holderExpiresAt,proto3" json:"holder_expires_at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When not acquired because the name is free but an expired holder's
+	// lock-delay is pending: when the delay ends. The delay counts from the
+	// expiry (at the latest from the first gateway to see it) and is the
+	// same for every caller: a TryAcquire after it is granted, if nobody
+	// took the name meanwhile.
+	DelayUntil    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=delay_until,json=delayUntil,proto3" json:"delay_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TryAcquireResponse) Reset() {
@@ -776,6 +786,13 @@ func (x *TryAcquireResponse) GetGranted() *Granted {
 func (x *TryAcquireResponse) GetHolderExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.HolderExpiresAt
+	}
+	return nil
+}
+
+func (x *TryAcquireResponse) GetDelayUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DelayUntil
 	}
 	return nil
 }
@@ -2806,11 +2823,13 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1c\n" +
 	"\treentrant\x18\a \x01(\bR\treentrant\x12\"\n" +
-	"\rlock_delay_ms\x18\b \x01(\x03R\vlockDelayMs\"\xa9\x01\n" +
+	"\rlock_delay_ms\x18\b \x01(\x03R\vlockDelayMs\"\xe6\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12/\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedR\agranted\x12F\n" +
-	"\x11holder_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0fholderExpiresAt\"c\n" +
+	"\x11holder_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0fholderExpiresAt\x12;\n" +
+	"\vdelay_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"delayUntil\"c\n" +
 	"\fRenewRequest\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x15\n" +
@@ -3061,60 +3080,61 @@ var file_leasegate_v1_lock_proto_depIdxs = []int32{
 	37, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
 	6,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
 	37, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	37, // 5: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 6: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	15, // 7: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
-	37, // 8: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
-	37, // 9: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 10: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 11: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	0,  // 12: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
-	37, // 13: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 14: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 15: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	20, // 16: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	29, // 17: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
-	30, // 18: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
-	37, // 19: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 20: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
-	33, // 21: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
-	37, // 22: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
-	37, // 23: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 24: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
-	36, // 25: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
-	2,  // 26: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
-	37, // 27: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
-	3,  // 28: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	7,  // 29: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	9,  // 30: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	11, // 31: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	13, // 32: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	16, // 33: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	18, // 34: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	21, // 35: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	23, // 36: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
-	25, // 37: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	27, // 38: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
-	31, // 39: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
-	34, // 40: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
-	4,  // 41: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	8,  // 42: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	10, // 43: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	12, // 44: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	14, // 45: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	17, // 46: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	19, // 47: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	22, // 48: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	24, // 49: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
-	26, // 50: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	28, // 51: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
-	32, // 52: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
-	35, // 53: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
-	41, // [41:54] is the sub-list for method output_type
-	28, // [28:41] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	37, // 5: leasegate.v1.TryAcquireResponse.delay_until:type_name -> google.protobuf.Timestamp
+	37, // 6: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 7: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	15, // 8: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
+	37, // 9: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
+	37, // 10: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 11: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 12: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	0,  // 13: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
+	37, // 14: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 15: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 16: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	20, // 17: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	29, // 18: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
+	30, // 19: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
+	37, // 20: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 21: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	33, // 22: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
+	37, // 23: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
+	37, // 24: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 25: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
+	36, // 26: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
+	2,  // 27: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
+	37, // 28: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
+	3,  // 29: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	7,  // 30: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	9,  // 31: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	11, // 32: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	13, // 33: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	16, // 34: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	18, // 35: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	21, // 36: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	23, // 37: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	25, // 38: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	27, // 39: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
+	31, // 40: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
+	34, // 41: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
+	4,  // 42: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	8,  // 43: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	10, // 44: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	12, // 45: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	14, // 46: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	17, // 47: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	19, // 48: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	22, // 49: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	24, // 50: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	26, // 51: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	28, // 52: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
+	32, // 53: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
+	35, // 54: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
