@@ -319,3 +319,60 @@ func TestLockDelayFirstSightingElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestLockDelayOfATakeover: a retry that takes a waiter over asking for a
+// lock-delay the first attempt did not ask for is the lock's delay
+// everywhere: the key says so, so a waiter already watching when the
+// holder's lease ends is held back for the delay too.
+func TestLockDelayOfATakeover(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	h := mustAcquire(t, e, req("t"))
+	first := req("t")
+	w1, err := e.Enqueue(testCtx(t), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = w1.Wait(testCtx(t)) }() // superseded by the retry
+	const d = 5 * time.Second
+	retry := first
+	retry.LockDelay = d
+	w, err := e.Enqueue(testCtx(t), retry)
+	if err != nil || !w.q.resumed {
+		t.Fatalf("retry = %v; want the waiter taken over", err)
+	}
+	held := make(chan Grant, 1)
+	go func() {
+		g, err := w.Wait(testCtx(t))
+		if err != nil {
+			t.Error(err)
+		}
+		held <- g
+	}()
+	mustRelease(t, e, h)
+	g := <-held
+	next := make(chan Grant, 1)
+	nw, err := e.Enqueue(testCtx(t), req("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		g, err := nw.Wait(testCtx(t))
+		if err != nil {
+			t.Error(err)
+		}
+		next <- g
+	}()
+	stamp := awaitStamped(t, cli, e.keys.delay("t", g.WaiterID), expireNow(t, cli, g))
+	select {
+	case <-next:
+		t.Fatal("the waiter was granted as the delayed holder expired: the takeover's lock-delay was not the lock's")
+	case <-time.After(100 * time.Millisecond):
+	}
+	clk.Advance(d)
+	ng := <-next
+	if now := clk.Now(); now.Before(stamp.Add(d)) {
+		t.Fatalf("granted at %s, before the delay's end %s", now, stamp.Add(d))
+	}
+	mustRelease(t, e, ng)
+}

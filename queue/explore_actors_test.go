@@ -54,6 +54,10 @@ type world struct {
 	// takenAt is, per lease, the etcd revision when an acquire last took
 	// it from a pool: a key created before it no longer owns the lease.
 	takenAt map[clientv3.LeaseID]int64
+	// leftForTTL are the leases callers that vanished left holding (a
+	// lock they could not release, a session they could not close): the
+	// end of a run expires them, as their TTL would.
+	leftForTTL []clientv3.LeaseID
 }
 
 // actorSpec is one actor of a schedule.
@@ -61,6 +65,8 @@ type actorSpec struct {
 	name   string
 	client string // the holder identity beliefs are tracked by
 	run    func(ctx context.Context)
+	// mayVanish lets the schedule make its caller go away mid-call.
+	mayVanish bool
 }
 
 func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *world {
@@ -195,9 +201,26 @@ func (w *world) release(ctx context.Context, client string, e *Engine, g Grant) 
 	}
 	w.step(ctx, "release")
 	w.letGo(client)
-	if _, err := e.Release(ctx, g.Handle, g.Token()); err != nil && !errors.Is(err, ErrNotOwner) {
+	_, err := e.Release(ctx, g.Handle, g.Token())
+	switch {
+	case err == nil && w.lostAnswer(ctx):
+		// The answer was lost: the release again drops nothing.
+		if again, err := e.Release(ctx, g.Handle, g.Token()); again || err != nil && ctx.Err() == nil {
+			w.violate("%s: release retried after a lost answer = %v, %v; want false, nil", client, again, err)
+		}
+	case ctx.Err() != nil:
+		w.leftHeld(g.Lease) // gone before its release: the lease ends it
+	case err != nil && !errors.Is(err, ErrNotOwner):
 		w.violate("%s: release: %v", client, err)
 	}
+}
+
+// lostAnswer draws whether a call's answer is lost on its way to the
+// caller, who then sends it again (the SDK retries with the same request).
+func (w *world) lostAnswer(ctx context.Context) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return ctx.Err() == nil && w.rng.IntN(3) == 0
 }
 
 // proclaim publishes a value for client's term. It must succeed unless an
@@ -211,6 +234,7 @@ func (w *world) proclaim(ctx context.Context, client string, e *Engine, g Grant)
 	switch {
 	case err == nil:
 		w.proclaimed[g.Revision] = v
+	case ctx.Err() != nil:
 	case w.expiredRev[g.Revision] && errors.Is(err, ErrNotLeader):
 	default:
 		w.violations = append(w.violations, fmt.Sprintf("%s: proclaim while leading: %v", client, err))
@@ -227,7 +251,27 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 	if err != nil {
 		return nil, err
 	}
-	return w.granted(who, g, r), nil
+	out := w.granted(who, g, r)
+	return w.delivered(ctx, e, out)
+}
+
+// delivered hands g to its caller, unless the caller went away: then the
+// grant reaches nobody and is given up, as a gateway gives up a grant it
+// cannot send.
+func (w *world) delivered(ctx context.Context, e *Engine, g *Grant) (*Grant, error) {
+	if err := ctx.Err(); err != nil {
+		e.Abandon(ctx, *g)
+		return nil, err
+	}
+	return g, nil
+}
+
+// leftHeld notes a lease a vanished caller left holding, for the end of
+// the run to expire.
+func (w *world) leftHeld(id clientv3.LeaseID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.leftForTTL = append(w.leftForTTL, id)
 }
 
 // granted records a grant of r's limit and certifies it.
@@ -246,7 +290,7 @@ func (w *world) tryAcquire(ctx context.Context, who string, e *Engine, r Acquire
 	if err != nil || !res.Acquired {
 		return nil, err
 	}
-	return w.granted(who, res.Grant, r), nil
+	return w.delivered(ctx, e, w.granted(who, res.Grant, r))
 }
 
 // certify checks what every grant rests on, whoever receives it (a zombie
@@ -319,13 +363,19 @@ func (w *world) openSession(ctx context.Context, e *Engine, name string, r *Acqu
 	w.step(ctx, "open-session")
 	s, err := e.OpenSession(ctx, name, 10*time.Minute)
 	if err != nil {
-		w.violate("%s: open session: %v", name, err)
+		if ctx.Err() == nil {
+			w.violate("%s: open session: %v", name, err)
+		} else if s.Lease != 0 {
+			w.leftHeld(s.Lease)
+		}
 		return nil, false
 	}
 	r.Session, r.SessionSecret = s.Lease, s.Secret
 	return func() {
 		w.step(ctx, "close-session")
-		_ = e.CloseSession(ctx, s.Lease, s.Secret)
+		if err := e.CloseSession(ctx, s.Lease, s.Secret); err != nil {
+			w.leftHeld(s.Lease) // its caller went: the session's TTL ends it
+		}
 	}, true
 }
 
@@ -333,7 +383,7 @@ func (w *world) openSession(ctx context.Context, e *Engine, name string, r *Acqu
 // lets it go.
 func (w *world) holder(name string, session bool) actorSpec {
 	e := w.engine()
-	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+	return actorSpec{name: name, client: name, mayVanish: true, run: func(ctx context.Context) {
 		r := w.request(name, name+"-req")
 		if session {
 			closeSession, ok := w.openSession(ctx, e, name, &r)
@@ -344,22 +394,54 @@ func (w *world) holder(name string, session bool) actorSpec {
 		}
 		w.step(ctx, "acquire")
 		g, err := w.acquire(ctx, name, e, r)
+		if err == nil && w.lostAnswer(ctx) {
+			// The grant's answer was lost: the same request again, on
+			// either gateway, is the same grant.
+			first := g
+			w.step(ctx, "acquire-retry")
+			if g, err = w.acquire(ctx, name, w.engine(), r); err == nil && (g.Revision != first.Revision || !g.Resumed) && !w.expired(first.Revision) {
+				w.violate("%s: acquire retried after a lost answer got token %d (resumed %v); want the first grant's %d", name, g.Token(), g.Resumed, first.Token())
+			}
+			if err != nil && !session {
+				// Gone before any answer came: the first grant, which it
+				// never learned of, ends with its lease.
+				w.leftHeld(first.Lease)
+			}
+		}
 		if err != nil {
-			if !expectedEnd(err) {
+			if !expectedEnd(err) && !errors.Is(err, ErrSuperseded) {
 				w.violate("%s: acquire: %v", name, err)
 			}
 			return
 		}
-		w.believe(name, *g)
+		if !w.believe(name, *g) {
+			return
+		}
+		if !session && w.lostAnswer(ctx) {
+			// A renewal, and the same renewal again after a lost answer.
+			w.step(ctx, "renew")
+			for i := 0; i < 2 && ctx.Err() == nil; i++ {
+				if _, err := e.Renew(ctx, g.Handle, g.Token()); err != nil && ctx.Err() == nil && !w.expired(g.Revision) {
+					w.violate("%s: renew %d of a held lock: %v", name, i+1, err)
+				}
+			}
+		}
 		w.release(ctx, name, e, *g)
 	}}
+}
+
+// expired reports whether a nemesis ended the key created at rev.
+func (w *world) expired(rev int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.expiredRev[rev]
 }
 
 // reacquirer takes and lets go of the lock twice with one stable request
 // id and no hold time: the predecessor-ABA client.
 func (w *world) reacquirer(name string) actorSpec {
 	e := w.engine()
-	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+	return actorSpec{name: name, client: name, mayVanish: true, run: func(ctx context.Context) {
 		r := w.request(name, name+"-stable")
 		for i := 0; i < 2; i++ {
 			w.step(ctx, "acquire")
@@ -700,7 +782,7 @@ func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
 func (w *world) mismatcher(name string) actorSpec {
 	e := w.engine()
 	try := w.rng.IntN(2) == 0
-	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+	return actorSpec{name: name, client: name, mayVanish: true, run: func(ctx context.Context) {
 		r := w.request(name, name+"-req")
 		r.Limit = w.limit + 1
 		w.step(ctx, "acquire")
@@ -736,7 +818,7 @@ func (w *world) reenterer(name string) actorSpec {
 	e1, e2 := w.engine(), w.engine()
 	undelivered := w.rng.IntN(3) == 0
 	retryEnter, retryRelease, innerFirst := w.rng.IntN(2) == 0, w.rng.IntN(2) == 0, w.rng.IntN(2) == 0
-	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+	return actorSpec{name: name, client: name, mayVanish: true, run: func(ctx context.Context) {
 		r := w.request(name, name+"-1")
 		closeSession, ok := w.openSession(ctx, e1, name, &r)
 		if !ok {
@@ -827,6 +909,7 @@ func (w *world) releaseHold(ctx context.Context, client string, e *Engine, g Gra
 	lost := w.expiredRev[g.Revision]
 	w.mu.Unlock()
 	switch {
+	case ctx.Err() != nil: // its caller went: the session's end frees the rest
 	case err != nil && !errors.Is(err, ErrNotOwner):
 		w.violate("%s: release of hold %q: %v", client, g.HoldID, err)
 	case ok == repeated && !lost:
@@ -840,7 +923,7 @@ func (w *world) releaseHold(ctx context.Context, client string, e *Engine, g Gra
 func (w *world) delayer(name string) actorSpec {
 	e := w.engine()
 	session, dies := w.rng.IntN(2) == 0, w.rng.IntN(2) == 0
-	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
+	return actorSpec{name: name, client: name, mayVanish: true, run: func(ctx context.Context) {
 		r := w.request(name, name+"-req")
 		r.LockDelay = 30 * time.Second
 		if session {
@@ -874,6 +957,10 @@ func (w *world) start(s actorSpec) {
 	ctx, cancel := context.WithCancel(withActor(context.Background(), s.name))
 	w.mu.Lock()
 	w.ctxs = append(w.ctxs, cancel)
+	if s.mayVanish && w.rng.IntN(4) == 0 {
+		// Its caller goes away mid-call, at a point the seed picks.
+		w.sch.vanishAt(s.name, 1+w.rng.IntN(12), cancel)
+	}
 	w.mu.Unlock()
 	w.sch.register(s.name)
 	w.wg.Add(1)
@@ -898,6 +985,9 @@ func (w *world) run() error {
 		}
 		if _, ok := w.sch.next(); ok {
 			continue
+		}
+		if w.expireLeft() {
+			continue // what vanished callers left ends: hubs and waiters act on it
 		}
 		if at := w.sch.delayedUntil(); !at.IsZero() {
 			// Only a lock-delay is left to wait out: time passes.
@@ -924,6 +1014,20 @@ func (w *world) run() error {
 		return errors.New(strings.Join(w.violations, "\n"))
 	}
 	return nil
+}
+
+// expireLeft expires the leases callers that vanished left holding, as
+// their TTLs would once nobody renews them, once nothing else can move. It
+// reports whether it expired any.
+func (w *world) expireLeft() bool {
+	w.mu.Lock()
+	left := w.leftForTTL
+	w.leftForTTL = nil
+	w.mu.Unlock()
+	for _, id := range left {
+		w.expire(context.Background(), id)
+	}
+	return len(left) > 0
 }
 
 // cancelAll ends every actor's context and lets every actor run free.

@@ -48,7 +48,7 @@ func (w *world) castForce() {
 // key re-created by a retry) is a holder's key deleted by someone else.
 func (w *world) evictor(name string) actorSpec {
 	e := w.engine()
-	return actorSpec{name: name, run: func(ctx context.Context) {
+	return actorSpec{name: name, mayVanish: true, run: func(ctx context.Context) {
 		w.step(ctx, "evict")
 		resp, err := w.sch.cli.Get(ctx, e.keys.namePrefix(w.name), clientv3.WithFirstCreate()...)
 		if err != nil || len(resp.Kvs) == 0 {
@@ -64,12 +64,22 @@ func (w *world) evictor(name string) actorSpec {
 		w.mu.Lock()
 		w.expiredRev[first.Revision] = true
 		w.mu.Unlock()
-		res, err := e.ForceRelease(ctx, ForceReleaseRequest{Name: w.name, Reason: "explore", Actor: name, Token: first.Token})
-		switch {
-		case err == nil && res.Released && res.Evicted.Revision != first.Revision:
-			w.violate("%s: evicted the key created at %d; it named the one created at %d", name, res.Evicted.Revision, first.Revision)
-		case err != nil && !errors.Is(err, ErrHolderChanged) && !errors.Is(err, context.Canceled):
-			w.violate("%s: force release: %v", name, err)
+		fr := ForceReleaseRequest{Name: w.name, Reason: "explore", Actor: name, Token: first.Token}
+		for try := 0; try < 2; try++ {
+			res, err := e.ForceRelease(ctx, fr)
+			switch {
+			case err == nil && res.Released && res.Evicted.Revision != first.Revision:
+				w.violate("%s: evicted the key created at %d; it named the one created at %d", name, res.Evicted.Revision, first.Revision)
+			case err == nil && res.Released && try > 0:
+				w.violate("%s: a force-release retried after a lost answer evicted again", name)
+			case err != nil && !errors.Is(err, ErrHolderChanged) && !errors.Is(err, context.Canceled):
+				w.violate("%s: force release: %v", name, err)
+			}
+			if err != nil || !w.lostAnswer(ctx) {
+				return
+			}
+			// The answer was lost: the same eviction again.
+			w.step(ctx, "evict-retry")
 		}
 	}}
 }

@@ -102,11 +102,21 @@ type scheduler struct {
 	lowest  int
 	// onLease, when set, receives the engine's lease events.
 	onLease func(ctx context.Context, event string, id clientv3.LeaseID, rev int64)
+	// vanish makes actors vanish mid-call: at its given point count, the
+	// actor's context ends (its caller went away), whatever it is doing.
+	vanish map[string]*vanishing
+}
+
+// vanishing is when an actor's caller goes away.
+type vanishing struct {
+	at, seen int
+	cancel   context.CancelFunc
+	gone     bool
 }
 
 func newScheduler(t testing.TB, cli *clientv3.Client, seed uint64) *scheduler {
 	s := &scheduler{t: t, cli: cli, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x1ea5e6a7e)),
-		actors: map[string]*actor{}, spawns: map[string]int{}}
+		actors: map[string]*actor{}, spawns: map[string]int{}, vanish: map[string]*vanishing{}}
 	s.cond = sync.NewCond(&s.mu)
 	if s.rng.IntN(2) == 0 {
 		s.pct, s.prio, s.changes = true, map[string]int{}, map[int]bool{}
@@ -154,8 +164,35 @@ func (s *scheduler) at(ctx context.Context, point string) {
 	a.state, a.point = actReady, point
 	s.version++
 	s.cond.Broadcast()
+	v := s.vanish[a.name]
 	s.mu.Unlock()
 	<-a.release
+	if v != nil {
+		// Counted when the actor goes on from the point: its caller goes
+		// away between this point and the next.
+		s.mu.Lock()
+		if v.seen++; v.seen == v.at && !v.gone {
+			v.gone = true
+			s.steps[len(s.steps)-1] += " (vanishes)"
+			v.cancel()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// vanishAt makes name's caller go away after its at-th point.
+func (s *scheduler) vanishAt(name string, at int, cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.vanish[name] = &vanishing{at: at, cancel: cancel}
+}
+
+// vanished reports whether name's caller went away.
+func (s *scheduler) vanished(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.vanish[name]
+	return v != nil && v.gone
 }
 
 func (s *scheduler) spawn(ctx context.Context, task string) context.Context {
