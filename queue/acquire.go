@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -142,6 +143,7 @@ type enqueued struct {
 	resumed  bool
 	first    *mvccpb.KeyValue
 	holds    bool  // the key held when its attempt wrote it (holdsIn at modRev)
+	recorded bool  // its enqueue wrote its holder record (loss.go)
 	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
 	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
@@ -311,6 +313,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	prefix := e.keys.namePrefix(r.Name)
 	wid := WaiterID(r.RequestID)
 	key := prefix + wid
+	nonce := newAttempt()
 	value := encodeValue(secret, waiterMeta{
 		ClientID: r.ClientID,
 		TTL:      ttlSec,
@@ -319,7 +322,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		Sealed:   sealSecret(secret, r.RequestID),
 		Owner:    r.binding(),
 		Enqueued: e.cfg.Clock.Now().UnixMilli(),
-		Attempt:  newAttempt(),
+		Attempt:  nonce,
 		Value:    r.Value,
 		Limit:    storedLimit(r.effectiveLimit()),
 		Reenter:  reenterSeal(r, secret),
@@ -344,12 +347,28 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	var put clientv3.Op
 	empty := clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)
 	undelayed := clientv3.Compare(clientv3.CreateRevision(e.keys.delayPrefix(r.Name)).WithPrefix(), "=", 0)
+	// A key first in its name is granted by this transaction, without a
+	// hub to see it go: with losses waiting, its holder record goes in
+	// with it (loss.go).
+	var firstOps []clientv3.Op
+	var hval string // the holder record's value, when one goes in
+	recTTL := time.Duration(ttlSec) * time.Second
+	if r.Session != 0 {
+		recTTL = e.sessionTTL(r.Session)
+	}
+	if e.cfg.LossWait {
+		hval = holderRecordValue(r.LockDelay, recTTL, nonce)
+		firstOps = []clientv3.Op{clientv3.OpPut(e.keys.holderRecord(r.Name, wid), hval)}
+	}
 	switch {
-	case r.Session == 0:
+	case r.Session == 0 && firstOps == nil:
 		put = clientv3.OpPut(key, value, clientv3.WithLease(lease))
+	case r.Session == 0:
+		own := clientv3.OpPut(key, value, clientv3.WithLease(lease))
+		put = clientv3.OpTxn([]clientv3.Cmp{empty}, append([]clientv3.Op{own}, firstOps...), []clientv3.Op{own})
 	case r.BeforeGrant == nil:
 		put = clientv3.OpTxn([]clientv3.Cmp{empty, undelayed},
-			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(r.Session))},
+			append([]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(r.Session))}, firstOps...),
 			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(att.id))})
 	default:
 		put = clientv3.OpPut(key, value, clientv3.WithLease(att.id))
@@ -371,7 +390,10 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	// count of lock-delay records, 4 the session record (session waiters
 	// only).
 	countOp := clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	delaysOp := clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	// The name's delay records, whole: a record of a key among the first
+	// keys is a live holder's and withholds nothing; any other is pending
+	// (delay.go). Records are written for holders only, so they are few.
+	delaysOp := clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix())
 	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
 	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
 	if r.Session != 0 {
@@ -393,7 +415,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		}
 		// The transaction may have been applied and its answer lost: take
 		// back what this attempt may have written, by its exact value.
-		e.forgetUnknown(ctx, key, value, lease, att)
+		e.forgetUnknown(ctx, key, value, e.keys.holderRecord(r.Name, wid), hval, lease, att)
 		return nil, nil, fmt.Errorf("queue: enqueue: %w: %w", errUnknownOutcome, err)
 	}
 	if !resp.Succeeded {
@@ -403,18 +425,24 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 
 	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: resp.Header.Revision, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
 	firstN := resp.Responses[1].GetResponseRange().GetKvs()
+	first := resp.Responses[0].GetResponseTxn().GetSucceeded() // the nested put of a key first in its name
 	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
-		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n),
-		delays: resp.Responses[3].GetResponseRange().Count > 0,
+		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n), recorded: first && firstOps != nil,
+		delays: pendingAmong(resp.Responses[3].GetResponseRange().GetKvs(), firstN),
 		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
 	if r.Session != 0 {
 		q.h.Lease, q.keyLease = r.Session, r.Session
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[4]).GetValue()).TTL) * time.Second
-		if resp.Responses[0].GetResponseTxn().GetSucceeded() {
+		e.learnSessionTTL(r.Session, q.ttl)
+		if first {
 			e.att.release(att) // it went straight onto the session lease
 		} else {
 			q.keyLease, q.att = att.id, att
 		}
+	}
+	if q.recorded && r.Session != 0 && recTTL == 0 && q.ttl > 0 {
+		// The record went in before this engine knew the session's TTL.
+		e.fixHolderRecord(ctx, r.Name, wid, h.Revision, r.LockDelay, q.ttl, nonce)
 	}
 	// A key taken back is removed by the engine, whatever becomes of the
 	// caller: the removal must finish even when the caller has gone.
@@ -429,6 +457,19 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		return nil, nil, keyTakenBack{fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)}
 	}
 	return q, nil, nil
+}
+
+// pendingAmong reports whether any of recs, a name's delay records, is not
+// of one of firstN, its first keys (its holders), read at the same
+// revision: a record whose key is gone, which may withhold a grant.
+func pendingAmong(recs, firstN []*mvccpb.KeyValue) bool {
+	for _, kv := range recs {
+		rec, ok := parseDelay(kv)
+		if !ok || !slices.ContainsFunc(firstN, func(k *mvccpb.KeyValue) bool { return k.CreateRevision == rec.rev }) {
+			return true
+		}
+	}
+	return false
 }
 
 // keyTakenBack is the error of an enqueue that put its key and then took

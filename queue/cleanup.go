@@ -73,8 +73,10 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 			// to delete (reenter.go).
 			clientv3.Compare(clientv3.CreateRevision(e.keys.holds(name, waiterID, rev)), "=", 0),
 		).Then(clientv3.OpDelete(key, clientv3.WithPrevKV()),
-			// A grant nobody received leaves no lock-delay behind (delay.go).
-			e.releaseDelayOp(Handle{Name: name, WaiterID: waiterID, Revision: rev})).Commit()
+			// A grant nobody received leaves no lock-delay behind (delay.go),
+			// and its end is a clean one (loss.go).
+			e.releaseDelayOp(Handle{Name: name, WaiterID: waiterID, Revision: rev}),
+			e.endMark(markGiveUp, key)).Commit()
 		cancel()
 		if err == nil {
 			if resp.Succeeded {
@@ -153,7 +155,10 @@ func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 // attempt's fresh per-lock lease is revoked only when no key of this
 // attempt can be on it: the key was deleted here, is absent, or rides on
 // another lease. The attempt lease reference is given back at the end.
-func (e *Engine) forgetUnknown(ctx context.Context, key, value string, lease clientv3.LeaseID, att attemptRef) {
+func (e *Engine) forgetUnknown(ctx context.Context, key, value, hrec, hval string, lease clientv3.LeaseID, att attemptRef) {
+	// The holder record the transaction may have written beside the key
+	// (loss.go) is this attempt's when it carries this attempt's nonce.
+	forgetRec := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(hrec), "=", hval)}, []clientv3.Op{clientv3.OpDelete(hrec)}, nil)
 	e.background(ctx, "forget", 0, func(ctx context.Context) {
 		defer e.att.release(att)
 		b := newBackoff(e.cfg.Clock)
@@ -161,7 +166,7 @@ func (e *Engine) forgetUnknown(ctx context.Context, key, value string, lease cli
 			e.at(ctx, pointCleanup)
 			rctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
 			resp, err := e.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).
-				Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+				Then(clientv3.OpDelete(key), e.endMark(markGiveUp, key), forgetRec).Else(clientv3.OpGet(key)).Commit()
 			cancel()
 			if err == nil {
 				kv := firstKV(resp.Responses[0])

@@ -52,6 +52,12 @@ type Config struct {
 	// instead of revoking it. Default 64; 0 disables the pool (every
 	// acquire grants, every release revokes); at most MaxLeasePool.
 	LeasePool int
+	// LossWait makes a holder lost without a clean end (its lease expired,
+	// or etcd revoked it early) keep the name from everyone for its TTL
+	// after the loss was first seen, so that no grant comes while the lost
+	// holder may still believe it holds (loss.go). Default true; false
+	// frees the name as soon as the key goes, relying on fencing alone.
+	LossWait bool
 	// Clock is the time source for deadlines and wait timeouts. Default the
 	// wall clock.
 	Clock clock.Clock
@@ -69,6 +75,7 @@ func DefaultConfig() Config {
 		RequestTimeout: 5 * time.Second,
 		AttemptTTL:     10 * time.Second,
 		LeasePool:      64,
+		LossWait:       true,
 		Clock:          clock.Real,
 	}
 }

@@ -69,9 +69,20 @@ func (k keys) delayPrefix(name string) string { return k.prefix + "/delays/" + e
 
 func (k keys) delay(name, waiterID string) string { return k.delayPrefix(name) + waiterID }
 
-// delayValue is a delay record's value for the holder key created at rev.
-func delayValue(rev int64, d time.Duration) string {
-	return strconv.FormatInt(rev, 10) + " " + strconv.FormatInt(d.Milliseconds(), 10)
+// A delay record's value is "<create revision> <d ms>", then, once a
+// gateway saw its holder gone, " <stamp ms>"; a record written at a grant
+// also carries the holder's TTL, " <stamp ms or 0> <ttl ms>", which an
+// unclean loss adds to the wait (loss.go). A stamped record's d is final.
+
+// delayValue is a delay record's value for the holder key created at rev,
+// with the holder's lease TTL.
+func delayValue(rev int64, d, ttl time.Duration) string {
+	return fmt.Sprintf("%d %d 0 %d", rev, d.Milliseconds(), ttl.Milliseconds())
+}
+
+// stampedValue is a stamped delay record's value.
+func stampedValue(rev int64, d time.Duration, at time.Time) string {
+	return fmt.Sprintf("%d %d %d", rev, d.Milliseconds(), at.UnixMilli())
 }
 
 // delayRecord is a decoded delay record.
@@ -79,6 +90,7 @@ type delayRecord struct {
 	kv  *mvccpb.KeyValue
 	rev int64         // the holder key's create revision
 	d   time.Duration // the delay
+	ttl time.Duration // the holder's TTL, while unstamped; 0 when unknown
 	// expired is the stamp: when a gateway first saw the holder key gone;
 	// zero while unstamped.
 	expired time.Time
@@ -92,30 +104,45 @@ func (r delayRecord) end() time.Time {
 	return r.expired.Add(r.d)
 }
 
-// parseDelay reads a delay record.
+// parseDelay reads a delay record. A holder record (loss.go) names no
+// revision: its own create revision is its key's.
 func parseDelay(kv *mvccpb.KeyValue) (delayRecord, bool) {
 	f := strings.Fields(string(kv.Value))
-	if len(f) != 2 && len(f) != 3 {
+	if len(f) < 2 || len(f) > 5 {
 		return delayRecord{}, false
 	}
-	rev, err1 := strconv.ParseInt(f[0], 10, 64)
-	ms, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err1 != nil || err2 != nil || ms < 0 {
-		return delayRecord{}, false
-	}
-	rec := delayRecord{kv: kv, rev: rev, d: time.Duration(ms) * time.Millisecond}
-	if len(f) == 3 {
-		at, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil {
+	var n [4]int64
+	for i, v := range f[:min(len(f), 4)] {
+		x, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || x < 0 && i > 0 {
 			return delayRecord{}, false
 		}
-		rec.expired = time.UnixMilli(at)
+		n[i] = x
+	}
+	rec := delayRecord{kv: kv, rev: n[0], d: time.Duration(n[1]) * time.Millisecond, ttl: time.Duration(n[3]) * time.Millisecond}
+	if rec.rev == 0 {
+		rec.rev = kv.CreateRevision
+	}
+	if n[2] > 0 {
+		rec.expired, rec.ttl = time.UnixMilli(n[2]), 0
 	}
 	return rec, true
 }
 
-// releaseDelayOp deletes h's delay record, if it is h's, in a release.
+// releaseDelayOp deletes h's delay and holder records (loss.go), each if
+// it is h's, in a clean end of h's key.
 func (e *Engine) releaseDelayOp(h Handle) clientv3.Op {
+	hrec := e.keys.holderRecord(h.Name, h.WaiterID)
+	return clientv3.OpTxn(nil, []clientv3.Op{
+		e.lockDelayRecordOp(h),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", h.Revision)},
+			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
+	}, nil)
+}
+
+// lockDelayRecordOp deletes h's lock-delay record written at its grant, if
+// it is h's.
+func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
 	dkey := e.keys.delay(h.Name, h.WaiterID)
 	own := strconv.FormatInt(h.Revision, 10) + " "
 	return clientv3.OpTxn([]clientv3.Cmp{
@@ -170,7 +197,7 @@ func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord,
 // now stands, or false when it is gone or changed (read it again).
 func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) (delayRecord, bool, error) {
 	key := string(rec.kv.Key)
-	v := strconv.FormatInt(rec.rev, 10) + " " + strconv.FormatInt(rec.d.Milliseconds(), 10) + " " + strconv.FormatInt(at.UnixMilli(), 10)
+	v := stampedValue(rec.rev, rec.d, at)
 	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rec.kv.ModRevision)).
 		Then(clientv3.OpPut(key, v)).Commit()
 	if err != nil {
@@ -179,22 +206,9 @@ func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) 
 	if !resp.Succeeded {
 		return rec, false, nil
 	}
-	rec.expired = time.UnixMilli(at.UnixMilli())
+	rec.expired, rec.ttl = time.UnixMilli(at.UnixMilli()), 0
 	rec.kv = &mvccpb.KeyValue{Key: rec.kv.Key, Value: []byte(v), ModRevision: resp.Header.Revision, CreateRevision: rec.kv.CreateRevision}
 	return rec, true, nil
-}
-
-// stampExpiry stamps the lock-delay record at key, of the holder key
-// created at create, with at — when a hub saw the key go — unless it is
-// another key's, gone (a release), or stamped already.
-func (e *Engine) stampExpiry(ctx context.Context, key string, create int64, at time.Time) {
-	resp, err := e.cli.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 {
-		return
-	}
-	if rec, ok := parseDelay(resp.Kvs[0]); ok && rec.rev == create && rec.expired.IsZero() {
-		_, _, _ = e.stampDelay(ctx, rec, at)
-	}
 }
 
 // awaitLockDelays waits out name's pending lock-delays (steps 3 and 4
@@ -212,6 +226,9 @@ func (e *Engine) awaitLockDelays(ctx context.Context, name string, wait bool) (u
 		changed := false
 		for i, rec := range recs {
 			if rec.expired.IsZero() {
+				// Nobody saw how the holder went: it may have been an
+				// unclean loss (loss.go), so its TTL counts too.
+				rec.d = e.lossWait(rec.d, rec.ttl)
 				var ok bool
 				if recs[i], ok, err = e.stampDelay(ctx, rec, now); err != nil {
 					return now.Add(rec.d), err
@@ -283,13 +300,13 @@ func (e *Engine) recordLockDelay(ctx context.Context, r *AcquireRequest, q *enqu
 	resp, err := e.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
-	).Then(clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay))).
+	).Then(clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, q.ttl))).
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: record the lock-delay: %w", err)
 	}
 	if resp.Succeeded {
-		e.hubs.watchExpiry(ctx, e.keys.namePrefix(q.h.Name), e.keys.delayPrefix(q.h.Name), key, q.h.Revision)
+		e.hubs.watchHolder(ctx, e.keys.namePrefix(q.h.Name), e.keys.delayPrefix(q.h.Name), key, q.h.Revision)
 		return nil
 	}
 	if kv := firstKV(resp.Responses[0]); kv != nil && kv.CreateRevision == q.h.Revision {

@@ -230,7 +230,7 @@ func tryUntilGranted(t *testing.T, e *Engine, clk *clock.Fake, name string, step
 // then granted.
 func TestLockDelayEndsForPollers(t *testing.T) {
 	clk := newFakeClock()
-	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	e, cli := newEngine(t, func(c *Config) { c.Clock, c.LossWait = clk, false })
 	const d = 5 * time.Second
 	g, rec := delayedHolder(t, e, "p", d)
 	rev := expireNow(t, cli, g)
@@ -248,7 +248,7 @@ func TestLockDelayEndsForPollers(t *testing.T) {
 // the delay after its holder expired is granted at the first look.
 func TestLockDelayCountsFromTheExpiry(t *testing.T) {
 	clk := newFakeClock()
-	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	e, cli := newEngine(t, func(c *Config) { c.Clock, c.LossWait = clk, false })
 	g, rec := delayedHolder(t, e, "q", 5*time.Second)
 	awaitStamped(t, cli, rec, expireNow(t, cli, g))
 	clk.Advance(6 * time.Second)
@@ -268,7 +268,7 @@ func TestLockDelayCountsFromTheExpiry(t *testing.T) {
 // poller and a waiter alike, and Describe says when.
 func TestLockDelayFirstSightingElsewhere(t *testing.T) {
 	clk := newFakeClock()
-	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	granting, cli := newEngine(t, func(c *Config) { c.Clock, c.LossWait = clk, false })
 	const d = 4 * time.Second
 	g, rec := delayedHolder(t, granting, "s", d)
 	granting.Close() // it no longer watches its holder
@@ -326,7 +326,7 @@ func TestLockDelayFirstSightingElsewhere(t *testing.T) {
 // holder's lease ends is held back for the delay too.
 func TestLockDelayOfATakeover(t *testing.T) {
 	clk := newFakeClock()
-	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	e, cli := newEngine(t, func(c *Config) { c.Clock, c.LossWait = clk, false })
 	h := mustAcquire(t, e, req("t"))
 	first := req("t")
 	w1, err := e.Enqueue(testCtx(t), first)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,6 +23,8 @@ type Engine struct {
 	tel  *engineTel
 	att  attemptLease
 	pool *leasePool
+	// sessTTLs remembers the TTLs of sessions seen (loss.go).
+	sessTTLs *lru.Cache[clientv3.LeaseID, time.Duration]
 
 	// hooks order the engine's interleaving points in the explorer's
 	// tests; nil in production.
@@ -73,6 +76,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	e.hubs, e.sess = newHubSet(e), newSessionWatch(e)
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
+	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)
 	e.Touch()
 	return e, nil
 }

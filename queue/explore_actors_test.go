@@ -40,6 +40,10 @@ type world struct {
 	holding    map[string]Grant // by client: the grant it believes it holds
 	limitOf    map[int64]int    // the limit each granted key was acquired with, by create revision (granted ones only)
 	expiredRev map[int64]bool   // create revisions of keys whose lease a nemesis revoked
+	// earlyUntil are the keys whose lease etcd revoked early, under holders
+	// that rightly go on believing until the time given (fake time): their
+	// grant's TTL after the revocation.
+	earlyUntil map[int64]time.Time
 	clocks     []*clock.Fake    // the engines' clocks: time passes only when nothing else can happen
 	delayEnd   time.Time        // no grant before this: an expired holder's lock-delay (fake time)…
 	delayRev   int64            // …that rests on etcd's state after this revision, the expiry's
@@ -73,7 +77,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 	return &world{
 		sch: sch, engines: engines, prefix: prefix, name: "n",
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
-		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, proclaimed: map[int64]string{}, limitOf: map[int64]int{},
+		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, earlyUntil: map[int64]time.Time{}, proclaimed: map[int64]string{}, limitOf: map[int64]int{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
 		takenAt: map[clientv3.LeaseID]int64{},
 	}
@@ -105,6 +109,7 @@ func (w *world) cast() {
 		func(i int) { w.addGhost(fmt.Sprintf("g%d", i)) },
 		func(i int) { w.add(w.reenterer(fmt.Sprintf("re%d", i))) },
 		func(i int) { w.add(w.delayer(fmt.Sprintf("d%d", i))) },
+		func(i int) { w.add(w.earlyRevoker(fmt.Sprintf("v%d", i))) },
 	}
 	if w.limit > 1 {
 		// A semaphore: limit+1 takers, so that one of them must wait,
@@ -235,7 +240,7 @@ func (w *world) proclaim(ctx context.Context, client string, e *Engine, g Grant)
 	case err == nil:
 		w.proclaimed[g.Revision] = v
 	case ctx.Err() != nil:
-	case w.expiredRev[g.Revision] && errors.Is(err, ErrNotLeader):
+	case (w.expiredRev[g.Revision] || !w.earlyUntil[g.Revision].IsZero()) && errors.Is(err, ErrNotLeader):
 	default:
 		w.violations = append(w.violations, fmt.Sprintf("%s: proclaim while leading: %v", client, err))
 	}
@@ -434,7 +439,7 @@ func (w *world) holder(name string, session bool) actorSpec {
 func (w *world) expired(rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.expiredRev[rev]
+	return w.expiredRev[rev] || !w.earlyUntil[rev].IsZero()
 }
 
 // reacquirer takes and lets go of the lock twice with one stable request
@@ -741,6 +746,33 @@ func (w *world) expirer(name string) actorSpec {
 	}}
 }
 
+// earlyRevoker revokes the lease of the first key while its holder
+// believes it holds, as an etcd leader resuming from a stall revokes by its
+// stale clock a lease the new leader renewed: the holder goes on believing
+// for its grant's TTL, and nobody else may be granted the name meanwhile.
+func (w *world) earlyRevoker(name string) actorSpec {
+	return actorSpec{name: name, run: func(ctx context.Context) {
+		w.step(ctx, "revoke-early")
+		resp, err := w.sch.cli.Get(ctx, w.engines[0].keys.namePrefix(w.name), clientv3.WithFirstCreate()...)
+		if err != nil || len(resp.Kvs) == 0 {
+			return
+		}
+		first := resp.Kvs[0]
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, g := range w.holding {
+			if g.Revision == first.CreateRevision {
+				// Under w.mu: no grant is believed between the revocation
+				// and the note of its holder's belief.
+				if _, err := w.sch.cli.Revoke(ctx, g.Lease); err == nil {
+					w.earlyUntil[g.Revision] = w.clocks[0].Now().Add(g.TTL)
+				}
+				return
+			}
+		}
+	}}
+}
+
 // expire revokes lease as its expiry would end it, noting the keys it
 // takes and, for a holder that asked for one, the lock-delay that starts.
 func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
@@ -866,7 +898,7 @@ func (w *world) reenterer(name string) actorSpec {
 			return
 		case g2.Revision != g1.Revision:
 			w.mu.Lock()
-			lost := w.expiredRev[g1.Revision]
+			lost := w.expiredRev[g1.Revision] || !w.earlyUntil[g1.Revision].IsZero()
 			w.mu.Unlock()
 			if !lost {
 				w.violate("%s: re-entrant acquire of its held lock (token %d) got another (token %d)", name, g1.Token(), g2.Token())
@@ -906,7 +938,7 @@ func (w *world) reenterer(name string) actorSpec {
 func (w *world) releaseHold(ctx context.Context, client string, e *Engine, g Grant, repeated bool) {
 	ok, err := e.Release(ctx, g.Handle, g.Token())
 	w.mu.Lock()
-	lost := w.expiredRev[g.Revision]
+	lost := w.expiredRev[g.Revision] || !w.earlyUntil[g.Revision].IsZero()
 	w.mu.Unlock()
 	switch {
 	case ctx.Err() != nil: // its caller went: the session's end frees the rest
@@ -944,7 +976,7 @@ func (w *world) delayer(name string) actorSpec {
 		w.believe(name, *g)
 		if dies {
 			w.step(ctx, "die")
-			w.expire(ctx, g.Lease)
+			w.expire(context.WithoutCancel(ctx), g.Lease) // its lease ends, whether its caller is there or not
 			w.letGo(name)
 			return
 		}
@@ -1131,6 +1163,16 @@ func (w *world) check() error {
 	var believers []string
 	for client, g := range w.holding {
 		if !live[g.Revision] {
+			if until := w.earlyUntil[g.Revision]; !until.IsZero() {
+				if w.clocks[0].Now().Before(until) {
+					// Its lease was revoked early: it rightly believes on,
+					// and nobody else may be granted meanwhile.
+					believers = append(believers, client)
+				} else {
+					delete(w.holding, client) // its deadline passed
+				}
+				continue
+			}
 			if w.expiredRev[g.Revision] {
 				delete(w.holding, client) // it lost the lock to an expiry
 				continue

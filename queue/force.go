@@ -180,8 +180,12 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 		// A re-entered lock's holds go with it (reenter.go).
 		clientv3.OpDelete(e.keys.holdsOf(r.Name, waiterIDOf(kv)), clientv3.WithPrefix()),
 		clientv3.OpPut(ap+rec.ID, string(val)),
+		e.endMark(markForce, key),
 		clientv3.OpDelete(ap, clientv3.WithRange(ap+auditID(now.Add(-ret.MaxAge))[:20])),
 		clientv3.OpGet(ap, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		// An eviction is no loss to wait out, but the holder's lock-delay
+		// holds from now (delay.go, loss.go).
+		e.evictedRecordsOp(r.Name, kv, now),
 	).Commit()
 	if err != nil {
 		return ForceReleaseResult{}, fmt.Errorf("queue: force release: %w", err)
@@ -190,10 +194,27 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 		return ForceReleaseResult{}, fmt.Errorf("%w: the holder (token %d) left before it could be evicted; nothing was evicted", ErrHolderChanged, held.Token)
 	}
 	e.revokeOwnLease(ctx, deletedKV(txn, 0))
-	if n := txn.Responses[4].GetResponseRange().Count; n > int64(ret.MaxRecords) {
+	if n := txn.Responses[5].GetResponseRange().Count; n > int64(ret.MaxRecords) {
 		e.trimAudit(ctx, n-int64(ret.MaxRecords))
 	}
 	return ForceReleaseResult{Released: true, Evicted: held, Record: rec}, nil
+}
+
+// evictedRecordsOp replaces the delay and holder records of kv, a key
+// being evicted at now, with its lock-delay stamped from now, or deletes
+// them when it asked for none.
+func (e *Engine) evictedRecordsOp(name string, kv *mvccpb.KeyValue, now time.Time) clientv3.Op {
+	h := Handle{Name: name, WaiterID: waiterIDOf(kv), Revision: kv.CreateRevision}
+	_, meta, _ := decodeValue(kv.Value)
+	if meta.Delay <= 0 {
+		return e.releaseDelayOp(h)
+	}
+	hrec := e.keys.holderRecord(name, h.WaiterID)
+	return clientv3.OpTxn(nil, []clientv3.Op{
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", kv.CreateRevision)},
+			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
+		clientv3.OpPut(e.keys.delay(name, h.WaiterID), stampedValue(kv.CreateRevision, time.Duration(meta.Delay)*time.Millisecond, now)),
+	}, nil)
 }
 
 // trimAudit deletes the n oldest audit records, best effort: a failure

@@ -41,10 +41,8 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 			asOf = q.modRev
 		}
-		if r.LockDelay > 0 {
-			if err := e.recordLockDelay(ctx, r, q); err != nil {
-				return Grant{}, err
-			}
+		if err := e.granting(ctx, r, q); err != nil {
+			return Grant{}, err
 		}
 		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf, heldFrom: heldFrom}, nil
 	}
@@ -67,15 +65,26 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 		}
 	}
-	if r.LockDelay > 0 {
-		// Before the grant is answered: a holder told it holds always has
-		// its record (delay.go).
-		if err := e.recordLockDelay(ctx, r, q); err != nil {
-			return Grant{}, err
-		}
+	if err := e.granting(ctx, r, q); err != nil {
+		return Grant{}, err
 	}
 	g.Valid = g.Deadline.Sub(began)
 	return g, nil
+}
+
+// granting makes what a grant's end needs before the grant is answered: a
+// holder with a lock-delay has its record (delay.go), and a holder without
+// a holder record is watched by this engine until it goes (loss.go).
+func (e *Engine) granting(ctx context.Context, r *AcquireRequest, q *enqueued) error {
+	switch {
+	case r.LockDelay > 0 && !q.recorded:
+		// Before the grant is answered: a holder told it holds always has
+		// its record (delay.go).
+		return e.recordLockDelay(ctx, r, q)
+	case r.LockDelay > 0 || e.cfg.LossWait && !q.recorded:
+		e.hubs.watchHolder(ctx, e.keys.namePrefix(q.h.Name), e.keys.delayPrefix(q.h.Name), e.keys.waiter(q.h.Name, q.h.WaiterID), q.h.Revision)
+	}
+	return nil
 }
 
 // confirm records a later confirmed deadline of the waiter's own lease.

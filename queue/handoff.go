@@ -117,8 +117,12 @@ func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
 // revision order.
 const releaseMarkKey = "/locks-released"
 
-func (e *Engine) releaseMark(key string) clientv3.Op {
-	return clientv3.OpPut(e.cfg.Prefix+releaseMarkKey, strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)))
+func (e *Engine) releaseMark(key string) clientv3.Op { return e.endMark("", key) }
+
+// endMark is the mark of another clean end of key (loss.go): the key
+// after kind, which a watcher does not take for a release.
+func (e *Engine) endMark(kind, key string) clientv3.Op {
+	return clientv3.OpPut(e.cfg.Prefix+releaseMarkKey, kind+strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)))
 }
 
 // releaseCommit runs the release transaction of h's key under cmps: the

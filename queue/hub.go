@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +44,18 @@ type viewKey struct {
 	create, mod, lease int64
 	limit              int  // the semaphore limit its value records (limitOf)
 	delay              bool // its value asks for a lock-delay (delayDue)
+	session            bool // its value says it is a session's lock
+	ttl                time.Duration // a lock with a lease of its own: its TTL
+}
+
+// viewKeyOf is kv as a view records it.
+func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
+	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: 0}
+	if _, m, err := decodeValue(kv.Value); err == nil {
+		k.limit, k.delay, k.session = max(m.Limit, 1), m.Delay > 0, m.Session
+		k.ttl = time.Duration(m.TTL) * time.Second
+	}
+	return k
 }
 
 // hubStatus is the hub's verdict on one waiter, exact at revision rev.
@@ -57,6 +68,8 @@ type hubStatus struct {
 	pred    int64  // create revision of the key right ahead; 0 when first
 	left    string // the last key ahead seen to go (the handoff record names it)
 	leftRev int64  // the revision of its deletion
+	leftAt  time.Time // when the hub saw it go, on the engine's clock
+	leftKey viewKey   // what the view knew of it
 	err     error  // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
 }
 
@@ -154,7 +167,7 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 	if s.e.ctx.Err() != nil {
 		w.st.err = fmt.Errorf("%w: the engine is closed", ErrClosed)
 	}
-	h.judgeLocked(w, "", 0)
+	h.judgeLocked(w, nil)
 	h.mu.Unlock()
 	return w
 }
@@ -202,10 +215,11 @@ func (s *hubSet) unref(h *nameHub, n int) {
 	}
 }
 
-// watchExpiry has the hub of prefix watch key, a holder with a lock-delay
-// created at create, until it goes, and stamp its record the moment it
-// goes without a release (delay.go, step 4).
-func (s *hubSet) watchExpiry(ctx context.Context, prefix, delays, key string, create int64) {
+// watchHolder has the hub of prefix watch key, a holder created at create,
+// until it goes, to act on the moment it sees it go (observeLoss): stamp
+// its lock-delay when it had one (delay.go, step 4), record the wait of an
+// unclean loss (loss.go).
+func (s *hubSet) watchHolder(ctx context.Context, prefix, delays, key string, create int64) {
 	s.mu.Lock()
 	if s.e.ctx.Err() != nil {
 		s.mu.Unlock()
@@ -234,9 +248,10 @@ func (s *hubSet) watchExpiry(ctx context.Context, prefix, delays, key string, cr
 // expiry is a watched holder's key seen gone at a moment.
 type expiry struct {
 	key     string
-	create  int64
-	at      time.Time
-	watched bool // it was on the watch list, and held a reference
+	vk      viewKey   // what the view knew of it (zero when it left unseen)
+	rev     int64     // the revision that deleted it; 0 when unseen
+	at      time.Time // when the hub saw it gone
+	watched bool      // it was on the watch list, and held a reference
 }
 
 // expiredLocked takes the watched keys the view no longer has, as seen at
@@ -245,7 +260,7 @@ func (h *nameHub) expiredLocked(at time.Time) []expiry {
 	var out []expiry
 	for key, create := range h.watched {
 		if k := h.keys[key]; k == nil || k.create != create {
-			out = append(out, expiry{key, create, at, true})
+			out = append(out, expiry{key: key, vk: viewKey{create: create}, at: at, watched: true})
 			delete(h.watched, key)
 		}
 	}
@@ -262,7 +277,7 @@ func (h *nameHub) stamp(ctx context.Context, gone []expiry) {
 			refs++
 		}
 		e.background(ctx, "stamp", e.cfg.RequestTimeout, func(ctx context.Context) {
-			e.stampExpiry(ctx, h.delays+g.key[strings.LastIndexByte(g.key, '/')+1:], g.create, g.at)
+			_, _ = e.observeLoss(ctx, h.delays, g)
 		})
 	}
 	h.set.unref(h, refs)
@@ -313,12 +328,12 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	}
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0)),
-		clientv3.OpGet(h.delays, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(r0)),
+		clientv3.OpGet(h.delays, clientv3.WithPrefix(), clientv3.WithRev(r0)),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: hub read: %w", err)
 	}
-	h.stamp(ctx, h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().Count > 0))
+	h.stamp(ctx, h.rebuild(resp.Responses[0].GetResponseRange().GetKvs(), r0, resp.Responses[1].GetResponseRange().GetKvs()))
 	b.reset()
 	for {
 		var wr clientv3.WatchResponse
@@ -378,17 +393,28 @@ func (h *nameHub) closing() bool {
 	}
 }
 
-// rebuild replaces the view with kvs, read at rev, and judges every
-// waiter again. It returns the watched holders gone from the view.
-func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) []expiry {
+// rebuild replaces the view with kvs and the name's delay records recs,
+// read at rev, and judges every waiter again. It returns the watched
+// holders gone from the view.
+func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, recs []*mvccpb.KeyValue) []expiry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.delayed = h.delayed || delayed
+	live := make(map[int64]bool, len(kvs))
+	for _, kv := range kvs {
+		live[kv.CreateRevision] = true
+	}
+	for _, kv := range recs {
+		// A record of a live holder (its holder record, its lock-delay)
+		// withholds nothing until that holder goes.
+		if r, ok := parseDelay(kv); !ok || !live[r.rev] {
+			h.delayed = true
+		}
+	}
 	h.keys = make(map[string]*viewKey, len(kvs))
 	h.limits = make(map[int64]int, len(kvs))
 	h.order = h.order[:0]
 	for _, kv := range kvs {
-		k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: limitOf(kv.Value), delay: delayDue(kv.Value)}
+		k := viewKeyOf(kv)
 		h.keys[string(kv.Key)] = k
 		h.limits[k.create] = k.limit
 		h.order = append(h.order, kv.CreateRevision)
@@ -396,7 +422,7 @@ func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, delayed bool) []exp
 	slices.Sort(h.order)
 	h.rev = rev
 	for w := range h.waiters {
-		h.judgeLocked(w, "", 0)
+		h.judgeLocked(w, nil)
 	}
 	return h.expiredLocked(h.set.e.cfg.Clock.Now())
 }
@@ -411,17 +437,18 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 	defer h.mu.Unlock()
 	var gone []expiry
 	type leftKey struct {
-		key    string
-		create int64
+		key string
+		vk  viewKey
 	}
 	var left []leftKey
+	now := h.set.e.cfg.Clock.Now()
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		old := h.keys[key]
 		switch ev.Type {
 		case mvccpb.PUT:
 			if old != nil && old.create == ev.Kv.CreateRevision {
-				old.mod, old.lease, old.limit, old.delay = ev.Kv.ModRevision, ev.Kv.Lease, limitOf(ev.Kv.Value), delayDue(ev.Kv.Value)
+				*old = *viewKeyOf(ev.Kv)
 				h.limits[old.create] = old.limit
 				continue
 			}
@@ -431,7 +458,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 				// create revision.
 				h.removeLocked(old.create)
 			}
-			h.keys[key] = &viewKey{create: ev.Kv.CreateRevision, mod: ev.Kv.ModRevision, lease: ev.Kv.Lease, limit: limitOf(ev.Kv.Value), delay: delayDue(ev.Kv.Value)}
+			h.keys[key] = viewKeyOf(ev.Kv)
 			h.limits[ev.Kv.CreateRevision] = h.keys[key].limit
 			if n := len(h.order); n == 0 || h.order[n-1] < ev.Kv.CreateRevision {
 				h.order = append(h.order, ev.Kv.CreateRevision) // create revisions only grow
@@ -445,26 +472,29 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 			}
 			delete(h.keys, key)
 			h.removeLocked(old.create)
-			left = append(left, leftKey{key, old.create})
+			left = append(left, leftKey{key, *old})
 			h.delayed = h.delayed || old.delay
-			if old.delay {
-				watched := h.watched[key] == old.create
+			if watched := h.watched[key] == old.create; watched || old.delay {
 				if watched {
 					delete(h.watched, key)
 				}
-				gone = append(gone, expiry{key, old.create, h.set.e.cfg.Clock.Now(), watched})
+				gone = append(gone, expiry{key: key, vk: *old, rev: evs[0].Kv.ModRevision, at: now, watched: watched})
 			}
 		}
 	}
 	h.rev = evs[len(evs)-1].Kv.ModRevision
 	for w := range h.waiters {
-		key := ""
-		for _, g := range left {
-			if g.create < w.create {
-				key = g.key
+		var gone *leftKey
+		for i, g := range left {
+			if g.vk.create < w.create {
+				gone = &left[i]
 			}
 		}
-		h.judgeLocked(w, key, h.rev)
+		if gone != nil {
+			h.judgeLocked(w, &leftAhead{key: gone.key, rev: h.rev, at: now, vk: gone.vk})
+		} else {
+			h.judgeLocked(w, nil)
+		}
 	}
 	return gone
 }
@@ -476,19 +506,27 @@ func (h *nameHub) removeLocked(create int64) {
 	}
 }
 
+// leftAhead is a key ahead of a waiter that a revision deleted.
+type leftAhead struct {
+	key string
+	rev int64
+	at  time.Time
+	vk  viewKey
+}
+
 // judgeLocked gives w its verdict at the view's revision and wakes it when
 // the change is one it acts on. left, when set, is a key ahead of w that
-// the event at leftRev deleted.
-func (h *nameHub) judgeLocked(w *hubWaiter, left string, leftRev int64) {
+// this revision deleted.
+func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
 	if w.st.err != nil || h.rev == 0 || h.rev < w.mod {
 		// Over; or the view does not yet reach the attempt's own write
 		// (its event is on its way).
 		return
 	}
 	prev := w.st
-	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev, delayed: h.delayed}
-	if left != "" {
-		st.left, st.leftRev = left, leftRev
+	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev, leftAt: prev.leftAt, leftKey: prev.leftKey, delayed: h.delayed}
+	if left != nil {
+		st.left, st.leftRev, st.leftAt, st.leftKey = left.key, left.rev, left.at, left.vk
 	}
 	k := h.keys[w.key]
 	switch {

@@ -79,7 +79,19 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	if meta.Delay == 0 {
 		// A lock-delay record an earlier attempt's grant wrote goes: the
 		// lock asks for none now.
-		then = append(then, e.releaseDelayOp(h))
+		then = append(then, e.lockDelayRecordOp(h))
+	}
+	recorded := -1 // the response index of the holder record's rewrite
+	if e.cfg.LossWait {
+		// A holder record (loss.go) takes the retry's lock-delay and nonce.
+		ttl := time.Duration(meta.TTL) * time.Second
+		if meta.Session {
+			ttl = e.sessionTTL(r.Session)
+		}
+		hrec := e.keys.holderRecord(r.Name, h.WaiterID)
+		recorded = len(then)
+		then = append(then, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
+			[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
 	}
 	e.at(ctx, pointTakeover)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
@@ -106,6 +118,10 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		holds: holdsIn(resp.Responses[1].GetResponseRange().GetKvs(), mine.CreateRevision, n)}
 	if meta.Session {
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second
+		e.learnSessionTTL(r.Session, q.ttl)
+	}
+	if recorded >= 0 {
+		q.recorded = resp.Responses[recorded].GetResponseTxn().GetSucceeded()
 	}
 	return q, nil
 }

@@ -166,6 +166,7 @@ func TestSemaphoreLimitMismatchRefused(t *testing.T) {
 			t.Fatalf("TryAcquire(limit %d) on a name of limit 2 = %v; want ErrLimitMismatch", n, err)
 		}
 	}
+	settle(e) // refused keys go in the background
 	if k := keyCount(t, e, cli, "m"); k != 1 {
 		t.Fatalf("keys after refusals = %d; want 1 (the holder)", k)
 	}

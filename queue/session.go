@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -60,6 +61,7 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 		return Session{}, fmt.Errorf("queue: record session: %w", err)
 	}
 	d := time.Duration(g.TTL) * time.Second
+	e.learnSessionTTL(g.ID, d)
 	return Session{Lease: g.ID, Secret: secret, TTL: d, Deadline: sent.Add(d), Valid: sent.Add(d).Sub(began)}, nil
 }
 
@@ -82,17 +84,26 @@ func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, s
 }
 
 // CloseSession revokes a session lease, releasing every lock attached. Closing
-// a session that is already gone is not an error.
+// a session that is already gone is not an error. It deletes the session's
+// record, proving the secret, before it revokes the lease: a lock that goes
+// after its session's record went is a clean end, not a loss (loss.go).
 func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
 	defer e.enter()()
-	err := e.proveSession(ctx, lease, secret)
-	if errors.Is(err, ErrSessionLost) {
+	key := e.keys.session(lease)
+	resp, err := e.cli.Txn(ctx).If(OwnerCmps(key, secret)...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("queue: close session: %w", err)
+	}
+	if !resp.Succeeded {
+		if firstKV(resp.Responses[0]) != nil {
+			return fmt.Errorf("%w: the session id's secret does not match", ErrNotOwner)
+		}
+		// Gone, or closed by a close whose revoke failed: without its
+		// record nothing proves the lease is the caller's, and nothing can
+		// renew it (KeepAliveSession proves the record), so it lapses.
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	if _, err := e.cli.Revoke(ctx, lease); err != nil {
+	if _, err := e.cli.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("queue: revoke session: %w", err)
 	}
 	return nil

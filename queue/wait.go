@@ -271,6 +271,22 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 // holds until its own key goes (doc.go, "The name hub", "Semaphores").
 func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began time.Time, waited bool) (Grant, error) {
 	seen := e.cfg.Clock.Now() // when this waiter saw the last key ahead go
+	if e.cfg.LossWait && st.left != "" {
+		// The key whose going made this waiter first: an unclean end waits
+		// out its holder's belief (loss.go).
+		g := expiry{key: st.left, vk: st.leftKey, rev: st.leftRev, at: st.leftAt}
+		if g.at.IsZero() {
+			g.at = seen
+		}
+		if g.vk.create == 0 && q.first != nil {
+			g.vk = *viewKeyOf(q.first)
+		}
+		waits, err := e.observeLoss(ctx, e.keys.delayPrefix(r.Name), g)
+		if err != nil {
+			return Grant{}, err
+		}
+		q.delays = q.delays || waits
+	}
 	if q.delays || st.delayed {
 		// An expired holder's lock-delay may be pending (delay.go).
 		if _, err := e.awaitLockDelays(ctx, r.Name, true); err != nil {

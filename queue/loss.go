@@ -1,0 +1,240 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Unclean losses.
+//
+// A holder believes it holds until its conservative deadline: the send
+// time of the request that last confirmed its lease, plus the TTL. etcd
+// frees the name when the lease expires, which is later than that deadline
+// — unless etcd revokes a lease early. One etcd leader that was stalled
+// past an election and resumes still revokes, by its own stale clock,
+// leases the new leader has renewed since (docs/safety.md, "What etcd does
+// underneath"): the key goes while its holder, renewed moments ago, rightly
+// believes it holds for up to a TTL more. Fencing tokens keep its writes
+// out, but two clients would believe at once.
+//
+// So, with Config.LossWait (the default), a holder key that goes without a
+// clean end is not taken to free the name at once: nobody is granted the
+// name until the lost holder's belief has certainly ended, its TTL after
+// the loss was first seen. Its last confirmation was sent before the key
+// went, so its deadline is at most a TTL after; a holder whose lease
+// really expired had passed its deadline already, and for it the wait is
+// the price of not knowing which of the two happened.
+//
+// A clean end is one the engine made, each marked in its own transaction
+// by the release mark (handoff.go) naming the key: a release (the key
+// itself), an undelivered grant given up or an attempt's cleanup ("~"
+// and the key) and a force-release ("!" and the key, whose lock-delay
+// alone applies: an administrator evicting a live holder means it). A
+// session closed by its owner deletes its record before it revokes the
+// lease, so a session key that goes after its session's record went is a
+// clean end too. Everything else — the lease expired or was revoked — is
+// unclean.
+//
+// The wait is a lock-delay record (delay.go) written by the first gateway
+// that sees the loss, stamped with that moment, with the TTL as its delay
+// (or the holder's lock-delay, when longer): every gateway, waiter and
+// TryAcquire honours it from there. A gateway sees a loss in the name hub
+// of a waiter that the loss makes first (grantFirst), so a queue's
+// handoffs are covered; so is a holder with a lock-delay, whose record was
+// written at its grant and which its granting gateway watches. An
+// uncontested holder lost while nobody waits leaves nothing behind: a
+// TryAcquire that finds the name free at once takes it, and the lost
+// holder learns at its next renewal (docs/safety.md states the window).
+
+// Holder records. A key granted by its own enqueue transaction — the first
+// in its name — has no hub to see it go. With losses waiting, that
+// transaction also writes the key's holder record, <prefix>/delays/<escaped
+// name>/<waiter id>.h, created in the same revision as the key (so its
+// create revision is the key's, its identity), with the key's lock-delay,
+// TTL and attempt nonce: "0 <d ms> 0 <ttl ms> <nonce>". It is a lock-delay
+// record like any other (delay.go): every clean end deletes it in its own
+// transaction, and one whose key is gone makes every later acquire wait,
+// from its first sighting, for the longer of the delay and the TTL. A key
+// granted after a wait is watched instead by its granting engine's hub
+// until it goes (watchExpiry), which records the loss if it was unclean.
+//
+// A session's TTL is not in the transaction that writes the record: the
+// engine remembers the TTLs of the sessions it has seen (sessionTTL), and
+// writes the record again with the TTL when it did not know it yet.
+
+// sessionTTLs bounds the session TTLs an engine remembers.
+const sessionTTLs = 1 << 16
+
+func (k keys) holderRecord(name, waiterID string) string { return k.delayPrefix(name) + waiterID + ".h" }
+
+// holderRecordValue is a holder record's value.
+func holderRecordValue(d, ttl time.Duration, nonce string) string {
+	return fmt.Sprintf("0 %d 0 %d %s", d.Milliseconds(), ttl.Milliseconds(), nonce)
+}
+
+// sessionTTL is lease's TTL as last seen, 0 when unknown.
+func (e *Engine) sessionTTL(lease clientv3.LeaseID) time.Duration {
+	ttl, _ := e.sessTTLs.Get(lease)
+	return ttl
+}
+
+func (e *Engine) learnSessionTTL(lease clientv3.LeaseID, ttl time.Duration) {
+	if ttl > 0 {
+		e.sessTTLs.Add(lease, ttl)
+	}
+}
+
+// fixHolderRecord writes the holder record of name's waiter created at rev
+// again with the session's TTL, while it is that key's.
+func (e *Engine) fixHolderRecord(ctx context.Context, name, wid string, rev int64, d, ttl time.Duration, nonce string) {
+	hrec := e.keys.holderRecord(name, wid)
+	e.background(ctx, "holder-record", e.cfg.RequestTimeout, func(ctx context.Context) {
+		_, _ = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(hrec), "=", rev)).
+			Then(clientv3.OpPut(hrec, holderRecordValue(d, ttl, nonce))).Commit()
+	})
+}
+
+// lossKind is how a holder key ended.
+type lossKind int
+
+const (
+	lossClean   lossKind = iota // released, given up or cleaned up by its attempt
+	lossEvicted                 // force-released
+	lossUnclean                 // its lease expired or was revoked
+)
+
+// Release mark prefixes of the ends other than a release (handoff.go).
+const (
+	markGiveUp = "~"
+	markForce  = "!"
+)
+
+// lossWait is the wait an unclean loss imposes: the longer of a holder's
+// lock-delay d and its TTL, or d alone when losses do not wait.
+func (e *Engine) lossWait(d, ttl time.Duration) time.Duration {
+	if e.cfg.LossWait {
+		return max(d, ttl)
+	}
+	return d
+}
+
+// classifyLoss says how the holder key key of name, as the view knew it
+// (vk), ended at revision rev (0 when unknown: it is found from etcd's
+// history), and the TTL its holder's belief may have lasted for.
+func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk viewKey) (lossKind, time.Duration, error) {
+	if rev == 0 {
+		var err error
+		if rev, err = e.deletionRev(ctx, key, vk.create); err != nil {
+			// History gone: nothing can tell, so it may have been unclean.
+			return lossUnclean, vk.ttl, nil
+		}
+	}
+	ops := []clientv3.Op{clientv3.OpGet(e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(rev))}
+	if vk.session {
+		ops = append(ops, clientv3.OpGet(e.keys.session(clientv3.LeaseID(vk.lease)), clientv3.WithRev(rev-1)))
+	}
+	resp, err := e.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return lossUnclean, vk.ttl, fmt.Errorf("queue: read how a holder ended: %w", err)
+	}
+	rel := strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix))
+	if m := firstKV(resp.Responses[0]); m != nil && m.ModRevision == rev {
+		switch string(m.Value) {
+		case rel, markGiveUp + rel:
+			return lossClean, 0, nil
+		case markForce + rel:
+			return lossEvicted, 0, nil
+		}
+	}
+	ttl := vk.ttl
+	if vk.session {
+		s := firstKV(resp.Responses[1])
+		if s == nil {
+			return lossClean, 0, nil // its owner closed the session first
+		}
+		ttl = time.Duration(decodeSession(s.Value).TTL) * time.Second
+	}
+	return lossUnclean, ttl, nil
+}
+
+// deletionRev finds the revision that deleted key, created at create, in
+// etcd's history.
+func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
+	defer cancel()
+	for wr := range e.cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(create+1)) {
+		if err := wr.Err(); err != nil {
+			return 0, err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return ev.Kv.ModRevision, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("queue: no deletion of a holder key found: %w", context.Cause(ctx))
+}
+
+// observeLoss acts on a holder key seen gone (by a hub, at g.at): an
+// unclean loss gets its wait recorded (recordLoss), an eviction stamps the
+// holder's lock-delay. It reports whether the loss makes the name wait.
+func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) (bool, error) {
+	kind, ttl, err := e.classifyLoss(ctx, g.key, g.rev, g.vk)
+	if err != nil {
+		return true, err
+	}
+	dkey := delays + g.key[strings.LastIndexByte(g.key, '/')+1:]
+	switch kind {
+	case lossEvicted:
+		ttl = 0 // its lock-delay alone
+	case lossClean:
+		return false, nil // its record, if it had one, went with it
+	}
+	return e.recordLoss(ctx, dkey, g.vk.create, ttl, g.at)
+}
+
+// recordLoss records at dkey the wait of the holder key created at create,
+// lost at at: the holder's lock-delay record stamped with at and its delay
+// raised to the TTL's wait, or, for a holder without one, a record of its
+// own when losses wait. A record already stamped stands. It reports
+// whether a wait is recorded.
+func (e *Engine) recordLoss(ctx context.Context, dkey string, create int64, ttl time.Duration, at time.Time) (bool, error) {
+	for try := 0; try < 8; try++ {
+		resp, err := e.cli.Get(ctx, dkey)
+		if err != nil {
+			return true, fmt.Errorf("queue: read a lock-delay record: %w", err)
+		}
+		var cmp clientv3.Cmp
+		var d time.Duration
+		if len(resp.Kvs) == 0 {
+			if d = e.lossWait(0, ttl); d == 0 {
+				return false, nil
+			}
+			cmp = clientv3.Compare(clientv3.CreateRevision(dkey), "=", 0)
+		} else {
+			rec, ok := parseDelay(resp.Kvs[0])
+			switch {
+			case !ok || rec.rev != create:
+				return false, nil // another key's
+			case !rec.expired.IsZero():
+				return true, nil // stamped by whoever saw it first
+			}
+			d = e.lossWait(rec.d, ttl)
+			cmp = clientv3.Compare(clientv3.ModRevision(dkey), "=", resp.Kvs[0].ModRevision)
+		}
+		tr, err := e.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(dkey, stampedValue(create, d, at))).Commit()
+		if err != nil {
+			return true, fmt.Errorf("queue: record a lost holder's wait: %w", err)
+		}
+		if tr.Succeeded {
+			return true, nil
+		}
+	}
+	return true, errors.New("queue: record a lost holder's wait: the record kept changing")
+}

@@ -1,0 +1,165 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// waitingFor enqueues r on e and waits for its grant in the background.
+func waitingFor(t *testing.T, e *Engine, r AcquireRequest) <-chan Grant {
+	t.Helper()
+	w, err := e.Enqueue(testCtx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan Grant, 1)
+	go func() {
+		g, err := w.Wait(testCtx(t))
+		if err != nil {
+			t.Error(err)
+		}
+		out <- g
+	}()
+	return out
+}
+
+// notGranted fails if a grant arrives within a moment: a hub that grants
+// does so within milliseconds of the event it acts on.
+func notGranted(t *testing.T, ch <-chan Grant, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatalf("granted %s", what)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestLossWaitsOutTheLostHoldersBelief: a holder whose lease etcd ends
+// before its release (an expiry, or a revocation no holder asked for) may
+// still believe it holds for up to its TTL; the waiter behind it waits that
+// TTL from the moment the loss was seen, as every gateway's Describe says,
+// and is granted then.
+func TestLossWaitsOutTheLostHoldersBelief(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	h := mustAcquire(t, e, req("l"))
+	next := waitingFor(t, e, req("l"))
+	rev := expireNow(t, cli, h)
+	stamp := awaitStamped(t, cli, e.keys.delay("l", h.WaiterID), rev)
+	notGranted(t, next, "while the lost holder may still believe")
+	other, err := New(cli, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	if d, err := other.Describe(testCtx(t), "l"); err != nil || !d.DelayUntil.Equal(stamp.Add(h.TTL)) {
+		t.Fatalf("Describe during the wait = %+v, %v; want delay until %s", d, err, stamp.Add(h.TTL))
+	}
+	clk.Advance(h.TTL - time.Millisecond)
+	notGranted(t, next, "before the lost holder's TTL passed")
+	clk.Advance(time.Millisecond)
+	mustRelease(t, e, <-next)
+}
+
+// TestLossWaitOfASession: a session's lock lost with its session's lease
+// waits the session's TTL; a session closed by its owner frees its locks at
+// once.
+func TestLossWaitOfASession(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	for _, closed := range []bool{false, true} {
+		s := mustSession(t, e)
+		r := req("s")
+		r.Session, r.SessionSecret = s.Lease, s.Secret
+		h := mustAcquire(t, e, r)
+		next := waitingFor(t, e, req("s"))
+		if closed {
+			if err := e.CloseSession(testCtx(t), s.Lease, s.Secret); err != nil {
+				t.Fatal(err)
+			}
+			mustRelease(t, e, <-next)
+			continue
+		}
+		resp, err := cli.Revoke(testCtx(t), s.Lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		awaitStamped(t, cli, e.keys.delay("s", h.WaiterID), resp.Header.Revision)
+		notGranted(t, next, "while the lost session's holder may still believe")
+		clk.Advance(s.TTL)
+		mustRelease(t, e, <-next)
+	}
+}
+
+// TestCleanEndsFreeAtOnce: a release, a force-release and an undelivered
+// grant given up hand the name to the next waiter at once; so does any
+// loss when losses do not wait.
+func TestCleanEndsFreeAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lossWait bool
+		end      func(*testing.T, *Engine, *clientv3.Client, Grant)
+	}{
+		{"release", true, func(t *testing.T, e *Engine, _ *clientv3.Client, g Grant) { mustRelease(t, e, g) }},
+		{"force-release", true, func(t *testing.T, e *Engine, _ *clientv3.Client, g Grant) {
+			if _, err := e.ForceRelease(testCtx(t), ForceReleaseRequest{Name: g.Name, Reason: "r", Actor: "op", Token: g.Token()}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"give-up", true, func(t *testing.T, e *Engine, _ *clientv3.Client, g Grant) { e.Abandon(context.Background(), g) }},
+		{"expiry without loss waits", false, func(t *testing.T, _ *Engine, cli *clientv3.Client, g Grant) { expireNow(t, cli, g) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock() // never advanced: nothing may wait on it
+			e, cli := newEngine(t, func(c *Config) { c.Clock, c.LossWait = clk, tc.lossWait })
+			h := mustAcquire(t, e, req("c"))
+			next := waitingFor(t, e, req("c"))
+			tc.end(t, e, cli, h)
+			select {
+			case g := <-next:
+				mustRelease(t, e, g)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not granted after a clean end")
+			}
+		})
+	}
+}
+
+// TestLossWaitBindsEveryCaller: a loss a waiter's gateway saw and recorded
+// holds back a TryAcquire on another gateway after that waiter gave up, for
+// the rest of the wait, and lets it in after.
+func TestLossWaitBindsEveryCaller(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	h := mustAcquire(t, e, req("b"))
+	w, err := e.Enqueue(testCtx(t), req("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() { _, err := w.Wait(ctx); done <- err }()
+	stamp := awaitStamped(t, cli, e.keys.delay("b", h.WaiterID), expireNow(t, cli, h))
+	cancel() // the waiter gives up during the wait
+	<-done
+	settle(e)
+	other, err := New(cli, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	res, err := other.TryAcquire(testCtx(t), req("b"))
+	if err != nil || res.Acquired || !res.DelayedUntil.Equal(stamp.Add(h.TTL)) {
+		t.Fatalf("TryAcquire on another gateway during the wait = %+v, %v; want refused until %s", res, err, stamp.Add(h.TTL))
+	}
+	settle(other)
+	clk.Advance(h.TTL)
+	if res, err := other.TryAcquire(testCtx(t), req("b")); err != nil || !res.Acquired {
+		t.Fatalf("TryAcquire after the wait = %+v, %v; want acquired", res, err)
+	} else {
+		mustRelease(t, other, res.Grant)
+	}
+}
