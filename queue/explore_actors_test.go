@@ -44,9 +44,9 @@ type world struct {
 	// that rightly go on believing until the time given (fake time): their
 	// grant's TTL after the revocation.
 	earlyUntil map[int64]time.Time
-	clocks     []*clock.Fake    // the engines' clocks: time passes only when nothing else can happen
-	delayEnd   time.Time        // no grant before this: an expired holder's lock-delay (fake time)…
-	delayRev   int64            // …that rests on etcd's state after this revision, the expiry's
+	clocks     []*clock.Fake // the engines' clocks: time passes only when nothing else can happen
+	delayEnd   time.Time     // no grant before this: an expired holder's lock-delay (fake time)…
+	delayRev   int64         // …that rests on etcd's state after this revision, the expiry's
 	lastToken  int64
 	lastRev    int64
 	grants     int

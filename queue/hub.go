@@ -42,9 +42,9 @@ import (
 // viewKey is one key of a hub's view.
 type viewKey struct {
 	create, mod, lease int64
-	limit              int  // the semaphore limit its value records (limitOf)
-	delay              bool // its value asks for a lock-delay (delayDue)
-	session            bool // its value says it is a session's lock
+	limit              int           // the semaphore limit its value records (limitOf)
+	delay              bool          // its value asks for a lock-delay (delayDue)
+	session            bool          // its value says it is a session's lock
 	ttl                time.Duration // a lock with a lease of its own: its TTL
 }
 
@@ -60,17 +60,17 @@ func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
 
 // hubStatus is the hub's verdict on one waiter, exact at revision rev.
 type hubStatus struct {
-	rev     int64  // the view revision it is exact at; 0 until known
-	ahead   int64  // keys with a lower create revision
-	holds   bool   // fewer than limit keys ahead, all with the waiter's limit
-	pos     int64  // the position to report (position)
-	delayed bool   // the name may have lock-delay records (delay.go)
-	pred    int64  // create revision of the key right ahead; 0 when first
-	left    string // the last key ahead seen to go (the handoff record names it)
-	leftRev int64  // the revision of its deletion
+	rev     int64     // the view revision it is exact at; 0 until known
+	ahead   int64     // keys with a lower create revision
+	holds   bool      // fewer than limit keys ahead, all with the waiter's limit
+	pos     int64     // the position to report (position)
+	delayed bool      // the name may have lock-delay records (delay.go)
+	pred    int64     // create revision of the key right ahead; 0 when first
+	left    string    // the last key ahead seen to go (the handoff record names it)
+	leftRev int64     // the revision of its deletion
 	leftAt  time.Time // when the hub saw it go, on the engine's clock
 	leftKey viewKey   // what the view knew of it
-	err     error  // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
+	err     error     // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
 }
 
 // hubWaiter is one waiter registered with a hub.

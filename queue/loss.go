@@ -71,7 +71,9 @@ import (
 // sessionTTLs bounds the session TTLs an engine remembers.
 const sessionTTLs = 1 << 16
 
-func (k keys) holderRecord(name, waiterID string) string { return k.delayPrefix(name) + waiterID + ".h" }
+func (k keys) holderRecord(name, waiterID string) string {
+	return k.delayPrefix(name) + waiterID + ".h"
+}
 
 // holderRecordValue is a holder record's value.
 func holderRecordValue(d, ttl time.Duration, nonce string) string {
