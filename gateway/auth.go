@@ -28,12 +28,28 @@ type Identity struct {
 	Subject string
 	// Method says how the caller proved it: "mtls", "token", "jwt" or "none".
 	Method string
-	// Roles the credentials grant within the tenant (RoleAdmin).
+	// Roles the credentials grant (RoleAdmin, RoleOperator). Without
+	// authentication configured, the local operator has both and every
+	// other caller none (see localOperator).
 	Roles []string
+
+	// notLocal says why an unauthenticated caller is not the local
+	// operator; nil for the operator and for authenticated callers.
+	notLocal error
 }
 
-// RoleAdmin lets a caller use AdminService within its tenant.
-const RoleAdmin = "admin"
+// Roles a caller's credentials may grant: a tokens-file line's ROLES, a
+// JWT's roles claim, a client certificate's Organizational Units.
+const (
+	// RoleAdmin lets a caller use AdminService within its tenant.
+	RoleAdmin = "admin"
+	// RoleOperator makes a caller the process's operator, whatever its
+	// tenant: it sees the figures of every tenant the process serves (the
+	// console's overview) and may profile the process (the debug
+	// listener). It grants nothing within a tenant: a tenant's admin is
+	// not an operator, nor an operator a tenant's admin.
+	RoleOperator = "operator"
+)
 
 // HasRole reports whether the identity's credentials grant role.
 func (id Identity) HasRole(role string) bool { return slices.Contains(id.Roles, role) }
