@@ -110,8 +110,15 @@ type AuthConfig struct {
 	// JWTs, fetched at start, every JWKSRefresh, and when a token names a
 	// key id the set lacks (at most once per 30 s). Setting it enables JWT
 	// authentication, alone or beside JWTKeysFile. It must be https://,
-	// or http:// on a loopback address.
+	// or http:// on a loopback address; so must every URL a fetch is
+	// redirected to (and a redirect never leaves https for http), and a
+	// key set larger than JWKSMaxBytes is refused.
 	JWKSURL string
+	// JWKSTransport carries the JWKS fetches: for a proxy, or a private
+	// CA's TLS configuration. Nil is http.DefaultTransport. Whatever it
+	// is, the URL rule, the redirect rule and the size limit of JWKSURL
+	// hold.
+	JWKSTransport http.RoundTripper
 	// JWKSRefresh is how often the JWKS is fetched again, so removed keys
 	// stop being accepted. 0 means 15 minutes; 10 s to 24 h.
 	JWKSRefresh time.Duration
@@ -151,9 +158,8 @@ func (c AuthConfig) validate() error {
 		return fmt.Errorf("gateway: auth reload interval %s must not be negative", c.ReloadInterval)
 	}
 	if c.JWKSURL != "" {
-		u, err := url.Parse(c.JWKSURL)
-		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopbackHost(u.Host))) {
-			return fmt.Errorf("gateway: JWKS URL %q: want https://host/path (http:// only on a loopback address)", c.JWKSURL)
+		if u, err := url.Parse(c.JWKSURL); err != nil || !jwksURLAllowed(u) {
+			return fmt.Errorf("gateway: JWKS URL %q: %s", c.JWKSURL, jwksURLRule)
 		}
 	}
 	if c.JWT() && (c.JWTIssuer == "" || c.JWTAudience == "") {
