@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -23,21 +24,25 @@ var _ leasegatev1connect.AdminServiceHandler = (*Service)(nil)
 
 // admin returns the caller's identity if it may use AdminService: its
 // credentials grant RoleAdmin, or, with no authentication configured, it
-// calls from a loopback address (it then acts as "loopback/<address>").
+// is the local operator, whom the edge gave that role (it then acts as
+// "loopback/<address>").
 func (s *Service) admin(ctx context.Context, peer connect.Peer) (Identity, error) {
 	id, err := s.caller(ctx)
 	if err != nil {
 		return id, err
 	}
-	if id.Method == "none" {
-		if !loopbackPeer(peer.Addr) {
-			return id, fmt.Errorf("%w: without authentication configured, AdminService serves loopback callers only", ErrForbidden)
-		}
-		id.Subject = "loopback/" + peer.Addr
-		return id, nil
-	}
 	if !id.HasRole(RoleAdmin) {
+		if id.Method == "none" {
+			why := id.notLocal
+			if why == nil {
+				why = errors.New("it did not pass the gateway's edge")
+			}
+			return id, fmt.Errorf("%w: without authentication configured, AdminService serves the local operator only, and this call is not theirs: %v", ErrForbidden, why)
+		}
 		return id, fmt.Errorf("%w: AdminService needs the %q role", ErrForbidden, RoleAdmin)
+	}
+	if id.Method == "none" {
+		id.Subject = "loopback/" + peer.Addr
 	}
 	return id, nil
 }

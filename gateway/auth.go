@@ -28,12 +28,28 @@ type Identity struct {
 	Subject string
 	// Method says how the caller proved it: "mtls", "token", "jwt" or "none".
 	Method string
-	// Roles the credentials grant within the tenant (RoleAdmin).
+	// Roles the credentials grant (RoleAdmin, RoleOperator). Without
+	// authentication configured, the local operator has both and every
+	// other caller none (see localOperator).
 	Roles []string
+
+	// notLocal says why an unauthenticated caller is not the local
+	// operator; nil for the operator and for authenticated callers.
+	notLocal error
 }
 
-// RoleAdmin lets a caller use AdminService within its tenant.
-const RoleAdmin = "admin"
+// Roles a caller's credentials may grant: a tokens-file line's ROLES, a
+// JWT's roles claim, a client certificate's Organizational Units.
+const (
+	// RoleAdmin lets a caller use AdminService within its tenant.
+	RoleAdmin = "admin"
+	// RoleOperator makes a caller the process's operator, whatever its
+	// tenant: it sees the figures of every tenant the process serves (the
+	// console's overview) and may profile the process (the debug
+	// listener). It grants nothing within a tenant: a tenant's admin is
+	// not an operator, nor an operator a tenant's admin.
+	RoleOperator = "operator"
+)
 
 // HasRole reports whether the identity's credentials grant role.
 func (id Identity) HasRole(role string) bool { return slices.Contains(id.Roles, role) }
@@ -94,8 +110,15 @@ type AuthConfig struct {
 	// JWTs, fetched at start, every JWKSRefresh, and when a token names a
 	// key id the set lacks (at most once per 30 s). Setting it enables JWT
 	// authentication, alone or beside JWTKeysFile. It must be https://,
-	// or http:// on a loopback address.
+	// or http:// on a loopback address; so must every URL a fetch is
+	// redirected to (and a redirect never leaves https for http), and a
+	// key set larger than JWKSMaxBytes is refused.
 	JWKSURL string
+	// JWKSTransport carries the JWKS fetches: for a proxy, or a private
+	// CA's TLS configuration. Nil is http.DefaultTransport. Whatever it
+	// is, the URL rule, the redirect rule and the size limit of JWKSURL
+	// hold.
+	JWKSTransport http.RoundTripper
 	// JWKSRefresh is how often the JWKS is fetched again, so removed keys
 	// stop being accepted. 0 means 15 minutes; 10 s to 24 h.
 	JWKSRefresh time.Duration
@@ -135,9 +158,8 @@ func (c AuthConfig) validate() error {
 		return fmt.Errorf("gateway: auth reload interval %s must not be negative", c.ReloadInterval)
 	}
 	if c.JWKSURL != "" {
-		u, err := url.Parse(c.JWKSURL)
-		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopbackHost(u.Host))) {
-			return fmt.Errorf("gateway: JWKS URL %q: want https://host/path (http:// only on a loopback address)", c.JWKSURL)
+		if u, err := url.Parse(c.JWKSURL); err != nil || !jwksURLAllowed(u) {
+			return fmt.Errorf("gateway: JWKS URL %q: %s", c.JWKSURL, jwksURLRule)
 		}
 	}
 	if c.JWT() && (c.JWTIssuer == "" || c.JWTAudience == "") {

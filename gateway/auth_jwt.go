@@ -7,8 +7,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -30,7 +32,24 @@ const (
 	// jwksFetchTimeout bounds one JWKS fetch, and the wait of a call whose
 	// token names an unknown key id for the fetch it causes.
 	jwksFetchTimeout = 5 * time.Second
+	// jwksMaxRedirects bounds the redirects one fetch follows.
+	jwksMaxRedirects = 5
+	// jwksURLRule is what JWKSURL and every URL a fetch is redirected to
+	// must be: the key set decides who may sign tokens, so it travels
+	// authenticated, or stays on this machine.
+	jwksURLRule = "want https://host/path (http:// only on a loopback address)"
 )
+
+// JWKSMaxBytes bounds a JWKS fetch's answer: an identity provider's key
+// set is a few KiB, and the gateway holds the answer in memory while it
+// decodes it. A larger answer is refused (the keys fetched before stay).
+const JWKSMaxBytes = 1 << 20
+
+// jwksURLAllowed reports whether a key set may be fetched from u: https,
+// or http on a loopback address.
+func jwksURLAllowed(u *url.URL) bool {
+	return u.Host != "" && u.User == nil && (u.Scheme == "https" || u.Scheme == "http" && loopbackHost(u.Host))
+}
 
 // jwtVerifier checks signature, issuer, audience and expiry against the
 // keys of a keys file, a JWKS, or both.
@@ -81,7 +100,15 @@ func (v *jwtVerifier) startJWKS(c AuthConfig, log *slog.Logger) error {
 		every = DefaultJWKSRefresh
 	}
 	v.fetch = &fetchState{}
-	hc := &http.Client{Timeout: jwksFetchTimeout, Transport: fetchRecorder{next: http.DefaultTransport, state: v.fetch}}
+	next := c.JWKSTransport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	hc := &http.Client{
+		Timeout:       jwksFetchTimeout,
+		Transport:     fetchRecorder{next: next, state: v.fetch},
+		CheckRedirect: v.fetch.checkRedirect,
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	store, err := jwkset.NewStorageFromHTTP(c.JWKSURL, jwkset.HTTPClientStorageOptions{
 		Client:                    hc,
@@ -192,8 +219,33 @@ func (f *fetchState) err() error {
 	return nil
 }
 
+func (f *fetchState) set(err error) { f.last.Store(&err) }
+
+// checkRedirect holds every hop of a fetch to the rule JWKSURL meets —
+// keys fetched in the clear from elsewhere could sign any token — and
+// never follows https to http, loopback or not.
+func (f *fetchState) checkRedirect(req *http.Request, via []*http.Request) error {
+	var err error
+	switch prev := via[len(via)-1].URL; {
+	case len(via) > jwksMaxRedirects:
+		err = fmt.Errorf("the key set server redirected more than %d times", jwksMaxRedirects)
+	case !jwksURLAllowed(req.URL):
+		err = fmt.Errorf("the key set server redirected to %s, which is refused: %s", req.URL.Redacted(), jwksURLRule)
+	case prev.Scheme == "https" && req.URL.Scheme != "https":
+		err = fmt.Errorf("the key set server redirected from https to %s, which is refused: a redirect keeps https", req.URL.Redacted())
+	}
+	if err != nil {
+		f.set(err)
+	}
+	return err
+}
+
+// errJWKSTooLarge reports a key set answer beyond JWKSMaxBytes.
+var errJWKSTooLarge = fmt.Errorf("the key set server's answer is larger than %d bytes, the most the gateway reads of a key set; it is refused", JWKSMaxBytes)
+
 // fetchRecorder notes each JWKS fetch's outcome in state, for the message
-// of a refused token; the storage only reports failures, to a log.
+// of a refused token (the storage only reports failures, to a log), and
+// bounds the answer's body by JWKSMaxBytes.
 type fetchRecorder struct {
 	next  http.RoundTripper
 	state *fetchState
@@ -205,11 +257,45 @@ func (f fetchRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch {
 	case err != nil:
 		out = errors.New("the key set server did not answer")
+	case resp.ContentLength > JWKSMaxBytes:
+		resp.Body.Close()
+		f.state.set(errJWKSTooLarge)
+		return nil, errJWKSTooLarge
 	case resp.StatusCode != http.StatusOK:
 		out = fmt.Errorf("the key set server answered %d", resp.StatusCode)
 	}
-	f.state.last.Store(&out)
+	f.state.set(out)
+	if err == nil {
+		resp.Body = &limitedBody{ReadCloser: resp.Body, left: JWKSMaxBytes, state: f.state}
+	}
 	return resp, err
+}
+
+// limitedBody ends a key set answer with errJWKSTooLarge once it passes
+// JWKSMaxBytes, and records that as the fetch's outcome.
+type limitedBody struct {
+	io.ReadCloser
+	left  int64
+	state *fetchState
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, errJWKSTooLarge
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.ReadCloser.Read(p)
+	if int64(n) > b.left {
+		// Only the bytes within the bound reach the decoder, so no value
+		// that ends past it decodes.
+		n, b.left = int(b.left), -1
+		b.state.set(errJWKSTooLarge)
+		return n, errJWKSTooLarge
+	}
+	b.left -= int64(n)
+	return n, err
 }
 
 // rolesClaim reads a roles claim: an array of strings, or one string of

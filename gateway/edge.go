@@ -18,16 +18,20 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// The edge: what every request meets before a handler reads its body.
+// The edge: what every request meets before a handler reads its body,
+// on every path of the port (Handler serves nothing that bypasses it).
 //
 //  1. On a loopback listener, a Host that is not a loopback name or
 //     address is refused: a page served from elsewhere that rebinds its
-//     DNS name to 127.0.0.1 cannot talk to a developer's gateway.
+//     DNS name to 127.0.0.1 cannot talk to a developer's gateway. This
+//     comes first, before CORS answers a preflight.
 //  2. A browser request from another origin is refused unless that origin
 //     is allowed (Config.CORSOrigins); allowed ones get CORS headers and
 //     preflights are answered.
 //  3. The caller is authenticated from its headers. A call that is not is
 //     refused at once — its body is never read, let alone inflated.
+//     Without authentication configured, the local operator
+//     (localOperator) is given its roles here, and nobody else is.
 //  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
 //     answer must be written within RequestTimeout + SendTimeout; a
@@ -66,12 +70,7 @@ func (s *Service) edge(next http.Handler) http.Handler {
 		}
 		_ = ew.Write(w, r, connect.NewError(code, errors.New(msg)))
 	}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.CheckLoopbackHost && !loopbackHost(r.Host) {
-			refuse(w, r, http.StatusForbidden, connect.CodePermissionDenied,
-				fmt.Sprintf("Host %q is not a loopback name or address; this gateway serves local clients only", r.Host))
-			return
-		}
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o, r.Host) {
 			refuse(w, r, http.StatusForbidden, connect.CodePermissionDenied,
 				fmt.Sprintf("requests from origin %q are not allowed; see --cors-origin", o))
@@ -83,6 +82,9 @@ func (s *Service) edge(next http.Handler) http.Handler {
 			if err != nil {
 				refuse(w, r, http.StatusUnauthorized, connect.CodeUnauthenticated, err.Error())
 				return
+			}
+			if id.Method == "none" {
+				id = withLocalRoles(id, r)
 			}
 			ctx = WithIdentity(ctx, id)
 		}
@@ -103,16 +105,27 @@ func (s *Service) edge(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
-	if len(s.cfg.CORSOrigins) == 0 {
+	if len(s.cfg.CORSOrigins) > 0 {
+		h = cors.New(cors.Options{
+			AllowedOrigins: s.cfg.CORSOrigins,
+			AllowedMethods: connectcors.AllowedMethods(),
+			AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
+			ExposedHeaders: connectcors.ExposedHeaders(),
+			MaxAge:         7200,
+		}).Handler(h)
+	}
+	if !s.cfg.CheckLoopbackHost {
 		return h
 	}
-	return cors.New(cors.Options{
-		AllowedOrigins: s.cfg.CORSOrigins,
-		AllowedMethods: connectcors.AllowedMethods(),
-		AllowedHeaders: append(connectcors.AllowedHeaders(), "Authorization"),
-		ExposedHeaders: connectcors.ExposedHeaders(),
-		MaxAge:         7200,
-	}).Handler(h)
+	inner := h
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r.Host) {
+			refuse(w, r, http.StatusForbidden, connect.CodePermissionDenied,
+				fmt.Sprintf("Host %q is not a loopback name or address; this gateway serves local clients only", r.Host))
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
 }
 
 // deadlineBody lifts the read deadline once the body has been read: a

@@ -102,13 +102,6 @@ var restFields = map[string]string{
 	"lock_id": "lockId", "fencing_token": "fencingToken", "name": "name", "lock_delay_ms": "lockDelayMs",
 }
 
-// RESTHandler serves the REST API over the service, with its telemetry.
-func (s *Service) RESTHandler() http.Handler {
-	mux := http.NewServeMux()
-	s.handleREST(mux)
-	return mux
-}
-
 // handleREST registers the REST API on mux: each lock call on its own path,
 // so the mux routes a call once and its telemetry knows which call it is,
 // and a 404 for any other path under /api/v1/.

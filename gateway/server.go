@@ -55,7 +55,7 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"status": status, "shards": shards})
 	})
 	for _, rt := range s.routes {
-		mux.Handle(rt.prefix, rt.h)
+		mux.Handle(rt.pattern, rt.h)
 	}
 	return s.edge(mux)
 }

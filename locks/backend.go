@@ -34,8 +34,18 @@ type Backend struct {
 // may be closed to make room for another.
 var idleTenant = time.Minute
 
-// TenantEngine returns the engine for tenant's locks on this cluster; each
-// tenant's keys live under <prefix>/t/<tenant>. The empty tenant is Engine.
+// TenantPrefix is the etcd prefix of tenant's keys on this cluster,
+// <prefix>/t/<tenant>; the empty tenant's is Engine's own prefix. It is
+// the prefix of TenantEngine(tenant).
+func (b *Backend) TenantPrefix(tenant string) string {
+	if tenant == "" {
+		return b.qcfg.Prefix
+	}
+	return b.qcfg.Prefix + "/t/" + tenant
+}
+
+// TenantEngine returns the engine for tenant's locks on this cluster
+// (under TenantPrefix). The empty tenant is Engine.
 //
 // Engines are cached, at most RouterConfig.MaxTenantEngines of them: past
 // the bound, engines idle for a minute are closed to make room (an engine
@@ -65,7 +75,7 @@ func (b *Backend) TenantEngine(tenant string) (*queue.Engine, error) {
 		}
 	}
 	qc := b.qcfg
-	qc.Prefix = qc.Prefix + "/t/" + tenant
+	qc.Prefix = b.TenantPrefix(tenant)
 	e, err := queue.New(b.Client, qc)
 	if err != nil {
 		return nil, err

@@ -210,6 +210,10 @@ func TestBrowserAsksForToken(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#token-form button[type=submit]`)))
 	await(t, ctx, live(), `#shards tr[data-shard="c1"]`)
 	awaitText(t, ctx, `#who`, "acme / ops (token)")
+	// A tenant's caller is shown its own tenant's locks, and no rates or
+	// latency: they cover every tenant.
+	awaitJS(t, ctx, live(), "the overview says it counts acme's locks", `document.querySelector('#scope')?.textContent.includes('the locks of tenant acme')`)
+	awaitJS(t, ctx, live(), "the overview says the metrics are the operator's", `document.body.textContent.includes('only its operator sees them')`)
 	// A reload keeps the token: sessionStorage lives as long as the tab.
 	run(t, ctx, 30*time.Second, "reloading", chromedp.Reload())
 	await(t, ctx, live(), `#shards tr[data-shard="c0"]`)

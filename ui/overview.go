@@ -23,18 +23,33 @@ type Overview struct {
 	Epoch uint16 `json:"epoch"`
 	// Identity is the caller, as the gateway authenticated it.
 	Identity Identity `json:"identity"`
+	// Scope says whose figures these are: ScopeProcess, every tenant's,
+	// for the process's operator; ScopeTenant, the caller's tenant's only,
+	// for anyone else.
+	Scope string `json:"scope"`
 	// Shards are the clusters names are hashed over, in map order.
 	Shards []ShardOverview `json:"shards"`
 	// Metrics says whether the gateway keeps metrics; without them the
 	// keepalive counts and Handoff are absent.
 	Metrics bool `json:"metrics"`
 	// SessionKeepalives counts the session keepalives this gateway has
-	// answered since it started.
+	// answered since it started, for every tenant: ScopeProcess only.
 	SessionKeepalives *int64 `json:"sessionKeepalives,omitempty"`
-	// Handoff is the handoff-latency histogram over every shard since the
-	// gateway started.
+	// Handoff is the handoff-latency histogram over every shard and
+	// tenant since the gateway started: ScopeProcess only.
 	Handoff *Histogram `json:"handoff,omitempty"`
 }
+
+// Scopes of an Overview.
+const (
+	// ScopeProcess is every tenant's figures, the process's metrics
+	// included: for the operator, a caller with gateway.RoleOperator (the
+	// local operator has it without authentication).
+	ScopeProcess = "process"
+	// ScopeTenant is the caller's tenant's figures: its own held locks and
+	// waiters. The process's metrics cover every tenant and are left out.
+	ScopeTenant = "tenant"
+)
 
 // Identity is the caller as the page shows it.
 type Identity struct {
@@ -59,7 +74,8 @@ type ShardOverview struct {
 	// Breaker is the circuit breaker's state: closed, half-open or open.
 	Breaker string `json:"breaker"`
 	// Held counts names with a holder; Waiting counts the waiters behind
-	// them, over every tenant. Both are absent when the count failed.
+	// them, over the Overview's scope: every tenant's, or the caller's
+	// tenant's. Both are absent when the count failed.
 	Held    *int64 `json:"held,omitempty"`
 	Waiting *int64 `json:"waiting,omitempty"`
 	// Partial says the counts stopped at Config.ScanLimit keys.
@@ -67,7 +83,8 @@ type ShardOverview struct {
 	// CountError says why the counts are absent.
 	CountError string `json:"countError,omitempty"`
 	// Renewals counts the Renew calls this gateway has answered for locks
-	// on the shard since it started: the page turns it into a rate.
+	// on the shard since it started, for every tenant: the page turns it
+	// into a rate. ScopeProcess only.
 	Renewals *int64 `json:"renewals,omitempty"`
 }
 
@@ -80,13 +97,21 @@ func (c *Console) serveOverview(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c.overview(r.Context(), id))
 }
 
-// overview gathers the figures: the shards' health and counts are read
+// overview gathers the figures for id: every tenant's for the operator,
+// id's tenant's for anyone else. The shards' health and counts are read
 // from etcd concurrently, the counts through each shard's breaker, each
 // read bounded on its own (a dead shard costs one ScanTimeout, not every
-// other shard's figures).
+// other shard's figures). A shard's health and breaker are shown to
+// every caller: they are the state its own calls meet.
 func (c *Console) overview(ctx context.Context, id gateway.Identity) Overview {
 	m := c.cfg.Router.Map()
 	o := Overview{Time: time.Now().UTC(), Epoch: m.Epoch, Identity: Identity{Tenant: id.Tenant, Subject: id.Subject, Method: id.Method, Roles: id.Roles}}
+	sc := scope{key: ScopeProcess}
+	if id.HasRole(gateway.RoleOperator) {
+		o.Scope = ScopeProcess
+	} else {
+		o.Scope, sc = ScopeTenant, scope{key: "t/" + id.Tenant, tenant: id.Tenant, own: true}
+	}
 	health := make(chan map[string]string, 1)
 	go func() {
 		if c.cfg.Health == nil {
@@ -97,7 +122,7 @@ func (c *Console) overview(ctx context.Context, id gateway.Identity) Overview {
 	}()
 	backends := c.cfg.Router.Backends()
 	o.Shards = make([]ShardOverview, len(backends))
-	counts := c.counts(ctx, backends)
+	counts := c.counts(ctx, backends, sc)
 	status := <-health
 	for i, b := range backends {
 		if b == nil {
@@ -106,28 +131,76 @@ func (c *Console) overview(ctx context.Context, id gateway.Identity) Overview {
 		o.Shards[i] = counts[i]
 		o.Shards[i].Name, o.Shards[i].Health, o.Shards[i].Breaker = b.Name, status[b.Name], b.Breaker.State().String()
 	}
-	if c.cfg.Metrics != nil {
-		o.Metrics = true
-		if mv, err := readMetrics(c.cfg.Metrics); err == nil {
-			o.SessionKeepalives = &mv.sessionKeepalives
-			o.Handoff = mv.handoff
-			for i := range o.Shards {
-				n := mv.renewals[o.Shards[i].Name]
-				o.Shards[i].Renewals = &n
-			}
+	if c.cfg.Metrics == nil {
+		return o
+	}
+	o.Metrics = true
+	if o.Scope != ScopeProcess {
+		return o
+	}
+	if mv, err := readMetrics(c.cfg.Metrics); err == nil {
+		o.SessionKeepalives = &mv.sessionKeepalives
+		o.Handoff = mv.handoff
+		for i := range o.Shards {
+			n := mv.renewals[o.Shards[i].Name]
+			o.Shards[i].Renewals = &n
 		}
 	}
 	return o
 }
 
-// counts returns each backend's held and waiting counts, read at most
-// once a second whoever asks: every open console polls, and the counts
-// are the same for all of them.
-func (c *Console) counts(ctx context.Context, backends []*locks.Backend) []ShardOverview {
+// scope is whose keys a count reads.
+type scope struct {
+	key    string // the counts' cache key
+	tenant string // with own: the tenant whose keys are read
+	own    bool   // false: every tenant's
+}
+
+// prefix is the range of b's keys the scope counts.
+func (sc scope) prefix(b *locks.Backend) string {
+	if sc.own {
+		return queue.LocksPrefix(b.TenantPrefix(sc.tenant))
+	}
+	// Every engine's, the shard's and each tenant's nested below it.
+	return b.TenantPrefix("") + "/"
+}
+
+// counted is one scope's last counts.
+type counted struct {
+	mu   sync.Mutex // held while counting: one count per scope at a time
+	at   time.Time  // when rows were read
+	rows []ShardOverview
+	used time.Time // when last asked for, under Console.mu
+}
+
+// countsKept is how long a scope's counts are kept after they were last
+// asked for: the cache holds the scopes of the consoles open now.
+const countsKept = time.Minute
+
+// counts returns each backend's held and waiting counts for sc, read at
+// most once a second however many consoles of the scope ask: every open
+// console polls, and the counts are the same for all of them. Scopes
+// count apart, so one tenant's slow count delays no other's.
+func (c *Console) counts(ctx context.Context, backends []*locks.Backend, sc scope) []ShardOverview {
+	now := time.Now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.countedAt) < time.Second && len(c.counted) == len(backends) {
-		return c.counted
+	for k, e := range c.counted {
+		if now.Sub(e.used) > countsKept {
+			delete(c.counted, k)
+		}
+	}
+	e := c.counted[sc.key]
+	if e == nil {
+		e = &counted{}
+		c.counted[sc.key] = e
+	}
+	e.used = now
+	c.mu.Unlock()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if time.Since(e.at) < time.Second && len(e.rows) == len(backends) {
+		return e.rows
 	}
 	out := make([]ShardOverview, len(backends))
 	var wg sync.WaitGroup
@@ -138,20 +211,18 @@ func (c *Console) counts(ctx context.Context, backends []*locks.Backend) []Shard
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.count(ctx, b, &out[i])
+			c.count(ctx, b, sc.prefix(b), &out[i])
 		}()
 	}
 	wg.Wait()
-	c.counted, c.countedAt = out, time.Now()
+	e.rows, e.at = out, time.Now()
 	return out
 }
 
-// count fills s's held and waiting counts from one keys-only read of the
-// shard's prefix. Every name with keys has one holder, the key that came
-// first, and the rest wait behind it; the figure is a moment's, across
-// every tenant's engine (their prefixes nest under the shard's).
-func (c *Console) count(ctx context.Context, b *locks.Backend, s *ShardOverview) {
-	prefix := b.Engine.Config().Prefix + "/"
+// count fills s's held and waiting counts from one keys-only read of
+// prefix on b. Every name with keys has one holder, the key that came
+// first, and the rest wait behind it; the figure is a moment's.
+func (c *Console) count(ctx context.Context, b *locks.Backend, prefix string, s *ShardOverview) {
 	var resp *clientv3.GetResponse
 	err := b.Breaker.Execute(ctx, func(ctx context.Context) error {
 		// Its own deadline: a hung cluster is then a failure the breaker
@@ -166,9 +237,8 @@ func (c *Console) count(ctx context.Context, b *locks.Backend, s *ShardOverview)
 		s.CountError = err.Error()
 		return
 	}
-	// Every engine's waiter keys, the shard's and each tenant's nested
-	// below it, are <engine prefix>/locks/<escaped name>/<waiter id>
-	// (queue.LocksPrefix, queue.NamePrefix).
+	// Every engine's waiter keys are <engine prefix>/locks/<escaped
+	// name>/<waiter id> (queue.LocksPrefix, queue.NamePrefix).
 	marker := queue.LocksPrefix("")
 	names := map[string]bool{}
 	var keys int64

@@ -66,9 +66,8 @@ func (c Config) Validate() error {
 type Console struct {
 	cfg Config
 
-	mu        sync.Mutex
-	counted   []ShardOverview // the last counts, by backend
-	countedAt time.Time
+	mu      sync.Mutex
+	counted map[string]*counted // by scope key
 }
 
 // New returns the console for cfg; zero ScanLimit and ScanTimeout take
@@ -84,7 +83,7 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Console{cfg: cfg}, nil
+	return &Console{cfg: cfg, counted: map[string]*counted{}}, nil
 }
 
 // Mount serves the console on svc's port: the front end under Prefix

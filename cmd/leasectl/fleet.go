@@ -227,7 +227,8 @@ func newForceReleaseCmd(g *globals) *cobra.Command {
 is granted with a higher fencing token, and the evicted holder's renew and
 release fail. The gateway records who, when, why, the evicted token and client
 id (see "leasectl audit"), logs it and counts it. It needs the admin role (see
-docs/security.md); without authentication, only loopback callers have it.
+docs/security.md); without authentication, only the local operator has it
+(a caller on this machine that names a loopback Host, not a web page).
 
 Without --fencing-token, leasectl first reads the holder's token and evicts only that
 holder: a holder that changes in between is not evicted, and the command fails

@@ -89,7 +89,8 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	cmd.AddCommand(newIDKeysCmd())
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve Connect, gRPC, gRPC-Web and REST on")
-	f.StringVar(&cfg.DebugListen, "debug-listen", "", "address to serve the Go profiler (net/http/pprof) on, apart from the API; off when empty. Loopback needs no credentials; any other address needs --auth-tokens or JWT auth and a bearer token on every request")
+	f.StringVar(&cfg.DebugListen, "debug-listen", "", fmt.Sprintf("address to serve the Go profiler (net/http/pprof) on, apart from the API; off when empty. "+
+		"Loopback serves the local operator without credentials; any other address needs --auth-tokens or JWT auth and a bearer token with the operator role on every request. ?seconds= is capped at %d", server.MaxProfileSeconds))
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for embedded etcd data (unused with --etcd)")
 	f.StringArrayVar(&etcdFlags, "etcd", nil, "an external etcd cluster as name=url1,url2 (repeat once per cluster); replaces the embedded one")
 	f.IntVar(&cfg.EmbeddedShards, "shards", cfg.EmbeddedShards, "embedded etcd clusters to start when no --etcd is given (1 to 16)")

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 )
 
@@ -14,12 +15,22 @@ import (
 // API's port never serves it, and the profiler is never behind the API's
 // limits or in its metrics.
 //
-// On a loopback address it answers local clients without credentials (and
-// refuses Host names that are not loopback ones, against DNS rebinding).
-// Any other address needs bearer authentication configured, and every
-// request must carry a token the gateway accepts; AllowInsecureRemote does
-// not lift this. /debug/pprof/cmdline is not served: the command line may
-// hold --etcd-password.
+// A profile shows every tenant's work in the process, so the listener
+// serves the process operator only (gateway.Service.GuardDebug). On a
+// loopback address that is the local operator, without credentials (a
+// loopback Host, and no other site's web page: against DNS rebinding and
+// pages that load a profile's URL). Any other address needs bearer
+// authentication configured, and every request must carry a token the
+// gateway accepts with the operator role (gateway.RoleOperator; a
+// tenant's admin role is not enough); AllowInsecureRemote does not lift
+// this. /debug/pprof/cmdline is not served: the command line may hold
+// --etcd-password. A profile or trace runs for at most MaxProfileSeconds.
+
+// MaxProfileSeconds caps the ?seconds= of every profiler request: how
+// long one request may keep a CPU profile or trace running, or the
+// listener's connection busy. A longer or malformed value is refused with
+// 400 naming the cap.
+const MaxProfileSeconds = 60
 
 // debugBearerAuth reports whether the configuration accepts bearer tokens,
 // which a non-loopback debug listener requires.
@@ -41,7 +52,8 @@ func (c Config) validateDebug() error {
 	return nil
 }
 
-// debugHandler is the profiler's mux.
+// debugHandler is the profiler's mux, every path capped by
+// MaxProfileSeconds.
 func debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	// Index serves the named profiles (heap, goroutine, allocs, block,
@@ -53,7 +65,46 @@ func debugHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "not served: the command line may hold secrets", http.StatusNotFound)
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkProfileSeconds(r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// checkProfileSeconds refuses a ?seconds= the profiler would run longer
+// than MaxProfileSeconds for, or would read as something else than was
+// asked (net/http/pprof takes a malformed or non-positive value for its
+// default, 30 s for a CPU profile). The trace takes fractions of a second,
+// the other profiles whole seconds, as net/http/pprof parses them.
+func checkProfileSeconds(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return fmt.Errorf("the request's query or form does not parse: %v", err)
+	}
+	if !r.Form.Has("seconds") {
+		return nil
+	}
+	v := r.Form.Get("seconds") // the value net/http/pprof reads
+	trace := r.URL.Path == "/debug/pprof/trace"
+	var sec float64
+	var err error
+	if trace {
+		sec, err = strconv.ParseFloat(v, 64)
+	} else {
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 64)
+		sec = float64(n)
+	}
+	if err != nil || !(sec > 0) || sec > MaxProfileSeconds {
+		unit := "a whole number of seconds"
+		if trace {
+			unit = "a number of seconds"
+		}
+		return fmt.Errorf("seconds=%q: want %s above 0 and at most %d, the debug listener's cap on one profile or trace", v, unit, MaxProfileSeconds)
+	}
+	return nil
 }
 
 // startDebug opens the debug listener, if one is configured. tlsCfg, the

@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,11 +18,18 @@ import (
 const (
 	debugToken  = "debug-token-0123456789"
 	tenantToken = "tenant-token-0123456789"
+	adminToken  = "tenant-admin-token-0123456789"
 )
 
 // get fetches url with Host host (the URL's own when "") and token as a
 // bearer token (none when ""), and returns the status and body.
 func get(t *testing.T, url, host, token string) (int, string) {
+	t.Helper()
+	return getWith(t, url, host, token, nil)
+}
+
+// getWith is get with more request headers.
+func getWith(t *testing.T, url, host, token string, header http.Header) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -30,6 +40,9 @@ func get(t *testing.T, url, host, token string) (int, string) {
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -56,9 +69,27 @@ func TestDebugListenerOnLoopback(t *testing.T) {
 	if code, _ := get(t, dbg+"/debug/pprof/cmdline", "", ""); code != http.StatusNotFound {
 		t.Errorf("GET /debug/pprof/cmdline = %d; want 404 (the command line may hold secrets)", code)
 	}
-	// A page whose DNS name rebinds to 127.0.0.1 sends its own Host.
-	if code, _ := get(t, dbg+"/debug/pprof/", "rebind.example:6060", ""); code != http.StatusForbidden {
-		t.Errorf("GET /debug/pprof/ with Host rebind.example = %d; want 403", code)
+	// A page whose DNS name rebinds to 127.0.0.1 sends its own Host; a
+	// page of another site that fetches the URL sends its Origin, or, for
+	// an image or a no-cors fetch, only Sec-Fetch-Site. None of them is
+	// the local operator.
+	for _, tc := range []struct {
+		what   string
+		host   string
+		header http.Header
+	}{
+		{"Host rebind.example", "rebind.example:6060", nil},
+		{"another site's Origin", "", http.Header{"Origin": {"https://evil.example"}}},
+		{"Origin null", "", http.Header{"Origin": {"null"}}},
+		{"Sec-Fetch-Site cross-site", "", http.Header{"Sec-Fetch-Site": {"cross-site"}}},
+	} {
+		if code, body := getWith(t, dbg+"/debug/pprof/", tc.host, "", tc.header); code != http.StatusForbidden || !strings.Contains(body, "local operator") {
+			t.Errorf("GET /debug/pprof/ with %s = %d %.200q; want 403 saying it serves the local operator only", tc.what, code, body)
+		}
+	}
+	// The operator's own pages (a loopback origin, same-origin) are served.
+	if code, _ := getWith(t, dbg+"/debug/pprof/", "", "", http.Header{"Origin": {"http://127.0.0.1:8080"}, "Sec-Fetch-Site": {"same-origin"}}); code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/ from a loopback origin = %d; want 200", code)
 	}
 	if code, body := get(t, g.URL+"/debug/pprof/", "", ""); code == http.StatusOK || strings.Contains(body, pprofIndex) {
 		t.Errorf("GET /debug/pprof/ on the API port = %d %.200q; want no profiler there", code, body)
@@ -104,7 +135,7 @@ func TestDebugListenerRemoteNeedsAuth(t *testing.T) {
 
 func TestDebugListenerRemoteTakesTokens(t *testing.T) {
 	t.Parallel()
-	g := gwtest.Start(t, shared, gwtest.Tokens(debugToken+" ops ops admin", tenantToken+" ops app"),
+	g := gwtest.Start(t, shared, gwtest.Tokens(debugToken+" ops ops operator", tenantToken+" ops app", adminToken+" acme root admin"),
 		gwtest.Configure(func(c *server.Config) { c.DebugListen = "0.0.0.0:0" }))
 	_, port, err := net.SplitHostPort(g.Server.DebugAddr())
 	if err != nil {
@@ -117,19 +148,62 @@ func TestDebugListenerRemoteTakesTokens(t *testing.T) {
 	}{
 		{"no token", "", http.StatusUnauthorized},
 		{"a wrong token", "wrong-token-0123456789", http.StatusUnauthorized},
-		{"a tenant's token without the admin role", tenantToken, http.StatusForbidden},
-		{"an admin's token", debugToken, http.StatusOK},
+		{"a tenant's token without a role", tenantToken, http.StatusForbidden},
+		{"a tenant admin's token", adminToken, http.StatusForbidden},
+		{"the operator's token", debugToken, http.StatusOK},
 	} {
 		code, body := get(t, dbg+"/debug/pprof/", "", tc.token)
 		if code != tc.want || (tc.want == http.StatusOK) != strings.Contains(body, pprofIndex) {
 			t.Errorf("GET /debug/pprof/ on a non-loopback debug listener with %s = %d %.200q; want %d", tc.name, code, body, tc.want)
 		}
 	}
-	// A non-loopback listener takes any Host: the token is the check.
+	// A non-loopback listener takes any Host: the operator's token is the
+	// check.
 	if code, _ := get(t, dbg+"/debug/pprof/", "gateway.example:6060", debugToken); code != http.StatusOK {
 		t.Errorf("GET /debug/pprof/ with a valid token and Host gateway.example = %d; want 200", code)
 	}
 	if code, body := get(t, g.URL+"/debug/pprof/", "", debugToken); code == http.StatusOK || strings.Contains(body, pprofIndex) {
 		t.Errorf("GET /debug/pprof/ on the API port with a valid token = %d %.200q; want no profiler there", code, body)
+	}
+}
+
+// TestProfileSecondsAreCapped: no profiler request runs longer than
+// MaxProfileSeconds. Every path that takes ?seconds= — the CPU profile,
+// the trace and every named profile (as a delta) — refuses a longer,
+// malformed or non-positive value with 400 naming the cap, in the query
+// or a form body; a value within the cap is served.
+func TestProfileSecondsAreCapped(t *testing.T) {
+	t.Parallel()
+	g := gwtest.Start(t, shared, gwtest.Configure(func(c *server.Config) { c.DebugListen = "127.0.0.1:0" }))
+	dbg := "http://" + g.Server.DebugAddr()
+	paths := []string{"/debug/pprof/profile", "/debug/pprof/trace"}
+	for _, p := range pprof.Profiles() {
+		paths = append(paths, "/debug/pprof/"+p.Name())
+	}
+	over := strconv.Itoa(server.MaxProfileSeconds + 1)
+	capMsg := "at most " + strconv.Itoa(server.MaxProfileSeconds)
+	for _, path := range paths {
+		for _, v := range []string{over, "3600", "9223372036854775807", "0", "-5", "abc", "", "1e9"} {
+			code, body := get(t, dbg+path+"?seconds="+url.QueryEscape(v), "", "")
+			if code != http.StatusBadRequest || !strings.Contains(body, capMsg) {
+				t.Errorf("GET %s?seconds=%s = %d %.200q; want 400 naming the cap (%s)", path, v, code, body, capMsg)
+			}
+		}
+		req, _ := http.NewRequest(http.MethodPost, dbg+path, strings.NewReader("seconds="+over))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("POST %s with seconds=%s in the form = %d; want 400", path, over, resp.StatusCode)
+		}
+	}
+	if code, body := get(t, dbg+"/debug/pprof/trace?seconds=0.01", "", ""); code != http.StatusOK {
+		t.Errorf("GET /debug/pprof/trace?seconds=0.01 = %d %.200q; want 200 (within the cap)", code, body)
+	}
+	if code, body := get(t, dbg+"/debug/pprof/profile?seconds=1.5", "", ""); code != http.StatusBadRequest || !strings.Contains(body, "whole number") {
+		t.Errorf("GET /debug/pprof/profile?seconds=1.5 = %d %.200q; want 400 asking for whole seconds (pprof would run 30 s)", code, body)
 	}
 }

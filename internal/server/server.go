@@ -317,6 +317,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 	if s.service, err = gateway.NewService(cfg.Gateway, s.router, s.log); err != nil {
 		return nil, err
 	}
+	s.mountMetrics(cfg.Telemetry)
 	if err := s.mountConsole(cfg.Telemetry); err != nil {
 		return nil, err
 	}
@@ -331,7 +332,7 @@ func Start(ctx context.Context, cfg Config) (s *Server, err error) {
 		return nil, fmt.Errorf("refusing to serve %s (bound to %s) without authentication", cfg.Listen, s.ln.Addr())
 	}
 	s.ln = gateway.LimitListener(s.ln, cfg.MaxConns, cfg.MaxConnsPerIP)
-	s.http = gateway.NewHTTPServer(cfg.Listen, withMetrics(s.service.Handler(), cfg.Telemetry))
+	s.http = gateway.NewHTTPServer(cfg.Listen, s.service.Handler())
 	s.http.HTTP2.MaxConcurrentStreams = int(cfg.MaxStreamsPerConn)
 	if tlsCfg != nil {
 		s.http.TLSConfig = tlsCfg

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"net/http"
 	"time"
 
 	"github.com/leasegate/leasegate/gateway"
@@ -61,17 +60,16 @@ func (s *Server) registerRouterMetrics(r *locks.Router, p *telemetry.Providers, 
 	return r.RegisterMetrics(p.MeterProvider, locks.MetricsConfig{CountEvery: every})
 }
 
-// withMetrics serves GET /metrics beside h when the providers have a
-// Prometheus registry. The path answers without authentication: it shows
-// counts and latencies, never names, ids or secrets.
-func withMetrics(h http.Handler, p *telemetry.Providers) http.Handler {
+// mountMetrics serves GET /metrics on the gateway's port when the
+// providers have a Prometheus registry, behind the gateway's edge like
+// every path of the port (the loopback Host and origin checks). The path
+// answers without authentication, for scrapers: it shows counts and
+// latencies by shard, never names, ids or secrets.
+func (s *Server) mountMetrics(p *telemetry.Providers) {
 	if p == nil || p.Metrics == nil {
-		return h
+		return
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", p.Metrics)
-	mux.Handle("/", h)
-	return mux
+	s.service.Handle("/metrics", p.Metrics, true)
 }
 
 // mountConsole serves the web console at /ui/ beside the API; it reads

@@ -1,6 +1,8 @@
 // Fleet overview: one row per shard and the handoff-latency chart, from
 // GET /ui/api/overview every 2 s. Rates are the difference of two polls'
-// counters over the time between them.
+// counters over the time between them. The operator sees every tenant's
+// figures (scope "process"); anyone else its own tenant's locks only, and
+// no rates or latency, which cover every tenant.
 
 import { get } from './api.js';
 import { h, table } from './dom.js';
@@ -54,14 +56,17 @@ function draw(root, history) {
     h('td', { class: 'num' }, rate(now, prev, (x) => x.shards.find((y) => y.name === sh.name)?.renewals)),
     h('td', { class: 'muted' }, sh.countError || '')));
   const hist = o.handoff;
+  const process = o.scope === 'process';
+  const whose = process ? 'every tenant’s locks' : `the locks of tenant ${o.identity.tenant || '(unnamed)'}`;
+  let metrics = 'This gateway keeps no metrics (--metrics=false): no rates or latency.';
+  if (o.metrics && process) metrics = `Session keepalives/s on this gateway: ${rate(now, prev, (x) => x.sessionKeepalives)}`;
+  else if (o.metrics) metrics = 'Rates and latency cover every tenant of this gateway: only its operator sees them.';
   root.replaceChildren(
     h('h1', {}, 'Fleet overview'),
-    h('p', { class: 'muted' }, `Shard map epoch ${o.epoch} · ${o.shards.length} shard${o.shards.length === 1 ? '' : 's'} · as of ${new Date(o.time).toLocaleTimeString()}`),
+    h('p', { class: 'muted', id: 'scope' }, `Shard map epoch ${o.epoch} · ${o.shards.length} shard${o.shards.length === 1 ? '' : 's'} · held and waiting: ${whose} · as of ${new Date(o.time).toLocaleTimeString()}`),
     table(['Shard', 'Health', 'Breaker', 'Held', 'Waiting', 'Keepalives/s', ''], rows, { id: 'shards' }),
-    h('p', { class: 'muted' }, o.metrics
-      ? `Session keepalives/s on this gateway: ${rate(now, prev, (x) => x.sessionKeepalives)}`
-      : 'This gateway keeps no metrics (--metrics=false): no rates or latency.'),
+    h('p', { class: 'muted' }, metrics),
     h('h2', {}, 'Handoff latency'),
     h('p', { class: 'muted' }, 'From a release to the next waiter’s grant, as this gateway saw it (leasegate_handoff_duration_seconds).'),
-    o.metrics ? latencyChart(hist, windowQuantiles(history.map((x) => ({ t: x.t, hist: x.o.handoff })))) : h('p', {}, '–'));
+    o.metrics && process ? latencyChart(hist, windowQuantiles(history.map((x) => ({ t: x.t, hist: x.o.handoff })))) : h('p', {}, '–'));
 }
