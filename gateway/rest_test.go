@@ -17,7 +17,9 @@ import (
 
 func TestRESTShapesAndStatusCodes(t *testing.T) {
 	t.Parallel()
-	g := startGateway(t, "")
+	// A lapsed lock's name is taken again at once: the shapes, not the
+	// wait after a loss, are under test.
+	g := gwtest.Start(t, shared, gwtest.NoLossWait())
 	// acquire: 200 acquired with lockId, fencingToken (a JSON number) and
 	// an RFC 3339 UTC expiresAt.
 	status, body := postJSON(t, g, "/api/v1/locks/acquire", `{"name":"process_order:42","ttlMs":30000,"clientId":"worker-7-uuid"}`)

@@ -81,9 +81,10 @@ func TestSemaphoreAcrossGateways(t *testing.T) {
 }
 
 // TestReentrantAcrossGateways: a re-entrant acquire through a session that
-// holds the name, on another gateway, returns the same lock id and token
-// with hold_count 2; the first release leaves the name held, the second
-// frees it; without a session reentrant is invalid_argument.
+// holds the name, on another gateway, returns a hold of the same lock — its
+// token, a lock id of its own — with hold_count 2; the first release leaves
+// the name held and a repeat of it drops nothing more, the second frees it;
+// without a session reentrant is invalid_argument.
 func TestReentrantAcrossGateways(t *testing.T) {
 	t.Parallel()
 	g1 := startGateway(t, "")
@@ -101,8 +102,8 @@ func TestReentrantAcrossGateways(t *testing.T) {
 	}
 	a := try(g1)
 	b := try(g2)
-	if a.HoldCount != 1 || b.HoldCount != 2 || b.LockId != a.LockId || b.FencingToken != a.FencingToken {
-		t.Fatalf("grants: hold counts %d, %d; same lock id %v, same token %v; want 1, 2, the same lock", a.HoldCount, b.HoldCount, a.LockId == b.LockId, a.FencingToken == b.FencingToken)
+	if a.HoldCount != 1 || b.HoldCount != 2 || b.LockId == a.LockId || b.FencingToken != a.FencingToken {
+		t.Fatalf("grants: hold counts %d, %d; same lock id %v, same token %v; want 1, 2, a hold of its own of the same lock", a.HoldCount, b.HoldCount, a.LockId == b.LockId, a.FencingToken == b.FencingToken)
 	}
 	held := func() bool {
 		d, err := g1.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: "re"}))
@@ -114,6 +115,13 @@ func TestReentrantAcrossGateways(t *testing.T) {
 	release(t, g1, a)
 	if !held() {
 		t.Fatal("the name is free after one release of two holds")
+	}
+	// The same release again (its answer was lost): nothing more goes.
+	if resp, err := g2.Client.Release(ctxT(t), connect.NewRequest(&v1.ReleaseRequest{LockId: a.LockId, FencingToken: a.FencingToken})); err != nil || resp.Msg.Released {
+		t.Fatalf("a repeated release of a hold = %v, %v; want released false", resp, err)
+	}
+	if !held() {
+		t.Fatal("a repeated release of one hold freed the name while another hold lives")
 	}
 	release(t, g2, b)
 	if held() {

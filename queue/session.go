@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -103,8 +104,65 @@ func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secre
 		// renew it (KeepAliveSession proves the record), so it lapses.
 		return nil
 	}
+	// No key joins the lease now (every acquire proves the record): its
+	// locks' records go before the locks do, a clean end (loss.go).
+	if err := e.clearSessionRecords(ctx, lease); err != nil {
+		return err
+	}
 	if _, err := e.cli.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("queue: revoke session: %w", err)
+	}
+	return nil
+}
+
+// clearSessionRecords deletes the delay and holder records of the locks on
+// a session's lease, each while it is its lock's, a batch of locks per
+// transaction.
+func (e *Engine) clearSessionRecords(ctx context.Context, lease clientv3.LeaseID) error {
+	ttl, err := e.cli.TimeToLive(ctx, lease, clientv3.WithAttachedKeys())
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil
+		}
+		return fmt.Errorf("queue: close session: list its locks: %w", err)
+	}
+	locks := LocksPrefix(e.cfg.Prefix)
+	var keys []string
+	for _, k := range ttl.Keys {
+		if seg, wid, ok := strings.Cut(strings.TrimPrefix(string(k), locks), "/"); ok && strings.HasPrefix(string(k), locks) && seg != "" && !strings.Contains(wid, "/") {
+			keys = append(keys, string(k))
+		}
+	}
+	const batch = 40 // two operations per lock, well below etcd's limit per transaction
+	for i := 0; i < len(keys); i += batch {
+		part := keys[i:min(i+batch, len(keys))]
+		gets := make([]clientv3.Op, len(part))
+		for j, k := range part {
+			gets[j] = clientv3.OpGet(k, clientv3.WithKeysOnly())
+		}
+		resp, err := e.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return fmt.Errorf("queue: close session: read its locks: %w", err)
+		}
+		var ops []clientv3.Op
+		for j, k := range part {
+			kv := firstKV(resp.Responses[j])
+			if kv == nil {
+				continue
+			}
+			seg, wid, _ := strings.Cut(strings.TrimPrefix(k, locks), "/")
+			name, err := unescapeName(seg)
+			if err != nil {
+				continue
+			}
+			ops = append(ops, e.releaseDelayOp(Handle{Name: name, WaiterID: wid, Revision: kv.CreateRevision}))
+		}
+		if len(ops) == 0 {
+			continue
+		}
+		if _, err := e.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("queue: close session: clear its locks' records: %w", err)
+		}
 	}
 	return nil
 }

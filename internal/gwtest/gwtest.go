@@ -74,6 +74,13 @@ func Clock(c clock.Clock) Option {
 	return Configure(func(cfg *server.Config) { cfg.Gateway.Clock = c })
 }
 
+// NoLossWait frees a name as soon as its holder's key goes, however it went
+// (server.Config.NoLossWait): for tests that end a lease behind a holder's
+// back to see what the holder is told, not how long the name then waits.
+func NoLossWait() Option {
+	return Configure(func(cfg *server.Config) { cfg.NoLossWait = true })
+}
+
 // Configure applies adjust to the configuration last, after every other
 // option.
 func Configure(adjust func(*server.Config)) Option {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/client/clienttest"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
@@ -93,7 +94,7 @@ func TestLostSignalWhenRenewalRefused(t *testing.T) {
 		{"stolen", true, client.ReasonStolen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := startGateway(t, "")
+			g := gwtest.Start(t, shared, gwtest.NoLossWait()) // the name is taken again at once
 			c, clk, _, renewals := fakeTimeClient(t, []string{g.URL})
 			ctx := ctxT(t)
 			l, err := c.Acquire(ctx, "refused", client.WithTTL(3*time.Second))

@@ -64,9 +64,10 @@ func TestSemaphoreWithLimit(t *testing.T) {
 	_ = l.Release(ctx)
 }
 
-// TestReentrantSessionLock: WithReentrant through a session returns the
-// same lock with HoldCount 2; the first Release leaves the name held, the
-// second frees it; without a session it is ErrInvalidArgument.
+// TestReentrantSessionLock: WithReentrant through a session returns a hold
+// of the same lock (its token, an ID of its own) with HoldCount 2; the
+// first Release leaves the name held, the second frees it; without a
+// session it is ErrInvalidArgument.
 func TestReentrantSessionLock(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, "")
@@ -85,8 +86,8 @@ func TestReentrantSessionLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inner.ID() != outer.ID() || inner.Token() != outer.Token() || outer.HoldCount() != 1 || inner.HoldCount() != 2 {
-		t.Fatalf("re-entered: same id %v, tokens %d %d, hold counts %d %d; want the same lock, 1 and 2",
+	if inner.ID() == outer.ID() || inner.Token() != outer.Token() || outer.HoldCount() != 1 || inner.HoldCount() != 2 {
+		t.Fatalf("re-entered: same id %v, tokens %d %d, hold counts %d %d; want a hold of its own of the same lock, 1 and 2",
 			inner.ID() == outer.ID(), outer.Token(), inner.Token(), outer.HoldCount(), inner.HoldCount())
 	}
 	if err := inner.Release(ctx); err != nil {

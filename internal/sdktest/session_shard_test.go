@@ -20,7 +20,8 @@ import (
 // startShardedGateway starts a gateway over two clusters, c0 (the shared
 // member) and c1 (a member of the test's own, which the test may stop),
 // with a breaker and request timeout short enough that a stopped shard
-// fails fast.
+// fails fast. A lost lock's name is taken again at once (NoLossWait): what
+// a session keeps and loses is under test, not the wait after a loss.
 func startShardedGateway(t *testing.T) (*gateway, *etcdtest.Cluster) {
 	t.Helper()
 	c1 := etcdtest.Start(t)
@@ -30,7 +31,7 @@ func startShardedGateway(t *testing.T) (*gateway, *etcdtest.Cluster) {
 	g := gwtest.Start(t, nil, gwtest.Clusters(
 		server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
 		server.Cluster{Name: "c1", Endpoints: []string{c1.Endpoint()}},
-	), gwtest.Configure(func(cfg *server.Config) {
+	), gwtest.NoLossWait(), gwtest.Configure(func(cfg *server.Config) {
 		cfg.Breaker = &bc
 		cfg.Gateway.RequestTimeout = 500 * time.Millisecond
 	}))

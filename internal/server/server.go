@@ -118,6 +118,13 @@ type Config struct {
 	// it and a clean release gives it back instead of revoking it. Default
 	// queue.DefaultConfig's (64); 0 disables; at most queue.MaxLeasePool.
 	LeasePool int
+	// NoLossWait frees a name as soon as its holder's key goes, however it
+	// went. By default a holder lost without a clean end (its lease
+	// expired, or etcd revoked it early) keeps its name from everyone for
+	// its TTL after the loss was first seen, so that nobody is granted it
+	// while the lost holder may still believe it holds (queue.Config's
+	// LossWait, docs/safety.md).
+	NoLossWait bool
 }
 
 // DefaultConfig returns the documented defaults.
@@ -473,6 +480,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Dial = dial
 	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
 	rc.Queue.LeasePool = s.cfg.LeasePool
+	rc.Queue.LossWait = !s.cfg.NoLossWait
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}
