@@ -198,8 +198,7 @@ func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord,
 func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) (delayRecord, bool, error) {
 	key := string(rec.kv.Key)
 	v := stampedValue(rec.rev, rec.d, at)
-	resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rec.kv.ModRevision)).
-		Then(clientv3.OpPut(key, v)).Commit()
+	resp, err := e.putStamped(ctx, key, clientv3.Compare(clientv3.ModRevision(key), "=", rec.kv.ModRevision), v, at.Add(rec.d))
 	if err != nil {
 		return rec, false, fmt.Errorf("queue: stamp a lock-delay: %w", err)
 	}
@@ -209,6 +208,24 @@ func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) 
 	rec.expired, rec.ttl = time.UnixMilli(at.UnixMilli()), 0
 	rec.kv = &mvccpb.KeyValue{Key: rec.kv.Key, Value: []byte(v), ModRevision: resp.Header.Revision, CreateRevision: rec.kv.CreateRevision}
 	return rec, true, nil
+}
+
+// putStamped puts the stamped record value at key if cmp holds, on a lease
+// of its own that outlives the delay's end (end, on the engine's clock) by
+// a second, so that a record nobody clears goes by itself once it withholds
+// nothing. The lease is granted and never renewed: no etcd leader's clock,
+// however stale, ends it before its TTL.
+func (e *Engine) putStamped(ctx context.Context, key string, cmp clientv3.Cmp, value string, end time.Time) (*clientv3.TxnResponse, error) {
+	ttl := int64(end.Sub(e.cfg.Clock.Now())/time.Second) + 2
+	g, err := e.cli.Grant(ctx, max(ttl, 2))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := e.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, value, clientv3.WithLease(g.ID))).Commit()
+	if err != nil || !resp.Succeeded {
+		e.revokeLater(ctx, g.ID)
+	}
+	return resp, err
 }
 
 // awaitLockDelays waits out name's pending lock-delays (steps 3 and 4

@@ -77,6 +77,8 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)
+	e.wg.Add(1)
+	go e.sweepRecords(ctx)
 	e.Touch()
 	return e, nil
 }

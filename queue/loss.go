@@ -230,7 +230,7 @@ func (e *Engine) recordLoss(ctx context.Context, dkey string, create int64, ttl 
 			d = e.lossWait(rec.d, ttl)
 			cmp = clientv3.Compare(clientv3.ModRevision(dkey), "=", resp.Kvs[0].ModRevision)
 		}
-		tr, err := e.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(dkey, stampedValue(create, d, at))).Commit()
+		tr, err := e.putStamped(ctx, dkey, cmp, stampedValue(create, d, at), at.Add(d))
 		if err != nil {
 			return true, fmt.Errorf("queue: record a lost holder's wait: %w", err)
 		}

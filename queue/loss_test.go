@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -162,4 +163,46 @@ func TestLossWaitBindsEveryCaller(t *testing.T) {
 	} else {
 		mustRelease(t, other, res.Grant)
 	}
+}
+
+// TestSweepStampsAndClearsOrphanedRecords: a record whose key went without
+// a clean end, on a name nobody acquires again, is stamped by the sweep
+// (its first sighting) and deleted by a later sweep once its wait is over;
+// a live holder's record is left alone.
+func TestSweepStampsAndClearsOrphanedRecords(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	lost := mustAcquire(t, e, req("gone"))
+	live := mustAcquire(t, e, req("held"))
+	expireNow(t, cli, lost)
+	records := func() map[string]string {
+		resp, err := cli.Get(testCtx(t), e.cfg.Prefix+"/delays/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, kv := range resp.Kvs {
+			out[string(kv.Key)] = string(kv.Value)
+		}
+		return out
+	}
+	gone, held := e.keys.holderRecord("gone", lost.WaiterID), e.keys.holderRecord("held", live.WaiterID)
+	if r := records(); r[gone] == "" || r[held] == "" {
+		t.Fatalf("records before the sweep = %v; want both holders'", r)
+	}
+	e.sweepOnce(testCtx(t), 0)
+	r := records()
+	if rec, ok := parseDelay(&mvccpb.KeyValue{Key: []byte(gone), Value: []byte(r[gone])}); !ok || !rec.expired.Equal(clk.Now().Truncate(time.Millisecond)) || rec.d != lost.TTL {
+		t.Fatalf("the orphaned record after a sweep = %q; want it stamped now with the lost holder's TTL", r[gone])
+	}
+	clk.Advance(lost.TTL)
+	e.sweepOnce(testCtx(t), 0)
+	r = records()
+	if _, ok := r[gone]; ok {
+		t.Fatalf("the orphaned record outlived its wait and a sweep: %q", r[gone])
+	}
+	if r[held] == "" {
+		t.Fatal("the sweep deleted a live holder's record")
+	}
+	mustRelease(t, e, live)
 }

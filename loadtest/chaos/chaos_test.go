@@ -142,6 +142,10 @@ func TestChaos(t *testing.T) {
 			continue
 		}
 		failed++
+		if v.Attributed != "" {
+			t.Errorf("[%s, at the moment of %s] %s: %s", v.Check, v.Attributed, v.Name, v.Detail)
+			continue
+		}
 		t.Errorf("[%s] %s: %s", v.Check, v.Name, v.Detail)
 	}
 	if failed > 0 {

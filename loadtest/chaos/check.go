@@ -29,6 +29,11 @@ type Violation struct {
 	// violations are reported but do not fail the run; once it is fixed
 	// they are regressions. Empty for every other violation.
 	Known string `json:"known,omitempty"`
+	// Attributed names the regression test of a known bug that the
+	// evidence puts at the moment of this violation, when the violation
+	// fails the run all the same: two holders that believed at once are
+	// never excused, whatever etcd did underneath.
+	Attributed string `json:"attributed,omitempty"`
 }
 
 // knownEnqueueStall is the regression test of a known gateway bug: the

@@ -73,10 +73,13 @@ func pausedLeaderResumed(injections []Injection, cluster string, at time.Time) b
 }
 
 // attributeEarlyLosses puts down to knownPausedLeaderRevokes the early
-// losses that followed a paused leader's resumption, and the overlaps with
-// the holders that lost their locks that way: a holder that saw the proof
-// of its loss then, or one whose key etcd deleted then, before the holder
-// began to release it (ix: the keys' history, nil when unknown).
+// losses that followed a paused leader's resumption — a holder that saw
+// the proof of its loss then, or one whose key etcd deleted then, before
+// the holder began to release it (ix: the keys' history, nil when
+// unknown) — and attributes to it, without excusing them, the overlaps
+// with the holders that lost their locks that way: the gateway keeps a
+// name from everyone while a lost holder may still believe (queue's loss
+// wait), so an overlap is leasegate's failure whatever etcd did.
 func attributeEarlyLosses(vs []Violation, ops []AcquireOp, injections []Injection, ix *keyIndex) {
 	byID := map[int]AcquireOp{}
 	for _, op := range ops {
@@ -97,14 +100,18 @@ func attributeEarlyLosses(vs []Violation, ops []AcquireOp, injections []Injectio
 		return deletedUnderHolder(op, injections, ix)
 	}
 	for i, v := range vs {
-		if (v.Check != checkEarlyLoss && v.Check != checkBelief) || v.Known != "" || len(v.Ops) == 0 {
+		if (v.Check != checkEarlyLoss && v.Check != checkBelief) || v.Known != "" || v.Attributed != "" || len(v.Ops) == 0 {
 			continue
 		}
 		// The holders the last op joined (for a lock, the one before it;
 		// for an early loss, the op itself).
 		for _, id := range v.Ops[:max(1, len(v.Ops)-1)] {
 			if revoked(id) {
-				vs[i].Known = knownPausedLeaderRevokes
+				if v.Check == checkBelief {
+					vs[i].Attributed = knownPausedLeaderRevokes
+				} else {
+					vs[i].Known = knownPausedLeaderRevokes
+				}
 				break
 			}
 		}

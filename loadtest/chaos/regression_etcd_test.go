@@ -164,8 +164,8 @@ func TestRecordedPausedLeaderRevokes(t *testing.T) {
 	}
 	attributeEarlyLosses(vs, rec.Acquires, rec.Injections, nil)
 	for _, v := range vs {
-		if v.Known != knownPausedLeaderRevokes {
-			t.Errorf("%s: known = %q; want %q", v.Detail, v.Known, knownPausedLeaderRevokes)
+		if blamed(v) != knownPausedLeaderRevokes {
+			t.Errorf("%s: known = %q; want %q", v.Detail, blamed(v), knownPausedLeaderRevokes)
 		}
 	}
 }

@@ -140,8 +140,8 @@ func TestRecordedStuckWaiters(t *testing.T) {
 		t.Fatalf("stuckWaiters flagged %d of the %d recorded stuck waiters: %v", len(vs), len(want), vs)
 	}
 	for i, v := range vs {
-		if v.Known != want[i] {
-			t.Errorf("violation %d (%s) is put down to %q; want %q", i, v.Detail, v.Known, want[i])
+		if blamed(v) != want[i] {
+			t.Errorf("violation %d (%s) is put down to %q; want %q", i, v.Detail, blamed(v), want[i])
 		}
 	}
 }
@@ -152,7 +152,7 @@ func TestRecordedStuckWaiters(t *testing.T) {
 func TestRecordedUnconfirmedRelease(t *testing.T) {
 	rec := recordedHistory(t, "testdata/unconfirmed-release.history.json")
 	vs := stuckWaiters(rec.Acquires, time.Now())
-	if len(vs) != 1 || vs[0].Known != knownUnconfirmedRelease {
+	if len(vs) != 1 || blamed(vs[0]) != knownUnconfirmedRelease {
 		t.Fatalf("stuckWaiters = %v; want one violation put down to %s", vs, knownUnconfirmedRelease)
 	}
 }
@@ -318,7 +318,7 @@ func TestRecordedDelayedStaleRevokes(t *testing.T) {
 		return vs
 	}
 	vs := judge(rec.Injections)
-	if len(vs) != 1 || vs[0].Known != "" {
+	if len(vs) != 1 || blamed(vs[0]) != "" {
 		t.Fatalf("without the member's log: %+v; want one overlap put down to nothing", vs)
 	}
 	noteStaleRevokes(rec.Injections, func(m string) string { return "testdata/delayed-stale-revokes." + m + ".log" })
@@ -326,7 +326,7 @@ func TestRecordedDelayedStaleRevokes(t *testing.T) {
 		t.Fatalf("no timed-out revoke read from testdata/delayed-stale-revokes.c1-m0.log")
 	}
 	vs = judge(rec.Injections)
-	if len(vs) != 1 || vs[0].Known != knownPausedLeaderRevokes {
+	if len(vs) != 1 || blamed(vs[0]) != knownPausedLeaderRevokes {
 		t.Fatalf("with the member's log: %+v; want one overlap put down to %s", vs, knownPausedLeaderRevokes)
 	}
 }
