@@ -23,6 +23,7 @@ type Engine struct {
 	tel  *engineTel
 	att  attemptLease
 	pool *leasePool
+	ends *endWatch
 	// sessTTLs remembers the TTLs of sessions seen (loss.go).
 	sessTTLs *lru.Cache[clientv3.LeaseID, time.Duration]
 
@@ -73,7 +74,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	e.hubs, e.sess = newHubSet(e), newSessionWatch(e)
+	e.hubs, e.sess, e.ends = newHubSet(e), newSessionWatch(e), newEndWatch(e)
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)

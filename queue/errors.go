@@ -25,6 +25,14 @@ var (
 	// ErrStolen reports a renew or check of a lock whose key is gone while
 	// another waiter now holds the name.
 	ErrStolen = errors.New("lock is held by a newer holder")
+	// ErrReleased reports a renew of a lock whose holder released it (or
+	// closed its session): the release's mark proves it (handoff.go). It is
+	// neither ErrExpired nor ErrStolen: the lock did not lapse, it was let
+	// go.
+	ErrReleased = errors.New("lock released")
+	// ErrEvicted reports a renew of a lock an administrator force-released
+	// (force.go): its holder must stop, as for a lost lock.
+	ErrEvicted = errors.New("lock evicted")
 	// ErrNotOwner reports a secret or fencing token that does not match the
 	// lock it names.
 	ErrNotOwner = errors.New("not the lock's owner")

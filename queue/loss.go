@@ -132,7 +132,7 @@ func (e *Engine) lossWait(d, ttl time.Duration) time.Duration {
 func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk viewKey) (lossKind, time.Duration, error) {
 	if rev == 0 {
 		var err error
-		if rev, err = e.deletionRev(ctx, key, vk.create); err != nil {
+		if rev, _, err = e.deletionRev(ctx, key, vk.create); err != nil {
 			// History gone: nothing can tell, so it may have been unclean.
 			return lossUnclean, vk.ttl, nil
 		}
@@ -166,21 +166,21 @@ func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk vie
 }
 
 // deletionRev finds the revision that deleted key, created at create, in
-// etcd's history.
-func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int64, error) {
+// etcd's history, and the key as it was just before.
+func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int64, *mvccpb.KeyValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
 	defer cancel()
-	for wr := range e.cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(create+1)) {
+	for wr := range e.cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(create+1), clientv3.WithPrevKV()) {
 		if err := wr.Err(); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return ev.Kv.ModRevision, nil
+				return ev.Kv.ModRevision, ev.PrevKv, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("queue: no deletion of a holder key found: %w", context.Cause(ctx))
+	return 0, nil, fmt.Errorf("queue: no deletion of a holder key found: %w", context.Cause(ctx))
 }
 
 // observeLoss acts on a holder key seen gone (by a hub, at g.at): an

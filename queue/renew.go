@@ -48,8 +48,10 @@ func checkToken(h Handle, token int64) error {
 // (leasepool.go). Against an etcd that answers no proof within it, Renew
 // ends with ctx.
 //
-// It answers ErrExpired when the key is gone and nobody holds the name,
-// ErrStolen when another waiter holds it now, and ErrNotOwner when the
+// It answers ErrReleased when the key's holder released it, ErrEvicted
+// when an administrator force-released it, otherwise ErrExpired when the
+// key is gone and nobody holds the name or ErrStolen when another waiter
+// holds it now (ends.go tells them apart), and ErrNotOwner when the
 // secret, lease or fencing token does not match.
 func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, err error) {
 	defer e.enter()()
@@ -68,6 +70,10 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 		sent := e.cfg.Clock.Now()
 		e.at(ctx, pointProve)
 		if err := e.proveHolder(ctx, h); err != nil {
+			if errors.Is(err, ErrExpired) || errors.Is(err, ErrStolen) {
+				// Gone: say how (released, evicted, lost).
+				return Renewal{}, e.endOf(ctx, h, err).Err
+			}
 			return Renewal{}, err
 		}
 		e.at(ctx, pointKeep)
@@ -79,7 +85,7 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 	ttl, deadline, err := e.renewLease(ctx, h.Lease)
 	if errors.Is(err, errLeaseNotFound) {
 		// The lease died between the check and the keepalive.
-		return Renewal{}, e.classifyGone(ctx, h.Name)
+		return Renewal{}, e.endOf(ctx, h, e.classifyGone(ctx, h.Name)).Err
 	}
 	if err != nil {
 		return Renewal{}, fmt.Errorf("queue: keepalive: %w", err)

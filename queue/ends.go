@@ -1,0 +1,262 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Ends of held locks, told to their holders.
+//
+// A holder learns that its lock is gone at its next renewal. AwaitEnd
+// tells it sooner: it blocks while the lock is held and returns how it
+// ended as soon as this engine learns of it. An eviction writes its audit
+// record, and the first gateway to see an unclean loss writes its wait
+// record (loss.go); both are rare, so the engine keeps one watch over each
+// of the two prefixes while any AwaitEnd runs, whichever gateway wrote
+// them, and wakes the awaiters of the key they concern, which then read
+// how the key ended (endOf). A failed watch wakes every awaiter, which
+// proves its lock again. A lock released by its holder is not waited on:
+// the holder ends its AwaitEnd itself.
+
+// EndKind is how a held lock ended.
+type EndKind int
+
+const (
+	// EndReleased: its holder released it (or closed its session).
+	EndReleased EndKind = iota
+	// EndEvicted: an administrator force-released it.
+	EndEvicted
+	// EndLost: its lease expired or was revoked, or its gateway gave an
+	// undelivered grant up.
+	EndLost
+)
+
+// End is how a held lock ended.
+type End struct {
+	Kind EndKind
+	// Err is what a renewal of the lock answers now: ErrReleased,
+	// ErrEvicted, ErrExpired or ErrStolen, with what happened.
+	Err error
+	// Audit is an eviction's record.
+	Audit *AuditRecord
+}
+
+// endWatch is an engine's watch over audit and wait records for AwaitEnd.
+type endWatch struct {
+	e      *Engine
+	mu     sync.Mutex
+	subs   map[string]map[*endSub]struct{} // by waiter key
+	cancel context.CancelFunc
+}
+
+type endSub struct {
+	rev  int64
+	wake chan struct{}
+}
+
+func (s *endSub) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func newEndWatch(e *Engine) *endWatch { return &endWatch{e: e, subs: map[string]map[*endSub]struct{}{}} }
+
+// subscribe registers an awaiter of key, created at rev, starting the
+// watches with the first.
+func (w *endWatch) subscribe(key string, rev int64) (*endSub, func()) {
+	sub := &endSub{rev: rev, wake: make(chan struct{}, 1)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs[key] == nil {
+		w.subs[key] = map[*endSub]struct{}{}
+	}
+	w.subs[key][sub] = struct{}{}
+	if w.cancel == nil && w.e.ctx.Err() == nil {
+		ctx, cancel := context.WithCancel(w.e.ctx)
+		w.cancel = cancel
+		for _, prefix := range []string{w.e.keys.auditPrefix(), w.e.cfg.Prefix + "/delays/"} {
+			w.e.wg.Add(1)
+			go w.run(ctx, prefix)
+		}
+	}
+	return sub, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.subs[key], sub)
+		if len(w.subs[key]) == 0 {
+			delete(w.subs, key)
+		}
+		if len(w.subs) == 0 && w.cancel != nil {
+			w.cancel()
+			w.cancel = nil
+		}
+	}
+}
+
+// run follows the puts under prefix until ctx ends.
+func (w *endWatch) run(ctx context.Context, prefix string) {
+	defer w.e.wg.Done()
+	b := newBackoff(w.e.cfg.Clock)
+	for ctx.Err() == nil {
+		wch, _, stop, err := w.e.openWatch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterDelete())
+		if err == nil {
+			for wr := range wch {
+				if wr.Err() != nil {
+					break
+				}
+				b.reset()
+				for _, ev := range wr.Events {
+					w.put(ev.Kv)
+				}
+			}
+			stop()
+		}
+		// Whatever the gap held, every awaiter proves its lock again.
+		w.wakeAll()
+		if b.wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// put wakes the awaiters of the key an audit or wait record concerns.
+func (w *endWatch) put(kv *mvccpb.KeyValue) {
+	key, rev := "", int64(0)
+	if k := string(kv.Key); strings.HasPrefix(k, w.e.keys.auditPrefix()) {
+		var rec AuditRecord
+		if json.Unmarshal(kv.Value, &rec) != nil {
+			return
+		}
+		key = LocksPrefix(w.e.cfg.Prefix) + rec.Key
+		_, rev, _ = SplitToken(rec.EvictedToken)
+	} else {
+		rec, ok := parseDelay(kv)
+		if !ok || rec.expired.IsZero() {
+			return // a record of a live holder, not a loss
+		}
+		key = LocksPrefix(w.e.cfg.Prefix) + strings.TrimSuffix(strings.TrimPrefix(k, w.e.cfg.Prefix+"/delays/"), ".h")
+		rev = rec.rev
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for sub := range w.subs[key] {
+		if sub.rev == rev {
+			sub.signal()
+		}
+	}
+}
+
+func (w *endWatch) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.subs {
+		for sub := range m {
+			sub.signal()
+		}
+	}
+}
+
+// AwaitEnd blocks while the lock h names is held and returns how it ended
+// once this engine learns of an eviction or a loss (see above), or at once
+// when the lock is gone already; ctx's end ends the wait with its error. A
+// caller that releases the lock ends its AwaitEnd itself. The token must
+// be the lock's (ErrNotOwner otherwise), and so must the secret.
+func (e *Engine) AwaitEnd(ctx context.Context, h Handle, token int64) (End, error) {
+	defer e.enter()()
+	if err := checkToken(h, token); err != nil {
+		return End{}, err
+	}
+	key := e.keys.waiter(h.Name, h.WaiterID)
+	sub, stop := e.ends.subscribe(key, h.Revision)
+	defer stop()
+	for {
+		// Proven after subscribing: an end before the watch began is
+		// seen here, one after it wakes the subscription.
+		err := e.proveHolder(ctx, h)
+		switch {
+		case errors.Is(err, ErrNotOwner):
+			return End{}, err
+		case errors.Is(err, ErrExpired), errors.Is(err, ErrStolen):
+			end := e.endOf(ctx, h, err)
+			if errors.Is(end.Err, ErrNotOwner) {
+				return End{}, end.Err
+			}
+			return end, nil
+		case err != nil && ctx.Err() != nil:
+			return End{}, context.Cause(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return End{}, context.Cause(ctx)
+		case <-e.ctx.Done():
+			return End{}, fmt.Errorf("%w: the engine is closed", ErrClosed)
+		case <-sub.wake:
+		}
+	}
+}
+
+// endOf says how h's key, found gone (gone: the verdict of its absence,
+// ErrExpired or ErrStolen), ended: its history names the revision that
+// deleted it, and the mark at that revision how (loss.go). The key's last
+// value proves h's secret, or the end is ErrNotOwner: a lock id is a claim
+// even once its key is gone. History etcd compacted away leaves gone as it
+// is.
+func (e *Engine) endOf(ctx context.Context, h Handle, gone error) End {
+	key := e.keys.waiter(h.Name, h.WaiterID)
+	rev, prev, err := e.deletionRev(ctx, key, h.Revision)
+	if err != nil {
+		return End{Kind: EndLost, Err: gone}
+	}
+	if prev == nil || !hasHeader(prev.Value, h.Secret) {
+		return End{Err: fmt.Errorf("%w: the lock id does not match the lock's secret", ErrNotOwner)}
+	}
+	kind, _, err := e.classifyLoss(ctx, key, rev, viewKey{create: h.Revision, lease: int64(h.Lease), session: h.Session})
+	switch {
+	case err != nil:
+		return End{Kind: EndLost, Err: gone}
+	case kind == lossClean && e.gaveUp(ctx, key, rev):
+		return End{Kind: EndLost, Err: fmt.Errorf("%w: the gateway gave the grant up, unable to deliver it", gone)}
+	case kind == lossClean:
+		return End{Kind: EndReleased, Err: fmt.Errorf("%w: %w", ErrReleased, gone)}
+	case kind == lossEvicted:
+		rec := e.auditAt(ctx, rev)
+		msg := "an administrator force-released it"
+		if rec != nil {
+			msg = fmt.Sprintf("an administrator force-released it at %s (audit record %s): %s", rec.At.UTC().Format("2006-01-02T15:04:05.000Z"), rec.ID, rec.Reason)
+		}
+		return End{Kind: EndEvicted, Err: fmt.Errorf("%w: %s", ErrEvicted, msg), Audit: rec}
+	}
+	return End{Kind: EndLost, Err: gone}
+}
+
+// gaveUp reports whether the mark at rev is a give-up's of key (rather
+// than its release or a session close).
+func (e *Engine) gaveUp(ctx context.Context, key string, rev int64) bool {
+	resp, err := e.cli.Get(ctx, e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(rev))
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
+		return false
+	}
+	return string(resp.Kvs[0].Value) == markGiveUp+strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix))
+}
+
+// auditAt reads the audit record written at rev, nil when there is none.
+func (e *Engine) auditAt(ctx context.Context, rev int64) *AuditRecord {
+	resp, err := e.cli.Get(ctx, e.keys.auditPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMinModRev(rev))
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil
+	}
+	var rec AuditRecord
+	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
+		return nil
+	}
+	return &rec
+}
