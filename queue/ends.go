@@ -68,7 +68,9 @@ func (s *endSub) signal() {
 	}
 }
 
-func newEndWatch(e *Engine) *endWatch { return &endWatch{e: e, subs: map[string]map[*endSub]struct{}{}} }
+func newEndWatch(e *Engine) *endWatch {
+	return &endWatch{e: e, subs: map[string]map[*endSub]struct{}{}}
+}
 
 // subscribe registers an awaiter of key, created at rev, starting the
 // watches with the first.
