@@ -87,6 +87,11 @@ const (
 	// names the name's limit. The same request succeeds once every holder and
 	// waiter of the name has gone. Code failed_precondition (HTTP 409).
 	ErrorReason_LIMIT_MISMATCH ErrorReason = 15
+	// An administrator force-released the lock (AdminService.ForceRelease):
+	// its holder must stop at once, as for a lost lock. The message says
+	// when and why, and names the audit record. Code failed_precondition
+	// (HTTP 409).
+	ErrorReason_LOCK_EVICTED ErrorReason = 17
 )
 
 // Enum value maps for ErrorReason.
@@ -108,6 +113,7 @@ var (
 		13: "PERMISSION_DENIED",
 		14: "NOT_OWNER",
 		15: "LIMIT_MISMATCH",
+		17: "LOCK_EVICTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -126,6 +132,7 @@ var (
 		"PERMISSION_DENIED":        13,
 		"NOT_OWNER":                14,
 		"LIMIT_MISMATCH":           15,
+		"LOCK_EVICTED":             17,
 	}
 )
 
@@ -160,7 +167,7 @@ var File_leasegate_v1_errors_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xc7\x02\n" +
+	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xd9\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fLOCK_EXPIRED\x10\x01\x12\x0f\n" +
@@ -181,7 +188,8 @@ const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\x0eQUOTA_EXCEEDED\x10\f\x12\x15\n" +
 	"\x11PERMISSION_DENIED\x10\r\x12\r\n" +
 	"\tNOT_OWNER\x10\x0e\x12\x12\n" +
-	"\x0eLIMIT_MISMATCH\x10\x0fB?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
+	"\x0eLIMIT_MISMATCH\x10\x0f\x12\x10\n" +
+	"\fLOCK_EVICTED\x10\x11B?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
 	file_leasegate_v1_errors_proto_rawDescOnce sync.Once

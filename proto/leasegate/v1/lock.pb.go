@@ -235,6 +235,123 @@ func (LockEventType) EnumDescriptor() ([]byte, []int) {
 	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
+type WatchHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LockId        string                 `protobuf:"bytes,1,opt,name=lock_id,json=lockId,proto3" json:"lock_id,omitempty"`
+	FencingToken  int64                  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchHoldRequest) Reset() {
+	*x = WatchHoldRequest{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchHoldRequest) ProtoMessage() {}
+
+func (x *WatchHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchHoldRequest.ProtoReflect.Descriptor instead.
+func (*WatchHoldRequest) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *WatchHoldRequest) GetLockId() string {
+	if x != nil {
+		return x.LockId
+	}
+	return ""
+}
+
+func (x *WatchHoldRequest) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+type WatchHoldResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the lock ended: LOCK_EVICTED, LOCK_EXPIRED, LOCK_STOLEN or
+	// LOCK_RELEASED.
+	Reason ErrorReason `protobuf:"varint,1,opt,name=reason,proto3,enum=leasegate.v1.ErrorReason" json:"reason,omitempty"`
+	// What happened, for a person.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// For an eviction, the id of its audit record (AdminService.ListAudit
+	// shows who evicted it and why).
+	AuditId       string `protobuf:"bytes,3,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchHoldResponse) Reset() {
+	*x = WatchHoldResponse{}
+	mi := &file_leasegate_v1_lock_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchHoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchHoldResponse) ProtoMessage() {}
+
+func (x *WatchHoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasegate_v1_lock_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchHoldResponse.ProtoReflect.Descriptor instead.
+func (*WatchHoldResponse) Descriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchHoldResponse) GetReason() ErrorReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+func (x *WatchHoldResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *WatchHoldResponse) GetAuditId() string {
+	if x != nil {
+		return x.AuditId
+	}
+	return ""
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lock name: 1 to 256 bytes of printable UTF-8, no control characters.
@@ -280,7 +397,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[0]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +409,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[0]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +422,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -384,7 +501,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[1]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +513,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[1]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +526,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcquireResponse) GetEvent() isAcquireResponse_Event {
@@ -468,7 +585,7 @@ type Queued struct {
 
 func (x *Queued) Reset() {
 	*x = Queued{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[2]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +597,7 @@ func (x *Queued) String() string {
 func (*Queued) ProtoMessage() {}
 
 func (x *Queued) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[2]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +610,7 @@ func (x *Queued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queued.ProtoReflect.Descriptor instead.
 func (*Queued) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Queued) GetPosition() int64 {
@@ -540,7 +657,7 @@ type Granted struct {
 
 func (x *Granted) Reset() {
 	*x = Granted{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[3]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +669,7 @@ func (x *Granted) String() string {
 func (*Granted) ProtoMessage() {}
 
 func (x *Granted) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[3]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +682,7 @@ func (x *Granted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Granted.ProtoReflect.Descriptor instead.
 func (*Granted) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Granted) GetLockId() string {
@@ -638,7 +755,7 @@ type TryAcquireRequest struct {
 
 func (x *TryAcquireRequest) Reset() {
 	*x = TryAcquireRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[4]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +767,7 @@ func (x *TryAcquireRequest) String() string {
 func (*TryAcquireRequest) ProtoMessage() {}
 
 func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[4]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +780,7 @@ func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireRequest.ProtoReflect.Descriptor instead.
 func (*TryAcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TryAcquireRequest) GetName() string {
@@ -741,7 +858,7 @@ type TryAcquireResponse struct {
 
 func (x *TryAcquireResponse) Reset() {
 	*x = TryAcquireResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[5]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +870,7 @@ func (x *TryAcquireResponse) String() string {
 func (*TryAcquireResponse) ProtoMessage() {}
 
 func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[5]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +883,7 @@ func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireResponse.ProtoReflect.Descriptor instead.
 func (*TryAcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TryAcquireResponse) GetAcquired() bool {
@@ -810,7 +927,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[6]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +939,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[6]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +952,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewRequest) GetLockId() string {
@@ -873,7 +990,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[7]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1002,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[7]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1015,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenewResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -932,7 +1049,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[8]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1061,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[8]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1074,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseRequest) GetLockId() string {
@@ -984,7 +1101,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[9]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1113,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[9]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1126,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1028,7 +1145,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[10]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1157,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[10]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1170,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -1088,7 +1205,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[11]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1217,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[11]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1230,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DescribeResponse) GetName() string {
@@ -1206,7 +1323,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1335,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[12]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1348,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Holder) GetClientId() string {
@@ -1272,7 +1389,7 @@ type CheckFenceRequest struct {
 
 func (x *CheckFenceRequest) Reset() {
 	*x = CheckFenceRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1401,7 @@ func (x *CheckFenceRequest) String() string {
 func (*CheckFenceRequest) ProtoMessage() {}
 
 func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[13]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1414,7 @@ func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceRequest.ProtoReflect.Descriptor instead.
 func (*CheckFenceRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckFenceRequest) GetName() string {
@@ -1326,7 +1443,7 @@ type CheckFenceResponse struct {
 
 func (x *CheckFenceResponse) Reset() {
 	*x = CheckFenceResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1455,7 @@ func (x *CheckFenceResponse) String() string {
 func (*CheckFenceResponse) ProtoMessage() {}
 
 func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[14]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1468,7 @@ func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceResponse.ProtoReflect.Descriptor instead.
 func (*CheckFenceResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CheckFenceResponse) GetLive() bool {
@@ -1378,7 +1495,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1507,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[15]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1520,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OpenSessionRequest) GetClientId() string {
@@ -1440,7 +1557,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1569,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[16]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1582,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1522,7 +1639,7 @@ type SessionShard struct {
 
 func (x *SessionShard) Reset() {
 	*x = SessionShard{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1651,7 @@ func (x *SessionShard) String() string {
 func (*SessionShard) ProtoMessage() {}
 
 func (x *SessionShard) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[17]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1664,7 @@ func (x *SessionShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionShard.ProtoReflect.Descriptor instead.
 func (*SessionShard) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionShard) GetShard() string {
@@ -1599,7 +1716,7 @@ type KeepAliveSessionRequest struct {
 
 func (x *KeepAliveSessionRequest) Reset() {
 	*x = KeepAliveSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1728,7 @@ func (x *KeepAliveSessionRequest) String() string {
 func (*KeepAliveSessionRequest) ProtoMessage() {}
 
 func (x *KeepAliveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[18]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1741,7 @@ func (x *KeepAliveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveSessionRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeepAliveSessionRequest) GetSessionId() string {
@@ -1662,7 +1779,7 @@ type KeepAliveSessionResponse struct {
 
 func (x *KeepAliveSessionResponse) Reset() {
 	*x = KeepAliveSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1791,7 @@ func (x *KeepAliveSessionResponse) String() string {
 func (*KeepAliveSessionResponse) ProtoMessage() {}
 
 func (x *KeepAliveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[19]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1804,7 @@ func (x *KeepAliveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveSessionResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *KeepAliveSessionResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -1741,7 +1858,7 @@ type ExtendSessionRequest struct {
 
 func (x *ExtendSessionRequest) Reset() {
 	*x = ExtendSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1870,7 @@ func (x *ExtendSessionRequest) String() string {
 func (*ExtendSessionRequest) ProtoMessage() {}
 
 func (x *ExtendSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[20]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1883,7 @@ func (x *ExtendSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSessionRequest.ProtoReflect.Descriptor instead.
 func (*ExtendSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExtendSessionRequest) GetSessionId() string {
@@ -1820,7 +1937,7 @@ type ExtendSessionResponse struct {
 
 func (x *ExtendSessionResponse) Reset() {
 	*x = ExtendSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1949,7 @@ func (x *ExtendSessionResponse) String() string {
 func (*ExtendSessionResponse) ProtoMessage() {}
 
 func (x *ExtendSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[21]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1962,7 @@ func (x *ExtendSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendSessionResponse.ProtoReflect.Descriptor instead.
 func (*ExtendSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExtendSessionResponse) GetSessionId() string {
@@ -1871,7 +1988,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2000,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[22]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2013,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1914,7 +2031,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2043,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[23]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2056,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 type ListLocksRequest struct {
@@ -1961,7 +2078,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[24]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2090,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[24]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2103,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -2030,7 +2147,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[25]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2159,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[25]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2172,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockSummary {
@@ -2095,7 +2212,7 @@ type LockSummary struct {
 
 func (x *LockSummary) Reset() {
 	*x = LockSummary{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[26]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2224,7 @@ func (x *LockSummary) String() string {
 func (*LockSummary) ProtoMessage() {}
 
 func (x *LockSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[26]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2237,7 @@ func (x *LockSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockSummary.ProtoReflect.Descriptor instead.
 func (*LockSummary) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LockSummary) GetName() string {
@@ -2192,7 +2309,7 @@ type LockHolder struct {
 
 func (x *LockHolder) Reset() {
 	*x = LockHolder{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[27]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2321,7 @@ func (x *LockHolder) String() string {
 func (*LockHolder) ProtoMessage() {}
 
 func (x *LockHolder) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[27]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2334,7 @@ func (x *LockHolder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockHolder.ProtoReflect.Descriptor instead.
 func (*LockHolder) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LockHolder) GetClientId() string {
@@ -2272,7 +2389,7 @@ type DescribeQueueRequest struct {
 
 func (x *DescribeQueueRequest) Reset() {
 	*x = DescribeQueueRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[28]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2401,7 @@ func (x *DescribeQueueRequest) String() string {
 func (*DescribeQueueRequest) ProtoMessage() {}
 
 func (x *DescribeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[28]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2414,7 @@ func (x *DescribeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQueueRequest.ProtoReflect.Descriptor instead.
 func (*DescribeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DescribeQueueRequest) GetName() string {
@@ -2334,7 +2451,7 @@ type DescribeQueueResponse struct {
 
 func (x *DescribeQueueResponse) Reset() {
 	*x = DescribeQueueResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[29]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2463,7 @@ func (x *DescribeQueueResponse) String() string {
 func (*DescribeQueueResponse) ProtoMessage() {}
 
 func (x *DescribeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[29]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2476,7 @@ func (x *DescribeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeQueueResponse.ProtoReflect.Descriptor instead.
 func (*DescribeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DescribeQueueResponse) GetName() string {
@@ -2439,7 +2556,7 @@ type QueueEntry struct {
 
 func (x *QueueEntry) Reset() {
 	*x = QueueEntry{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[30]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2568,7 @@ func (x *QueueEntry) String() string {
 func (*QueueEntry) ProtoMessage() {}
 
 func (x *QueueEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[30]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2581,7 @@ func (x *QueueEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueEntry.ProtoReflect.Descriptor instead.
 func (*QueueEntry) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueEntry) GetClientId() string {
@@ -2538,7 +2655,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[31]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2667,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[31]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2680,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -2597,7 +2714,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[32]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2726,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[32]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2739,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchResponse) GetKind() WatchMessageKind {
@@ -2686,7 +2803,7 @@ type LockEvent struct {
 
 func (x *LockEvent) Reset() {
 	*x = LockEvent{}
-	mi := &file_leasegate_v1_lock_proto_msgTypes[33]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2815,7 @@ func (x *LockEvent) String() string {
 func (*LockEvent) ProtoMessage() {}
 
 func (x *LockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasegate_v1_lock_proto_msgTypes[33]
+	mi := &file_leasegate_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2828,7 @@ func (x *LockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEvent.ProtoReflect.Descriptor instead.
 func (*LockEvent) Descriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{33}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LockEvent) GetType() LockEventType {
@@ -2781,7 +2898,14 @@ var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x02\n" +
+	"\x17leasegate/v1/lock.proto\x12\fleasegate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19leasegate/v1/errors.proto\"P\n" +
+	"\x10WatchHoldRequest\x12\x17\n" +
+	"\alock_id\x18\x01 \x01(\tR\x06lockId\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"{\n" +
+	"\x11WatchHoldResponse\x121\n" +
+	"\x06reason\x18\x01 \x01(\x0e2\x19.leasegate.v1.ErrorReasonR\x06reason\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x19\n" +
+	"\baudit_id\x18\x03 \x01(\tR\aauditId\"\x96\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -3002,7 +3126,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x18LOCK_EVENT_TYPE_RELEASED\x10\x03\x12\x1b\n" +
 	"\x17LOCK_EVENT_TYPE_EXPIRED\x10\x04\x12\"\n" +
 	"\x1eLOCK_EVENT_TYPE_FORCE_RELEASED\x10\x05\x12\x18\n" +
-	"\x14LOCK_EVENT_TYPE_LEFT\x10\x062\xa2\b\n" +
+	"\x14LOCK_EVENT_TYPE_LEFT\x10\x062\xf2\b\n" +
 	"\vLockService\x12H\n" +
 	"\aAcquire\x12\x1c.leasegate.v1.AcquireRequest\x1a\x1d.leasegate.v1.AcquireResponse0\x01\x12O\n" +
 	"\n" +
@@ -3018,7 +3142,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\fCloseSession\x12!.leasegate.v1.CloseSessionRequest\x1a\".leasegate.v1.CloseSessionResponse\x12L\n" +
 	"\tListLocks\x12\x1e.leasegate.v1.ListLocksRequest\x1a\x1f.leasegate.v1.ListLocksResponse\x12X\n" +
 	"\rDescribeQueue\x12\".leasegate.v1.DescribeQueueRequest\x1a#.leasegate.v1.DescribeQueueResponse\x12B\n" +
-	"\x05Watch\x12\x1a.leasegate.v1.WatchRequest\x1a\x1b.leasegate.v1.WatchResponse0\x01B?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
+	"\x05Watch\x12\x1a.leasegate.v1.WatchRequest\x1a\x1b.leasegate.v1.WatchResponse0\x01\x12N\n" +
+	"\tWatchHold\x12\x1e.leasegate.v1.WatchHoldRequest\x1a\x1f.leasegate.v1.WatchHoldResponse0\x01B?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
 	file_leasegate_v1_lock_proto_rawDescOnce sync.Once
@@ -3033,108 +3158,114 @@ func file_leasegate_v1_lock_proto_rawDescGZIP() []byte {
 }
 
 var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_leasegate_v1_lock_proto_goTypes = []any{
 	(ShardLeaseState)(0),             // 0: leasegate.v1.ShardLeaseState
 	(WatchMessageKind)(0),            // 1: leasegate.v1.WatchMessageKind
 	(LockEventType)(0),               // 2: leasegate.v1.LockEventType
-	(*AcquireRequest)(nil),           // 3: leasegate.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 4: leasegate.v1.AcquireResponse
-	(*Queued)(nil),                   // 5: leasegate.v1.Queued
-	(*Granted)(nil),                  // 6: leasegate.v1.Granted
-	(*TryAcquireRequest)(nil),        // 7: leasegate.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),       // 8: leasegate.v1.TryAcquireResponse
-	(*RenewRequest)(nil),             // 9: leasegate.v1.RenewRequest
-	(*RenewResponse)(nil),            // 10: leasegate.v1.RenewResponse
-	(*ReleaseRequest)(nil),           // 11: leasegate.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 12: leasegate.v1.ReleaseResponse
-	(*DescribeRequest)(nil),          // 13: leasegate.v1.DescribeRequest
-	(*DescribeResponse)(nil),         // 14: leasegate.v1.DescribeResponse
-	(*Holder)(nil),                   // 15: leasegate.v1.Holder
-	(*CheckFenceRequest)(nil),        // 16: leasegate.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),       // 17: leasegate.v1.CheckFenceResponse
-	(*OpenSessionRequest)(nil),       // 18: leasegate.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),      // 19: leasegate.v1.OpenSessionResponse
-	(*SessionShard)(nil),             // 20: leasegate.v1.SessionShard
-	(*KeepAliveSessionRequest)(nil),  // 21: leasegate.v1.KeepAliveSessionRequest
-	(*KeepAliveSessionResponse)(nil), // 22: leasegate.v1.KeepAliveSessionResponse
-	(*ExtendSessionRequest)(nil),     // 23: leasegate.v1.ExtendSessionRequest
-	(*ExtendSessionResponse)(nil),    // 24: leasegate.v1.ExtendSessionResponse
-	(*CloseSessionRequest)(nil),      // 25: leasegate.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),     // 26: leasegate.v1.CloseSessionResponse
-	(*ListLocksRequest)(nil),         // 27: leasegate.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),        // 28: leasegate.v1.ListLocksResponse
-	(*LockSummary)(nil),              // 29: leasegate.v1.LockSummary
-	(*LockHolder)(nil),               // 30: leasegate.v1.LockHolder
-	(*DescribeQueueRequest)(nil),     // 31: leasegate.v1.DescribeQueueRequest
-	(*DescribeQueueResponse)(nil),    // 32: leasegate.v1.DescribeQueueResponse
-	(*QueueEntry)(nil),               // 33: leasegate.v1.QueueEntry
-	(*WatchRequest)(nil),             // 34: leasegate.v1.WatchRequest
-	(*WatchResponse)(nil),            // 35: leasegate.v1.WatchResponse
-	(*LockEvent)(nil),                // 36: leasegate.v1.LockEvent
-	(*timestamppb.Timestamp)(nil),    // 37: google.protobuf.Timestamp
+	(*WatchHoldRequest)(nil),         // 3: leasegate.v1.WatchHoldRequest
+	(*WatchHoldResponse)(nil),        // 4: leasegate.v1.WatchHoldResponse
+	(*AcquireRequest)(nil),           // 5: leasegate.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 6: leasegate.v1.AcquireResponse
+	(*Queued)(nil),                   // 7: leasegate.v1.Queued
+	(*Granted)(nil),                  // 8: leasegate.v1.Granted
+	(*TryAcquireRequest)(nil),        // 9: leasegate.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),       // 10: leasegate.v1.TryAcquireResponse
+	(*RenewRequest)(nil),             // 11: leasegate.v1.RenewRequest
+	(*RenewResponse)(nil),            // 12: leasegate.v1.RenewResponse
+	(*ReleaseRequest)(nil),           // 13: leasegate.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 14: leasegate.v1.ReleaseResponse
+	(*DescribeRequest)(nil),          // 15: leasegate.v1.DescribeRequest
+	(*DescribeResponse)(nil),         // 16: leasegate.v1.DescribeResponse
+	(*Holder)(nil),                   // 17: leasegate.v1.Holder
+	(*CheckFenceRequest)(nil),        // 18: leasegate.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),       // 19: leasegate.v1.CheckFenceResponse
+	(*OpenSessionRequest)(nil),       // 20: leasegate.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),      // 21: leasegate.v1.OpenSessionResponse
+	(*SessionShard)(nil),             // 22: leasegate.v1.SessionShard
+	(*KeepAliveSessionRequest)(nil),  // 23: leasegate.v1.KeepAliveSessionRequest
+	(*KeepAliveSessionResponse)(nil), // 24: leasegate.v1.KeepAliveSessionResponse
+	(*ExtendSessionRequest)(nil),     // 25: leasegate.v1.ExtendSessionRequest
+	(*ExtendSessionResponse)(nil),    // 26: leasegate.v1.ExtendSessionResponse
+	(*CloseSessionRequest)(nil),      // 27: leasegate.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 28: leasegate.v1.CloseSessionResponse
+	(*ListLocksRequest)(nil),         // 29: leasegate.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),        // 30: leasegate.v1.ListLocksResponse
+	(*LockSummary)(nil),              // 31: leasegate.v1.LockSummary
+	(*LockHolder)(nil),               // 32: leasegate.v1.LockHolder
+	(*DescribeQueueRequest)(nil),     // 33: leasegate.v1.DescribeQueueRequest
+	(*DescribeQueueResponse)(nil),    // 34: leasegate.v1.DescribeQueueResponse
+	(*QueueEntry)(nil),               // 35: leasegate.v1.QueueEntry
+	(*WatchRequest)(nil),             // 36: leasegate.v1.WatchRequest
+	(*WatchResponse)(nil),            // 37: leasegate.v1.WatchResponse
+	(*LockEvent)(nil),                // 38: leasegate.v1.LockEvent
+	(ErrorReason)(0),                 // 39: leasegate.v1.ErrorReason
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
 }
 var file_leasegate_v1_lock_proto_depIdxs = []int32{
-	5,  // 0: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
-	6,  // 1: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
-	37, // 2: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
-	6,  // 3: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
-	37, // 4: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	37, // 5: leasegate.v1.TryAcquireResponse.delay_until:type_name -> google.protobuf.Timestamp
-	37, // 6: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 7: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	15, // 8: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
-	37, // 9: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
-	37, // 10: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 11: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 12: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	0,  // 13: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
-	37, // 14: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 15: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 16: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	20, // 17: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	29, // 18: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
-	30, // 19: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
-	37, // 20: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 21: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
-	33, // 22: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
-	37, // 23: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
-	37, // 24: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 25: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
-	36, // 26: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
-	2,  // 27: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
-	37, // 28: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
-	3,  // 29: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	7,  // 30: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	9,  // 31: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	11, // 32: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	13, // 33: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	16, // 34: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	18, // 35: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	21, // 36: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	23, // 37: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
-	25, // 38: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	27, // 39: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
-	31, // 40: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
-	34, // 41: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
-	4,  // 42: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	8,  // 43: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	10, // 44: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	12, // 45: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	14, // 46: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	17, // 47: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	19, // 48: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	22, // 49: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	24, // 50: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
-	26, // 51: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	28, // 52: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
-	32, // 53: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
-	35, // 54: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	39, // 0: leasegate.v1.WatchHoldResponse.reason:type_name -> leasegate.v1.ErrorReason
+	7,  // 1: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
+	8,  // 2: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
+	40, // 3: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 4: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
+	40, // 5: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 6: leasegate.v1.TryAcquireResponse.delay_until:type_name -> google.protobuf.Timestamp
+	40, // 7: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 8: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	17, // 9: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
+	40, // 10: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
+	40, // 11: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 12: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 13: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	0,  // 14: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
+	40, // 15: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 16: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 17: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	22, // 18: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	31, // 19: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
+	32, // 20: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
+	40, // 21: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
+	40, // 22: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	35, // 23: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
+	40, // 24: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
+	40, // 25: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 26: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
+	38, // 27: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
+	2,  // 28: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
+	40, // 29: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
+	5,  // 30: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	9,  // 31: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	11, // 32: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	13, // 33: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	15, // 34: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	18, // 35: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	20, // 36: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	23, // 37: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	25, // 38: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	27, // 39: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	29, // 40: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
+	33, // 41: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
+	36, // 42: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
+	3,  // 43: leasegate.v1.LockService.WatchHold:input_type -> leasegate.v1.WatchHoldRequest
+	6,  // 44: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	10, // 45: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	12, // 46: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	14, // 47: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	16, // 48: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	19, // 49: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	21, // 50: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	24, // 51: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	26, // 52: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	28, // 53: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	30, // 54: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
+	34, // 55: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
+	37, // 56: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
+	4,  // 57: leasegate.v1.LockService.WatchHold:output_type -> leasegate.v1.WatchHoldResponse
+	44, // [44:58] is the sub-list for method output_type
+	30, // [30:44] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
@@ -3142,7 +3273,8 @@ func file_leasegate_v1_lock_proto_init() {
 	if File_leasegate_v1_lock_proto != nil {
 		return
 	}
-	file_leasegate_v1_lock_proto_msgTypes[1].OneofWrappers = []any{
+	file_leasegate_v1_errors_proto_init()
+	file_leasegate_v1_lock_proto_msgTypes[3].OneofWrappers = []any{
 		(*AcquireResponse_Queued)(nil),
 		(*AcquireResponse_Granted)(nil),
 	}
@@ -3152,7 +3284,7 @@ func file_leasegate_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasegate_v1_lock_proto_rawDesc), len(file_leasegate_v1_lock_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

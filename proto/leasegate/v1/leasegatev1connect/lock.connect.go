@@ -63,6 +63,8 @@ const (
 	LockServiceDescribeQueueProcedure = "/leasegate.v1.LockService/DescribeQueue"
 	// LockServiceWatchProcedure is the fully-qualified name of the LockService's Watch RPC.
 	LockServiceWatchProcedure = "/leasegate.v1.LockService/Watch"
+	// LockServiceWatchHoldProcedure is the fully-qualified name of the LockService's WatchHold RPC.
+	LockServiceWatchHoldProcedure = "/leasegate.v1.LockService/WatchHold"
 )
 
 // LockServiceClient is a client for the leasegate.v1.LockService service.
@@ -128,6 +130,15 @@ type LockServiceClient interface {
 	// When a shard's history was compacted the stream says so (RESYNC) and
 	// sends a fresh snapshot of that shard.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// WatchHold sends nothing while the lock a lock id names is held, and one
+	// message when it ends other than by its holder's release — evicted by an
+	// administrator, or lost (its lease expired or was revoked) — as soon as
+	// any gateway has seen it; then the stream ends. A lock already gone is
+	// answered at once, released ones too. The holder ends the stream itself
+	// when it releases. The SDKs keep one open while they hold a lock for
+	// more than a moment, so that a holder stops at once rather than at its
+	// next renewal.
+	WatchHold(context.Context, *connect.Request[v1.WatchHoldRequest]) (*connect.ServerStreamForClient[v1.WatchHoldResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the leasegate.v1.LockService service. By default, it
@@ -219,6 +230,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		watchHold: connect.NewClient[v1.WatchHoldRequest, v1.WatchHoldResponse](
+			httpClient,
+			baseURL+LockServiceWatchHoldProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("WatchHold")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -237,6 +254,7 @@ type lockServiceClient struct {
 	listLocks        *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
 	describeQueue    *connect.Client[v1.DescribeQueueRequest, v1.DescribeQueueResponse]
 	watch            *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	watchHold        *connect.Client[v1.WatchHoldRequest, v1.WatchHoldResponse]
 }
 
 // Acquire calls leasegate.v1.LockService.Acquire.
@@ -304,6 +322,11 @@ func (c *lockServiceClient) Watch(ctx context.Context, req *connect.Request[v1.W
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// WatchHold calls leasegate.v1.LockService.WatchHold.
+func (c *lockServiceClient) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHoldRequest]) (*connect.ServerStreamForClient[v1.WatchHoldResponse], error) {
+	return c.watchHold.CallServerStream(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the leasegate.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire enqueues the caller and streams Queued updates (the number of
@@ -367,6 +390,15 @@ type LockServiceHandler interface {
 	// When a shard's history was compacted the stream says so (RESYNC) and
 	// sends a fresh snapshot of that shard.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// WatchHold sends nothing while the lock a lock id names is held, and one
+	// message when it ends other than by its holder's release — evicted by an
+	// administrator, or lost (its lease expired or was revoked) — as soon as
+	// any gateway has seen it; then the stream ends. A lock already gone is
+	// answered at once, released ones too. The holder ends the stream itself
+	// when it releases. The SDKs keep one open while they hold a lock for
+	// more than a moment, so that a holder stops at once rather than at its
+	// next renewal.
+	WatchHold(context.Context, *connect.Request[v1.WatchHoldRequest], *connect.ServerStream[v1.WatchHoldResponse]) error
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -454,6 +486,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceWatchHoldHandler := connect.NewServerStreamHandler(
+		LockServiceWatchHoldProcedure,
+		svc.WatchHold,
+		connect.WithSchema(lockServiceMethods.ByName("WatchHold")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasegate.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -482,6 +520,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceDescribeQueueHandler.ServeHTTP(w, r)
 		case LockServiceWatchProcedure:
 			lockServiceWatchHandler.ServeHTTP(w, r)
+		case LockServiceWatchHoldProcedure:
+			lockServiceWatchHoldHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -541,4 +581,8 @@ func (UnimplementedLockServiceHandler) DescribeQueue(context.Context, *connect.R
 
 func (UnimplementedLockServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.Watch is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) WatchHold(context.Context, *connect.Request[v1.WatchHoldRequest], *connect.ServerStream[v1.WatchHoldResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("leasegate.v1.LockService.WatchHold is not implemented"))
 }
