@@ -64,14 +64,28 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 		log = slog.New(slog.DiscardHandler)
 	}
 	clk := clockOf(cfg)
-	auth, err := NewAuthenticator(cfg.Auth, log, clk)
+	auth := cfg.Authenticator
+	if auth == nil {
+		var err error
+		if auth, err = NewAuthenticator(cfg.Auth, log, clk); err != nil {
+			return nil, err
+		}
+	}
+	s, err := newService(cfg, router, log, clk, auth)
 	if err != nil {
+		auth.Close() // no JWKS refresh outlives a service that never ran
 		return nil, err
 	}
-	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
+	return s, nil
+}
+
+// newService builds the service around auth.
+func newService(cfg Config, router *locks.Router, log *slog.Logger, clk clock.Clock, auth *Authenticator) (s *Service, err error) {
+	s = &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	s.stopping, s.stop = context.WithCancelCause(context.Background())
 	if s.keys == nil {
-		k, err := GenerateIDKey(1)
+		var k IDKey
+		k, err = GenerateIDKey(1)
 		if err != nil {
 			return nil, err
 		}
