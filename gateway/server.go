@@ -144,7 +144,7 @@ func (h *Health) ping(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = b.Client.Get(ctx, b.Engine.Config().Prefix+"/health")
+			errs[i] = b.Ping(ctx)
 		}()
 	}
 	wg.Wait()

@@ -465,10 +465,11 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	var ok bool
-	// A release is attempted even when the shard's breaker is open: it can
-	// only free a lock, and a holder letting go should not wait out a
-	// breaker's open interval.
-	ok, err = t.Engine.Release(ctx, id.Handle, token)
+	err = freeing(ctx, t, func(ctx context.Context) error {
+		var err error
+		ok, err = t.Engine.Release(ctx, id.Handle, token)
+		return err
+	})
 	return ok, err
 }
 
