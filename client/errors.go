@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,7 +23,9 @@ var (
 	// when no gateway confirmed the lease in time.
 	ErrLockLost = errors.New("lock lost")
 	// ErrReleased is Lock.Err after Release, or after the lock's session
-	// was closed: the holder let go on purpose.
+	// was closed: the holder let go on purpose. A renew of a lock that was
+	// released (through another handle of its lock id) fails with it too:
+	// the gateway's LOCK_RELEASED.
 	ErrReleased = errors.New("lock released")
 	// ErrWaitTimeout reports that the wait timeout of an Acquire passed
 	// before a grant. The caller holds nothing.
@@ -87,6 +90,8 @@ const (
 	ReasonExpired = v1.ErrorReason_LOCK_EXPIRED
 	// ReasonStolen: the lock's lease lapsed and another holder has the name.
 	ReasonStolen = v1.ErrorReason_LOCK_STOLEN
+	// ReasonReleased: the lock's holder released it (ErrReleased).
+	ReasonReleased = v1.ErrorReason_LOCK_RELEASED
 	// ReasonLeaseLost: a waiter's lease died while it waited.
 	ReasonLeaseLost = v1.ErrorReason_LEASE_LOST
 	// ReasonSessionLost: the session expired, was closed or is not yours;
@@ -189,13 +194,23 @@ type opError struct {
 	cause error
 }
 
+// Error is "leasegate: OP: KIND: CAUSE", each part said once: a gateway's
+// answer is given by its message alone (its code is what KIND says), and a
+// KIND the message begins with is left out.
 func (e *opError) Error() string {
 	msg := "leasegate: " + e.op
-	if e.kind != nil {
+	cause := ""
+	if e.cause != nil {
+		cause = e.cause.Error()
+		if ce := (*connect.Error)(nil); errors.As(e.cause, &ce) && ce == e.cause && ce.Message() != "" {
+			cause = ce.Message()
+		}
+	}
+	if e.kind != nil && e.kind.Error() != "" && !strings.HasPrefix(cause, e.kind.Error()) {
 		msg += ": " + e.kind.Error()
 	}
-	if e.cause != nil {
-		msg += ": " + e.cause.Error()
+	if cause != "" {
+		msg += ": " + cause
 	}
 	return msg
 }
@@ -257,6 +272,8 @@ func kindOf(err error) error {
 			return ErrSessionLost
 		case ReasonExpired, ReasonStolen, ReasonLeaseLost:
 			return ErrLockLost
+		case ReasonReleased:
+			return ErrReleased
 		}
 		if ce.Code() == connect.CodeFailedPrecondition && (Reason(err) == ReasonLimitMismatch || badField(ce) == "limit") {
 			// (The field alone is what gateways before the reason send.)

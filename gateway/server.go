@@ -25,7 +25,7 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 		// Lock messages are a few hundred bytes: gzip costs more CPU than
 		// it saves on the wire.
 		connect.WithCompressMinBytes(1024),
-	}, s.tel.handlerOptions()...), opts...)
+	}, append(codecOptions(), s.tel.handlerOptions()...)...), opts...)
 	// Errors are translated innermost, so every interceptor above,
 	// telemetry's and the caller's, sees Connect errors.
 	opts = append(opts, connect.WithInterceptors(errorTranslator{}))

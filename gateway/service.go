@@ -116,19 +116,30 @@ func (s *Service) Shutdown() {
 	})
 }
 
+// ttl reads a TTL field in which 0 means the gateway's default TTL.
 func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
+	return s.ttlField(field, ms, true)
+}
+
+// ttlField reads a TTL in milliseconds: queue.MinLeaseTTL to
+// queue.MaxLeaseTTL, or 0 for the default when zeroIsDefault (a field with
+// no default, the REST acquire's ttlMs, refuses 0 as below the range).
+// Every refusal states the same allowed values.
+func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Duration, error) {
 	lo, hi := queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds()
-	if ms < 0 {
-		return 0, badField(field, "%d is negative; want 0 (default %s) or %d to %d", ms, s.cfg.DefaultTTL, lo, hi)
+	want := fmt.Sprintf("%d to %d", lo, hi)
+	if zeroIsDefault {
+		want = fmt.Sprintf("0 (default %s) or %s", s.cfg.DefaultTTL, want)
 	}
-	if ms == 0 {
+	switch {
+	case ms == 0 && zeroIsDefault:
 		return s.cfg.DefaultTTL, nil
-	}
-	if ms > hi {
-		return 0, badField(field, "%d is above %d (%s); want 0 (default %s) or %d to %d", ms, hi, queue.MaxLeaseTTL, s.cfg.DefaultTTL, lo, hi)
-	}
-	if ms < lo {
-		return 0, badField(field, "%d is below %d (%s, etcd's shortest lease); want 0 (default %s) or %d to %d", ms, lo, queue.MinLeaseTTL, s.cfg.DefaultTTL, lo, hi)
+	case ms < 0:
+		return 0, badField(field, "%d is negative; want %s", ms, want)
+	case ms > hi:
+		return 0, badField(field, "%d is above %d (%s); want %s", ms, hi, queue.MaxLeaseTTL, want)
+	case ms < lo:
+		return 0, badField(field, "%d is below %d (%s, etcd's shortest lease); want %s", ms, lo, queue.MinLeaseTTL, want)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -25,6 +25,10 @@ var (
 	// ErrStolen reports a renew or check of a lock whose key is gone while
 	// another waiter now holds the name.
 	ErrStolen = errors.New("lock is held by a newer holder")
+	// ErrReleased reports a renew of a lock whose key its holder released
+	// (the release's mark proves it; see handoff.go). It is not ErrExpired
+	// nor ErrStolen: the lock did not lapse, it was let go.
+	ErrReleased = errors.New("lock released")
 	// ErrNotOwner reports a secret or fencing token that does not match the
 	// lock it names.
 	ErrNotOwner = errors.New("not the lock's owner")

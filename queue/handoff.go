@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -119,6 +120,55 @@ const releaseMarkKey = "/locks-released"
 
 func (e *Engine) releaseMark(key string) clientv3.Op {
 	return clientv3.OpPut(e.cfg.Prefix+releaseMarkKey, strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)))
+}
+
+// releaseLookup bounds releasedOr's reads: history that is there answers
+// at once.
+const releaseLookup = time.Second
+
+// releasedOr is gone, the verdict on h's key found gone (ErrExpired or
+// ErrStolen), or ErrReleased when the key's holder released it: the first
+// delete of the key after h's create revision is the end of h's
+// incarnation, and the release mark names the key at that revision exactly
+// when a release made the delete. History etcd has compacted away proves
+// nothing, and leaves gone as it is.
+func (e *Engine) releasedOr(ctx context.Context, h Handle, gone error) error {
+	if !errors.Is(gone, ErrExpired) && !errors.Is(gone, ErrStolen) {
+		return gone
+	}
+	ctx, cancel := context.WithTimeout(ctx, releaseLookup)
+	defer cancel()
+	key := e.keys.namePrefix(h.Name) + h.WaiterID
+	var deleted int64
+	for resp := range e.cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(h.Revision+1), clientv3.WithFilterPut()) {
+		if resp.Err() != nil || resp.Canceled {
+			return gone
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				deleted = ev.Kv.ModRevision
+				break
+			}
+		}
+		if deleted != 0 {
+			break
+		}
+	}
+	if deleted == 0 {
+		return gone
+	}
+	mark, err := e.cli.Get(ctx, e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(deleted))
+	if err != nil || len(mark.Kvs) == 0 {
+		return gone
+	}
+	kv := mark.Kvs[0]
+	if kv.ModRevision != deleted || string(kv.Value) != strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)) {
+		return gone
+	}
+	if errors.Is(gone, ErrStolen) {
+		return fmt.Errorf("%w: its holder released it, and another holder has the name now", ErrReleased)
+	}
+	return fmt.Errorf("%w: its holder released it, and the name is free", ErrReleased)
 }
 
 // releaseCommit runs the release transaction of h's key under cmps: the

@@ -47,7 +47,8 @@ func checkToken(h Handle, token int64) error {
 // (leasepool.go). Against an etcd that answers no proof within it, Renew
 // ends with ctx.
 //
-// It answers ErrExpired when the key is gone and nobody holds the name,
+// It answers ErrReleased when the key is gone because its holder released
+// it, ErrExpired when it is gone otherwise and nobody holds the name,
 // ErrStolen when another waiter holds it now, and ErrNotOwner when the
 // secret, lease or fencing token does not match.
 func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, err error) {
@@ -67,7 +68,7 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 		sent := e.cfg.Clock.Now()
 		e.at(ctx, pointProve)
 		if err := e.proveHolder(ctx, h); err != nil {
-			return Renewal{}, err
+			return Renewal{}, e.releasedOr(ctx, h, err)
 		}
 		e.at(ctx, pointKeep)
 		if e.cfg.Clock.Now().Sub(sent) <= proofWindow {
@@ -78,7 +79,7 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 	ttl, deadline, err := e.renewLease(ctx, h.Lease)
 	if errors.Is(err, errLeaseNotFound) {
 		// The lease died between the check and the keepalive.
-		return Renewal{}, e.classifyGone(ctx, h.Name)
+		return Renewal{}, e.releasedOr(ctx, h, e.classifyGone(ctx, h.Name))
 	}
 	if err != nil {
 		return Renewal{}, fmt.Errorf("queue: keepalive: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
@@ -536,6 +537,13 @@ func (s *Server) closeBackends() {
 	s.router, s.home, s.embedded, s.dataLock = nil, nil, nil, nil
 }
 
+// How long Start waits for the home cluster to answer, and when it says
+// that it waits.
+const (
+	homeWait       = 30 * time.Second
+	homeWaitNotice = 3 * time.Second
+)
+
 // startRouter loads (or, on first start, stores) the shard map in the home
 // cluster — the first configured — and follows it.
 func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
@@ -568,10 +576,21 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	if err := s.instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
 		return err
 	}
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, homeWait)
 	defer cancel()
-	if s.router, err = locks.NewRouter(lctx, home, initial, rc); err != nil {
-		return fmt.Errorf("home etcd cluster %q at %s: %w", clusters[0].Name, strings.Join(clusters[0].Endpoints, ","), err)
+	// The home cluster may be starting beside the gateway: it is waited
+	// for, and the wait is said, so a gateway that seems to hang says why.
+	where := fmt.Sprintf("home etcd cluster %q at %s", clusters[0].Name, strings.Join(clusters[0].Endpoints, ","))
+	waiting := time.AfterFunc(homeWaitNotice, func() {
+		s.log.Warn("no answer from the home etcd cluster yet; waiting", "cluster", clusters[0].Name, "endpoints", clusters[0].Endpoints, "up_to", homeWait)
+	})
+	s.router, err = locks.NewRouter(lctx, home, initial, rc)
+	waiting.Stop()
+	if err != nil {
+		if ctx.Err() == nil && lctx.Err() != nil && home.ActiveConnection().GetState() != connectivity.Ready {
+			return fmt.Errorf("%s: no connection within %s: is etcd running there?", where, homeWait)
+		}
+		return fmt.Errorf("%s: %w", where, err)
 	}
 	if s.stopMet, err = s.registerRouterMetrics(s.router, s.cfg.Telemetry, s.cfg.KeyCountInterval); err != nil {
 		return err
