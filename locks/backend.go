@@ -102,7 +102,8 @@ const healthKey = "/health"
 
 // Ping asks the cluster for a linearizable read of one key: it answers
 // only with a leader and a quorum. It is the breaker's probe and the
-// gateway's health check; it goes through neither breaker nor Reach.
+// gateway's health check, and goes through neither breaker nor Reach
+// itself: its callers choose.
 func (b *Backend) Ping(ctx context.Context) error {
 	_, err := b.Client.Get(ctx, b.Engine.Config().Prefix+healthKey)
 	return err
