@@ -34,7 +34,8 @@
 // Lock.Context is cancelled, and Lock.Done closed, at the first of:
 //
 //   - a gateway answering a renewal with proof that the lock is gone or not
-//     the caller's (LOCK_EXPIRED, LOCK_STOLEN, SESSION_LOST, permission
+//     the caller's (LOCK_EXPIRED, LOCK_STOLEN, LOCK_RELEASED by another
+//     handle of its lock id, SESSION_LOST, permission
 //     denied; for a session lock, a keepalive reporting the session's lease
 //     on the lock's shard gone): at once, with Err wrapping ErrLockLost and
 //     that answer;

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -22,8 +23,16 @@ var (
 	// when no gateway confirmed the lease in time.
 	ErrLockLost = errors.New("lock lost")
 	// ErrReleased is Lock.Err after Release, or after the lock's session
-	// was closed: the holder let go on purpose.
+	// was closed: the holder let go on purpose. A renew of a lock that was
+	// released (through another handle of its lock id) fails with it too:
+	// the gateway's LOCK_RELEASED.
 	ErrReleased = errors.New("lock released")
+	// ErrEvicted reports a lock an administrator force-released: the
+	// gateway's LOCK_EVICTED, from a renewal or from the watch the SDK
+	// keeps on a lock it holds (so the holder learns at once). It matches
+	// ErrLockLost too: the holder must stop. The message says when and why,
+	// and names the audit record of the eviction.
+	ErrEvicted error = evicted{}
 	// ErrWaitTimeout reports that the wait timeout of an Acquire passed
 	// before a grant. The caller holds nothing.
 	ErrWaitTimeout = errors.New("wait timed out")
@@ -87,6 +96,10 @@ const (
 	ReasonExpired = v1.ErrorReason_LOCK_EXPIRED
 	// ReasonStolen: the lock's lease lapsed and another holder has the name.
 	ReasonStolen = v1.ErrorReason_LOCK_STOLEN
+	// ReasonReleased: the lock's holder released it (ErrReleased).
+	ReasonReleased = v1.ErrorReason_LOCK_RELEASED
+	// ReasonEvicted: an administrator force-released the lock (ErrEvicted).
+	ReasonEvicted = v1.ErrorReason_LOCK_EVICTED
 	// ReasonLeaseLost: a waiter's lease died while it waited.
 	ReasonLeaseLost = v1.ErrorReason_LEASE_LOST
 	// ReasonSessionLost: the session expired, was closed or is not yours;
@@ -159,6 +172,14 @@ func shardOf(err error) string {
 	return ""
 }
 
+// evicted is ErrEvicted: a lost lock of its own kind.
+type evicted struct{}
+
+func (evicted) Error() string { return "lock evicted" }
+
+// Is makes errors.Is(ErrEvicted, ErrLockLost) true.
+func (evicted) Is(target error) bool { return target == ErrLockLost }
+
 // HeldError is the error TryAcquire returns when the lock is held; it
 // matches ErrNotAcquired.
 type HeldError struct {
@@ -197,13 +218,23 @@ type opError struct {
 	cause error
 }
 
+// Error is "leasegate: OP: KIND: CAUSE", each part said once: a gateway's
+// answer is given by its message alone (its code is what KIND says), and a
+// KIND the message begins with is left out.
 func (e *opError) Error() string {
 	msg := "leasegate: " + e.op
-	if e.kind != nil {
+	cause := ""
+	if e.cause != nil {
+		cause = e.cause.Error()
+		if ce := (*connect.Error)(nil); errors.As(e.cause, &ce) && ce == e.cause && ce.Message() != "" {
+			cause = ce.Message()
+		}
+	}
+	if e.kind != nil && e.kind.Error() != "" && !strings.HasPrefix(cause, e.kind.Error()) {
 		msg += ": " + e.kind.Error()
 	}
-	if e.cause != nil {
-		msg += ": " + e.cause.Error()
+	if cause != "" {
+		msg += ": " + cause
 	}
 	return msg
 }
@@ -265,6 +296,10 @@ func kindOf(err error) error {
 			return ErrSessionLost
 		case ReasonExpired, ReasonStolen, ReasonLeaseLost:
 			return ErrLockLost
+		case ReasonReleased:
+			return ErrReleased
+		case ReasonEvicted:
+			return ErrEvicted
 		}
 		if ce.Code() == connect.CodeFailedPrecondition && (Reason(err) == ReasonLimitMismatch || badField(ce) == "limit") {
 			// (The field alone is what gateways before the reason send.)

@@ -33,6 +33,7 @@ func TestReasonWireStrings(t *testing.T) {
 		{client.ReasonPermissionDenied, "PERMISSION_DENIED"},
 		{client.ReasonNotOwner, "NOT_OWNER"},
 		{client.ReasonLimitMismatch, "LIMIT_MISMATCH"},
+		{client.ReasonReleased, "LOCK_RELEASED"},
 	} {
 		if got := tc.reason.String(); got != tc.wire {
 			t.Errorf("%d.String() = %q; want %q", tc.reason, got, tc.wire)

@@ -81,8 +81,25 @@ func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
 	if rateLimited(last) != nil {
 		return wrap(op, last)
 	}
+	if Reason(last) == ReasonShardUnavailable {
+		// A gateway answered: its etcd cluster, not the gateway, is down.
+		return &opError{op: op, kind: errShardDown, cause: last}
+	}
 	return &opError{op: op, kind: ErrUnavailable, cause: last}
 }
+
+// errShardDown is ErrUnavailable when the gateways answer but the name's
+// etcd cluster (its shard) does not: saying no gateway is available would
+// send the operator to look at the wrong thing.
+var errShardDown error = unavailableKind("the gateway answers, but the name's shard does not")
+
+// unavailableKind is an error that is ErrUnavailable with its own words.
+type unavailableKind string
+
+func (k unavailableKind) Error() string { return string(k) }
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (k unavailableKind) Is(target error) bool { return target == ErrUnavailable }
 
 // attempt runs fn once on the current endpoint, bounded by timeout on the
 // client's clock, and moves on to the next endpoint if it fails retryably.

@@ -22,6 +22,13 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Auth configures authentication; empty means a single, unnamed tenant.
 	Auth AuthConfig
+	// Authenticator, when set, authenticates callers in place of one that
+	// NewService would build from Auth, which must be the configuration it
+	// was built from (NewAuthenticator): a process can load and check its
+	// credential files before it starts anything else. The service owns
+	// it: it closes it at Shutdown, or at once if NewService fails.
+	// Default nil.
+	Authenticator *Authenticator
 	// Policy restricts the names tenants may lock.
 	Policy Policy
 	// Limits bounds rates, queues and waits per tenant and client.

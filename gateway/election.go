@@ -98,8 +98,12 @@ func (el Elections) Resign(ctx context.Context, req *connect.Request[v1.ResignRe
 	}
 	ctx, cancel := el.s.storeTimeout(ctx)
 	defer cancel()
-	// As a release: attempted even when the shard's breaker is open.
-	ok, err := t.Engine.Release(ctx, id.Handle, id.Handle.Token())
+	var ok bool
+	err = freeing(ctx, t, func(ctx context.Context) error {
+		var err error
+		ok, err = t.Engine.Release(ctx, id.Handle, id.Handle.Token())
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,8 @@ const ErrorDomain = v1.ErrorDomain
 const (
 	ReasonExpired             = v1.ErrorReason_LOCK_EXPIRED          // the lease lapsed; the name is free
 	ReasonStolen              = v1.ErrorReason_LOCK_STOLEN           // the lease lapsed; another holder has the name
+	ReasonReleased            = v1.ErrorReason_LOCK_RELEASED         // the holder released the lock
+	ReasonEvicted             = v1.ErrorReason_LOCK_EVICTED          // an administrator force-released the lock
 	ReasonLeaseLost           = v1.ErrorReason_LEASE_LOST            // a waiter's lease died while it waited
 	ReasonSessionLost         = v1.ErrorReason_SESSION_LOST          // the session (on an acquire: its lease on MetadataShard) is gone
 	ReasonSessionShardMissing = v1.ErrorReason_SESSION_SHARD_MISSING // the session has no lease on MetadataShard
@@ -219,6 +221,10 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodeFailedPrecondition, ReasonExpired, "not the leader: its term ended and nobody leads"
 	case errors.Is(err, queue.ErrNoLeader):
 		return connect.CodeNotFound, noReason, "nobody leads the election"
+	case errors.Is(err, queue.ErrReleased):
+		return connect.CodeFailedPrecondition, ReasonReleased, err.Error()
+	case errors.Is(err, queue.ErrEvicted):
+		return connect.CodeFailedPrecondition, ReasonEvicted, err.Error()
 	case errors.Is(err, queue.ErrExpired):
 		return connect.CodeFailedPrecondition, ReasonExpired, "the lock expired: its lease lapsed and the name is free"
 	case errors.Is(err, queue.ErrStolen):

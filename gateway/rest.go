@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ import (
 //	  200 {"acquired":false,"expiresAt"}            (the holder's expiry)
 //	POST /api/v1/locks/renew {"lockId","fencingToken","ttlMs"}
 //	  200 {"renewed":true,"expiresAt"}
-//	  409 {"renewed":false,"reason":"expired"|"stolen"}
+//	  409 {"renewed":false,"reason":"expired"|"stolen"|"released"|"evicted"}
 //	POST /api/v1/locks/release {"lockId","fencingToken"}
 //	  204
 //
@@ -191,10 +192,13 @@ func decodeStrict(body []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
+		case errors.As(err, &te) && te.Field == "":
+			// The body itself: an array, a string, a number.
+			return badField("body", "is a JSON %s; want a JSON object", te.Value)
 		case errors.As(err, &te):
 			// Field is a path through embedded structs; name the JSON key.
 			f := te.Field[strings.LastIndexByte(te.Field, '.')+1:]
-			return badField(f, "has the wrong JSON type %s; want %s", te.Value, te.Type)
+			return badField(f, "is a JSON %s; want %s", te.Value, jsonKind(te.Type))
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			fe := badField(f, "is not a known field").(*fieldError)
@@ -214,6 +218,28 @@ func decodeStrict(body []byte, v any) error {
 	return nil
 }
 
+// jsonKind says in JSON's words what a field of Go type t takes, so that
+// no Go type name reaches a caller.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
 func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error) {
 	var in restAcquire
 	if err := decodeStrict(body, &in); err != nil {
@@ -222,11 +248,12 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if in.Name == nil {
 		return 0, nil, badField("name", "is required")
 	}
+	// The REST acquire's ttlMs has no default: required, and 0 is refused.
 	if in.TTLMs == nil {
 		return 0, nil, badField("ttl_ms", "is required; want %d to %d", queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds())
 	}
-	if *in.TTLMs <= 0 {
-		return 0, nil, badField("ttl_ms", "%d is not positive; want %d to %d", *in.TTLMs, queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds())
+	if _, err := s.ttlField("ttl_ms", *in.TTLMs, false); err != nil {
+		return 0, nil, err
 	}
 	id, err := s.caller(ctx)
 	if err != nil {
@@ -278,6 +305,14 @@ func (s *Service) restRenew(ctx context.Context, body []byte) (int, any, error) 
 	rn, err := s.renew(ctx, *in.LockID, *in.FencingToken, in.TTLMs)
 	// A lost lock is an answer here, not an error: record the loss it is.
 	switch {
+	case errors.Is(err, queue.ErrReleased):
+		// Let go, not lost: no loss is recorded.
+		recordOf(ctx).setErr(toConnect(err))
+		return http.StatusConflict, restRenewed{Reason: "released"}, nil
+	case errors.Is(err, queue.ErrEvicted):
+		recordOf(ctx).setErr(toConnect(err))
+		recordOf(ctx).setLoss("evicted")
+		return http.StatusConflict, restRenewed{Reason: "evicted"}, nil
 	case errors.Is(err, queue.ErrExpired):
 		recordOf(ctx).setErr(toConnect(err))
 		recordOf(ctx).setLoss("expired")

@@ -53,9 +53,9 @@ func TestRESTShapesAndStatusCodes(t *testing.T) {
 			t.Fatalf("release #%d = %d %v; want 204 with no body", i+1, status, body)
 		}
 	}
-	// renew after release: 409 expired.
-	if status, body = postJSON(t, g, "/api/v1/locks/renew", renew); status != http.StatusConflict || body["renewed"] != false || body["reason"] != "expired" {
-		t.Fatalf("renew after release = %d %v; want 409 expired", status, body)
+	// renew after release: 409 released.
+	if status, body = postJSON(t, g, "/api/v1/locks/renew", renew); status != http.StatusConflict || body["renewed"] != false || body["reason"] != "released" {
+		t.Fatalf("renew after release = %d %v; want 409 released", status, body)
 	}
 	// renew after the lease lapsed and someone else took the name: 409 stolen.
 	_, body = postJSON(t, g, "/api/v1/locks/acquire", `{"name":"stolen","ttlMs":5000}`)

@@ -41,17 +41,51 @@ func (s *Service) lookup(id Identity, shard string) (locks.Target, error) {
 }
 
 // call runs fn through t's circuit breaker and notes a refusal (or a
-// half-open probe) on ctx's span. When the gateway's own request timeout
-// ends the call, the shard is reported unavailable (retryable), not the
-// caller's deadline as passed.
+// half-open probe) on ctx's span. Every failure of the shard's cluster is
+// reported unavailable (retryable) with a message naming the shard: the
+// breaker's or the Reach's refusal as it is, the gateway's own request
+// timeout as "did not answer in time" (not the caller's deadline as
+// passed), and an etcd or transport failure without its internals.
 func call(ctx context.Context, t locks.Target, fn func(context.Context) error) error {
 	err := t.Call(ctx, fn)
 	noteBreaker(ctx, t.Backend, err)
-	if errors.Is(err, shard.ErrShardUnavailable) {
-		err = ShardUnavailable(err)
-	}
-	if err != nil && errors.Is(context.Cause(ctx), errStoreTimeout) {
+	return shardErr(ctx, t, err)
+}
+
+// freeing runs fn on t's cluster past its breaker but not past its Reach:
+// for the calls that can only free what a caller holds (a release, a
+// resignation, a session's revocation). A holder letting go is not made to
+// wait out a breaker's open interval, nor to wait for a connection longer
+// than any call does. Its errors read as call's.
+func freeing(ctx context.Context, t locks.Target, fn func(context.Context) error) error {
+	return shardErr(ctx, t, t.Backend.Reach.Call(ctx, fn))
+}
+
+// shardErr is err, of a call on t under ctx, as the gateway reports it.
+func shardErr(ctx context.Context, t locks.Target, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, shard.ErrShardUnavailable):
+		return ShardUnavailable(err)
+	case errors.Is(context.Cause(ctx), errStoreTimeout):
 		return ShardUnavailable(fmt.Errorf("shard %q did not answer in time", t.Shard))
+	case ctx.Err() == nil && shard.IsClusterFailure(err):
+		return ShardUnavailable(&clusterFailure{shard: t.Shard, err: err})
 	}
 	return err
 }
+
+// clusterFailure is an etcd or transport failure of a shard's cluster: its
+// message names the shard and keeps etcd's words for the logs, while
+// errors.Is still sees them.
+type clusterFailure struct {
+	shard string
+	err   error
+}
+
+func (e *clusterFailure) Error() string {
+	return fmt.Sprintf("shard %q: its etcd cluster failed the call; retry", e.shard)
+}
+
+func (e *clusterFailure) Unwrap() error { return e.err }

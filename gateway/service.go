@@ -64,14 +64,28 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, e
 		log = slog.New(slog.DiscardHandler)
 	}
 	clk := clockOf(cfg)
-	auth, err := NewAuthenticator(cfg.Auth, log, clk)
+	auth := cfg.Authenticator
+	if auth == nil {
+		var err error
+		if auth, err = NewAuthenticator(cfg.Auth, log, clk); err != nil {
+			return nil, err
+		}
+	}
+	s, err := newService(cfg, router, log, clk, auth)
 	if err != nil {
+		auth.Close() // no JWKS refresh outlives a service that never ran
 		return nil, err
 	}
-	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
+	return s, nil
+}
+
+// newService builds the service around auth.
+func newService(cfg Config, router *locks.Router, log *slog.Logger, clk clock.Clock, auth *Authenticator) (s *Service, err error) {
+	s = &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	s.stopping, s.stop = context.WithCancelCause(context.Background())
 	if s.keys == nil {
-		k, err := GenerateIDKey(1)
+		var k IDKey
+		k, err = GenerateIDKey(1)
 		if err != nil {
 			return nil, err
 		}
@@ -102,19 +116,30 @@ func (s *Service) Shutdown() {
 	})
 }
 
+// ttl reads a TTL field in which 0 means the gateway's default TTL.
 func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
+	return s.ttlField(field, ms, true)
+}
+
+// ttlField reads a TTL in milliseconds: queue.MinLeaseTTL to
+// queue.MaxLeaseTTL, or 0 for the default when zeroIsDefault (a field with
+// no default, the REST acquire's ttlMs, refuses 0 as below the range).
+// Every refusal states the same allowed values.
+func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Duration, error) {
 	lo, hi := queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds()
-	if ms < 0 {
-		return 0, badField(field, "%d is negative; want 0 (default %s) or %d to %d", ms, s.cfg.DefaultTTL, lo, hi)
+	want := fmt.Sprintf("%d to %d", lo, hi)
+	if zeroIsDefault {
+		want = fmt.Sprintf("0 (default %s) or %s", s.cfg.DefaultTTL, want)
 	}
-	if ms == 0 {
+	switch {
+	case ms == 0 && zeroIsDefault:
 		return s.cfg.DefaultTTL, nil
-	}
-	if ms > hi {
-		return 0, badField(field, "%d is above %d (%s); want 0 (default %s) or %d to %d", ms, hi, queue.MaxLeaseTTL, s.cfg.DefaultTTL, lo, hi)
-	}
-	if ms < lo {
-		return 0, badField(field, "%d is below %d (%s, etcd's shortest lease); want 0 (default %s) or %d to %d", ms, lo, queue.MinLeaseTTL, s.cfg.DefaultTTL, lo, hi)
+	case ms < 0:
+		return 0, badField(field, "%d is negative; want %s", ms, want)
+	case ms > hi:
+		return 0, badField(field, "%d is above %d (%s); want %s", ms, hi, queue.MaxLeaseTTL, want)
+	case ms < lo:
+		return 0, badField(field, "%d is below %d (%s, etcd's shortest lease); want %s", ms, lo, queue.MinLeaseTTL, want)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -454,10 +479,11 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	var ok bool
-	// A release is attempted even when the shard's breaker is open: it can
-	// only free a lock, and a holder letting go should not wait out a
-	// breaker's open interval.
-	ok, err = t.Engine.Release(ctx, id.Handle, token)
+	err = freeing(ctx, t, func(ctx context.Context) error {
+		var err error
+		ok, err = t.Engine.Release(ctx, id.Handle, token)
+		return err
+	})
 	return ok, err
 }
 

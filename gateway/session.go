@@ -122,6 +122,33 @@ func shardProtos(outs []shardOutcome) []*v1.SessionShard {
 	return out
 }
 
+// perShardTimeout bounds the work of a call that answers shard by shard:
+// by the store's timeout, and to end a margin before the caller's own
+// deadline (which Connect and gRPC clients send), both with the store
+// timeout's cause. A shard that has not answered by then is reported
+// unavailable and the others' outcomes still reach the caller; without
+// the margin the caller's deadline would pass first and every shard's
+// outcome would be lost with the one slow shard's — a session's renewal
+// of its healthy shards included.
+func (s *Service) perShardTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := s.storeTimeout(ctx)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, cancel
+	}
+	// The caller's deadline is on the wall clock, as the network is.
+	margin := min(max(time.Until(dl)/10, minAnswerMargin), maxAnswerMargin)
+	sctx, scancel := context.WithDeadlineCause(ctx, dl.Add(-margin), errStoreTimeout)
+	return sctx, func() { scancel(); cancel() }
+}
+
+// The time left, at the end of a shard-by-shard call, for its answer to
+// reach the caller: a tenth of the call's time, within these bounds.
+const (
+	minAnswerMargin = 20 * time.Millisecond
+	maxAnswerMargin = 500 * time.Millisecond
+)
+
 // eachShard runs fn for every target at once and collects the outcomes
 // in order: a session costs one round trip, not one per shard, and a
 // shard that hangs delays the call by the request timeout, not by one
@@ -200,7 +227,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if len(req.Msg.ClientId) > queue.MaxIDLen {
 		return nil, badField("client_id", "is %d bytes; the limit is %d", len(req.Msg.ClientId), queue.MaxIDLen)
 	}
-	ctx, cancel := s.storeTimeout(ctx)
+	ctx, cancel := s.perShardTimeout(ctx)
 	defer cancel()
 	secret, err := queue.NewSecret()
 	if err != nil {
@@ -269,7 +296,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
+	ctx, cancel := s.perShardTimeout(ctx)
 	defer cancel()
 	outs := eachShard(len(leases), func(i int) shardOutcome {
 		return s.keepAlive(ctx, who, id, leases[i])
@@ -337,7 +364,7 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
+	ctx, cancel := s.perShardTimeout(ctx)
 	defer cancel()
 	outs := eachShard(len(id.Leases), func(i int) shardOutcome {
 		return s.revoke(ctx, who, id, id.Leases[i])
@@ -359,11 +386,8 @@ func (s *Service) revoke(ctx context.Context, who Identity, id SessionID, l Shar
 		o.err = err
 		return o
 	}
-	// A revoke is attempted even when the shard's breaker is open: it can
-	// only free locks, as a release can.
-	o.err = t.Engine.CloseSession(ctx, l.Lease, id.Secret)
-	if o.err != nil && errors.Is(context.Cause(ctx), errStoreTimeout) {
-		o.err = ShardUnavailable(fmt.Errorf("shard %q did not answer in time", t.Shard))
-	}
+	o.err = freeing(ctx, t, func(ctx context.Context) error {
+		return t.Engine.CloseSession(ctx, l.Lease, id.Secret)
+	})
 	return o
 }

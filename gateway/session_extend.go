@@ -58,7 +58,7 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err := s.lim.acquire(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
+	ctx, cancel := s.perShardTimeout(ctx)
 	defer cancel()
 	outs := eachShard(len(targets), func(i int) shardOutcome {
 		t := targets[i]

@@ -23,6 +23,9 @@ type Backend struct {
 	Engine *queue.Engine
 	// Breaker guards bounded calls to the cluster.
 	Breaker *shard.Breaker
+	// Reach follows the client's connection and bounds how long a call
+	// waits for one.
+	Reach *shard.Reach
 
 	qcfg       queue.Config
 	maxTenants int
@@ -94,7 +97,37 @@ func (b *Backend) tenantEngines() int {
 	return len(b.tenants)
 }
 
+// Call runs fn through the cluster's breaker and, once past it, its
+// Reach: an open breaker, or a cluster without a connection for
+// shard.ReachConfig.ConnectTimeout, fails the call with an error wrapping
+// shard.ErrShardUnavailable that names the cluster. It blocks for as long
+// as fn does; bound fn's work with ctx.
+func (b *Backend) Call(ctx context.Context, fn func(context.Context) error) error {
+	return b.Breaker.Execute(ctx, func(ctx context.Context) error { return b.Reach.Call(ctx, fn) })
+}
+
+// healthKey is the key Ping reads, under the engines' prefix; nothing
+// writes it.
+const healthKey = "/health"
+
+// Ping asks the cluster for a linearizable read of one key: it answers
+// only with a leader and a quorum. It is the breaker's probe and the
+// gateway's health check, and goes through neither breaker nor Reach
+// itself: its callers choose.
+func (b *Backend) Ping(ctx context.Context) error {
+	_, err := b.Client.Get(ctx, b.Engine.Config().Prefix+healthKey)
+	return err
+}
+
+// answers asks the cluster's member for a read it serves without its
+// leader: the Reach's check that a silent connection is still alive.
+func (b *Backend) answers(ctx context.Context) error {
+	_, err := b.Client.Get(ctx, b.Engine.Config().Prefix+healthKey, clientv3.WithSerializable())
+	return err
+}
+
 func (b *Backend) close() {
+	b.Reach.Close()
 	b.mu.Lock()
 	for _, e := range b.tenants {
 		e.Close()

@@ -22,8 +22,12 @@ type RouterConfig struct {
 	Prefix string
 	// Queue configures each cluster's engine; its Prefix is set to Prefix.
 	Queue queue.Config
-	// Breaker configures each cluster's breaker.
+	// Breaker configures each cluster's breaker; its Probe is set per
+	// cluster (Backend.Ping through the cluster's Reach).
 	Breaker shard.BreakerConfig
+	// Reach bounds each cluster's calls' wait for a connection; its Probe
+	// is set per cluster (a serializable read, which needs no leader).
+	Reach shard.ReachConfig
 	// Endpoints, by cluster name, override the endpoints stored in the map
 	// with what this process knows (embedded clusters, local addresses).
 	Endpoints map[string][]string
@@ -179,14 +183,24 @@ func (r *Router) dial(c shard.Cluster) (*Backend, error) {
 		cli.Close()
 		return nil, err
 	}
+	b := &Backend{Name: c.Name, Client: cli, Engine: eng, qcfg: qc, maxTenants: r.cfg.MaxTenantEngines}
+	rc := r.cfg.Reach
+	rc.Probe = b.answers
+	b.Reach = shard.NewReach(c.Name, cli.ActiveConnection(), rc)
 	bc := r.cfg.Breaker
-	br, err := shard.NewBreaker(c.Name, bc)
-	if err != nil {
+	bc.Probe = func(ctx context.Context) error {
+		if err := b.Reach.Reconnect(ctx); err != nil {
+			return err
+		}
+		return b.Reach.Call(ctx, b.Ping)
+	}
+	if b.Breaker, err = shard.NewBreaker(c.Name, bc); err != nil {
+		b.Reach.Close()
 		eng.Close()
 		cli.Close()
 		return nil, err
 	}
-	return &Backend{Name: c.Name, Client: cli, Engine: eng, Breaker: br, qcfg: qc, maxTenants: r.cfg.MaxTenantEngines}, nil
+	return b, nil
 }
 
 // Route returns where name's calls go under the map in force, with the

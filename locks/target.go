@@ -31,9 +31,10 @@ type Target struct {
 	Previous *Target
 }
 
-// Call runs fn through the shard's circuit breaker: an open breaker fails
-// it at once with an error wrapping shard.ErrShardUnavailable. It blocks
-// for as long as fn does; bound fn's work with ctx.
+// Call runs fn on the shard as Backend.Call does: an open breaker, or a
+// cluster without a connection, fails it with an error wrapping
+// shard.ErrShardUnavailable. It blocks for as long as fn does; bound fn's
+// work with ctx.
 func (t Target) Call(ctx context.Context, fn func(context.Context) error) error {
-	return t.Backend.Breaker.Execute(ctx, fn)
+	return t.Backend.Call(ctx, fn)
 }

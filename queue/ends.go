@@ -227,8 +227,10 @@ func (e *Engine) endOf(ctx context.Context, h Handle, gone error) End {
 		return End{Kind: EndLost, Err: gone}
 	case kind == lossClean && e.gaveUp(ctx, key, rev):
 		return End{Kind: EndLost, Err: fmt.Errorf("%w: the gateway gave the grant up, unable to deliver it", gone)}
+	case kind == lossClean && errors.Is(gone, ErrStolen):
+		return End{Kind: EndReleased, Err: fmt.Errorf("%w: its holder released it, and another holder has the name now", ErrReleased)}
 	case kind == lossClean:
-		return End{Kind: EndReleased, Err: fmt.Errorf("%w: %w", ErrReleased, gone)}
+		return End{Kind: EndReleased, Err: fmt.Errorf("%w: its holder released it, and the name is free", ErrReleased)}
 	case kind == lossEvicted:
 		rec := e.auditAt(ctx, rev)
 		msg := "an administrator force-released it"

@@ -173,7 +173,7 @@ func (w *world) addStale(name string) {
 				continue
 			}
 			if _, err := re.Renew(ctx, g.Handle, g.Token()); err != nil &&
-				!errors.Is(err, ErrExpired) && !errors.Is(err, ErrStolen) {
+				!errors.Is(err, ErrReleased) && !errors.Is(err, ErrExpired) && !errors.Is(err, ErrStolen) {
 				w.violate("%s: renewal of its first lock id: %v", name, err)
 			}
 		}

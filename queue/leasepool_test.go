@@ -98,8 +98,8 @@ func TestPooledLeaseIsReusedAfterQuarantine(t *testing.T) {
 	}
 	// The earlier lock's id names the same lease: it renews and releases
 	// nothing.
-	if _, err := e.Renew(testCtx(t), g.Handle, g.Token()); !errors.Is(err, ErrExpired) {
-		t.Errorf("Renew with the released lock id = %v; want ErrExpired", err)
+	if _, err := e.Renew(testCtx(t), g.Handle, g.Token()); !errors.Is(err, ErrReleased) {
+		t.Errorf("Renew with the released lock id = %v; want ErrReleased", err)
 	}
 	if ok, err := e.Release(testCtx(t), g.Handle, g.Token()); ok || err != nil {
 		t.Errorf("Release with the released lock id = %v, %v; want false, nil", ok, err)
@@ -126,8 +126,8 @@ func TestRenewInFlightKeepsLeaseOutOfPool(t *testing.T) {
 	mustRelease(t, e, g)
 	inPool := pooled(e, g.Lease)
 	close(gate.open)
-	if err := within(t, done, 10*time.Second, "the renewal"); err != nil && !errors.Is(err, ErrExpired) {
-		t.Errorf("renewal racing the release: %v; want nil or ErrExpired", err)
+	if err := within(t, done, 10*time.Second, "the renewal"); err != nil && !errors.Is(err, ErrReleased) {
+		t.Errorf("renewal racing the release: %v; want nil or ErrReleased", err)
 	}
 	requireRevoked(t, e, cli, g.Lease, inPool, "a release with a renewal in flight")
 }
@@ -316,8 +316,8 @@ func TestStaleRenewOnAnotherGatewayNeverReachesRecycledLease(t *testing.T) {
 		t.Fatalf("the released lease %x was never handed out again", int64(g.Lease))
 	}
 	close(gate.open)
-	if err := within(t, done, 10*time.Second, "the renewal"); !errors.Is(err, ErrExpired) {
-		t.Errorf("stale renewal on the other gateway = %v; want ErrExpired", err)
+	if err := within(t, done, 10*time.Second, "the renewal"); !errors.Is(err, ErrReleased) {
+		t.Errorf("stale renewal on the other gateway = %v; want ErrReleased", err)
 	}
 	if n := kept.Load(); n != 0 {
 		t.Errorf("the stale renewal sent %d keepalives for a lease handed to another lock", n)

@@ -165,6 +165,8 @@ func outcomeOf(err error) string {
 		return "wait_timeout"
 	case errors.Is(err, ErrLeaseLost):
 		return "lease_lost"
+	case errors.Is(err, ErrReleased):
+		return "released"
 	case errors.Is(err, ErrExpired):
 		return "expired"
 	case errors.Is(err, ErrStolen):

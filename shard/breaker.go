@@ -86,10 +86,24 @@ type BreakerConfig struct {
 	// A dead cluster costs one probe call per OpenTimeout per gateway.
 	OpenTimeout time.Duration
 
-	// HalfOpenProbes is how many calls the half-open breaker lets through;
+	// HalfOpenProbes is how many probes the half-open breaker lets through;
 	// that many successes in a row close it, and one failure opens it again.
 	// Default 1.
 	HalfOpenProbes uint32
+
+	// Probe, if set, is the breaker's own probe of its cluster: a caller
+	// that finds the breaker half-open runs Probe, bounded by ProbeTimeout,
+	// instead of its call, and its call only if the probe closed the
+	// breaker. A probe then costs its caller at most ProbeTimeout however
+	// dead the cluster, never the caller's own timeout, and a probe's
+	// verdict rests on a call that should take milliseconds rather than
+	// on whatever the caller had to do. It should be one cheap read that
+	// needs the cluster's leader. Default nil: the first caller's own call
+	// is the probe.
+	Probe func(ctx context.Context) error
+
+	// ProbeTimeout bounds Probe. Default 1 s.
+	ProbeTimeout time.Duration
 
 	// OnStateChange, if set, is called on every state change, including
 	// open → half-open, which is reported when OpenTimeout elapses rather
@@ -108,6 +122,7 @@ func DefaultBreakerConfig() BreakerConfig {
 		Window:              10 * time.Second,
 		OpenTimeout:         time.Second,
 		HalfOpenProbes:      1,
+		ProbeTimeout:        time.Second,
 	}
 }
 
@@ -128,6 +143,9 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.HalfOpenProbes == 0 {
 		c.HalfOpenProbes = d.HalfOpenProbes
 	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = d.ProbeTimeout
+	}
 	return c
 }
 
@@ -141,6 +159,8 @@ func (c BreakerConfig) Validate() error {
 		return fmt.Errorf("shard: breaker Window %v out of range: want ≥ 10ms, or 0 for the default", c.Window)
 	case c.OpenTimeout < 0:
 		return fmt.Errorf("shard: breaker OpenTimeout %v is negative: want > 0, or 0 for the default", c.OpenTimeout)
+	case c.ProbeTimeout < 0:
+		return fmt.Errorf("shard: breaker ProbeTimeout %v is negative: want > 0, or 0 for the default", c.ProbeTimeout)
 	}
 	return nil
 }
@@ -203,9 +223,19 @@ func (b *Breaker) State() State { return stateOf(b.cb.State()) }
 // a hung cluster surfaces as a failure. Do not run waits whose expiry is a
 // normal outcome (a waiter's watch) through Execute: their deadline would
 // be counted against the cluster.
+//
+// With a Probe configured, a caller that finds the breaker half-open runs
+// the probe first (at most ProbeTimeout) and fn only once the probe has
+// closed the breaker; a failed probe is returned as an error wrapping
+// ErrShardUnavailable.
 func (b *Breaker) Execute(ctx context.Context, fn func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if b.cfg.Probe != nil && b.cb.State() == gobreaker.StateHalfOpen {
+		if err := b.probe(ctx); err != nil {
+			return err
+		}
 	}
 	_, err := b.cb.Execute(func() (struct{}, error) {
 		err := fn(ctx)
@@ -221,6 +251,32 @@ func (b *Breaker) Execute(ctx context.Context, fn func(ctx context.Context) erro
 		return fmt.Errorf("%w: cluster %q: %w", ErrShardUnavailable, b.cluster, err)
 	}
 	return err
+}
+
+// probe runs the configured probe as the half-open breaker's request.
+func (b *Breaker) probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, b.cfg.ProbeTimeout)
+	defer cancel()
+	_, err := b.cb.Execute(func() (struct{}, error) {
+		err := b.cfg.Probe(pctx)
+		if err == nil {
+			return struct{}{}, nil
+		}
+		return struct{}{}, &verdict{err: err, kind: classify(pctx, err)}
+	})
+	var v *verdict
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &v) && v.kind == excluded:
+		return v.err // the caller went away; the probe counted for nothing
+	case errors.As(err, &v) && errors.Is(v.err, ErrShardUnavailable):
+		return v.err // it names the cluster already
+	case errors.As(err, &v):
+		return fmt.Errorf("%w: cluster %q: its probe failed: %w", ErrShardUnavailable, b.cluster, v.err)
+	}
+	// Open again, or another caller's probe is in flight.
+	return fmt.Errorf("%w: cluster %q: %w", ErrShardUnavailable, b.cluster, err)
 }
 
 func (b *Breaker) readyToTrip(c gobreaker.Counts) bool {
@@ -295,7 +351,8 @@ func classify(ctx context.Context, err error) outcome {
 }
 
 // IsClusterFailure reports whether err says the cluster is unhealthy rather
-// than answering: context.DeadlineExceeded, a gRPC or etcd error with code
+// than answering: ErrShardUnavailable (a Reach found no connection),
+// context.DeadlineExceeded, a gRPC or etcd error with code
 // Unavailable or DeadlineExceeded (no leader, leader changed, request timed
 // out, connection lost, server stopped …), or etcd's "database space
 // exceeded", "too many requests" and "corrupt cluster". Semantic answers
@@ -306,7 +363,7 @@ func IsClusterFailure(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrShardUnavailable) {
 		return true
 	}
 	switch grpcCode(err) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func TestIsClusterFailure(t *testing.T) {
 		want bool
 	}{
 		{nil, false},
+		{fmt.Errorf("%w: cluster \"c1\": no connection to etcd", ErrShardUnavailable), true},
 		{context.DeadlineExceeded, true},
 		{fmt.Errorf("get: %w", context.DeadlineExceeded), true},
 		{rpctypes.ErrNoLeader, true},
@@ -268,4 +270,47 @@ func TestNewBreakerRejects(t *testing.T) {
 	if _, err := NewBreaker("c", BreakerConfig{FailureRatio: 2}); err == nil || !strings.Contains(err.Error(), "FailureRatio 2") {
 		t.Errorf("NewBreaker(c, ratio 2) = %v; want FailureRatio error", err)
 	}
+}
+
+// With a Probe, a caller that finds the breaker half-open pays for the
+// probe, never for its own call on a dead cluster: a probe that hangs
+// costs it ProbeTimeout and fails it with ErrShardUnavailable naming the
+// cluster, without running its call; a probe that answers closes the
+// breaker and the call runs.
+func TestBreakerProbeCostsAtMostProbeTimeout(t *testing.T) {
+	var healthy atomic.Bool
+	probe := func(ctx context.Context) error {
+		if healthy.Load() {
+			return nil
+		}
+		<-ctx.Done() // a cluster that never answers
+		return ctx.Err()
+	}
+	const probeTimeout = 200 * time.Millisecond
+	b, states := newTestBreaker(t, BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 50 * time.Millisecond, Probe: probe, ProbeTimeout: probeTimeout})
+	_ = b.Execute(context.Background(), fail(context.DeadlineExceeded))
+	awaitState(t, states, StateOpen)
+	for range 3 {
+		awaitState(t, states, StateHalfOpen)
+		start := time.Now()
+		called := false
+		// The caller's own context would let a call hang for a minute.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := b.Execute(ctx, func(context.Context) error { called = true; return nil })
+		cancel()
+		if d := time.Since(start); d > probeTimeout+time.Second {
+			t.Fatalf("a failed probe cost its caller %s; want about ProbeTimeout (%s)", d, probeTimeout)
+		}
+		if called || !errors.Is(err, ErrShardUnavailable) || !strings.Contains(err.Error(), `"c1"`) {
+			t.Fatalf("Execute on a half-open breaker whose probe hangs = %v (call run: %v); want ErrShardUnavailable naming c1 and the call not run", err, called)
+		}
+		awaitState(t, states, StateOpen)
+	}
+	healthy.Store(true)
+	awaitState(t, states, StateHalfOpen)
+	called := false
+	if err := b.Execute(context.Background(), func(context.Context) error { called = true; return nil }); err != nil || !called {
+		t.Fatalf("Execute once the probe answers = %v (call run: %v); want the call run", err, called)
+	}
+	awaitState(t, states, StateClosed)
 }

@@ -8,6 +8,9 @@
 //     clusters of a shard map.
 //   - [Breaker] (breaker.go): a per-cluster circuit breaker that fails a dead
 //     cluster's calls fast with [ErrShardUnavailable] and probes it back.
+//   - [Reach] (reach.go): follows a cluster's client connection, so a call
+//     on a cluster without one, or with a silent one, fails with
+//     [ErrShardUnavailable] within about a second instead of its timeout.
 //   - [Map] and [Store] (map.go, store.go): the shard map (clusters, epoch,
 //     pending and draining state) kept in the home etcd cluster and watched
 //     by every gateway.
@@ -29,8 +32,9 @@ import "errors"
 // tell apart wraps one of these; test with [errors.Is].
 var (
 	// ErrShardUnavailable: a cluster's circuit breaker is open (or half-open
-	// and already probing), so the call was not attempted. Retryable; maps to
-	// Connect code unavailable.
+	// and already probing, or its probe failed), or a Reach found the
+	// cluster without a connection or silent. Retryable; maps to Connect
+	// code unavailable.
 	ErrShardUnavailable = errors.New("shard unavailable")
 
 	// ErrInvalidMap: a shard map failed Validate; the message names the bad value.

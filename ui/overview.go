@@ -224,7 +224,7 @@ func (c *Console) counts(ctx context.Context, backends []*locks.Backend, sc scop
 // first, and the rest wait behind it; the figure is a moment's.
 func (c *Console) count(ctx context.Context, b *locks.Backend, prefix string, s *ShardOverview) {
 	var resp *clientv3.GetResponse
-	err := b.Breaker.Execute(ctx, func(ctx context.Context) error {
+	err := b.Call(ctx, func(ctx context.Context) error {
 		// Its own deadline: a hung cluster is then a failure the breaker
 		// counts, as for any bounded call.
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.ScanTimeout)

@@ -146,8 +146,12 @@ func (cr *credentials) explain(err error) error {
 	case connect.CodeUnauthenticated:
 		return explained{cr.unauthenticated(err, ce), err}
 	case connect.CodePermissionDenied:
-		return explained{fmt.Sprintf("permission denied: %s (the credentials were accepted, but their tenant or caller may not do this: "+
-			"locks, lock ids and request ids belong to the tenant and caller that made them, and a tenant policy may limit names)", ce.Message()), err}
+		msg := ce.Message()
+		if !strings.HasPrefix(msg, "permission denied") {
+			msg = "permission denied: " + msg // said once, whatever the gateway's words
+		}
+		return explained{fmt.Sprintf("%s (the credentials were accepted, but their tenant or caller may not do this: "+
+			"locks, lock ids and request ids belong to the tenant and caller that made them, and a tenant policy may limit names)", msg), err}
 	}
 	return err
 }

@@ -45,6 +45,9 @@ func wantFail(t *testing.T, env []string, code int, want []string, args ...strin
 			t.Errorf("leasectl %v: stderr %q; want it to say %q", args, r.stderr, w)
 		}
 	}
+	if twice := gwtest.SaidTwice(r.stderr); twice != "" {
+		t.Errorf("leasectl %v: stderr %q says %q twice in a row", args, r.stderr, twice)
+	}
 }
 
 func TestBearerTokenCredentials(t *testing.T) {

@@ -41,8 +41,8 @@ func TestAcquireRenewReleaseDescribe(t *testing.T) {
 		t.Fatalf("second release printed %v; want released false", rel)
 	}
 	r = run(t, nil, append(ep, "renew", id, tok)...)
-	if r.code != exitLost || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "lock lost") {
-		t.Fatalf("renew of a released lock exited %d, stderr %q; want %d and one line saying the lock is lost", r.code, r.stderr, exitLost)
+	if r.code != exitLost || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "lock released") {
+		t.Fatalf("renew of a released lock exited %d, stderr %q; want %d and one line saying the lock was released", r.code, r.stderr, exitLost)
 	}
 
 	table := runOK(t, "--endpoint", g.URL, "describe", "cli")

@@ -170,7 +170,7 @@ func newRenewCmd(g *globals) *cobra.Command {
 		Short: "Extend a held lock's lease once",
 		Long: `renew extends the lease of the lock with the given id and fencing token by its
 TTL and prints the new expiry (on the gateway's clock). It exits with status 4
-when the lock was lost (expired or taken over).`,
+when the lock is no longer held: lost (expired or taken over) or released.`,
 		Args: exactArgs("LOCKID", "TOKEN"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token, err := parseToken(args[1])

@@ -103,7 +103,7 @@ func classify(err error) (code int, hint string) {
 		return exitUsage, ""
 	case errors.Is(err, client.ErrNotAcquired), errors.Is(err, client.ErrWaitTimeout), errors.Is(err, client.ErrNoLeader):
 		return exitNotAcquired, ""
-	case errors.Is(err, client.ErrLockLost):
+	case errors.Is(err, client.ErrLockLost), errors.Is(err, client.ErrReleased):
 		return exitLost, ""
 	case errors.Is(err, client.ErrPermissionDenied), errors.Is(err, client.ErrNotOwner):
 		return exitRefused, ""
@@ -166,7 +166,7 @@ over the environment; see docs/security.md.
 
 Exit statuses: 0 success; 1 error (for example no gateway reachable); 2 bad
 flags or arguments; 3 lock not acquired (held, or the wait timed out); 4 lock
-lost; 5 refused (the tenant may not use the name, or the lock id is not
+lost (or released, to a renew); 5 refused (the tenant may not use the name, or the lock id is not
 yours); 6 a rate limit or quota refused the call; 7 the gateway failed
 unexpectedly. "leasectl run" otherwise exits with the command's status, or
 128+N when stop signal N came before the command started.`,

@@ -52,6 +52,9 @@ func TestRefusalsExitByKind(t *testing.T) {
 			if r.code != tc.code || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, tc.want) {
 				t.Fatalf("leasectl %q exited %d with stderr %q; want %d and one line mentioning %q", tc.args, r.code, r.stderr, tc.code, tc.want)
 			}
+			if twice := gwtest.SaidTwice(r.stderr); twice != "" {
+				t.Errorf("leasectl %q: stderr %q says %q twice in a row", tc.args, r.stderr, twice)
+			}
 		})
 	}
 }

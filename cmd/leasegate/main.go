@@ -34,12 +34,22 @@ func main() {
 	root := newRootCmd()
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "leasegate: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(exitUsage)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is the exit status for an error of the command: exitUsage for
+// a mistake in the flags, the environment's LEASEGATE_* or the files they
+// name, which only changing them fixes; 1 for a failure of the
+// environment (a port in use, a data directory held by another process,
+// an etcd cluster that does not answer), which may pass.
+func exitCode(err error) int {
+	var ue usageError
+	var ce *server.ConfigError
+	if errors.As(err, &ue) || errors.As(err, &ce) {
+		return exitUsage
+	}
+	return 1
 }
 
 func newRootCmd() *cobra.Command {
@@ -87,6 +97,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(newShardsCmd())
 	cmd.AddCommand(newIDKeysCmd())
+	argsAreUsage(cmd)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "address to serve Connect, gRPC, gRPC-Web and REST on")
 	f.StringVar(&cfg.DebugListen, "debug-listen", "", fmt.Sprintf("address to serve the Go profiler (net/http/pprof) on, apart from the API; off when empty. "+
@@ -113,6 +124,23 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	cmd.Version = buildinfo.Read().String()
 	cmd.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	return cmd
+}
+
+// argsAreUsage makes the refusal of cmd's and its subcommands' arguments
+// (an unknown command, a missing or extra argument) a usage error, as a
+// bad flag is.
+func argsAreUsage(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		argsAreUsage(sub)
+	}
 }
 
 // parseClusters reads --etcd values: "name=url1,url2" or "url1,url2"

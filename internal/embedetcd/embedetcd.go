@@ -24,7 +24,8 @@ import (
 type Config struct {
 	// Name is the member name; it also names the data directory. Default "default".
 	Name string
-	// Dir is the parent data directory. Required.
+	// Dir is the parent data directory. Required. A member directory
+	// another member holds is refused at once with ErrDirInUse.
 	Dir string
 	// ClientAddr is the host:port clients connect to. Empty picks a free
 	// loopback port.
@@ -48,6 +49,7 @@ type Config struct {
 type Server struct {
 	etcd     *embed.Etcd
 	endpoint string
+	lock     *DirLock // the data directory's, held while the member runs
 }
 
 // Start launches the member and blocks until it serves clients or
@@ -99,9 +101,12 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // Etcd exposes the underlying embedded server, for tests that inject faults.
 func (s *Server) Etcd() *embed.Etcd { return s.etcd }
 
-// Close stops the member and releases its ports. It blocks until the member
-// has shut down.
-func (s *Server) Close() { s.etcd.Close() }
+// Close stops the member and releases its ports and its data directory.
+// It blocks until the member has shut down.
+func (s *Server) Close() {
+	s.etcd.Close()
+	s.lock.Unlock()
+}
 
 // FreeAddr returns a loopback host:port that was free a moment ago and
 // that this process has not handed out before. It picks below Linux's

@@ -16,6 +16,8 @@ type MemberConfig struct {
 	// Name is the member name, as it appears in InitialCluster. Required.
 	Name string
 	// Dir is the member's data directory, used as is. Required. A directory
+	// another member holds, in this process or another, is refused at once
+	// (ErrDirInUse, naming the holder's process id). A directory
 	// that already holds data restarts the member; InitialCluster and
 	// InitialClusterState are then ignored by etcd.
 	Dir string
@@ -138,8 +140,13 @@ func startMember(cfg MemberConfig, tune func(*embed.Config)) (*Server, error) {
 		tune(ec)
 	}
 
+	lock, err := LockDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: member %q: %w", cfg.Name, err)
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
+		lock.Unlock()
 		return nil, fmt.Errorf("embedetcd: start member %q: %w", cfg.Name, err)
 	}
 	t := time.NewTimer(cfg.StartTimeout)
@@ -148,13 +155,15 @@ func startMember(cfg MemberConfig, tune func(*embed.Config)) (*Server, error) {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
+		lock.Unlock()
 		return nil, fmt.Errorf("embedetcd: member %q failed: %w", cfg.Name, err)
 	case <-t.C:
 		e.Server.Stop()
 		e.Close()
+		lock.Unlock()
 		return nil, fmt.Errorf("embedetcd: member %q not ready after %s (is a quorum of its cluster running?)", cfg.Name, cfg.StartTimeout)
 	}
-	return &Server{etcd: e, endpoint: curl.String()}, nil
+	return &Server{etcd: e, endpoint: curl.String(), lock: lock}, nil
 }
 
 // Err delivers a fatal error of the running member (a listener that

@@ -224,3 +224,19 @@ func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.St
 func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
+
+// SaidTwice returns the part of an error message that is said twice in a
+// row ("permission denied: permission denied: …", "invalid argument:
+// invalid_argument: …"), or "" when every part is said once. Parts are
+// the ": "-separated pieces, compared without case and with '_' read as
+// a space.
+func SaidTwice(msg string) string {
+	parts := strings.Split(msg, ": ")
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), "_", " ")) }
+	for i := 1; i < len(parts); i++ {
+		if p := norm(parts[i]); p != "" && p == norm(parts[i-1]) {
+			return parts[i]
+		}
+	}
+	return ""
+}

@@ -98,7 +98,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	t.Parallel()
 	d := loadDashboard(t)
 	srv := metricsGateway(t)
-	runWorkload(t, srv.URL())
+	runWorkload(t, srv)
 	exported := sampleNames(scrape(t, srv.URL()))
 
 	var vars []string

@@ -107,9 +107,9 @@ func checkProfileSeconds(r *http.Request) error {
 	return nil
 }
 
-// startDebug opens the debug listener, if one is configured. tlsCfg, the
+// listenDebug binds the debug listener, if one is configured. tlsCfg, the
 // API listener's TLS, is reused without asking for client certificates.
-func (s *Server) startDebug(tlsCfg *tls.Config) error {
+func (s *Server) listenDebug(tlsCfg *tls.Config) error {
 	if s.cfg.DebugListen == "" {
 		return nil
 	}
@@ -117,21 +117,31 @@ func (s *Server) startDebug(tlsCfg *tls.Config) error {
 	if err != nil {
 		return fmt.Errorf("debug listen on %s: %w", s.cfg.DebugListen, err)
 	}
-	loopback := isLoopback(ln.Addr().String())
-	if !loopback && !s.cfg.debugBearerAuth() {
+	if !isLoopback(ln.Addr().String()) && !s.cfg.debugBearerAuth() {
 		// The name resolved to a loopback address when checked, and to
 		// another one when bound.
 		ln.Close()
-		return fmt.Errorf("refusing to serve the profiler on %s (bound to %s) without bearer authentication", s.cfg.DebugListen, ln.Addr())
+		return configErr(fmt.Errorf("refusing to serve the profiler on %s (bound to %s) without bearer authentication", s.cfg.DebugListen, ln.Addr()))
 	}
 	if tlsCfg != nil {
 		dc := tlsCfg.Clone()
 		dc.ClientAuth, dc.ClientCAs = tls.NoClientCert, nil
 		ln = tls.NewListener(ln, dc)
-	} else if !loopback {
-		s.log.Warn("the debug listener is not TLS: its bearer tokens cross the network in the clear", "debug_listen", ln.Addr().String())
 	}
 	s.debugLn = ln
+	return nil
+}
+
+// serveDebug serves the profiler on the debug listener, if one is bound;
+// the service must exist, as it authenticates the requests.
+func (s *Server) serveDebug() {
+	if s.debugLn == nil {
+		return
+	}
+	loopback := isLoopback(s.debugLn.Addr().String())
+	if s.cfg.TLSCert == "" && !loopback {
+		s.log.Warn("the debug listener is not TLS: its bearer tokens cross the network in the clear", "debug_listen", s.debugLn.Addr().String())
+	}
 	s.debug = &http.Server{
 		Handler:           s.service.GuardDebug(debugHandler(), !loopback),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -140,9 +150,9 @@ func (s *Server) startDebug(tlsCfg *tls.Config) error {
 		// No write timeout: a CPU profile or trace takes as long as its
 		// ?seconds= asks.
 	}
+	ln := s.debugLn
 	go func() { _ = s.debug.Serve(ln) }()
 	s.log.Info("profiler serving", "addr", ln.Addr().String(), "token_required", !loopback)
-	return nil
 }
 
 // DebugAddr is the debug listener's address, "" without one.

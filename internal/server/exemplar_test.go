@@ -32,7 +32,7 @@ func TestLatencyExemplars(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	p.TracerProvider = tp
 	srv := startGateway(t, p, workloadConfig)
-	runWorkload(t, srv.URL())
+	runWorkload(t, srv)
 
 	req, err := http.NewRequest(http.MethodGet, srv.URL()+"/metrics", nil)
 	if err != nil {
@@ -76,7 +76,7 @@ const metricsListPath = "../../deploy/observability/exported-metrics.txt"
 func TestExportedMetricsList(t *testing.T) {
 	t.Parallel()
 	srv := metricsGateway(t)
-	runWorkload(t, srv.URL())
+	runWorkload(t, srv)
 	var lines []string
 	for name, f := range scrape(t, srv.URL()) {
 		if strings.HasPrefix(name, "leasegate_") {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/embedetcd"
@@ -265,93 +266,173 @@ type Server struct {
 	debug    *http.Server                    // nil without DebugListen
 	debugLn  net.Listener
 
+	// dial connects to an etcd cluster with the configured security.
+	dial func(name string, endpoints []string) (*clientv3.Client, error)
+	// auth is the authenticator until the service takes it over.
+	auth *gateway.Authenticator
+	// dataLock holds DataDir while embedded members serve from it.
+	dataLock *embedetcd.DirLock
+
 	// transitions counts breaker state changes; nil without metrics.
 	transitions *shard.TransitionCounter
 }
 
-// Start brings the process up: etcd (embedded or dialled), engines, and the
-// listener. It returns once the port accepts connections.
-func Start(ctx context.Context, cfg Config) (s *Server, err error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+// ConfigError is an error of Start caused by the configuration: a value
+// out of range, or a file it names that is missing or does not load.
+// Changing the configuration fixes it (cmd/leasegate exits 2 on it). Every
+// other error of Start comes from the environment: a port in use, a data
+// directory another process holds or cannot be written, an etcd cluster
+// that does not answer.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the error of the configuration.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configErr marks err, when not nil, as an error of the configuration.
+func configErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	s = &Server{cfg: cfg, log: cfg.Log, served: make(chan error, 1)}
+	return &ConfigError{Err: err}
+}
+
+// Start brings the process up and returns once the port accepts
+// connections. It checks what it can without etcd first — the files the
+// configuration names, then the listeners' addresses — so a mistake there
+// is reported at once, before any etcd member starts or is dialled; then
+// it starts etcd (embedded or dialled), the engines and the service. An
+// error leaves nothing running: whatever was started is stopped again.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, configErr(err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Log, served: make(chan error, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if err := s.start(ctx); err != nil {
+		s.abort()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start is Start's work on s, whose fields it fills as it goes: abort
+// undoes a start that failed part way, whatever it had reached.
+func (s *Server) start(ctx context.Context) error {
+	cfg := s.cfg
 	cfg.Gateway.Auth.MTLS = cfg.Gateway.Auth.MTLS || cfg.TLSClientCA != ""
 	if !cfg.authEnabled() && !isLoopback(cfg.Listen) {
 		s.log.Error("SERVING WITHOUT AUTHENTICATION on a non-loopback address: anyone who can connect can take, renew or release any lock",
 			"listen", cfg.Listen, "flag", "--allow-insecure-remote")
 	}
+	// The files, each read once here; a bad one is the configuration's.
 	tlsCfg, pair, err := cfg.listenerTLS(s.log)
 	if err != nil {
-		return nil, err
+		return configErr(err)
 	}
 	s.tlsPair = pair
-	defer func() {
-		if err != nil {
-			s.closeBackends()
+	if s.dial, err = cfg.EtcdTLS.dialer(cfg.Telemetry.EtcdDialOptions); err != nil {
+		return configErr(err)
+	}
+	if cfg.IDKeysFile != "" {
+		if cfg.Gateway.IDKeys, err = LoadIDKeysFile(cfg.IDKeysFile); err != nil {
+			return configErr(err)
 		}
-	}()
+	}
+	if s.auth, err = gateway.NewAuthenticator(cfg.Gateway.Auth, s.log, cfg.Gateway.Clock); err != nil {
+		return configErr(err)
+	}
+	// The data directory, then the ports, before etcd starts: a second
+	// gateway on the same directory, or a port in use, is found at once.
+	// Connections made meanwhile wait in the listen backlog.
+	if len(cfg.Clusters) == 0 {
+		if s.dataLock, err = embedetcd.LockDir(cfg.DataDir); err != nil {
+			return dataDirErr(err)
+		}
+	}
+	if err := s.listen(tlsCfg); err != nil {
+		return err
+	}
 	clusters := cfg.Clusters
 	if len(clusters) == 0 {
 		if clusters, err = s.startEmbedded(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := s.startRouter(ctx, clusters); err != nil {
-		return nil, err
+		return err
 	}
 	cfg.Gateway.Telemetry = gatewayTelemetry(cfg.Telemetry)
 	cfg.Gateway.Telemetry.PublicEndpoint = cfg.TracePublicEndpoint
 	// A loopback listener serves local clients only: a Host naming
 	// anything else is a web page's DNS rebinding, refused.
 	cfg.Gateway.CheckLoopbackHost = isLoopback(cfg.Listen)
-	if cfg.IDKeysFile != "" {
-		if cfg.Gateway.IDKeys, err = LoadIDKeysFile(cfg.IDKeysFile); err != nil {
-			return nil, err
-		}
-	} else {
+	if cfg.IDKeysFile == "" {
 		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		s.idKeys, err = followIDKeys(kctx, s.home, idKeysPrefix(cfg.Prefix), s.log)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("id keys: %w", err)
+			return fmt.Errorf("id keys: %w", err)
 		}
 		cfg.Gateway.IDKeys = s.idKeys
 	}
+	cfg.Gateway.Authenticator, s.auth = s.auth, nil // the service owns it now
 	if s.service, err = gateway.NewService(cfg.Gateway, s.router, s.log); err != nil {
-		return nil, err
+		return configErr(err)
 	}
 	s.mountMetrics(cfg.Telemetry)
 	if err := s.mountConsole(cfg.Telemetry); err != nil {
-		return nil, err
+		return err
 	}
-	s.ln, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	if !cfg.authEnabled() && !cfg.AllowInsecureRemote && !isLoopback(s.ln.Addr().String()) {
-		// The name resolved to a loopback address when checked, and to
-		// another one when bound: refuse as for any remote listener.
-		s.ln.Close()
-		return nil, fmt.Errorf("refusing to serve %s (bound to %s) without authentication", cfg.Listen, s.ln.Addr())
-	}
-	s.ln = gateway.LimitListener(s.ln, cfg.MaxConns, cfg.MaxConnsPerIP)
 	s.http = gateway.NewHTTPServer(cfg.Listen, s.service.Handler())
 	s.http.HTTP2.MaxConcurrentStreams = int(cfg.MaxStreamsPerConn)
 	if tlsCfg != nil {
 		s.http.TLSConfig = tlsCfg
-		s.ln = tls.NewListener(s.ln, tlsCfg)
 	}
-	if err := s.startDebug(tlsCfg); err != nil {
-		s.ln.Close()
-		return nil, err
-	}
+	s.serveDebug()
 	go func() { s.served <- s.http.Serve(s.ln) }()
 	s.log.Info("leasegate serving", "addr", s.ln.Addr().String(), "shards", s.router.Map().ClusterNames(), "epoch", s.router.Map().Epoch, "embedded", len(s.embedded) > 0)
-	return s, nil
+	return nil
+}
+
+// listen binds the API's listener and, when configured, the debug one.
+func (s *Server) listen(tlsCfg *tls.Config) error {
+	cfg := s.cfg
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if !cfg.authEnabled() && !cfg.AllowInsecureRemote && !isLoopback(ln.Addr().String()) {
+		// The name resolved to a loopback address when checked, and to
+		// another one when bound: refuse as for any remote listener.
+		ln.Close()
+		return configErr(fmt.Errorf("refusing to serve %s (bound to %s) without authentication", cfg.Listen, ln.Addr()))
+	}
+	s.ln = gateway.LimitListener(ln, cfg.MaxConns, cfg.MaxConnsPerIP)
+	if tlsCfg != nil {
+		s.ln = tls.NewListener(s.ln, tlsCfg)
+	}
+	return s.listenDebug(tlsCfg)
+}
+
+// abort stops what a failed start had started, in the reverse order.
+func (s *Server) abort() {
+	if s.debugLn != nil {
+		_ = s.debugLn.Close()
+	}
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
+	if s.service != nil {
+		s.service.Shutdown()
+	}
+	if s.auth != nil {
+		s.auth.Close()
+	}
+	s.closeBackends()
 }
 
 func (s *Server) startEmbedded() ([]Cluster, error) {
@@ -360,16 +441,25 @@ func (s *Server) startEmbedded() ([]Cluster, error) {
 		name := fmt.Sprintf("shard-%d", i)
 		dir := filepath.Join(s.cfg.DataDir, name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("data dir: %w", err)
+			return nil, fmt.Errorf("data dir %s: %w", s.cfg.DataDir, err)
 		}
 		srv, err := embedetcd.Start(embedetcd.Config{Name: name, Dir: dir})
 		if err != nil {
-			return nil, err
+			return nil, dataDirErr(err)
 		}
 		s.embedded = append(s.embedded, srv)
 		out = append(out, Cluster{Name: name, Endpoints: []string{srv.Endpoint()}})
 	}
 	return out, nil
+}
+
+// dataDirErr adds to an error of the embedded etcd's data directory what
+// to do when another process holds it.
+func dataDirErr(err error) error {
+	if errors.Is(err, embedetcd.ErrDirInUse) {
+		return fmt.Errorf("%w (another leasegate?); stop that process, or start this one with another --data-dir", err)
+	}
+	return err
 }
 
 // Addr is the address the server listens on.
@@ -451,8 +541,16 @@ func (s *Server) closeBackends() {
 	for _, e := range s.embedded {
 		e.Close()
 	}
-	s.router, s.home, s.embedded = nil, nil, nil
+	s.dataLock.Unlock()
+	s.router, s.home, s.embedded, s.dataLock = nil, nil, nil, nil
 }
+
+// How long Start waits for the home cluster to answer, and when it says
+// that it waits.
+const (
+	homeWait       = 30 * time.Second
+	homeWaitNotice = 3 * time.Second
+)
 
 // startRouter loads (or, on first start, stores) the shard map in the home
 // cluster — the first configured — and follows it.
@@ -463,10 +561,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 		initial.Clusters = append(initial.Clusters, shard.Cluster{Name: c.Name, Endpoints: c.Endpoints})
 		overrides[c.Name] = c.Endpoints
 	}
-	dial, err := s.cfg.EtcdTLS.dialer(s.cfg.Telemetry.EtcdDialOptions)
-	if err != nil {
-		return err
-	}
+	dial := s.dial
 	home, err := dial(clusters[0].Name, clusters[0].Endpoints)
 	if err != nil {
 		return fmt.Errorf("etcd cluster %q: %w", clusters[0].Name, err)
@@ -490,10 +585,21 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	if err := s.instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
 		return err
 	}
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, homeWait)
 	defer cancel()
-	if s.router, err = locks.NewRouter(lctx, home, initial, rc); err != nil {
-		return err
+	// The home cluster may be starting beside the gateway: it is waited
+	// for, and the wait is said, so a gateway that seems to hang says why.
+	where := fmt.Sprintf("home etcd cluster %q at %s", clusters[0].Name, strings.Join(clusters[0].Endpoints, ","))
+	waiting := time.AfterFunc(homeWaitNotice, func() {
+		s.log.Warn("no answer from the home etcd cluster yet; waiting", "cluster", clusters[0].Name, "endpoints", clusters[0].Endpoints, "up_to", homeWait)
+	})
+	s.router, err = locks.NewRouter(lctx, home, initial, rc)
+	waiting.Stop()
+	if err != nil {
+		if ctx.Err() == nil && lctx.Err() != nil && home.ActiveConnection().GetState() != connectivity.Ready {
+			return fmt.Errorf("%s: no connection within %s: is etcd running there?", where, homeWait)
+		}
+		return fmt.Errorf("%s: %w", where, err)
 	}
 	if s.stopMet, err = s.registerRouterMetrics(s.router, s.cfg.Telemetry, s.cfg.KeyCountInterval); err != nil {
 		return err

@@ -87,6 +87,11 @@ const (
 	// names the name's limit. The same request succeeds once every holder and
 	// waiter of the name has gone. Code failed_precondition (HTTP 409).
 	ErrorReason_LIMIT_MISMATCH ErrorReason = 15
+	// The lock's holder released it: a renew or check of a lock id after its
+	// release (the gateway tells a release from an expiry by the mark the
+	// release writes). The name is free, or another holder has it since;
+	// the message says which. Code failed_precondition (HTTP 409).
+	ErrorReason_LOCK_RELEASED ErrorReason = 16
 	// An administrator force-released the lock (AdminService.ForceRelease):
 	// its holder must stop at once, as for a lost lock. The message says
 	// when and why, and names the audit record. Code failed_precondition
@@ -113,6 +118,7 @@ var (
 		13: "PERMISSION_DENIED",
 		14: "NOT_OWNER",
 		15: "LIMIT_MISMATCH",
+		16: "LOCK_RELEASED",
 		17: "LOCK_EVICTED",
 	}
 	ErrorReason_value = map[string]int32{
@@ -132,6 +138,7 @@ var (
 		"PERMISSION_DENIED":        13,
 		"NOT_OWNER":                14,
 		"LIMIT_MISMATCH":           15,
+		"LOCK_RELEASED":            16,
 		"LOCK_EVICTED":             17,
 	}
 )
@@ -167,7 +174,7 @@ var File_leasegate_v1_errors_proto protoreflect.FileDescriptor
 
 const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xd9\x02\n" +
+	"\x19leasegate/v1/errors.proto\x12\fleasegate.v1*\xec\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fLOCK_EXPIRED\x10\x01\x12\x0f\n" +
@@ -188,7 +195,8 @@ const file_leasegate_v1_errors_proto_rawDesc = "" +
 	"\x0eQUOTA_EXCEEDED\x10\f\x12\x15\n" +
 	"\x11PERMISSION_DENIED\x10\r\x12\r\n" +
 	"\tNOT_OWNER\x10\x0e\x12\x12\n" +
-	"\x0eLIMIT_MISMATCH\x10\x0f\x12\x10\n" +
+	"\x0eLIMIT_MISMATCH\x10\x0f\x12\x11\n" +
+	"\rLOCK_RELEASED\x10\x10\x12\x10\n" +
 	"\fLOCK_EVICTED\x10\x11B?Z=github.com/leasegate/leasegate/proto/leasegate/v1;leasegatev1b\x06proto3"
 
 var (
