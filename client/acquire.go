@@ -443,6 +443,7 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 	}
 	l.keeper = c.startKeeper(l.ttl, anchor, deadline, manual, l.renewRPC, l.lostError)
 	l.ctx = l.keeper.ctx
+	c.watchHold(l, l.keeper.loseNow)
 	return l, nil
 }
 

@@ -46,6 +46,8 @@ type keeper struct {
 	stopOnce sync.Once
 	stopc    chan struct{}
 	done     chan struct{}
+	// lostc hands the run loop a loss learnt elsewhere (the hold watch).
+	lostc chan error
 }
 
 // manualRenewal is a renewal renewNow made; processed closes once the run
@@ -96,7 +98,7 @@ func (c *Client) startKeeper(ttl time.Duration, anchor, deadline time.Time, manu
 	lostErr func(error) error) *keeper {
 	k := &keeper{
 		c: c, ttl: ttl, margin: c.cfg.marginFor(ttl), renew: renew, lostErr: lostErr, manual: manual,
-		manualc: make(chan manualRenewal), stopc: make(chan struct{}), done: make(chan struct{}),
+		manualc: make(chan manualRenewal), stopc: make(chan struct{}), done: make(chan struct{}), lostc: make(chan error, 1),
 	}
 	k.ctx, k.cancel = context.WithCancelCause(context.Background())
 	k.deadline = deadline
@@ -217,6 +219,9 @@ func (k *keeper) run(anchor time.Time) {
 			if process(r) {
 				return
 			}
+		case err := <-k.lostc:
+			k.lose(err)
+			return
 		case m := <-k.manualc:
 			lost := process(m.result)
 			close(m.processed)
@@ -274,6 +279,15 @@ func (k *keeper) unconfirmed(deadline time.Time, last error) error {
 		cause: last,
 	}
 	return k.lostErr(cause)
+}
+
+// loseNow ends the lease with err, learnt outside the renewals: the run
+// loop declares it, as it does every loss.
+func (k *keeper) loseNow(err error) {
+	select {
+	case k.lostc <- err:
+	case <-k.done:
+	}
 }
 
 func (k *keeper) lose(err error) {

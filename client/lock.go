@@ -108,9 +108,16 @@ func (l *Lock) Err() error {
 
 func (l *Lock) op() string { return fmt.Sprintf("lock %q", l.name) }
 
-// lostError is the error a lock reports when cause ends it.
+// lostError is the error a lock reports when cause ends it: ErrEvicted
+// for an eviction, ErrReleased for a release it did not make itself,
+// ErrLockLost otherwise.
 func (l *Lock) lostError(cause error) error {
-	return &opError{op: l.op(), kind: ErrLockLost, cause: cause}
+	kind := ErrLockLost
+	switch kindOf(cause) {
+	case ErrEvicted:
+		kind = ErrEvicted
+	}
+	return &opError{op: l.op(), kind: kind, cause: cause}
 }
 
 // renewRPC renews the lock's own lease once on rpc.
@@ -139,6 +146,7 @@ func (l *Lock) attach(s *Session, lease *shardLease) {
 		}
 		l.cancel(l.lostError(cause))
 	})
+	l.c.watchHold(l, func(err error) { l.cancel(err) })
 }
 
 // Release frees the lock and stops its renewal; Done closes and Err

@@ -69,6 +69,7 @@ type config struct {
 	hasStatic      bool
 	tlsConfig      *tls.Config
 	interceptors   []connect.Interceptor
+	holdWatch      time.Duration // < 0: off
 }
 
 func defaultConfig() config {
@@ -82,6 +83,7 @@ func defaultConfig() config {
 		backoffMax:     2 * time.Second,
 		requestTimeout: 10 * time.Second,
 		maxRenewals:    DefaultMaxRenewals,
+		holdWatch:      DefaultHoldWatchAfter,
 	}
 }
 
@@ -164,6 +166,20 @@ func WithClientID(id string) Option {
 // RealClock.
 func WithClock(clk Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clk })
+}
+
+// DefaultHoldWatchAfter is WithHoldWatch's default.
+const DefaultHoldWatchAfter = time.Second
+
+// WithHoldWatch sets how long a lock is held before the SDK opens a watch
+// of it on a gateway (LockService.WatchHold), so that an eviction by an
+// administrator, or a loss another gateway saw, ends the lock's Context at
+// once rather than at its next renewal. The watch costs the gateway one
+// stream while the lock is held and etcd nothing; a lock released sooner
+// never opens one. A negative d turns the watch off: losses are then
+// learnt at renewals. Default DefaultHoldWatchAfter (1 s).
+func WithHoldWatch(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.holdWatch = d })
 }
 
 // WithRenewFraction sets how often a held lock (or a session) is renewed,

@@ -83,7 +83,7 @@ func TestRunStopsCommandBeforeDeadline(t *testing.T) {
 	}
 
 	// Against the deadline leasectl read from the SDK (Lock.Expires).
-	_, after, ok := strings.Cut(string(errText), "not confirmed, deadline ")
+	_, after, ok := strings.Cut(string(errText), "is about to be lost: no gateway has confirmed it, and it expires at ")
 	if !ok {
 		t.Fatalf("stderr does not report the deadline:\n%s", errText)
 	}

@@ -79,9 +79,9 @@ func watchChild(ch *child, lock term, what string, grace time.Duration, sigs <-c
 		case res := <-ch.exited():
 			switch {
 			case lostErr != nil:
-				return exitStatus{code: exitLost, err: fmt.Errorf("%s was lost while %s ran, so it was stopped: %v", what, cmdName, firstLine(lostErr.Error()))}
+				return exitStatus{code: exitLost, err: fmt.Errorf("%s was lost while %s ran, so %s was stopped: %v", what, cmdName, cmdName, firstLine(lostErr.Error()))}
 			case atRisk:
-				return exitStatus{code: exitLost, err: fmt.Errorf("%s was not confirmed within --grace %s of its deadline while %s ran, so it was stopped", what, grace, cmdName)}
+				return exitStatus{code: exitLost, err: fmt.Errorf("%s was about to be lost while %s ran — no gateway confirmed it within --grace %s of its expiry — so %s was stopped", what, cmdName, grace, cmdName)}
 			case res.err != nil:
 				return exitStatus{code: res.status, err: res.err}
 			}
@@ -103,8 +103,8 @@ func watchChild(ch *child, lock term, what string, grace time.Duration, sigs <-c
 				continue
 			}
 			atRisk = true
-			fmt.Fprintf(os.Stderr, "leasectl: %s not confirmed, deadline %s is within --grace %s: sending SIGTERM to %s, SIGKILL at the deadline\n",
-				what, deadline.Format(time.RFC3339Nano), grace, cmdName)
+			fmt.Fprintf(os.Stderr, "leasectl: %s is about to be lost: no gateway has confirmed it, and it expires at %s (in %s); stopping %s: SIGTERM now, SIGKILL at the expiry\n",
+				what, deadline.Format(time.RFC3339Nano), time.Until(deadline).Round(time.Millisecond), cmdName)
 			ch.signal(syscall.SIGTERM)
 			kill.Reset(time.Until(killAt()))
 		case <-kill.C:
@@ -117,7 +117,7 @@ func watchChild(ch *child, lock term, what string, grace time.Duration, sigs <-c
 			lost = nil
 			lostErr = lock.Err()
 			if !killed {
-				fmt.Fprintf(os.Stderr, "leasectl: %s lost: %v; sending SIGKILL to %s\n", what, firstLine(lostErr.Error()), cmdName)
+				fmt.Fprintf(os.Stderr, "leasectl: %s is lost: %v; another holder may have it now: killing %s (SIGKILL)\n", what, firstLine(lostErr.Error()), cmdName)
 			}
 			sigkill()
 		}

@@ -1,0 +1,72 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// watchHold keeps a watch of l on a gateway (LockService.WatchHold) from
+// DefaultHoldWatchAfter (WithHoldWatch) after the grant until l is done,
+// and ends l the moment a gateway says how it ended: evicted (ErrEvicted),
+// or lost. A watch that fails (its gateway stopped, a link broke) is opened
+// again on the next gateway after a backoff; the renewals go on beside it
+// and still decide the lock's deadline. lose ends l with the error it is
+// given.
+func (c *Client) watchHold(l *Lock, lose func(error)) {
+	after := c.cfg.holdWatch
+	if after < 0 {
+		return
+	}
+	go func() {
+		ctx := l.ctx
+		if sleep(ctx, c.cfg.clock, after) != nil {
+			return
+		}
+		bo := c.newBackoff()
+		for ctx.Err() == nil {
+			i, ep := c.pick()
+			stream, err := ep.rpc.WatchHold(ctx, connect.NewRequest(&v1.WatchHoldRequest{LockId: l.id, FencingToken: l.token}))
+			if err == nil {
+				for stream.Receive() {
+					if m := stream.Msg(); m.Reason != v1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+						_ = stream.Close()
+						lose(l.lostError(holdEnded(m)))
+						return
+					}
+				}
+				err = stream.Err()
+				_ = stream.Close()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil && proofRefused(err) {
+				// The gateway proved the lock gone or not the caller's.
+				lose(l.lostError(err))
+				return
+			}
+			c.failed(i)
+			if sleep(ctx, c.cfg.clock, bo.next()) != nil {
+				return
+			}
+		}
+	}()
+}
+
+// holdEnded is the gateway's account of how a held lock ended, as the
+// error a renewal would have answered.
+func holdEnded(m *v1.WatchHoldResponse) error {
+	ce := connect.NewError(connect.CodeFailedPrecondition, errors.New(m.Message))
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: m.Reason.String(), Domain: v1.ErrorDomain}); err == nil {
+		ce.AddDetail(d)
+	}
+	if m.AuditId != "" && m.Message == "" {
+		return fmt.Errorf("%w (audit record %s)", ce, m.AuditId)
+	}
+	return ce
+}
