@@ -19,9 +19,11 @@ type Engine struct {
 	ka   *keepAliver
 	hubs *hubSet
 	sess *sessionWatch
-	tel  *engineTel
-	att  attemptLease
-	pool *leasePool
+	// watches are the shared views of WatchLocks (watchview.go).
+	watches *watchSet
+	tel     *engineTel
+	att     attemptLease
+	pool    *leasePool
 
 	// hooks order the engine's interleaving points in the explorer's
 	// tests; nil in production.
@@ -67,7 +69,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	e.hubs, e.sess = newHubSet(e), newSessionWatch(e)
+	e.hubs, e.sess, e.watches = newHubSet(e), newSessionWatch(e), newWatchSet(e)
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.Touch()
@@ -138,6 +140,7 @@ func (e *Engine) Close() {
 	e.ka.close()
 	e.hubs.close()
 	e.sess.close()
+	e.watches.close()
 	done := make(chan struct{})
 	go func() {
 		e.wg.Wait()

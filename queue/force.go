@@ -156,10 +156,10 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 	if err != nil || kv == nil {
 		return ForceReleaseResult{}, err
 	}
-	held, err := entryOf(kv)
-	if err != nil {
+	if _, _, err := decodeValue(kv.Value); err != nil {
 		return ForceReleaseResult{}, err
 	}
+	held := entryOf(kv)
 	if r.Token != 0 && held.Token != r.Token {
 		return ForceReleaseResult{}, fmt.Errorf("%w: the holder's fencing token is %d, not %d", ErrHolderChanged, held.Token, r.Token)
 	}
@@ -235,12 +235,12 @@ func (e *Engine) ListAudit(ctx context.Context, before string, limit int) (recs 
 }
 
 // forceTarget reads the key a force-release evicts: the first key of the
-// name, or, given a token, the key whose create revision the token
-// carries — one of a semaphore's holders — provided it holds: fewer keys
-// than its limit were created before it. Keys created later cannot get
-// ahead of it, so a holder found here holds until its key goes, which the
-// delete's compare of its create revision checks. It returns nil for a
-// free name.
+// name (which holds by the grant rule: no key is ahead of it), or, given a
+// token, the key whose create revision the token carries — one of a
+// semaphore's holders — provided it holds by the grant rule (holders) at
+// the revision read. Keys created later cannot get ahead of it, so a
+// holder found here holds until its key goes, which the delete's compare
+// of its create revision checks. It returns nil for a free name.
 func (e *Engine) forceTarget(ctx context.Context, prefix string, token int64) (*mvccpb.KeyValue, error) {
 	if token == 0 {
 		resp, err := e.cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
@@ -264,14 +264,13 @@ func (e *Engine) forceTarget(ctx context.Context, prefix string, token int64) (*
 		return nil, fmt.Errorf("%w: no key of the name has fencing token %d", ErrHolderChanged, token)
 	}
 	kv := resp.Kvs[0]
-	// The holders are the first limit keys by create revision (etcd's
-	// counts ignore revision filters, so the keys are read, not counted).
-	first, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(max(limitOf(kv.Value), 1))))
+	// A holder is among the first N keys, N its limit; their values say
+	// whether it holds (a key of another limit ahead withholds it).
+	first, err := e.cli.Get(ctx, prefix, append(withFirstN(max(limitOf(kv.Value), 1)), clientv3.WithRev(resp.Header.Revision))...)
 	if err != nil {
 		return nil, fmt.Errorf("queue: force release: %w", err)
 	}
-	if !slices.ContainsFunc(first.Kvs, func(h *mvccpb.KeyValue) bool { return h.CreateRevision == rev }) {
+	if !slices.ContainsFunc(heldKVs(first.Kvs), func(h *mvccpb.KeyValue) bool { return h.CreateRevision == rev }) {
 		return nil, fmt.Errorf("%w: fencing token %d is a waiter's, not a holder's", ErrHolderChanged, token)
 	}
 	return kv, nil
