@@ -71,7 +71,8 @@ const (
 	limitClientRenewRate   = "client_renew_rate"
 	limitTenantWaiters     = "tenant_waiters"
 	limitTenantKeys        = "tenant_keys"
-	limitNameWaiters       = "name_waiters" // queue.ErrQueueFull
+	limitNameWaiters       = "name_waiters"      // queue.ErrQueueFull
+	limitTenantWatchKeys   = "tenant_watch_keys" // queue.ErrWatchBudget
 )
 
 // limitedError carries the limit that refused a call, whether it is a rate

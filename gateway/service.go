@@ -461,7 +461,7 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 // Describe reports a name's holder and queue.
 func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.DescribeRequest]) (*connect.Response[v1.DescribeResponse], error) {
 	name := req.Msg.Name
-	ctx, cancel, t, err := s.readTarget(ctx, name)
+	ctx, cancel, t, err := s.readTarget(ctx, name, false)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,14 @@ import (
 // (settings and pings are answered) until the test ends.
 func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 	t.Helper()
+	stalledStream(t, addr, "/leasegate.v1.LockService/Acquire", req)
+}
+
+// stalledStream opens a Connect server stream of path with req as
+// stalledAcquire does; the channel it returns is closed when the gateway
+// resets the stream (or the connection ends).
+func stalledStream(t *testing.T, addr, path string, req proto.Message) <-chan struct{} {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +49,7 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 	enc := hpack.NewEncoder(&hb)
 	for _, f := range [][2]string{
 		{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
-		{":path", "/leasegate.v1.LockService/Acquire"},
+		{":path", path},
 		{"content-type", "application/connect+proto"}, {"connect-protocol-version", "1"},
 	} {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
@@ -56,13 +65,20 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 	if err := fr.WriteData(1, true, append(env, msg...)); err != nil {
 		t.Fatal(err)
 	}
+	reset := make(chan struct{})
+	var once sync.Once
 	go func() {
+		defer once.Do(func() { close(reset) })
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
 			switch f := f.(type) {
+			case *http2.RSTStreamFrame:
+				if f.StreamID == 1 {
+					once.Do(func() { close(reset) })
+				}
 			case *http2.SettingsFrame:
 				if !f.IsAck() {
 					_ = fr.WriteSettingsAck()
@@ -74,6 +90,7 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 			}
 		}
 	}()
+	return reset
 }
 
 // keysOf counts the lock keys of name under a gateway's prefix.

@@ -112,16 +112,18 @@ type LockServiceClient interface {
 	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
 	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
-	// ListLocks pages through the caller tenant's locks with a name prefix,
-	// across every shard, in key order (see ListLocksRequest). Each page
-	// costs one bounded range read per shard, never a scan of everything.
+	// ListLocks pages through the caller tenant's locks and elections with a
+	// name prefix, across every shard, in key order (see ListLocksRequest).
+	// Each page costs one bounded range read per shard, never a scan of
+	// everything.
 	ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error)
 	// DescribeQueue reports a name's holders and waiters in queue (FIFO)
-	// order. It never reveals a lock id, a request id or a secret.
+	// order: a lock's, or an election's (its leader and campaigners). It
+	// never reveals a lock id, a request id or a secret.
 	DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error)
-	// Watch streams the state of the caller tenant's locks under a name
-	// prefix, on every shard: first a snapshot of the current holders and
-	// waiters, then every change as it happens (held, queued, released,
+	// Watch streams the state of the caller tenant's locks and elections
+	// under a name prefix, on every shard: first a snapshot of the current
+	// holders and waiters, then every change as it happens (held, queued, released,
 	// expired, force-released, left). Every message carries a resume token;
 	// a new Watch given it continues exactly after that message, without a
 	// lost or repeated event, as long as the shards still keep that history.
@@ -351,16 +353,18 @@ type LockServiceHandler interface {
 	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
 	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
-	// ListLocks pages through the caller tenant's locks with a name prefix,
-	// across every shard, in key order (see ListLocksRequest). Each page
-	// costs one bounded range read per shard, never a scan of everything.
+	// ListLocks pages through the caller tenant's locks and elections with a
+	// name prefix, across every shard, in key order (see ListLocksRequest).
+	// Each page costs one bounded range read per shard, never a scan of
+	// everything.
 	ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error)
 	// DescribeQueue reports a name's holders and waiters in queue (FIFO)
-	// order. It never reveals a lock id, a request id or a secret.
+	// order: a lock's, or an election's (its leader and campaigners). It
+	// never reveals a lock id, a request id or a secret.
 	DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error)
-	// Watch streams the state of the caller tenant's locks under a name
-	// prefix, on every shard: first a snapshot of the current holders and
-	// waiters, then every change as it happens (held, queued, released,
+	// Watch streams the state of the caller tenant's locks and elections
+	// under a name prefix, on every shard: first a snapshot of the current
+	// holders and waiters, then every change as it happens (held, queued, released,
 	// expired, force-released, left). Every message carries a resume token;
 	// a new Watch given it continues exactly after that message, without a
 	// lost or repeated event, as long as the shards still keep that history.
