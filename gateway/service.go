@@ -130,8 +130,8 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
-	if len(clientID) > queue.MaxIDLen {
-		return queue.AcquireRequest{}, nil, badField("client_id", "is %d bytes; the limit is %d", len(clientID), queue.MaxIDLen)
+	if err := queue.ValidateClientID(clientID); err != nil {
+		return queue.AcquireRequest{}, nil, fieldOf("client_id", err)
 	}
 	if len(requestID) > queue.MaxIDLen {
 		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is %d", len(requestID), queue.MaxIDLen)

@@ -124,15 +124,13 @@ func auditID(t time.Time) string {
 }
 
 // validateReason checks a force-release reason: 1 to MaxReasonBytes of
-// printable UTF-8, like a name.
+// printable UTF-8 (firstUnprintable), like a name.
 func validateReason(r string) error {
 	if r == "" || len(r) > MaxReasonBytes {
 		return fmt.Errorf("%w: reason: want 1 to %d bytes, got %d", ErrInvalidArgument, MaxReasonBytes, len(r))
 	}
-	for _, c := range r {
-		if c == 0xfffd || c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%w: reason: control characters and invalid UTF-8 are not allowed", ErrInvalidArgument)
-		}
+	if i, c := firstUnprintable(r); i >= 0 {
+		return fmt.Errorf("%w: reason has a control or non-printable character %U at byte %d; allowed: printable UTF-8 and plain spaces", ErrInvalidArgument, c, i)
 	}
 	return nil
 }
