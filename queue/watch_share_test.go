@@ -279,3 +279,52 @@ func TestASlowWatcherIsDroppedAlone(t *testing.T) {
 		return len(v.subs) == 1
 	}, "the slow watcher dropped")
 }
+
+// A view's only watcher is never dropped for being slow: the view waits
+// for it, and it gets every event in order — a watch resumed far behind
+// replays history at its own pace.
+func TestAnOnlyWatcherSetsThePace(t *testing.T) {
+	old := watchSubEvents
+	watchSubEvents = 2
+	t.Cleanup(func() { watchSubEvents = old })
+	e, cli := newEngine(t)
+	ctx := testCtx(t)
+	lease, err := cli.Grant(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, snapped := make(chan struct{}), make(chan struct{})
+	got := make(chan string, 64)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- e.WatchLocks(ctx, "p/", 0, func(b WatchBatch) error {
+			if b.Snapshot {
+				close(snapped)
+				return nil
+			}
+			<-gate // slow: one batch at a time, when the test says
+			for _, ev := range b.Events {
+				got <- ev.Name
+			}
+			return nil
+		})
+	}()
+	<-snapped
+	const n = 10
+	for i := range n {
+		putSemWaiter(t, e, cli, fmt.Sprint("p/", i), "c", 1, lease.ID)
+	}
+	close(gate)
+	for i := range n {
+		select {
+		case name := <-got:
+			if want := fmt.Sprint("p/", i); name != want {
+				t.Fatalf("event %d is about %s; want %s", i, name, want)
+			}
+		case err := <-errc:
+			t.Fatalf("the only watcher ended: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("got %d of %d events", i, n)
+		}
+	}
+}

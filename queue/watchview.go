@@ -39,7 +39,9 @@ import (
 //     more than one batch) is dropped with errWatchLagging, its queue
 //     freed: the caller resumes from the last revision it emitted, as
 //     after any broken watch. One slow watcher never holds the others
-//     back, nor more than its queue.
+//     back, nor more than its queue. A view's only subscriber is not
+//     dropped: the view waits for it instead (it holds nobody else back),
+//     so a watch resumed far behind replays history at its own pace.
 //   - A view's broken etcd watch is resumed by the view from its
 //     revision; history compacted under it ends the view and every
 //     subscriber with ErrCompacted. The last subscriber to leave ends it.
@@ -111,7 +113,8 @@ func (s *watchSet) grow(prefix string, n int64) error {
 type watchView struct {
 	set    *watchSet
 	prefix string
-	ready  chan struct{} // closed once the view is loaded or has failed
+	ready  chan struct{}   // closed once the view is loaded or has failed
+	ctx    context.Context // its run's: set by start
 	cancel context.CancelFunc
 
 	mu    sync.Mutex
@@ -121,6 +124,9 @@ type watchView struct {
 	floor int64        // every event above floor is in ring
 	subs  map[*watchSub]struct{}
 	err   error // set once the view has ended
+	// drained is signalled when a subscriber takes its queue, leaves or
+	// the view ends: the view may be waiting for its only subscriber.
+	drained sync.Cond
 }
 
 // watchSub is one subscriber of a view.
@@ -148,7 +154,15 @@ func (sub *watchSub) take() ([]WatchBatch, error) {
 	defer sub.v.mu.Unlock()
 	q := sub.queue
 	sub.queue, sub.n = nil, 0
+	sub.v.drained.Broadcast()
 	return q, sub.err
+}
+
+// newView is a view of prefix with no state yet.
+func (s *watchSet) newView(prefix string) *watchView {
+	v := &watchView{set: s, prefix: prefix, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
+	v.drained.L = &v.mu
+	return v
 }
 
 // addLocked subscribes a new watcher and queues the ring's batches for it.
@@ -162,8 +176,23 @@ func (v *watchView) addLocked(ring bool) *watchSub {
 	return sub
 }
 
-// publishLocked hands b to every subscriber and keeps it in the ring.
+// publishLocked hands b to every subscriber and keeps it in the ring. With
+// one subscriber whose queue is full it first waits for it to take it
+// (or leave), releasing the lock meanwhile.
 func (v *watchView) publishLocked(b WatchBatch) {
+	for len(v.subs) == 1 && v.err == nil && v.ctx.Err() == nil {
+		var only *watchSub
+		for sub := range v.subs {
+			only = sub
+		}
+		if only.n < watchSubEvents {
+			break
+		}
+		v.drained.Wait()
+	}
+	if v.err != nil || v.ctx.Err() != nil {
+		return
+	}
 	if len(b.Events) > 0 {
 		v.ring = append(v.ring, b)
 		v.ringN += len(b.Events)
@@ -184,7 +213,7 @@ func (v *watchView) publishLocked(b WatchBatch) {
 			sub.queue = append(sub.queue, b)
 		}
 		sub.n += len(b.Events)
-		if sub.n > watchSubEvents && len(sub.queue) > 1 {
+		if sub.n > watchSubEvents && len(sub.queue) > 1 && len(v.subs) > 1 {
 			sub.queue, sub.n, sub.err = nil, 0, errWatchLagging
 			delete(v.subs, sub)
 		}
@@ -206,6 +235,7 @@ func (v *watchView) endLocked(err error) {
 	if v.cancel != nil {
 		v.cancel()
 	}
+	v.drained.Broadcast()
 }
 
 // end removes v from the set and ends it with err.
@@ -225,7 +255,7 @@ func (s *watchSet) end(v *watchView, err error) {
 func (s *watchSet) start(v *watchView, st *viewState) {
 	ctx, cancel := context.WithCancel(s.e.ctx)
 	v.mu.Lock()
-	v.st, v.floor, v.cancel = st, st.rev, cancel
+	v.st, v.floor, v.ctx, v.cancel = st, st.rev, ctx, cancel
 	v.mu.Unlock()
 	s.mu.Lock()
 	closed := s.closed
@@ -250,6 +280,12 @@ func (s *watchSet) start(v *watchView, st *viewState) {
 func (v *watchView) run(ctx context.Context) {
 	defer v.set.wg.Done()
 	e := v.set.e
+	// An engine that closes wakes a publish waiting for its subscriber.
+	defer context.AfterFunc(ctx, func() {
+		v.mu.Lock()
+		v.drained.Broadcast()
+		v.mu.Unlock()
+	})()
 	b := newBackoff(e.cfg.Clock)
 	var err error
 	for {
@@ -296,7 +332,7 @@ func (s *watchSet) join(ctx context.Context, prefix string, from int64, emit fun
 		v := s.views[prefix]
 		if v == nil {
 			// The first watcher of the prefix loads its view.
-			v = &watchView{set: s, prefix: prefix, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
+			v = s.newView(prefix)
 			sub := v.addLocked(false)
 			s.views[prefix] = v
 			s.mu.Unlock()
@@ -382,7 +418,7 @@ func (s *watchSet) tryJoin(st *viewState) (*watchSub, bool) {
 	s.mu.Lock()
 	v := s.views[st.prefix]
 	if v == nil {
-		v = &watchView{set: s, prefix: st.prefix, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
+		v = s.newView(st.prefix)
 		sub := v.addLocked(false)
 		s.views[st.prefix] = v
 		s.mu.Unlock()
@@ -417,6 +453,7 @@ func (s *watchSet) leave(sub *watchSub) {
 	defer v.mu.Unlock()
 	delete(v.subs, sub)
 	sub.queue = nil
+	v.drained.Broadcast()
 	if len(v.subs) == 0 && v.err == nil {
 		if s.views[v.prefix] == v {
 			delete(s.views, v.prefix)
