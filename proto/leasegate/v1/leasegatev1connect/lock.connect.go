@@ -67,9 +67,10 @@ const (
 
 // LockServiceClient is a client for the leasegate.v1.LockService service.
 type LockServiceClient interface {
-	// Acquire enqueues the caller and streams Queued updates (the number of
-	// keys ahead, sent first, whenever it changes, and again about every
-	// TTL/3 while the caller waits) until a Granted message ends the stream.
+	// Acquire enqueues the caller and streams Queued updates (its place in
+	// line, Queued.position, sent first, whenever it changes, and again about
+	// every TTL/3 while the caller waits) until a Granted message ends the
+	// stream.
 	// A client that does not read its stream — a message not taken within
 	// the gateway's send timeout — leaves the queue, and a grant it does not
 	// take is given up. A wait that times out ends with deadline_exceeded.
@@ -308,9 +309,10 @@ func (c *lockServiceClient) Watch(ctx context.Context, req *connect.Request[v1.W
 
 // LockServiceHandler is an implementation of the leasegate.v1.LockService service.
 type LockServiceHandler interface {
-	// Acquire enqueues the caller and streams Queued updates (the number of
-	// keys ahead, sent first, whenever it changes, and again about every
-	// TTL/3 while the caller waits) until a Granted message ends the stream.
+	// Acquire enqueues the caller and streams Queued updates (its place in
+	// line, Queued.position, sent first, whenever it changes, and again about
+	// every TTL/3 while the caller waits) until a Granted message ends the
+	// stream.
 	// A client that does not read its stream — a message not taken within
 	// the gateway's send timeout — leaves the queue, and a grant it does not
 	// take is given up. A wait that times out ends with deadline_exceeded.
