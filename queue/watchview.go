@@ -344,13 +344,15 @@ func (s *watchSet) join(ctx context.Context, prefix string, from int64, emit fun
 				return nil, nil, 0, err
 			}
 			s.start(v, st)
-			var snap *watchSnapshot
-			if from == 0 {
-				v.mu.Lock()
-				snap = v.st.capture()
-				v.mu.Unlock()
+			if from > 0 {
+				return sub, nil, from, nil
 			}
-			return sub, snap, st.rev, nil
+			// The view may have moved on since its load: the snapshot is
+			// of its state now, and the subscriber skips what it covers.
+			v.mu.Lock()
+			snap := v.st.capture()
+			v.mu.Unlock()
+			return sub, snap, snap.rev, nil
 		}
 		s.mu.Unlock()
 		select {
@@ -389,6 +391,7 @@ func (s *watchSet) catchUp(ctx context.Context, prefix string, from int64, emit 
 		return sub, nil, from, nil
 	}
 	var sub *watchSub
+	var at int64 // the revision it joined at
 	joined := errors.New("joined")
 	err := st.watchFrom(ctx, s.e.cli, st.rev, func(wr clientv3.WatchResponse) error {
 		b, err := st.batchOf(wr)
@@ -398,6 +401,7 @@ func (s *watchSet) catchUp(ctx context.Context, prefix string, from int64, emit 
 		if err := emit(b); err != nil {
 			return err
 		}
+		at = st.rev // before tryJoin: a view it becomes moves st on
 		var ok bool
 		if sub, ok = s.tryJoin(st); ok {
 			return joined
@@ -405,7 +409,7 @@ func (s *watchSet) catchUp(ctx context.Context, prefix string, from int64, emit 
 		return nil
 	})
 	if err == joined {
-		return sub, nil, st.rev, nil
+		return sub, nil, at, nil
 	}
 	st.drop()
 	return nil, nil, 0, err
