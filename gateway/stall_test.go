@@ -29,9 +29,10 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 }
 
 // stalledStream opens a Connect server stream of path with req as
-// stalledAcquire does; the channel it returns is closed when the gateway
-// resets the stream (or the connection ends).
-func stalledStream(t *testing.T, addr, path string, req proto.Message) <-chan struct{} {
+// stalledAcquire does. Its headers channel is closed when the stream's
+// response headers arrive, reset when the gateway resets the stream (or
+// the connection ends).
+func stalledStream(t *testing.T, addr, path string, req proto.Message) (headers, reset <-chan struct{}) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -65,19 +66,23 @@ func stalledStream(t *testing.T, addr, path string, req proto.Message) <-chan st
 	if err := fr.WriteData(1, true, append(env, msg...)); err != nil {
 		t.Fatal(err)
 	}
-	reset := make(chan struct{})
-	var once sync.Once
+	hdrs, rst := make(chan struct{}), make(chan struct{})
+	var once, hOnce sync.Once
 	go func() {
-		defer once.Do(func() { close(reset) })
+		defer once.Do(func() { close(rst) })
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
 			switch f := f.(type) {
+			case *http2.HeadersFrame:
+				if f.StreamID == 1 {
+					hOnce.Do(func() { close(hdrs) })
+				}
 			case *http2.RSTStreamFrame:
 				if f.StreamID == 1 {
-					once.Do(func() { close(reset) })
+					once.Do(func() { close(rst) })
 				}
 			case *http2.SettingsFrame:
 				if !f.IsAck() {
@@ -90,7 +95,7 @@ func stalledStream(t *testing.T, addr, path string, req proto.Message) <-chan st
 			}
 		}
 	}()
-	return reset
+	return hdrs, rst
 }
 
 // keysOf counts the lock keys of name under a gateway's prefix.

@@ -61,49 +61,65 @@ func TestResumedQuietWatchAnswersAtOnce(t *testing.T) {
 // A quiet watch sends PROGRESS every 5 s of the gateway's clock, each
 // message within the send timeout: a client that stopped reading is
 // dropped, and its stream's place under the tenant's cap freed, even
-// when nothing happens under its prefix.
+// when nothing happens under its prefix (the stalled watch here resumes
+// from a token, so it has no snapshot to be caught sending), while a
+// client that reads gets its PROGRESS.
 func TestStalledQuietWatchIsDropped(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
 	g := gwtest.Start(t, shared, gwtest.Clock(clk), gwtest.Configure(func(c *server.Config) {
 		c.Gateway.SendTimeout = time.Second
-		c.Gateway.Limits.MaxWaitersPerTenant = 1
+		c.Gateway.Limits.MaxWaitersPerTenant = 2
 	}))
-	pending := clk.Pending()
-	reset := stalledStream(t, g.Addr, "/leasegate.v1.LockService/Watch", &v1.WatchRequest{Prefix: "still/"})
-	// The stalled watch is open once its idle timer is.
-	deadline := time.Now().Add(10 * time.Second)
-	for clk.Pending() <= pending {
-		if time.Now().After(deadline) {
-			t.Fatal("the stalled watch never started")
+	// probe opens a watch and reports how it went once it is open (its
+	// snapshot came) or refused.
+	probe := func() error {
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		s, err := g.Client.Watch(ctx, connect.NewRequest(&v1.WatchRequest{Prefix: "still/"}))
+		if err != nil {
+			return err
 		}
-		time.Sleep(10 * time.Millisecond)
+		defer s.Close()
+		if s.Receive() {
+			return nil
+		}
+		return s.Err()
 	}
-	// Its first PROGRESS cannot be written within the send timeout.
-	start := time.Now()
-	clk.Advance(5 * time.Second)
+	reader := openWatch(t, g, "still/", "") // the tenant's first place, for the whole test
+	_, tok := reader.snapshot(t, 1)
+	headers, reset := stalledStream(t, g.Addr, "/leasegate.v1.LockService/Watch", &v1.WatchRequest{Prefix: "still/", ResumeToken: tok})
 	select {
-	case <-reset:
+	case <-headers:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the stalled quiet watch is still open %s after its PROGRESS was due", time.Since(start).Round(time.Millisecond))
+		t.Fatal("the stalled watch got no response headers")
 	}
-	t.Logf("the stalled quiet watch was dropped %s after its PROGRESS was due (send timeout 1 s)", time.Since(start).Round(10*time.Millisecond))
-	// Its place under the tenant's cap is free again, and a client that
-	// reads gets its PROGRESS on the quiet prefix.
-	for {
-		w := openWatch(t, g, "still/", "")
-		m := <-w.msgs
-		if m != nil {
-			if m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END {
-				t.Fatalf("a new watch of a quiet prefix begins with %v", m)
+	if err := probe(); codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a third watch: %v; want it refused (the reader and the stalled watch have the tenant's places)", err)
+	}
+	// Time passes on the quiet prefix: the reader gets PROGRESS, the
+	// stalled watch cannot take its own within the send timeout.
+	start := time.Now()
+	for dropped, progressed := false, false; !dropped || !progressed; {
+		clk.Advance(5 * time.Second)
+		select {
+		case <-reset:
+			dropped = true
+		case m := <-reader.msgs:
+			if m == nil || m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS || m.ResumeToken == "" {
+				t.Fatalf("the reader of a quiet prefix got %v; want PROGRESS with a token", m)
 			}
-			clk.Advance(5 * time.Second)
-			if m := w.next(t); m.Kind != v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS || m.ResumeToken == "" {
-				t.Fatalf("after 5 quiet seconds: %v; want PROGRESS with a token", m)
-			}
-			return
+			progressed = true
+		case <-time.After(100 * time.Millisecond):
 		}
-		if err := <-w.done; codeOf(err) != connect.CodeResourceExhausted || time.Since(start) > 10*time.Second {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("after 10 s of quiet: the stalled watch dropped %v, the reader's PROGRESS %v", dropped, progressed)
+		}
+	}
+	t.Logf("the stalled quiet watch was dropped %s after time began to pass (send timeout 1 s)", time.Since(start).Round(10*time.Millisecond))
+	// Its place is free again.
+	for err := probe(); err != nil; err = probe() {
+		if codeOf(err) != connect.CodeResourceExhausted || time.Since(start) > 15*time.Second {
 			t.Fatalf("a watch after the stalled one was dropped: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
