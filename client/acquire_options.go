@@ -64,8 +64,10 @@ func WithWaitTimeout(d time.Duration) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.wait = d })
 }
 
-// WithOnQueued registers fn to receive the caller's queue position (the
-// number of holders and waiters ahead) while Acquire waits: first when the
+// WithOnQueued registers fn to receive the caller's queue position (1 when
+// it is next to be granted: for a lock, the number of holders and waiters
+// ahead; for a semaphore of limit N with k keys ahead, k - N + 1, the
+// numbering DescribeQueue and Watch use too) while Acquire waits: first when the
 // caller is enqueued, then whenever it changes, and again after a retry on
 // another gateway. fn runs on the goroutine that called Acquire and delays
 // the wait while it runs: keep it short. Default: none.

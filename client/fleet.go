@@ -13,10 +13,26 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// LockSummary is one lock as ListLocks reports it.
+// Kinds of queue: a lock's (or a semaphore's) and an election's.
+const (
+	KindLock     = "lock"
+	KindElection = "election"
+)
+
+// queueKind is the SDK's name of a wire kind.
+func queueKind(k v1.LockKind) string {
+	if k == v1.LockKind_LOCK_KIND_ELECTION {
+		return KindElection
+	}
+	return KindLock
+}
+
+// LockSummary is one lock (or election) as ListLocks reports it.
 type LockSummary struct {
-	// Name is the lock name.
+	// Name is the lock name, or the election name.
 	Name string
+	// Kind is KindLock or KindElection.
+	Kind string
 	// Shard is the etcd cluster the lock lives on.
 	Shard string
 	// Limit is how many holders the name admits at once: 1 for a lock,
@@ -67,7 +83,7 @@ func (c *Client) ListLocks(ctx context.Context, prefix string, pageSize int, pag
 		}
 		out = LockPage{NextPageToken: r.Msg.NextPageToken}
 		for _, l := range r.Msg.Locks {
-			s := LockSummary{Name: l.Name, Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
+			s := LockSummary{Name: l.Name, Kind: queueKind(l.Kind), Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
 			for _, h := range l.Holders {
 				s.Holders = append(s.Holders, LockHolder{
 					ClientID: h.ClientId, Token: h.FencingToken, Expires: timeOf(h.ExpiresAt), Since: timeOf(h.Since),
@@ -92,7 +108,8 @@ func timeOf(t *timestamppb.Timestamp) time.Time {
 type QueueEntry struct {
 	// ClientID is the entry's client id.
 	ClientID string
-	// Position counts the keys ahead: 0 for the holder.
+	// Position is its place in line, as its own Acquire stream reports
+	// it: 0 for every holder, 1 for the waiter granted next.
 	Position int64
 	// WaitingSince is when it enqueued.
 	WaitingSince time.Time
@@ -108,10 +125,12 @@ type QueueEntry struct {
 	TTL time.Duration
 }
 
-// Queue is a lock's queue as DescribeQueue reports it.
+// Queue is a lock's (or an election's) queue as DescribeQueue reports it.
 type Queue struct {
-	// Name is the lock name.
+	// Name is the lock name, or the election name.
 	Name string
+	// Kind is KindLock or KindElection.
+	Kind string
 	// Shard is the etcd cluster the lock lives on.
 	Shard string
 	// Limit is how many holders the name admits at once.
@@ -127,16 +146,26 @@ type Queue struct {
 	ShardBreaker string
 }
 
-// DescribeQueue reads name's holders and waiters in queue order.
+// DescribeQueue reads lock name's holders and waiters in queue order.
 func (c *Client) DescribeQueue(ctx context.Context, name string) (Queue, error) {
+	return c.describeQueue(ctx, name, v1.LockKind_LOCK_KIND_LOCK)
+}
+
+// Queue reads the election's leader and campaigners in queue order: the
+// leader is the holder.
+func (e *Election) Queue(ctx context.Context) (Queue, error) {
+	return e.c.describeQueue(ctx, e.name, v1.LockKind_LOCK_KIND_ELECTION)
+}
+
+func (c *Client) describeQueue(ctx context.Context, name string, kind v1.LockKind) (Queue, error) {
 	var out Queue
-	err := c.call(ctx, fmt.Sprintf("describe queue %q", name), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.DescribeQueue(ctx, connect.NewRequest(&v1.DescribeQueueRequest{Name: name}))
+	err := c.call(ctx, fmt.Sprintf("describe %s queue %q", queueKind(kind), name), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r, err := rpc.DescribeQueue(ctx, connect.NewRequest(&v1.DescribeQueueRequest{Name: name, Kind: kind}))
 		if err != nil {
 			return err
 		}
 		m := r.Msg
-		out = Queue{Name: m.Name, Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
+		out = Queue{Name: m.Name, Kind: queueKind(m.Kind), Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
 		for _, e := range m.Entries {
 			out.Entries = append(out.Entries, QueueEntry{
 				ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,
@@ -166,15 +195,18 @@ type LockEvent struct {
 	// Type is "held", "queued", "released", "expired", "force_released"
 	// or "left".
 	Type string
-	// Name is the lock name.
+	// Name is the lock name, or the election name.
 	Name string
+	// Kind is KindLock or KindElection.
+	Kind string
 	// Shard is the etcd cluster the lock lives on.
 	Shard string
 	// ClientID is the key's client id.
 	ClientID string
 	// Token is the holder's fencing token (0 for queued and left).
 	Token int64
-	// Position counts the keys ahead at the event.
+	// Position is the key's place in line at the event, numbered as
+	// QueueEntry.Position: 0 for a holder.
 	Position int64
 	// Session is true for a lock in a session.
 	Session bool
@@ -230,7 +262,7 @@ func watchMessage(m *v1.WatchResponse) WatchMessage {
 	for _, e := range m.Events {
 		out.Events = append(out.Events, LockEvent{
 			Type: strings.ToLower(strings.TrimPrefix(e.Type.String(), "LOCK_EVENT_TYPE_")),
-			Name: e.Name, Shard: e.Shard, ClientID: e.ClientId, Token: e.FencingToken, Position: e.Position,
+			Name: e.Name, Kind: queueKind(e.Kind), Shard: e.Shard, ClientID: e.ClientId, Token: e.FencingToken, Position: e.Position,
 			Session: e.Session, Revision: e.Revision, Enqueued: timeOf(e.EnqueuedAt),
 		})
 	}

@@ -51,8 +51,9 @@ func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited
 type QuotaError struct {
 	// Limit names the cap, as the gateway reported it: name_waiters (the
 	// holders and waiters of one name), tenant_waiters (a tenant's open
-	// waits on one gateway) or tenant_keys (a tenant's locks on one shard)
-	// (errors.proto); empty if it did not say.
+	// waits on one gateway), tenant_keys (a tenant's locks on one shard)
+	// or tenant_watch_keys (the keys a tenant's watches on one gateway
+	// follow on one shard) (errors.proto); empty if it did not say.
 	Limit string
 }
 

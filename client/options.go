@@ -6,7 +6,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/trace"
@@ -93,6 +96,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("protocol %d: want ProtocolConnect, ProtocolGRPC or ProtocolGRPCWeb", int(c.protocol))
 	case len(c.clientID) > v1.MaxIDBytes:
 		return fmt.Errorf("client id is %d bytes; the limit is %d", len(c.clientID), v1.MaxIDBytes)
+	case strings.IndexFunc(c.clientID, func(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }) >= 0:
+		return fmt.Errorf("client id %q has a control or non-printable character; allowed: printable UTF-8 and plain spaces (the gateway refuses others)", c.clientID)
 	case c.clock == nil:
 		return fmt.Errorf("clock is nil")
 	case c.renewFraction <= 0 || c.renewFraction > 0.5:

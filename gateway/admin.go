@@ -70,6 +70,9 @@ func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.Forc
 	if err != nil {
 		return nil, err
 	}
+	if err := s.lim.acquire(id); err != nil {
+		return nil, err
+	}
 	ctx, cancel := s.storeTimeout(ctx)
 	defer cancel()
 	t, err := s.holderShard(ctx, id, name)
@@ -120,6 +123,9 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 	}
 	id, err := s.admin(ctx, req.Peer())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	targets, err := s.router.All(id.Tenant)

@@ -14,8 +14,10 @@ import (
 
 	"github.com/leasegate/leasegate/gateway"
 	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 // wait_timeout_ms is checked in its own unit before any conversion: huge
@@ -294,6 +296,23 @@ func TestCapsLeaveNoHoles(t *testing.T) {
 				_, err := a.CheckFence(ctx, connect.NewRequest(&v1.CheckFenceRequest{Name: "x", FencingToken: 1}))
 				return err
 			},
+			"ListLocks": func() error {
+				_, err := a.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{}))
+				return err
+			},
+			"DescribeQueue": func() error {
+				_, err := a.DescribeQueue(ctx, connect.NewRequest(&v1.DescribeQueueRequest{Name: "x"}))
+				return err
+			},
+			"Watch": func() error {
+				s, err := a.Watch(ctx, connect.NewRequest(&v1.WatchRequest{}))
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				s.Receive()
+				return s.Err()
+			},
 		} {
 			if err := call(); connect.CodeOf(err) != connect.CodeResourceExhausted {
 				t.Errorf("%s with the acquire budget spent = %v; want resource_exhausted", what, err)
@@ -305,6 +324,23 @@ func TestCapsLeaveNoHoles(t *testing.T) {
 		}
 		if _, err := a.Release(ctx, connect.NewRequest(rel)); connect.CodeOf(err) != connect.CodeResourceExhausted {
 			t.Errorf("Release with the renew budget spent = %v; want resource_exhausted", err)
+		}
+	})
+	t.Run("admin calls are charged", func(t *testing.T) {
+		const admin = "token-of-tenant-a-admin-0123456789"
+		g := gwtest.Start(t, shared, gwtest.Tokens(admin+" a ops admin"), gwtest.Configure(func(c *server.Config) {
+			c.Gateway.Limits.TenantAcquireRate, c.Gateway.Limits.TenantAcquireBurst = 0.001, 1
+		}))
+		ac := leasegatev1connect.NewAdminServiceClient(g.HTTP, g.URL, gwtest.Bearer(admin))
+		ctx := ctxT(t)
+		if _, err := ac.ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{})); err != nil {
+			t.Fatalf("the first admin call within the burst: %v", err)
+		}
+		if _, err := ac.ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{})); connect.CodeOf(err) != connect.CodeResourceExhausted {
+			t.Errorf("ListAudit with the acquire budget spent = %v; want resource_exhausted", err)
+		}
+		if _, err := ac.ForceRelease(ctx, connect.NewRequest(&v1.ForceReleaseRequest{Name: "x", Reason: "test"})); connect.CodeOf(err) != connect.CodeResourceExhausted {
+			t.Errorf("ForceRelease with the acquire budget spent = %v; want resource_exhausted", err)
 		}
 	})
 	t.Run("client ids do not multiply a client's budget", func(t *testing.T) {

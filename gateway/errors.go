@@ -163,6 +163,12 @@ func toConnect(err error) *connect.Error {
 		if errors.Is(err, queue.ErrTooManyHolds) {
 			info.Metadata = map[string]string{MetadataLimit: limitNameHolds}
 		}
+		if errors.Is(err, queue.ErrWatchBudget) {
+			info.Metadata = map[string]string{MetadataLimit: limitTenantWatchKeys}
+			if se := (*shardError)(nil); errors.As(err, &se) {
+				info.Metadata[MetadataShard] = se.shard
+			}
+		}
 		if d, derr := connect.NewErrorDetail(info); derr == nil {
 			out.AddDetail(d)
 		}
@@ -207,7 +213,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodePermissionDenied, ReasonPermissionDenied, err.Error()
 	case errors.Is(err, queue.ErrHolderChanged):
 		return connect.CodeFailedPrecondition, noReason, err.Error()
-	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrTooManyHolds):
+	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrTooManyHolds), errors.Is(err, queue.ErrWatchBudget):
 		return connect.CodeResourceExhausted, ReasonQuotaExceeded, err.Error()
 	case errors.Is(err, ErrUnknownShard):
 		return connect.CodeNotFound, noReason, "the id names a shard this gateway does not know"

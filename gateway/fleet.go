@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -86,7 +85,7 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 		if err := decodeToken("page_token", req.Msg.PageToken, &tok); err != nil {
 			return nil, err
 		}
-		if tok.Prefix != prefix || strings.Contains(tok.Cursor, "/") || !strings.HasPrefix(tok.Cursor, queue.NameCursor(prefix)) {
+		if tok.Prefix != prefix || !queue.CursorInPrefix(tok.Cursor, prefix) {
 			return nil, fieldOf("page_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
 		}
 	}
@@ -226,8 +225,16 @@ func onShards(ctx context.Context, targets []locks.Target, fn func(ctx context.C
 	return nil
 }
 
+// kindOf is the wire's kind of a queue.
+func kindOf(election bool) v1.LockKind {
+	if election {
+		return v1.LockKind_LOCK_KIND_ELECTION
+	}
+	return v1.LockKind_LOCK_KIND_LOCK
+}
+
 func lockSummary(t locks.Target, l queue.LockInfo) *v1.LockSummary {
-	out := &v1.LockSummary{Name: l.Name, Shard: t.Shard, Limit: int32(l.Limit()), Waiters: l.Waiters(), ShardBreaker: t.Backend.Breaker.State().String()}
+	out := &v1.LockSummary{Name: l.Name, Kind: kindOf(l.Election), Shard: t.Shard, Limit: int32(l.Limit()), Waiters: l.Waiters(), ShardBreaker: t.Backend.Breaker.State().String()}
 	for _, h := range l.Entries {
 		if !h.Holder() {
 			break
@@ -240,23 +247,36 @@ func lockSummary(t locks.Target, l queue.LockInfo) *v1.LockSummary {
 	return out
 }
 
-// DescribeQueue reports a name's holders and waiters in queue order.
+// DescribeQueue reports a name's holders and waiters in queue order: a
+// lock's, or an election's.
 func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error) {
 	name := req.Msg.Name
-	ctx, cancel, t, err := s.readTarget(ctx, name)
+	var election bool
+	switch req.Msg.Kind {
+	case v1.LockKind_LOCK_KIND_UNSPECIFIED, v1.LockKind_LOCK_KIND_LOCK:
+	case v1.LockKind_LOCK_KIND_ELECTION:
+		election = true
+	default:
+		return nil, fieldOf("kind", fmt.Errorf("%w: kind %d is neither a lock's nor an election's", queue.ErrInvalidArgument, req.Msg.Kind))
+	}
+	ctx, cancel, t, err := s.readTarget(ctx, name, election)
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
+	key := name
+	if election {
+		key = queue.ElectionName(name)
+	}
 	var info queue.LockInfo
 	if err := call(ctx, t, func(ctx context.Context) error {
 		var err error
-		info, err = t.Engine.DescribeQueue(ctx, name)
+		info, err = t.Engine.DescribeQueue(ctx, key)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	out := &v1.DescribeQueueResponse{Name: name, Shard: t.Shard, Limit: int32(info.Limit()), Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String(), Waiters: info.Waiters()}
+	out := &v1.DescribeQueueResponse{Name: name, Kind: kindOf(election), Shard: t.Shard, Limit: int32(info.Limit()), Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String(), Waiters: info.Waiters()}
 	for _, en := range info.Entries {
 		q := &v1.QueueEntry{
 			ClientId: en.ClientID, Position: en.Position, WaitingSince: timestamppb.New(en.Enqueued),
@@ -274,8 +294,9 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 // readTarget is what a read of one name's queue (Describe, DescribeQueue)
 // starts with: the name checked, the caller authenticated and admitted by
 // its rate limit, the store's timeout on ctx, and the shard that holds the
-// name's holder. The returned cancel ends the timeout; it is nil on error.
-func (s *Service) readTarget(ctx context.Context, name string) (context.Context, context.CancelFunc, locks.Target, error) {
+// name's holder — of the lock name, or of the election name. The returned
+// cancel ends the timeout; it is nil on error.
+func (s *Service) readTarget(ctx context.Context, name string, election bool) (context.Context, context.CancelFunc, locks.Target, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return ctx, nil, locks.Target{}, fieldOf("name", err)
 	}
@@ -287,7 +308,11 @@ func (s *Service) readTarget(ctx context.Context, name string) (context.Context,
 		return ctx, nil, locks.Target{}, err
 	}
 	ctx, cancel := s.storeTimeout(ctx)
-	t, err := s.holderShard(ctx, id, name)
+	key := name
+	if election {
+		key = queue.ElectionName(name)
+	}
+	t, err := s.holderShard(ctx, id, key)
 	if err != nil {
 		cancel()
 		return ctx, nil, locks.Target{}, err

@@ -71,8 +71,9 @@ const (
 	limitClientRenewRate   = "client_renew_rate"
 	limitTenantWaiters     = "tenant_waiters"
 	limitTenantKeys        = "tenant_keys"
-	limitNameWaiters       = "name_waiters" // queue.ErrQueueFull
-	limitNameHolds         = "lock_holds"   // queue.ErrTooManyHolds
+	limitNameWaiters       = "name_waiters"      // queue.ErrQueueFull
+	limitTenantWatchKeys   = "tenant_watch_keys" // queue.ErrWatchBudget
+	limitNameHolds         = "lock_holds"        // queue.ErrTooManyHolds
 )
 
 // limitedError carries the limit that refused a call, whether it is a rate

@@ -155,8 +155,8 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	if err := queue.ValidateName(name); err != nil {
 		return queue.AcquireRequest{}, nil, fieldOf("name", err)
 	}
-	if len(clientID) > queue.MaxIDLen {
-		return queue.AcquireRequest{}, nil, badField("client_id", "is %d bytes; the limit is %d", len(clientID), queue.MaxIDLen)
+	if err := queue.ValidateClientID(clientID); err != nil {
+		return queue.AcquireRequest{}, nil, fieldOf("client_id", err)
 	}
 	if len(requestID) > queue.MaxIDLen {
 		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is %d", len(requestID), queue.MaxIDLen)
@@ -490,7 +490,7 @@ func (s *Service) release(ctx context.Context, lockID string, token int64) (bool
 // Describe reports a name's holder and queue.
 func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.DescribeRequest]) (*connect.Response[v1.DescribeResponse], error) {
 	name := req.Msg.Name
-	ctx, cancel, t, err := s.readTarget(ctx, name)
+	ctx, cancel, t, err := s.readTarget(ctx, name, false)
 	if err != nil {
 		return nil, err
 	}

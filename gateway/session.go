@@ -224,8 +224,8 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err := s.lim.acquire(who); err != nil {
 		return nil, err
 	}
-	if len(req.Msg.ClientId) > queue.MaxIDLen {
-		return nil, badField("client_id", "is %d bytes; the limit is %d", len(req.Msg.ClientId), queue.MaxIDLen)
+	if err := queue.ValidateClientID(req.Msg.ClientId); err != nil {
+		return nil, fieldOf("client_id", err)
 	}
 	ctx, cancel := s.perShardTimeout(ctx)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,15 @@ import (
 // (settings and pings are answered) until the test ends.
 func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 	t.Helper()
+	stalledStream(t, addr, "/leasegate.v1.LockService/Acquire", req)
+}
+
+// stalledStream opens a Connect server stream of path with req as
+// stalledAcquire does. Its headers channel is closed when the stream's
+// response headers arrive, reset when the gateway resets the stream (or
+// the connection ends).
+func stalledStream(t *testing.T, addr, path string, req proto.Message) (headers, reset <-chan struct{}) {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +50,7 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 	enc := hpack.NewEncoder(&hb)
 	for _, f := range [][2]string{
 		{":method", "POST"}, {":scheme", "http"}, {":authority", addr},
-		{":path", "/leasegate.v1.LockService/Acquire"},
+		{":path", path},
 		{"content-type", "application/connect+proto"}, {"connect-protocol-version", "1"},
 	} {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
@@ -56,13 +66,24 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 	if err := fr.WriteData(1, true, append(env, msg...)); err != nil {
 		t.Fatal(err)
 	}
+	hdrs, rst := make(chan struct{}), make(chan struct{})
+	var once, hOnce sync.Once
 	go func() {
+		defer once.Do(func() { close(rst) })
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
 			switch f := f.(type) {
+			case *http2.HeadersFrame:
+				if f.StreamID == 1 {
+					hOnce.Do(func() { close(hdrs) })
+				}
+			case *http2.RSTStreamFrame:
+				if f.StreamID == 1 {
+					once.Do(func() { close(rst) })
+				}
 			case *http2.SettingsFrame:
 				if !f.IsAck() {
 					_ = fr.WriteSettingsAck()
@@ -74,6 +95,7 @@ func stalledAcquire(t *testing.T, addr string, req *v1.AcquireRequest) {
 			}
 		}
 	}()
+	return hdrs, rst
 }
 
 // keysOf counts the lock keys of name under a gateway's prefix.

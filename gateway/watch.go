@@ -104,7 +104,27 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
 		return encodeToken(t)
 	}
-	var lastSent time.Time
+	// The response headers go at once, so a client knows the watch is
+	// open whether or not anything happens soon (a resumed watch on a
+	// quiet tenant has nothing to send for a while).
+	if err := s.send(ctx, func() error { return stream.Send(nil) }); err != nil {
+		return err
+	}
+	// A stream on which nothing happens still sends a PROGRESS message
+	// every watchProgressEvery, each within SendTimeout like every other
+	// message: a client that stopped reading is dropped on a quiet tenant
+	// too, not only when there is something to tell it.
+	idle := s.clk.NewTimer(watchProgressEvery)
+	defer func() { idle.Stop() }()
+	send := func(msg *v1.WatchResponse) error {
+		msg.ResumeToken = token()
+		if err := s.send(ctx, func() error { return stream.Send(msg) }); err != nil {
+			return err
+		}
+		idle.Stop()
+		idle = s.clk.NewTimer(watchProgressEvery)
+		return nil
+	}
 	for {
 		var b shardBatch
 		select {
@@ -112,6 +132,11 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 			return ctx.Err()
 		case <-s.shutdown:
 			return errShuttingDown
+		case <-idle.C():
+			if err := send(&v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS}); err != nil {
+				return err
+			}
+			continue
 		case b = <-ch:
 		}
 		if b.err != nil {
@@ -125,21 +150,17 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 				revs[b.shard] = m.rev
 			}
 			if m.msg == nil {
-				if s.clk.Now().Sub(lastSent) < watchProgressEvery {
-					continue // nothing to show: the next message's token covers it
-				}
-				m.msg = &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_PROGRESS}
+				continue // nothing to show: the next message's token covers it
 			}
-			m.msg.ResumeToken = token()
-			if err := s.send(ctx, func() error { return stream.Send(m.msg) }); err != nil {
+			if err := send(m.msg); err != nil {
 				return err
 			}
-			lastSent = s.clk.Now()
 		}
 	}
 }
 
-// watchProgressEvery is the least time between two PROGRESS messages.
+// watchProgressEvery is the longest a Watch stream goes without a message:
+// the PROGRESS message it then sends carries the latest resume token.
 var watchProgressEvery = 5 * time.Second
 
 // maxWatchEvents is the most events in one message: far below the
@@ -262,6 +283,9 @@ func (s *Service) watchShard(ctx context.Context, t locks.Target, prefix string,
 		case errors.Is(err, queue.ErrInvalidArgument):
 			send(shardBatch{shard: t.Shard, err: fieldOf("resume_token", err)})
 			return
+		case errors.Is(err, queue.ErrWatchBudget):
+			send(shardBatch{shard: t.Shard, err: onShard(t.Shard, err)})
+			return
 		}
 		s.log.Debug("shard watch broke: resuming", "shard", t.Shard, "revision", from, "err", err)
 		tm := s.clk.NewTimer(watchRetry)
@@ -278,7 +302,7 @@ func lockEvents(shard string, evs []queue.WatchEvent) []*v1.LockEvent {
 	out := make([]*v1.LockEvent, 0, len(evs))
 	for _, ev := range evs {
 		e := &v1.LockEvent{
-			Type: eventTypes[ev.Type], Name: ev.Name, Shard: shard, ClientId: ev.Entry.ClientID,
+			Type: eventTypes[ev.Type], Name: ev.Name, Kind: kindOf(ev.Election), Shard: shard, ClientId: ev.Entry.ClientID,
 			Position: ev.Entry.Position, Session: ev.Entry.Session, Revision: ev.Revision,
 			EnqueuedAt: timestamppb.New(ev.Entry.Enqueued),
 		}

@@ -22,6 +22,10 @@ const (
 	MaxLeaseTTL = 24 * time.Hour
 )
 
+// DefaultMaxWatchKeys is Config.MaxWatchKeys' default: at about 100 bytes
+// a key (docs/security.md, "Limits"), some 10 MiB of views per engine.
+const DefaultMaxWatchKeys = 100_000
+
 // MaxLeasePool is the largest Config.LeasePool.
 const MaxLeasePool = 4096
 
@@ -58,6 +62,12 @@ type Config struct {
 	// holder may still believe it holds (loss.go). Default true; false
 	// frees the name as soon as the key goes, relying on fencing alone.
 	LossWait bool
+	// MaxWatchKeys bounds the keys the engine's WatchLocks views hold in
+	// memory together (watchview.go): watchers of one prefix share a
+	// view, and a view whose keys would pass the bound is refused with
+	// ErrWatchBudget before it is read (one that grows past it ends with
+	// it). Default DefaultMaxWatchKeys; 0 disables the bound.
+	MaxWatchKeys int
 	// Clock is the time source for deadlines and wait timeouts. Default the
 	// wall clock.
 	Clock clock.Clock
@@ -76,6 +86,7 @@ func DefaultConfig() Config {
 		AttemptTTL:     10 * time.Second,
 		LeasePool:      64,
 		LossWait:       true,
+		MaxWatchKeys:   DefaultMaxWatchKeys,
 		Clock:          clock.Real,
 	}
 }
@@ -97,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: AttemptTTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
 	case c.LeasePool < 0 || c.LeasePool > MaxLeasePool:
 		return fmt.Errorf("queue: LeasePool %d is outside 0 (off) to %d", c.LeasePool, MaxLeasePool)
+	case c.MaxWatchKeys < 0:
+		return fmt.Errorf("queue: MaxWatchKeys %d is negative (0 disables the bound)", c.MaxWatchKeys)
 	case c.Clock == nil:
 		return fmt.Errorf("queue: Clock is nil")
 	}

@@ -71,7 +71,7 @@ func (e *Engine) Describe(ctx context.Context, name string) (Description, error)
 	if first == nil {
 		return d, nil
 	}
-	held, err := e.holders(ctx, prefix, first, resp.Header.Revision)
+	held, err := e.holderKVs(ctx, prefix, first, resp.Header.Revision)
 	if err != nil {
 		return Description{}, err
 	}
@@ -88,11 +88,10 @@ func (e *Engine) Describe(ctx context.Context, name string) (Description, error)
 	return d, nil
 }
 
-// holders returns the keys that hold a name whose first key, read at rev,
-// is first: the first key alone for a lock; for a semaphore of limit N the
-// first N keys by create revision at rev, up to the first of another limit
-// (which, and all behind it, the grant condition withholds).
-func (e *Engine) holders(ctx context.Context, prefix string, first *mvccpb.KeyValue, rev int64) ([]*mvccpb.KeyValue, error) {
+// holderKVs returns the keys that hold a name whose first key, read at
+// rev, is first: by the grant rule (holders), among the first N keys by
+// create revision at rev, N being the first key's limit.
+func (e *Engine) holderKVs(ctx context.Context, prefix string, first *mvccpb.KeyValue, rev int64) ([]*mvccpb.KeyValue, error) {
 	n := limitOf(first.Value)
 	if n <= 1 {
 		return []*mvccpb.KeyValue{first}, nil
@@ -101,14 +100,7 @@ func (e *Engine) holders(ctx context.Context, prefix string, first *mvccpb.KeyVa
 	if err != nil {
 		return nil, fmt.Errorf("queue: read holders: %w", err)
 	}
-	var out []*mvccpb.KeyValue
-	for _, kv := range resp.Kvs {
-		if limitOf(kv.Value) != n {
-			break
-		}
-		out = append(out, kv)
-	}
-	return out, nil
+	return heldKVs(resp.Kvs), nil
 }
 
 // holderInfo decodes a holder key and asks etcd for its lease's remaining TTL.
@@ -152,7 +144,7 @@ func (e *Engine) CheckFence(ctx context.Context, name string, token int64) (live
 	if len(resp.Kvs) == 0 {
 		return false, 0, nil
 	}
-	held, err := e.holders(ctx, prefix, resp.Kvs[0], resp.Header.Revision)
+	held, err := e.holderKVs(ctx, prefix, resp.Kvs[0], resp.Header.Revision)
 	if err != nil {
 		return false, 0, err
 	}

@@ -249,7 +249,15 @@
 //
 // # Observers and administrators
 //
-// ListLocks, DescribeQueue and WatchLocks (list.go, watch.go) only read.
+// ListLocks, DescribeQueue and WatchLocks (list.go, watch.go) only read,
+// and judge holders as the grant does: by holders (limit.go), the one
+// statement of the rule above, so every client that believes it holds is
+// a holder there and there are never more than the name's limit; a first
+// key whose grant is still to come (a lock-delay, a session waiter's move,
+// an answer on its way) is a holder there already. They number places as
+// the Acquire stream does (position) and list elections under their own
+// names. Watchers of one prefix share one view (watchview.go), bounded
+// with every other view of the engine by Config.MaxWatchKeys.
 // A watcher tells a release from an expiry by the release mark the release
 // transaction writes beside its delete (handoff.go): an unconditional put
 // of one key per prefix, which adds no compare and no round trip.

@@ -20,10 +20,12 @@ type Engine struct {
 	ka   *keepAliver
 	hubs *hubSet
 	sess *sessionWatch
-	tel  *engineTel
-	att  attemptLease
-	pool *leasePool
-	ends *endWatch
+	// watches are the shared views of WatchLocks (watchview.go).
+	watches *watchSet
+	tel     *engineTel
+	att     attemptLease
+	pool    *leasePool
+	ends    *endWatch
 	// sessTTLs remembers the TTLs of sessions seen (loss.go).
 	sessTTLs *lru.Cache[clientv3.LeaseID, time.Duration]
 
@@ -74,7 +76,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	e.hubs, e.sess, e.ends = newHubSet(e), newSessionWatch(e), newEndWatch(e)
+	e.hubs, e.sess, e.watches, e.ends = newHubSet(e), newSessionWatch(e), newWatchSet(e), newEndWatch(e)
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)
@@ -148,6 +150,7 @@ func (e *Engine) Close() {
 	e.ka.close()
 	e.hubs.close()
 	e.sess.close()
+	e.watches.close()
 	done := make(chan struct{})
 	go func() {
 		e.tasks.Wait()

@@ -65,6 +65,9 @@ var (
 	// ErrCompacted reports a watch whose start revision etcd has
 	// compacted away: the caller must start over from a snapshot.
 	ErrCompacted = errors.New("watch history compacted")
+	// ErrWatchBudget reports a watch whose prefix covers more keys than
+	// the engine's watches may follow together (Config.MaxWatchKeys).
+	ErrWatchBudget = errors.New("watch budget exhausted")
 	// ErrClosed reports use of an engine after Close.
 	ErrClosed = errors.New("engine closed")
 	// ErrNoLeader reports an election that nobody leads.

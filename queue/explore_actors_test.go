@@ -62,6 +62,10 @@ type world struct {
 	// lock they could not release, a session they could not close): the
 	// end of a run expires them, as their TTL would.
 	leftForTTL []clientv3.LeaseID
+	// keysSeen are the name's keys (create and mod revisions) check last
+	// read, keysViewed those checkViews last judged: the views are judged
+	// again only when the keys changed. Both are run's alone.
+	keysSeen, keysViewed string
 }
 
 // actorSpec is one actor of a schedule.
@@ -1015,6 +1019,9 @@ func (w *world) run() error {
 		if err := w.check(); err != nil {
 			return err
 		}
+		if err := w.checkViews(); err != nil {
+			return err
+		}
 		if _, ok := w.sch.next(); ok {
 			continue
 		}
@@ -1146,10 +1153,13 @@ func (w *world) check() error {
 	}
 	live := map[int64]bool{}
 	var order []int64 // live keys' create revisions, ascending
+	var seen strings.Builder
 	for _, kv := range resp.Kvs {
 		live[kv.CreateRevision] = true
 		order = append(order, kv.CreateRevision)
+		fmt.Fprintf(&seen, "%d:%d ", kv.CreateRevision, kv.ModRevision)
 	}
+	w.keysSeen = seen.String()
 	sort.Slice(order, func(i, j int) bool { return order[i] < order[j] })
 	var first int64
 	if len(order) > 0 {
@@ -1199,6 +1209,70 @@ func (w *world) check() error {
 		if k > n || len(limits) > 1 {
 			sort.Strings(believers)
 			return fmt.Errorf("%d holders at once (limits %v): %s", len(believers), limits, strings.Join(believers, ", "))
+		}
+	}
+	return nil
+}
+
+// checkViews verifies, between two steps, that ListLocks (whose queue
+// DescribeQueue shares, and whose rule Describe, CheckFence, WatchLocks and
+// force-release share) judges holders by the grant rule: at the revision
+// it read, its holders are exactly the keys holdsByLimit — the checker's
+// own statement of the rule — finds holding, its waiters are numbered as
+// the Acquire stream numbers them, and every client that believes it
+// holds a key live there is among its holders. It runs when the name's
+// keys changed since it last ran.
+func (w *world) checkViews() error {
+	if w.keysSeen == w.keysViewed {
+		return nil
+	}
+	w.keysViewed = w.keysSeen
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e := w.engines[0]
+	plain, election := nameOf(w.name)
+	page, err := e.ListLocks(ctx, plain, "", 10)
+	if err != nil {
+		return err
+	}
+	var entries []QueueEntry
+	for _, l := range page.Locks {
+		if l.Name == plain && l.Election == election {
+			entries = l.Entries
+		}
+	}
+	resp, err := w.sch.cli.Get(ctx, e.keys.namePrefix(w.name), clientv3.WithPrefix(), clientv3.WithRev(page.Revision),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return err
+	}
+	if len(entries) != len(resp.Kvs) {
+		return fmt.Errorf("ListLocks at revision %d lists %d keys of %q; etcd has %d", page.Revision, len(entries), w.name, len(resp.Kvs))
+	}
+	held := map[int64]bool{}
+	for i, kv := range resp.Kvs {
+		_, m, err := decodeValue(kv.Value)
+		if err != nil {
+			return err
+		}
+		n := max(m.Limit, 1)
+		holds := holdsByLimit(resp.Kvs[:min(n, len(resp.Kvs))], kv.CreateRevision, n)
+		want := int64(0)
+		if !holds {
+			want = max(int64(i-n+1), 1)
+		}
+		en := entries[i]
+		if en.Revision != kv.CreateRevision || en.Holder() != holds || en.Position != want {
+			return fmt.Errorf("ListLocks at revision %d: key %d (created at %d, limit %d) holder %v at position %d; the grant rule: holder %v at position %d",
+				page.Revision, i, kv.CreateRevision, n, en.Holder(), en.Position, holds, want)
+		}
+		held[kv.CreateRevision] = holds
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for client, g := range w.holding {
+		if holds, live := held[g.Revision]; live && !holds {
+			return fmt.Errorf("%s believes it holds (token %d), but ListLocks at revision %d lists its key as a waiter", client, g.Token(), page.Revision)
 		}
 	}
 	return nil

@@ -54,11 +54,11 @@ func (w *world) evictor(name string) actorSpec {
 		if err != nil || len(resp.Kvs) == 0 {
 			return
 		}
-		first, err := entryOf(resp.Kvs[0])
-		if err != nil {
+		if _, _, err := decodeValue(resp.Kvs[0].Value); err != nil {
 			w.violate("%s: decode the first key: %v", name, err)
 			return
 		}
+		first := entryOf(resp.Kvs[0])
 		// The key is about to go (by this eviction, or it is gone
 		// already: the first key changes only by its deletion).
 		w.mu.Lock()

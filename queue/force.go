@@ -124,15 +124,13 @@ func auditID(t time.Time) string {
 }
 
 // validateReason checks a force-release reason: 1 to MaxReasonBytes of
-// printable UTF-8, like a name.
+// printable UTF-8 (firstUnprintable), like a name.
 func validateReason(r string) error {
 	if r == "" || len(r) > MaxReasonBytes {
 		return fmt.Errorf("%w: reason: want 1 to %d bytes, got %d", ErrInvalidArgument, MaxReasonBytes, len(r))
 	}
-	for _, c := range r {
-		if c == 0xfffd || c < 0x20 || c == 0x7f {
-			return fmt.Errorf("%w: reason: control characters and invalid UTF-8 are not allowed", ErrInvalidArgument)
-		}
+	if i, c := firstUnprintable(r); i >= 0 {
+		return fmt.Errorf("%w: reason has a control or non-printable character %U at byte %d; allowed: printable UTF-8 and plain spaces", ErrInvalidArgument, c, i)
 	}
 	return nil
 }
@@ -156,10 +154,10 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 	if err != nil || kv == nil {
 		return ForceReleaseResult{}, err
 	}
-	held, err := entryOf(kv)
-	if err != nil {
+	if _, _, err := decodeValue(kv.Value); err != nil {
 		return ForceReleaseResult{}, err
 	}
+	held := entryOf(kv)
 	if r.Token != 0 && held.Token != r.Token {
 		return ForceReleaseResult{}, fmt.Errorf("%w: the holder's fencing token is %d, not %d", ErrHolderChanged, held.Token, r.Token)
 	}
@@ -258,12 +256,12 @@ func (e *Engine) ListAudit(ctx context.Context, before string, limit int) (recs 
 }
 
 // forceTarget reads the key a force-release evicts: the first key of the
-// name, or, given a token, the key whose create revision the token
-// carries — one of a semaphore's holders — provided it holds: fewer keys
-// than its limit were created before it. Keys created later cannot get
-// ahead of it, so a holder found here holds until its key goes, which the
-// delete's compare of its create revision checks. It returns nil for a
-// free name.
+// name (which holds by the grant rule: no key is ahead of it), or, given a
+// token, the key whose create revision the token carries — one of a
+// semaphore's holders — provided it holds by the grant rule (holders) at
+// the revision read. Keys created later cannot get ahead of it, so a
+// holder found here holds until its key goes, which the delete's compare
+// of its create revision checks. It returns nil for a free name.
 func (e *Engine) forceTarget(ctx context.Context, prefix string, token int64) (*mvccpb.KeyValue, error) {
 	if token == 0 {
 		resp, err := e.cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
@@ -287,14 +285,13 @@ func (e *Engine) forceTarget(ctx context.Context, prefix string, token int64) (*
 		return nil, fmt.Errorf("%w: no key of the name has fencing token %d", ErrHolderChanged, token)
 	}
 	kv := resp.Kvs[0]
-	// The holders are the first limit keys by create revision (etcd's
-	// counts ignore revision filters, so the keys are read, not counted).
-	first, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(max(limitOf(kv.Value), 1))))
+	// A holder is among the first N keys, N its limit; their values say
+	// whether it holds (a key of another limit ahead withholds it).
+	first, err := e.cli.Get(ctx, prefix, append(withFirstN(max(limitOf(kv.Value), 1)), clientv3.WithRev(resp.Header.Revision))...)
 	if err != nil {
 		return nil, fmt.Errorf("queue: force release: %w", err)
 	}
-	if !slices.ContainsFunc(first.Kvs, func(h *mvccpb.KeyValue) bool { return h.CreateRevision == rev }) {
+	if !slices.ContainsFunc(heldKVs(first.Kvs), func(h *mvccpb.KeyValue) bool { return h.CreateRevision == rev }) {
 		return nil, fmt.Errorf("%w: fencing token %d is a waiter's, not a holder's", ErrHolderChanged, token)
 	}
 	return kv, nil

@@ -542,14 +542,12 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
 		if i > 0 {
 			st.pred = h.order[i-1]
 		}
-		st.holds = i < w.limit
-		for _, c := range h.order[:min(i, w.limit)] {
-			if h.limits[c] != w.limit {
-				// A key of another limit ahead (doc.go, "Semaphores").
-				st.holds = false
-				break
+		st.holds = i < holders(len(h.order), func(j int) int {
+			if j == i {
+				return w.limit
 			}
-		}
+			return h.limits[h.order[j]]
+		})
 		st.pos = position(st.ahead, w.limit)
 	}
 	w.st = st

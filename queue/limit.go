@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"slices"
 
 	leasegatev1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 
@@ -56,28 +57,58 @@ func withFirstN(n int) []clientv3.OpOption {
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(n))}
 }
 
-// holdsIn reports whether the key created at create holds a semaphore of
-// limit n, given kvs: the first keys of its name by create revision, in
-// that order, read at one revision (at least up to the key itself).
-func holdsIn(kvs []*mvccpb.KeyValue, create int64, n int) bool {
-	for i, kv := range kvs {
-		if i >= n {
-			return false
-		}
-		if kv.CreateRevision == create {
-			return true
-		}
-		if limitOf(kv.Value) != n {
-			return false
-		}
+// holders is the grant rule above applied to a whole name: of its count
+// keys in create order, where limit(i) is the limit key i records, the
+// first holders(count, limit) hold and no others. Every judgement of who
+// holds — the hub's grant, the enqueue's and takeover's, the views'
+// (ListLocks, DescribeQueue, Describe, CheckFence, WatchLocks) and
+// force-release's choice of a holder — is this function.
+//
+// Key i holds when fewer than its own limit N keys are ahead of it and
+// every one of them records N. Key 0 always does (none is ahead); a key
+// behind it holds only if it and every key between record key 0's limit
+// N0, and it is among the first N0. So the holders are the leading run of
+// keys of limit N0, at most N0 of them: a key of another limit ends the
+// run (a refused acquire whose key lives a moment before it is taken back
+// holds nothing, and withholds every key behind it). It reads at most N0
+// limits, however long the queue.
+func holders(count int, limit func(i int) int) int {
+	if count == 0 {
+		return 0
 	}
-	return false
+	n := limit(0)
+	k := 1
+	for k < count && k < n && limit(k) == n {
+		k++
+	}
+	return k
+}
+
+// holdsIn reports whether the key created at create, of limit n, holds,
+// given kvs: the first keys of its name by create revision, in that order,
+// read at one revision (at least up to the key itself).
+func holdsIn(kvs []*mvccpb.KeyValue, create int64, n int) bool {
+	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == create })
+	return i >= 0 && i < holders(len(kvs), func(j int) int {
+		if j == i {
+			return n
+		}
+		return limitOf(kvs[j].Value)
+	})
+}
+
+// heldKVs is the prefix of kvs (a name's first keys by create revision,
+// read at one revision) that holds.
+func heldKVs(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	return kvs[:holders(len(kvs), func(i int) int { return limitOf(kvs[i].Value) })]
 }
 
 // position is what a waiter with ahead keys before it, in a semaphore of
 // limit n, reports: 1 when it is next to be granted (the keys ahead are
 // the n holders, or fewer that withhold its grant), ahead-n+1 beyond. For
-// a lock (n = 1) it is the number of keys ahead.
+// a lock (n = 1) it is the number of keys ahead. It is the one numbering
+// of a queue: the Acquire stream's Queued position, and every view's
+// (ListLocks, DescribeQueue, WatchLocks), which number a holder 0.
 func position(ahead int64, n int) int64 { return max(ahead-int64(n)+1, 1) }
 
 // limitMismatch is the refusal of a waiter whose limit is not its name's.

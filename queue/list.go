@@ -27,7 +27,9 @@ import (
 type QueueEntry struct {
 	// ClientID is the self-reported identity of the key's acquire.
 	ClientID string
-	// Position counts the keys ahead: 0 for the holder.
+	// Position is the key's place in line, numbered as the Acquire
+	// stream numbers it (position): 0 for a holder, 1 for the waiter
+	// granted next, and so on.
 	Position int64
 	// Enqueued is when the key enqueued (the enqueuing gateway's clock).
 	Enqueued time.Time
@@ -44,19 +46,29 @@ type QueueEntry struct {
 	Revision int64
 
 	lease  clientv3.LeaseID
-	waiter string // the key's last segment, for the watch's bookkeeping
-	limit  int    // the semaphore limit its value records (1 for a lock)
+	limit  int  // the semaphore limit its value records; 0 for a value the engine cannot read
+	holder bool // it holds by the grant rule (holders)
 }
 
-// Holder reports whether the entry holds the lock: one of the first limit
-// keys of its name (the first, for a lock).
-func (q QueueEntry) Holder() bool { return q.Position < int64(max(q.limit, 1)) }
+// Holder reports whether the entry holds the name by the grant rule
+// (limit.go, holders): fewer keys ahead of it than its limit, all of its
+// limit. A key that is first but whose grant is still to come — a
+// lock-delay to wait out, a session waiter's move onto its session, an
+// answer on its way — holds by that rule already: it is the key that
+// keeps everyone behind it out, and it is granted with no other key's
+// change. So every client that believes it holds is a holder here, and
+// there are never more holders than the name's limit.
+func (q QueueEntry) Holder() bool { return q.holder }
 
 // LockInfo is one name's queue, read at one revision.
 type LockInfo struct {
-	// Name is the lock name.
+	// Name is the lock's name, or the election's for an election.
 	Name string
-	// Entries are the name's keys in queue (FIFO) order; the first holds.
+	// Election is true for an election's queue (its leader is the
+	// holder), false for a lock's or a semaphore's.
+	Election bool
+	// Entries are the name's keys in queue (FIFO) order; the holders come
+	// first.
 	Entries []QueueEntry
 	// Revision is the etcd revision the queue was read at.
 	Revision int64
@@ -75,7 +87,28 @@ func (l LockInfo) Limit() int {
 }
 
 // Waiters counts the entries behind the holders.
-func (l LockInfo) Waiters() int64 { return int64(max(len(l.Entries)-l.Limit(), 0)) }
+func (l LockInfo) Waiters() int64 {
+	n := int64(0)
+	for _, en := range l.Entries {
+		if !en.holder {
+			n++
+		}
+	}
+	return n
+}
+
+// judge sets each entry's holder flag and Position by the grant rule; es
+// are a name's keys in create order.
+func judge(es []QueueEntry) {
+	held := holders(len(es), func(i int) int { return es[i].limit })
+	for i := range es {
+		es[i].holder = i < held
+		es[i].Position = 0
+		if !es[i].holder {
+			es[i].Position = position(int64(i), max(es[i].limit, 1))
+		}
+	}
+}
 
 // ListPage is one page of ListLocks.
 type ListPage struct {
@@ -87,8 +120,48 @@ type ListPage struct {
 	Revision int64
 }
 
-// NameCursor is name's position in the key order ListLocks walks.
+// Names and elections share the key space under an engine's locks prefix:
+// an election's segment begins with electionSeg (its NUL marker escaped),
+// which sorts before every lock's (a lock name never contains a control
+// character, so its segment never begins with "%0"). A view of a name
+// prefix covers two ranges of segments, in key order: the elections whose
+// names begin with it, then the locks whose names do.
+var electionSeg = escapeName(electionMarker)
+
+// segRange is a range of lock keys [from, end).
+type segRange struct{ from, end string }
+
+// nameRanges are the key ranges a view of prefix covers under base, the
+// elections' first.
+func nameRanges(base, prefix string) [2]segRange {
+	el := base + electionSeg + escapeName(prefix)
+	lk := base + escapeName(prefix)
+	from := lk
+	if prefix == "" {
+		from = clientv3.GetPrefixRangeEnd(base + electionSeg) // behind every election
+	}
+	return [2]segRange{{el, clientv3.GetPrefixRangeEnd(el)}, {from, clientv3.GetPrefixRangeEnd(lk)}}
+}
+
+// segWithin reports whether a key segment is a name a view of prefix
+// covers: an election's or a lock's whose name begins with prefix.
+func segWithin(seg, prefix string) bool {
+	if rest, ok := strings.CutPrefix(seg, electionSeg); ok {
+		return strings.HasPrefix(rest, escapeName(prefix))
+	}
+	return strings.HasPrefix(seg, escapeName(prefix))
+}
+
+// NameCursor is a lock name's position in the key order ListLocks walks
+// (an election's is NameCursor(ElectionName(name))).
 func NameCursor(name string) string { return escapeName(name) }
+
+// CursorInPrefix reports whether cursor (a LockInfo.Cursor) can continue
+// a ListLocks walk of prefix: it is one name's segment, and a name of
+// either kind that the walk covers.
+func CursorInPrefix(cursor, prefix string) bool {
+	return cursor != "" && !strings.Contains(cursor, "/") && segWithin(cursor, prefix)
+}
 
 // listBatch is how many keys one range read of ListLocks asks for at
 // least; a page of n names asks for n plus this.
@@ -96,7 +169,8 @@ const listBatch = 64
 
 // ListLocks reads up to limit names that begin with prefix and sort after
 // the cursor after ("" for the first page), in key order, with their
-// queues, all at one revision. Holders' Expires are left zero: a caller
+// queues, all at one revision: the elections whose names begin with
+// prefix first, then the locks. Holders' Expires are left zero: a caller
 // that merges pages fills them with FillExpiry for the locks it keeps.
 func (e *Engine) ListLocks(ctx context.Context, prefix, after string, limit int) (ListPage, error) {
 	defer e.enter()()
@@ -104,25 +178,42 @@ func (e *Engine) ListLocks(ctx context.Context, prefix, after string, limit int)
 		return ListPage{}, fmt.Errorf("%w: list limit %d must be positive", ErrInvalidArgument, limit)
 	}
 	base := LocksPrefix(e.cfg.Prefix)
-	from := base + escapeName(prefix)
-	end := clientv3.GetPrefixRangeEnd(from)
+	ranges := nameRanges(base, prefix)
 	if after != "" {
-		if !strings.HasPrefix(after, escapeName(prefix)) {
+		if !CursorInPrefix(after, prefix) {
 			return ListPage{}, fmt.Errorf("%w: the cursor is not within the prefix", ErrInvalidArgument)
 		}
 		// Behind every key of the name at after: '0' follows '/'.
-		from = base + after + "0"
+		next := base + after + "0"
+		if strings.HasPrefix(after, electionSeg) {
+			ranges[0].from = next
+		} else {
+			ranges[0].from = ranges[0].end // the elections are behind
+			ranges[1].from = next
+		}
 	}
 	var page ListPage
-read:
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(limit - len(page.Locks) + listBatch))}
+	for _, r := range ranges {
+		if err := e.listRange(ctx, &page, base, r, limit); err != nil || page.More {
+			return page, err
+		}
+	}
+	return page, nil
+}
+
+// listRange adds the names of r to page, reading at page's revision (or
+// setting it), until the page holds limit names (More set when others
+// may follow).
+func (e *Engine) listRange(ctx context.Context, page *ListPage, base string, r segRange, limit int) error {
+	from := r.from
+	for from < r.end {
+		opts := []clientv3.OpOption{clientv3.WithRange(r.end), clientv3.WithLimit(int64(limit - len(page.Locks) + listBatch))}
 		if page.Revision != 0 {
 			opts = append(opts, clientv3.WithRev(page.Revision))
 		}
 		resp, err := e.cli.Get(ctx, from, opts...)
 		if err != nil {
-			return ListPage{}, fmt.Errorf("queue: list locks: %w", err)
+			return fmt.Errorf("queue: list locks: %w", err)
 		}
 		if page.Revision == 0 {
 			page.Revision = resp.Header.Revision
@@ -134,7 +225,7 @@ read:
 			last := groups[len(groups)-1]
 			full, err := e.cli.Get(ctx, base+last.seg+"/", clientv3.WithPrefix(), clientv3.WithRev(page.Revision))
 			if err != nil {
-				return ListPage{}, fmt.Errorf("queue: list locks: %w", err)
+				return fmt.Errorf("queue: list locks: %w", err)
 			}
 			if g := groupByName(base, full.Kvs); len(g) == 1 {
 				groups[len(groups)-1] = g[0]
@@ -143,7 +234,7 @@ read:
 		for _, g := range groups {
 			if len(page.Locks) == limit {
 				page.More = true
-				break read
+				return nil
 			}
 			from = base + g.seg + "0"
 			info, err := g.info(page.Revision)
@@ -153,7 +244,7 @@ read:
 			page.Locks = append(page.Locks, info)
 		}
 		if !resp.More {
-			break
+			return nil
 		}
 		if len(groups) == 0 {
 			// Only keys that are not a lock's: step over them.
@@ -162,24 +253,25 @@ read:
 		}
 		if len(page.Locks) == limit {
 			page.More = true
-			break
+			return nil
 		}
 	}
-	return page, nil
+	return nil
 }
 
-// DescribeQueue reads name's whole queue at one revision, its holder's
-// expiry included.
+// DescribeQueue reads name's whole queue at one revision, its holders'
+// expiry included. name is a lock's name or ElectionName of an election's.
 func (e *Engine) DescribeQueue(ctx context.Context, name string) (LockInfo, error) {
 	defer e.enter()()
-	if err := ValidateName(name); err != nil {
+	if err := ValidateKeyName(name); err != nil {
 		return LockInfo{}, err
 	}
 	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithPrefix())
 	if err != nil {
 		return LockInfo{}, fmt.Errorf("queue: describe queue: %w", err)
 	}
-	info := LockInfo{Name: name, Revision: resp.Header.Revision, Cursor: escapeName(name)}
+	info := LockInfo{Revision: resp.Header.Revision, Cursor: escapeName(name)}
+	info.Name, info.Election = nameOf(name)
 	if gs := groupByName(LocksPrefix(e.cfg.Prefix), resp.Kvs); len(gs) == 1 {
 		if info, err = gs[0].info(resp.Header.Revision); err != nil {
 			return LockInfo{}, err
@@ -219,48 +311,45 @@ func groupByName(base string, kvs []*mvccpb.KeyValue) []nameGroup {
 	return out
 }
 
-// info decodes a group into a queue in FIFO (create revision) order.
+// info decodes a group into a queue in FIFO (create revision) order,
+// judged by the grant rule.
 func (g nameGroup) info(rev int64) (LockInfo, error) {
 	name, err := unescapeName(g.seg)
 	if err != nil {
 		return LockInfo{}, err
 	}
-	l := LockInfo{Name: name, Revision: rev, Cursor: g.seg}
+	l := LockInfo{Revision: rev, Cursor: g.seg}
+	l.Name, l.Election = nameOf(name)
 	for _, kv := range g.kvs {
-		q, err := entryOf(kv)
-		if err != nil {
-			continue
-		}
-		l.Entries = append(l.Entries, q)
+		l.Entries = append(l.Entries, entryOf(kv))
 	}
 	slices.SortFunc(l.Entries, func(a, b QueueEntry) int { return cmp.Compare(a.Revision, b.Revision) })
-	lim := l.Limit()
-	for i := range l.Entries {
-		// A semaphore's keys share its limit while they hold (limit.go);
-		// the first key's is the name's.
-		l.Entries[i].Position, l.Entries[i].limit = int64(i), lim
-	}
+	judge(l.Entries)
 	return l, nil
 }
 
-// entryOf decodes one waiter key; Position is left to the caller.
-func entryOf(kv *mvccpb.KeyValue) (QueueEntry, error) {
+// nameOf splits an engine name into the name a caller knows and whether
+// it is an election's.
+func nameOf(engineName string) (string, bool) {
+	if n, ok := ElectionOf(engineName); ok {
+		return n, true
+	}
+	return engineName, false
+}
+
+// entryOf decodes one waiter key; Position and holder are left to judge.
+// A value the engine cannot read is still a key of the queue (with limit
+// 0: it withholds every grant behind it, as the hub judges it), with
+// nothing but its identity.
+func entryOf(kv *mvccpb.KeyValue) QueueEntry {
+	q := QueueEntry{Revision: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease), Token: Token(0, kv.CreateRevision)}
 	_, m, err := decodeValue(kv.Value)
 	if err != nil {
-		return QueueEntry{}, err
+		return q
 	}
-	k := string(kv.Key)
-	return QueueEntry{
-		ClientID: m.ClientID,
-		Enqueued: time.UnixMilli(m.Enqueued),
-		Session:  m.Session,
-		Token:    Token(m.Epoch, kv.CreateRevision),
-		TTL:      time.Duration(m.TTL) * time.Second,
-		Revision: kv.CreateRevision,
-		lease:    clientv3.LeaseID(kv.Lease),
-		waiter:   k[strings.LastIndexByte(k, '/')+1:],
-		limit:    max(m.Limit, 1),
-	}, nil
+	q.ClientID, q.Enqueued, q.Session = m.ClientID, time.UnixMilli(m.Enqueued), m.Session
+	q.Token, q.TTL, q.limit = Token(m.Epoch, kv.CreateRevision), time.Duration(m.TTL)*time.Second, max(m.Limit, 1)
+	return q
 }
 
 // expiryLookups bounds the lease lookups one call runs at once.
@@ -277,7 +366,7 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 	for _, l := range locks {
 		// Every holder: one for a lock, up to the limit for a semaphore.
 		for _, en := range l.Entries {
-			if id := en.lease; en.Holder() && id != 0 && !seen[id] {
+			if id := en.lease; en.holder && id != 0 && !seen[id] {
 				seen[id] = true
 				ids = append(ids, id)
 			}
@@ -318,7 +407,7 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 	}
 	for i := range locks {
 		for j := range locks[i].Entries {
-			if en := &locks[i].Entries[j]; en.Holder() && en.lease != 0 {
+			if en := &locks[i].Entries[j]; en.holder && en.lease != 0 {
 				en.Expires = leases[en.lease]
 			}
 		}

@@ -31,22 +31,40 @@ func ValidateName(name string) error {
 	case name[0] == ' ' || name[len(name)-1] == ' ':
 		return fmt.Errorf("%w: name begins or ends with a space", ErrInvalidName)
 	}
-	for i, r := range name {
-		if r == ' ' {
-			continue
-		}
-		if unicode.IsControl(r) || unicode.IsSpace(r) || !unicode.IsPrint(r) {
-			return fmt.Errorf("%w: name has a control or non-printable character %U at byte %d; allowed: printable UTF-8 and plain spaces", ErrInvalidName, r, i)
-		}
+	if i, r := firstUnprintable(name); i >= 0 {
+		return fmt.Errorf("%w: name has a control or non-printable character %U at byte %d; allowed: printable UTF-8 and plain spaces", ErrInvalidName, r, i)
 	}
 	return nil
 }
 
+// firstUnprintable returns the byte index and the rune of the first
+// character of s that a terminal could take for something other than
+// text, or -1: anything but letters, marks, numbers, punctuation, symbols
+// and the plain space (unicode.IsPrint) — control characters (newlines,
+// ESC, C1 controls), other spaces, format characters such as bidi
+// overrides, and invalid UTF-8 (utf8.RuneError, and so U+FFFD, which
+// stands for it). It is the one rule for
+// every text a caller stores that operators read on a terminal: names,
+// client ids and force-release reasons.
+func firstUnprintable(s string) (int, rune) {
+	for i, r := range s {
+		if !unicode.IsPrint(r) || r == utf8.RuneError {
+			return i, r
+		}
+	}
+	return -1, 0
+}
+
 // ValidateClientID checks a caller's self-reported identity: at most
-// MaxIDLen bytes; empty is allowed.
+// MaxIDLen bytes of printable UTF-8 (firstUnprintable), since it is shown
+// to operators (ListLocks, DescribeQueue, Watch, the audit); empty is
+// allowed.
 func ValidateClientID(clientID string) error {
 	if len(clientID) > MaxIDLen {
 		return fmt.Errorf("%w: client id is %d bytes; the limit is %d", ErrInvalidArgument, len(clientID), MaxIDLen)
+	}
+	if i, r := firstUnprintable(clientID); i >= 0 {
+		return fmt.Errorf("%w: client id has a control or non-printable character %U at byte %d; allowed: printable UTF-8 and plain spaces", ErrInvalidArgument, r, i)
 	}
 	return nil
 }

@@ -1,12 +1,16 @@
 package queue
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -15,25 +19,29 @@ import (
 
 // Watching queues.
 //
-// WatchLocks keeps the queues of the names it follows, read at one
-// revision, and applies etcd's events to them one revision at a time, so
-// every event it reports is derived from an exact before and after:
+// A view (viewState) keeps the queues of the names a prefix covers, read
+// at one revision, and applies etcd's events to them one revision at a
+// time, so every event it reports is derived from an exact before and
+// after, holders judged by the grant rule (limit.go, holders) on both:
 //
-//   - a key created first in its queue is HELD, behind others QUEUED;
-//   - a deleted key that was first is RELEASED when the release mark
+//   - a key that holds after a revision and did not before is HELD
+//     (created into a free name, or the keys ahead of it went);
+//   - a key created that does not hold is QUEUED;
+//   - a deleted key that held is RELEASED when the release mark
 //     (handoff.go) names it at the same revision, FORCE_RELEASED when an
 //     audit record written at that revision names it, and otherwise
 //     EXPIRED: that last one is inferred from the absence of a mark (a
 //     lapsed or revoked lease, a closed session, a grant the gateway gave
 //     up because it could not deliver it);
-//   - a deleted key that was not first LEFT;
-//   - the key first after a revision's deletes, if it was not first
-//     before, is HELD.
+//   - a deleted key that did not hold LEFT — a waiter, or an acquire
+//     refused for its semaphore limit whose key lived a moment behind
+//     holders of another limit.
 //
 // One range watch covers the audit records, the release mark and the lock
 // keys (they are adjacent in key order), so the mark or the record of a
 // delete arrives in the same response as the delete: etcd never splits
-// one revision's events across watch responses.
+// one revision's events across watch responses. Views are shared by every
+// watcher of the same prefix on an engine (watchview.go).
 
 // EventType is what happened to a key of a queue.
 type EventType int
@@ -62,10 +70,13 @@ func (t EventType) String() string {
 type WatchEvent struct {
 	// Type is what happened.
 	Type EventType
-	// Name is the lock name.
+	// Name is the lock's name, or the election's.
 	Name string
+	// Election is true for an event of an election's queue.
+	Election bool
 	// Entry is the key: Position is its place at the event (for a key
-	// that went, the place it had).
+	// that went, the place it had), numbered as the Acquire stream
+	// numbers it: 0 for a holder.
 	Entry QueueEntry
 	// Revision is the etcd revision of the change (of the snapshot).
 	Revision int64
@@ -89,42 +100,186 @@ type WatchBatch struct {
 // snapshotChunk is the most events in one snapshot batch.
 const snapshotChunk = 500
 
-// WatchLocks follows the queues of every name that begins with prefix.
-// With from == 0 it first reports a snapshot of them at the current
-// revision; with from > 0 it reads their state at revision from (which
-// must not be compacted, nor beyond the cluster's revision: ErrCompacted)
-// and reports the changes after it.
-// It calls emit on its own goroutine, one batch at a time, and returns
-// when ctx ends, emit fails (with emit's error), or the watch fails:
-// ErrCompacted when etcd compacted history the watch still needed (the
-// caller starts over with from == 0), another error for a watch that
-// broke (resume from the last batch's Revision).
-func (e *Engine) WatchLocks(ctx context.Context, prefix string, from int64, emit func(WatchBatch) error) error {
-	defer e.enter()()
-	if from < 0 {
-		return fmt.Errorf("%w: watch revision %d is negative", ErrInvalidArgument, from)
-	}
-	w := &queueWatch{
-		base:   LocksPrefix(e.cfg.Prefix),
-		seg:    escapeName(prefix),
-		mark:   e.cfg.Prefix + releaseMarkKey,
-		audit:  e.keys.auditPrefix(),
-		queues: map[string]*watchQueue{},
-		known:  map[string]bool{},
-	}
-	rev, err := w.load(ctx, e.cli, from)
-	if err != nil {
-		return err
-	}
-	if from == 0 {
-		if err := w.snapshot(rev, emit); err != nil {
-			return err
+// watchKey is one key of a view: what the events about it carry, and
+// nothing else (no secret, no lease, no TTL).
+type watchKey struct {
+	create   int64
+	enqueued int64 // Unix milliseconds
+	client   string
+	waiter   [16]byte // the key's last segment (waiterTag)
+	limit    int32    // limitOf its value: 0 when the engine cannot read it
+	epoch    uint16
+	session  bool
+}
+
+// waiterTag is a key's last segment in 16 bytes: a WaiterID decoded, or a
+// digest of a segment that is not one (foreign data under the prefix).
+func waiterTag(seg string) [16]byte {
+	var t [16]byte
+	if len(seg) == 32 {
+		if n, err := hex.Decode(t[:], []byte(seg)); err == nil && n == 16 {
+			return t
 		}
 	}
-	end := clientv3.GetPrefixRangeEnd(w.base + w.seg)
+	h := sha256.Sum256([]byte(seg))
+	copy(t[:], h[:])
+	return t
+}
+
+func watchKeyOf(kv *mvccpb.KeyValue, waiter string) watchKey {
+	k := watchKey{create: kv.CreateRevision, waiter: waiterTag(waiter)}
+	if _, m, err := decodeValue(kv.Value); err == nil {
+		k.enqueued, k.client, k.epoch, k.session = m.Enqueued, m.ClientID, m.Epoch, m.Session
+		k.limit = int32(min(max(m.Limit, 1), MaxLimit+1))
+	}
+	return k
+}
+
+// heldOf is how many of a queue's keys hold (holders).
+func heldOf(ks []watchKey) int { return holders(len(ks), func(i int) int { return int(ks[i].limit) }) }
+
+// entry is key i of a queue whose first held keys hold, as an observer
+// sees it.
+func (k watchKey) entry(i, held int) QueueEntry {
+	q := QueueEntry{
+		ClientID: k.client, Enqueued: time.UnixMilli(k.enqueued), Session: k.session,
+		Token: Token(k.epoch, k.create), Revision: k.create, limit: int(k.limit), holder: i < held,
+	}
+	if !q.holder {
+		q.Position = position(int64(i), max(int(k.limit), 1))
+	}
+	return q
+}
+
+// viewState is the queues of the names a prefix covers at revision rev.
+// Each queue's slice is never changed once stored (a change stores a new
+// one), so a snapshot may keep the slices it captured while the view
+// moves on.
+type viewState struct {
+	set                 *watchSet // counts the keys the state holds
+	base, mark, audit   string
+	prefix              string
+	queues              map[string][]watchKey // by escaped segment, in create order
+	keys                int64                 // keys in queues
+	rev                 int64
+	testHookBeforeApply func()
+}
+
+func (s *watchSet) newState(prefix string) *viewState {
+	e := s.e
+	return &viewState{set: s, base: LocksPrefix(e.cfg.Prefix), mark: e.cfg.Prefix + releaseMarkKey,
+		audit: e.keys.auditPrefix(), prefix: prefix, queues: map[string][]watchKey{}}
+}
+
+// drop gives the state's keys back to the budget.
+func (st *viewState) drop() {
+	st.set.keys.Add(-st.keys)
+	st.keys, st.queues = 0, nil
+}
+
+// load reads every queue the prefix covers at revision from (0: now) and
+// sets rev. It counts the keys first and asks the budget for them
+// (watchSet.reserve), so a prefix too large is refused before it is read.
+func (st *viewState) load(ctx context.Context, cli *clientv3.Client, from int64) error {
+	ranges := nameRanges(st.base, st.prefix)
+	rev, count := from, int64(0)
+	for _, r := range ranges {
+		opts := []clientv3.OpOption{clientv3.WithRange(r.end), clientv3.WithCountOnly()}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := cli.Get(ctx, r.from, opts...)
+		if err != nil {
+			return loadErr(err, from)
+		}
+		rev = resp.Header.Revision
+		if from != 0 {
+			rev = from
+		}
+		count += resp.Count
+	}
+	if err := st.set.reserve(st.prefix, count); err != nil {
+		return err
+	}
+	st.keys = count // reserved: st.keys and the budget move together from here on
+	loaded := int64(0)
+	for _, r := range ranges {
+		start := r.from
+		for {
+			resp, err := cli.Get(ctx, start, clientv3.WithRange(r.end), clientv3.WithLimit(1000), clientv3.WithRev(rev))
+			if err != nil {
+				return loadErr(err, from)
+			}
+			for _, kv := range resp.Kvs {
+				if seg, waiter, ok := st.split(string(kv.Key)); ok {
+					ks, had := st.queues[seg]
+					if !had {
+						seg = strings.Clone(seg) // not the whole key's bytes
+					}
+					st.queues[seg] = append(ks, watchKeyOf(kv, waiter))
+					loaded++
+				}
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	}
+	st.set.keys.Add(loaded - count)
+	st.keys = loaded
+	for _, ks := range st.queues {
+		slices.SortFunc(ks, func(a, b watchKey) int { return cmp.Compare(a.create, b.create) })
+	}
+	st.rev = rev
+	return nil
+}
+
+func loadErr(err error, from int64) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: revision %d", ErrCompacted, from)
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		// A cluster restored from a backup: its history is not the one
+		// the revision came from either.
+		return fmt.Errorf("%w: revision %d is in the shard's future (restored from a backup?)", ErrCompacted, from)
+	}
+	return fmt.Errorf("queue: watch: read queues: %w", err)
+}
+
+// split returns a followed lock key's name segment and waiter segment.
+func (st *viewState) split(key string) (seg, waiter string, ok bool) {
+	rest, ok := strings.CutPrefix(key, st.base)
+	if !ok {
+		return "", "", false
+	}
+	seg, waiter, ok = strings.Cut(rest, "/")
+	if !ok || !segWithin(seg, st.prefix) {
+		return "", "", false
+	}
+	if _, err := unescapeName(seg); err != nil {
+		return "", "", false // not a name's segment: foreign data under the prefix
+	}
+	return seg, waiter, true
+}
+
+// nameOf is the name, and whether it is an election's, of a segment split
+// accepted.
+func (st *viewState) nameOf(seg string) (string, bool) {
+	n, _ := unescapeName(seg)
+	return nameOf(n)
+}
+
+// watchFrom watches the state's keys (with the audit records and the
+// release mark beside them) from rev+1, with progress notices, and passes
+// each response to fn until fn fails, ctx ends or the watch does:
+// ErrCompacted when etcd compacted history it needed, another error for a
+// watch that broke (resume from the last applied revision).
+func (st *viewState) watchFrom(ctx context.Context, cli *clientv3.Client, rev int64, fn func(clientv3.WatchResponse) error) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := e.cli.Watch(wctx, w.audit, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+	end := clientv3.GetPrefixRangeEnd(st.base + escapeName(st.prefix))
+	wch := cli.Watch(wctx, st.audit, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -133,290 +288,162 @@ func (e *Engine) WatchLocks(ctx context.Context, prefix string, from int64, emit
 			return ctx.Err()
 		case wr, ok = <-wch:
 		}
-		if !ok {
+		switch {
+		case !ok:
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			return errors.New("queue: watch closed")
-		}
-		if wr.CompactRevision != 0 {
+		case wr.CompactRevision != 0:
 			return fmt.Errorf("%w: history before revision %d is gone", ErrCompacted, wr.CompactRevision)
+		case wr.Err() != nil:
+			return fmt.Errorf("queue: watch: %w", wr.Err())
 		}
-		if err := wr.Err(); err != nil {
-			return fmt.Errorf("queue: watch: %w", err)
-		}
-		if wr.IsProgressNotify() {
-			if wr.Header.Revision > rev {
-				rev = wr.Header.Revision
-				if err := emit(WatchBatch{Revision: rev}); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		var out []WatchEvent
-		for i := 0; i < len(wr.Events); {
-			j := i
-			r := wr.Events[i].Kv.ModRevision
-			for j < len(wr.Events) && wr.Events[j].Kv.ModRevision == r {
-				j++
-			}
-			out = append(out, w.apply(r, wr.Events[i:j])...)
-			rev = r
-			i = j
-		}
-		if err := emit(WatchBatch{Events: out, Revision: rev}); err != nil {
+		if err := fn(wr); err != nil {
 			return err
 		}
 	}
 }
 
-// queueWatch is the state WatchLocks keeps.
-type queueWatch struct {
-	base, seg, mark, audit string
-	queues                 map[string]*watchQueue // by escaped segment
-	known                  map[string]bool        // "segment/waiter" of every key in queues
+// batchOf applies a watch response to the state and returns what it
+// means: its events, one revision at a time, or a progress report. It
+// reports ErrWatchBudget, and applies nothing more, once the state grew
+// past the budget.
+func (st *viewState) batchOf(wr clientv3.WatchResponse) (WatchBatch, error) {
+	if st.testHookBeforeApply != nil {
+		st.testHookBeforeApply()
+	}
+	if wr.IsProgressNotify() {
+		st.rev = max(st.rev, wr.Header.Revision)
+		return WatchBatch{Revision: st.rev}, nil
+	}
+	var out []WatchEvent
+	for i := 0; i < len(wr.Events); {
+		j := i
+		r := wr.Events[i].Kv.ModRevision
+		for j < len(wr.Events) && wr.Events[j].Kv.ModRevision == r {
+			j++
+		}
+		grew, evs := st.apply(r, wr.Events[i:j])
+		out = append(out, evs...)
+		st.rev = r
+		i = j
+		if err := st.set.grow(st.prefix, grew); err != nil {
+			return WatchBatch{}, err
+		}
+	}
+	return WatchBatch{Events: out, Revision: st.rev}, nil
 }
 
-type watchQueue struct {
-	name    string
-	entries []QueueEntry // FIFO
+// qchange is what one revision did to one queue.
+type qchange struct {
+	before, after []watchKey
+	gone          []watchKey
+	created       []int64 // create revisions
 }
 
-// load reads every followed queue at revision from (0: now) and returns
-// the revision read.
-func (w *queueWatch) load(ctx context.Context, cli *clientv3.Client, from int64) (int64, error) {
-	start, end := w.base+w.seg, clientv3.GetPrefixRangeEnd(w.base+w.seg)
-	rev := from
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := cli.Get(ctx, start, opts...)
-		switch {
-		case errors.Is(err, rpctypes.ErrCompacted):
-			return 0, fmt.Errorf("%w: revision %d", ErrCompacted, from)
-		case errors.Is(err, rpctypes.ErrFutureRev):
-			// A cluster restored from a backup: its history is not the one
-			// the revision came from either.
-			return 0, fmt.Errorf("%w: revision %d is in the shard's future (restored from a backup?)", ErrCompacted, from)
-		case err != nil:
-			return 0, fmt.Errorf("queue: watch: read queues: %w", err)
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			w.put(kv)
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	for _, q := range w.queues {
-		sort.Slice(q.entries, func(i, j int) bool { return q.entries[i].Revision < q.entries[j].Revision })
-		renumber(q.entries)
-	}
-	return rev, nil
-}
-
-// snapshot emits the loaded state as snapshot batches.
-func (w *queueWatch) snapshot(rev int64, emit func(WatchBatch) error) error {
-	segs := make([]string, 0, len(w.queues))
-	for s := range w.queues {
-		segs = append(segs, s)
-	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i]+"/" < segs[j]+"/" })
-	b := WatchBatch{Snapshot: true, Revision: rev}
-	for _, s := range segs {
-		q := w.queues[s]
-		for _, en := range q.entries {
-			t := EventQueued
-			if en.Holder() {
-				t = EventHeld
-			}
-			b.Events = append(b.Events, WatchEvent{Type: t, Name: q.name, Entry: en, Revision: rev})
-			if len(b.Events) == snapshotChunk {
-				if err := emit(b); err != nil {
-					return err
-				}
-				b.Events = nil
-			}
-		}
-	}
-	b.SnapshotDone = true
-	return emit(b)
-}
-
-// put adds or updates a lock key; it reports whether the key is new.
-func (w *queueWatch) put(kv *mvccpb.KeyValue) (created bool) {
-	seg, ok := w.segOf(string(kv.Key))
-	if !ok {
-		return false
-	}
-	en, err := entryOf(kv)
-	if err != nil {
-		return false
-	}
-	q := w.queues[seg]
-	if q == nil {
-		name, err := unescapeName(seg)
-		if err != nil {
-			return false
-		}
-		q = &watchQueue{name: name}
-		w.queues[seg] = q
-	}
-	if w.known[seg+"/"+en.waiter] {
-		for i := range q.entries {
-			if q.entries[i].waiter == en.waiter {
-				en.Position = q.entries[i].Position
-				q.entries[i] = en // a takeover rewrote the value
-				return false
-			}
-		}
-	}
-	w.known[seg+"/"+en.waiter] = true
-	q.entries = append(q.entries, en) // the newest create revision: last
-	en.Position = int64(len(q.entries) - 1)
-	q.entries[len(q.entries)-1] = en
-	return true
-}
-
-// segOf returns a followed lock key's name segment.
-func (w *queueWatch) segOf(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, w.base)
-	if !ok {
-		return "", false
-	}
-	seg, _, ok := strings.Cut(rest, "/")
-	if !ok || !strings.HasPrefix(seg, w.seg) {
-		return "", false
-	}
-	return seg, true
-}
-
-func renumber(es []QueueEntry) {
-	for i := range es {
-		es[i].Position = int64(i)
-		if len(es) > 0 {
-			// A semaphore's keys share its limit while they hold: the
-			// first key's is the name's (limit.go).
-			es[i].limit = es[0].limit
-		}
-	}
-}
-
-// apply applies the events of revision rev and returns what they mean.
-func (w *queueWatch) apply(rev int64, evs []*clientv3.Event) []WatchEvent {
+// apply applies the events of revision rev and returns how many keys the
+// state gained (negative: lost) and what the events mean.
+func (st *viewState) apply(rev int64, evs []*clientv3.Event) (int64, []WatchEvent) {
 	released, forced := map[string]bool{}, map[string]bool{}
-	type change struct {
-		seg     string
-		before  []QueueEntry
-		gone    []QueueEntry
-		created []string // waiter ids
-	}
 	var order []string
-	changes := map[string]*change{}
-	touch := func(seg string) *change {
-		c := changes[seg]
-		if c == nil {
-			c = &change{seg: seg}
-			if q := w.queues[seg]; q != nil {
-				c.before = append([]QueueEntry(nil), q.entries...)
-			}
-			changes[seg] = c
-			order = append(order, seg)
-		}
-		return c
-	}
+	changes := map[string]*qchange{}
 	for _, ev := range evs {
 		key := string(ev.Kv.Key)
 		switch {
-		case key == w.mark:
+		case key == st.mark:
 			if ev.Type == clientv3.EventTypePut {
 				released[string(ev.Kv.Value)] = true
 			}
-		case strings.HasPrefix(key, w.audit):
+			continue
+		case strings.HasPrefix(key, st.audit):
 			var rec AuditRecord
 			if ev.Type == clientv3.EventTypePut && json.Unmarshal(ev.Kv.Value, &rec) == nil && rec.Key != "" {
 				forced[rec.Key] = true
 			}
+			continue
+		}
+		seg, waiter, ok := st.split(key)
+		if !ok {
+			continue
+		}
+		c := changes[seg]
+		if c == nil {
+			before := st.queues[seg]
+			c = &qchange{before: before, after: slices.Clone(before)}
+			changes[seg] = c
+			order = append(order, seg)
+		}
+		tag := waiterTag(waiter)
+		i := slices.IndexFunc(c.after, func(k watchKey) bool { return k.waiter == tag })
+		switch {
+		case ev.Type == clientv3.EventTypeDelete:
+			if i >= 0 {
+				c.gone = append(c.gone, c.after[i])
+				c.after = slices.Delete(c.after, i, i+1)
+			}
+		case i >= 0:
+			c.after[i] = watchKeyOf(ev.Kv, waiter) // a takeover rewrote the value
 		default:
-			seg, ok := w.segOf(key)
-			if !ok {
-				continue
-			}
-			c := touch(seg)
-			if ev.Type == clientv3.EventTypePut {
-				if w.put(ev.Kv) {
-					c.created = append(c.created, key[strings.LastIndexByte(key, '/')+1:])
-				}
-				continue
-			}
-			q := w.queues[seg]
-			if q == nil {
-				continue
-			}
-			wid := key[strings.LastIndexByte(key, '/')+1:]
-			for i, en := range q.entries {
-				if en.waiter == wid {
-					delete(w.known, seg+"/"+wid)
-					c.gone = append(c.gone, en)
-					q.entries = append(q.entries[:i], q.entries[i+1:]...)
-					break
-				}
-			}
+			// A new key has the newest create revision: it goes last.
+			c.after = append(c.after, watchKeyOf(ev.Kv, waiter))
+			c.created = append(c.created, ev.Kv.CreateRevision)
 		}
 	}
+	var grew int64
 	var out []WatchEvent
 	for _, seg := range order {
 		c := changes[seg]
-		q := w.queues[seg]
-		if q == nil {
-			continue // a delete of a key the watch never saw
+		grew += int64(len(c.after) - len(c.before))
+		if len(c.after) == 0 {
+			delete(st.queues, seg)
+		} else {
+			if c.before == nil {
+				seg = strings.Clone(seg) // a new name: not the whole key's bytes
+			}
+			st.queues[seg] = c.after
 		}
-		renumber(q.entries)
-		name := q.name
-		// The holders before: the first limit keys (one for a lock).
-		held := map[int64]bool{}
-		for _, en := range c.before {
-			if en.Holder() {
-				held[en.Revision] = true
+		name, election := st.nameOf(seg)
+		out = append(out, c.events(name, election, seg, rev, released, forced)...)
+	}
+	st.keys += grew
+	return grew, out
+}
+
+// events are what one revision's change of a queue means.
+func (c *qchange) events(name string, election bool, seg string, rev int64, released, forced map[string]bool) []WatchEvent {
+	var out []WatchEvent
+	ev := func(t EventType, q QueueEntry) {
+		out = append(out, WatchEvent{Type: t, Name: name, Election: election, Entry: q, Revision: rev})
+	}
+	indexIn := func(ks []watchKey, create int64) int {
+		return slices.IndexFunc(ks, func(k watchKey) bool { return k.create == create })
+	}
+	hb, ha := heldOf(c.before), heldOf(c.after)
+	slices.SortFunc(c.gone, func(a, b watchKey) int { return cmp.Compare(a.create, b.create) })
+	for _, k := range c.gone {
+		q := k.entry(indexIn(c.before, k.create), hb)
+		t := EventLeft
+		if q.holder {
+			switch rel := seg + "/" + hex.EncodeToString(k.waiter[:]); {
+			case released[rel]:
+				t = EventReleased
+			case forced[rel]:
+				t = EventForceReleased
+			default:
+				t = EventExpired
 			}
 		}
-		sort.Slice(c.gone, func(i, j int) bool { return c.gone[i].Position < c.gone[j].Position })
-		for _, en := range c.gone {
-			t := EventLeft
-			if held[en.Revision] {
-				rel := seg + "/" + en.waiter
-				switch {
-				case released[rel]:
-					t = EventReleased
-				case forced[rel]:
-					t = EventForceReleased
-				default:
-					t = EventExpired
-				}
-			}
-			out = append(out, WatchEvent{Type: t, Name: name, Entry: en, Revision: rev})
+		ev(t, q)
+	}
+	for i, k := range c.after[:ha] {
+		if j := indexIn(c.before, k.create); j < 0 || j >= hb {
+			ev(EventHeld, k.entry(i, ha))
 		}
-		for _, en := range q.entries {
-			if en.Holder() && !held[en.Revision] {
-				out = append(out, WatchEvent{Type: EventHeld, Name: name, Entry: en, Revision: rev})
-			}
-		}
-		for _, wid := range c.created {
-			for _, en := range q.entries {
-				if en.waiter == wid && !en.Holder() {
-					out = append(out, WatchEvent{Type: EventQueued, Name: name, Entry: en, Revision: rev})
-				}
-			}
-		}
-		if len(q.entries) == 0 {
-			delete(w.queues, seg)
+	}
+	for _, create := range c.created {
+		if i := indexIn(c.after, create); i >= ha {
+			ev(EventQueued, c.after[i].entry(i, ha))
 		}
 	}
 	return out

@@ -19,8 +19,12 @@ func watchEvents(t *testing.T, e *Engine, prefix string, from int64) (<-chan Wat
 	ch, errc := make(chan WatchBatch, 64), make(chan error, 1)
 	go func() {
 		errc <- e.WatchLocks(ctx, prefix, from, func(b WatchBatch) error {
-			ch <- b
-			return nil
+			select {
+			case ch <- b:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		})
 	}()
 	return ch, errc

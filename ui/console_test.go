@@ -232,7 +232,7 @@ func TestBrowserLockTable(t *testing.T) {
 	hold(t, g.Client, "batch:17", "worker-17")
 	await(t, ctx, live(), `#locks tr[data-lock="batch:17"]`)
 	t.Logf("batch:17 appeared in the table %s after its TryAcquire", time.Since(start))
-	awaitText(t, ctx, `#locks tr[data-lock="batch:17"] td:nth-child(3)`, "worker-17")
+	awaitText(t, ctx, `#locks tr[data-lock="batch:17"] td[data-col="holder"]`, "worker-17")
 	if n := value(t, ctx, 5*time.Second, "counting rows", chromedp.Evaluate[int](`document.querySelectorAll('#locks tr[data-lock="other:1"]').length`)); n != 0 {
 		t.Errorf("other:1 is listed under the prefix batch:")
 	}
@@ -332,4 +332,52 @@ func TestBrowserForceReleaseNeedsAdmin(t *testing.T) {
 			t.Errorf("admin %v: %d force-release buttons", tc.admin, n)
 		}
 	}
+}
+
+// A semaphore's next waiter is at position 1 on the lock page, as its own
+// Acquire stream says, with every holder listed; an election is listed as
+// an election under its own name — never with its NUL marker — and its
+// page shows its leader.
+func TestBrowserSemaphoreAndElection(t *testing.T) {
+	g := startGateway(t)
+	for _, c := range []string{"a", "b"} {
+		resp, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "pool", TtlMs: 60_000, ClientId: c, Limit: 2}))
+		if err != nil || !resp.Msg.Acquired {
+			t.Fatalf("TryAcquire(pool, limit 2) for %s = %v, %v", c, resp, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctxT(t), time.Minute)
+	defer cancel()
+	st, err := g.Client.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "pool", TtlMs: 60_000, ClientId: "c", Limit: 2}))
+	if err != nil || !st.Receive() || st.Msg().GetQueued() == nil {
+		t.Fatalf("Acquire(pool, limit 2) for c: %v, %v", st.Msg(), err)
+	}
+	defer st.Close()
+	streamPos := st.Msg().GetQueued().Position
+	es, err := leasegatev1connect.NewElectionServiceClient(g.HTTP, g.URL).Campaign(ctx, connect.NewRequest(&v1.CampaignRequest{Name: "pool", TtlMs: 60_000, ClientId: "chief"}))
+	if err != nil || !es.Receive() || es.Msg().GetElected() == nil {
+		t.Fatalf("Campaign(pool): %v, %v", es.Msg(), err)
+	}
+	defer es.Close()
+
+	b := newBrowser(t)
+	run(t, b, 30*time.Second, "opening the lock page", chromedp.Navigate(g.URL+"/ui/#/lock/pool"))
+	await(t, b, live(), `#holder tr[data-holder="a"]`)
+	await(t, b, live(), `#holder tr[data-holder="b"]`)
+	await(t, b, live(), fmt.Sprintf(`#queue tr[data-position="%d"][data-client="c"]`, streamPos))
+	if streamPos != 1 {
+		t.Errorf("the semaphore's next waiter is at position %d on its stream; want 1", streamPos)
+	}
+
+	run(t, b, 30*time.Second, "opening the lock table", chromedp.Navigate(g.URL+"/ui/#/locks"))
+	await(t, b, live(), `#locks tr[data-election="pool"]`)
+	await(t, b, live(), `#locks tr[data-lock="pool"]`)
+	awaitText(t, b, `#locks tr[data-election="pool"] td[data-col="kind"]`, "election")
+	awaitText(t, b, `#locks tr[data-election="pool"] td[data-col="holder"]`, "chief")
+	if n := value(t, b, 5*time.Second, "looking for a NUL", chromedp.Evaluate[int](`[...document.querySelectorAll('#locks td')].filter((td) => /[\u0000-\u001f]/.test(td.textContent)).length`)); n != 0 {
+		t.Errorf("%d cells of the lock table hold a control character", n)
+	}
+	run(t, b, 10*time.Second, "opening the election", chromedp.Click(chromedp.CSS(`#locks tr[data-election="pool"] a`)))
+	await(t, b, live(), `#holder tr[data-holder="chief"]`)
+	awaitText(t, b, `#lock-name`, "Election pool")
 }

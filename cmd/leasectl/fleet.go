@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,12 +18,17 @@ func newLsCmd(g *globals) *cobra.Command {
 	var pf pageFlags
 	cmd := &cobra.Command{
 		Use:   "ls [PREFIX]",
-		Short: "List locks (holder, token, waiters, shard) across every shard",
-		Long: `ls lists the locks whose names begin with PREFIX (every lock without one), on
-every shard, in key order: for each, its holder's client id, fencing token,
-since when it waited or held, its lease expiry, the number of waiters, the shard
-and that shard's breaker state on the gateway. It reads --page-size locks per
-call and stops after --limit locks (0: all).`,
+		Short: "List locks and elections (holder, token, waiters, shard) across every shard",
+		Long: `ls lists the locks and elections whose names begin with PREFIX (all of them
+without one), on every shard, elections first, each in key order: for each,
+its kind (lock or election), its holder's client id (an election's leader),
+fencing token, since when it waited or held, its lease expiry, the number of
+waiters, the shard and that shard's breaker state on the gateway. It reads
+--page-size per call and stops after --limit rows (0: all).
+
+Text that clients sent (names, client ids) is printed as it is when it is
+printable, and otherwise as a quoted string with escapes (such as "a\nb"),
+so it cannot forge rows or reach the terminal as control sequences.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			prefix := ""
@@ -95,6 +101,7 @@ func lsFields(l client.LockSummary) []field {
 		h = l.Holders[0]
 	}
 	return []field{
+		{"KIND", "kind", l.Kind},
 		{"NAME", "name", l.Name},
 		{"LIMIT", "limit", l.Limit},
 		{"HELD", "held", len(l.Holders)},
@@ -109,17 +116,24 @@ func lsFields(l client.LockSummary) []field {
 }
 
 func newQueueCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var election bool
+	cmd := &cobra.Command{
 		Use:   "queue NAME",
-		Short: "Show a lock's holder and waiters in queue order",
-		Long: `queue lists NAME's holder and waiters in FIFO order, one row each: position (0
-is the holder), client id, since when it waited, whether it belongs to a
-session, and the holder's fencing token and lease expiry. It never shows a
-lock id, a request id or a secret.`,
+		Short: "Show a lock's (or an election's) holders and waiters in queue order",
+		Long: `queue lists NAME's holders and waiters in FIFO order, one row each: position
+(0 for a holder, 1 for the waiter granted next, as the waiter's own acquire
+reports it), client id, since when it waited, whether it belongs to a session,
+and each holder's fencing token and lease expiry. With --election it lists
+election NAME's leader and the campaigners behind it. It never shows a lock
+id, a request id or a secret.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
-				q, err := c.DescribeQueue(ctx, args[0])
+				describe := c.DescribeQueue
+				if election {
+					describe = func(ctx context.Context, name string) (client.Queue, error) { return c.Election(name).Queue(ctx) }
+				}
+				q, err := describe(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -141,24 +155,37 @@ lock id, a request id or a secret.`,
 					}
 				}
 				if len(q.Entries) == 0 && !p.json {
-					fmt.Fprintf(g.stdout, "%s is free (shard %s)\n", q.Name, q.Shard)
+					fmt.Fprintf(g.stdout, "%s is free (shard %s)\n", termSafe(q.Name), termSafe(q.Shard))
 				}
-				if shown := int64(len(q.Entries)); shown > 0 && shown < q.Waiters+1 {
-					cmd.PrintErrf("leasectl: %d more waiters not shown (the answer is cut to fit one message)\n", q.Waiters+1-shown)
+				if held, shown := countHolders(q.Entries), int64(len(q.Entries)); shown > 0 && shown < q.Waiters+held {
+					cmd.PrintErrf("leasectl: %d more waiters not shown (the answer is cut to fit one message)\n", q.Waiters+held-shown)
 				}
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&election, "election", false, "NAME is an election's: list its leader and campaigners")
+	return cmd
+}
+
+// countHolders counts the holders among a queue's entries.
+func countHolders(es []client.QueueEntry) int64 {
+	n := int64(0)
+	for _, e := range es {
+		if e.Holder {
+			n++
+		}
+	}
+	return n
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
 	var resume string
 	cmd := &cobra.Command{
 		Use:   "watch PREFIX",
-		Short: "Stream lock events (held, queued, released, expired, left) under a name prefix",
-		Long: `watch prints the current holders and waiters of the locks whose names begin
-with PREFIX (from "snapshot"), then every change as it happens (from "live"):
+		Short: "Stream lock and election events (held, queued, released, expired, left) under a name prefix",
+		Long: `watch prints the current holders and waiters of the locks and elections whose
+names begin with PREFIX (from "snapshot"), then every change as it happens (from "live"):
 held, queued, released, expired, force_released and left, with fencing tokens
 and queue positions, until interrupted. It follows every shard through the
 gateway's Watch stream; a stream that breaks is resumed where it stopped, on
@@ -184,13 +211,14 @@ accepted and ignored.)`,
 				case "snapshot":
 					from = "snapshot"
 				case "resync":
-					cmd.PrintErrf("leasectl: shard %v: history compacted; its current state follows\n", m.Shards)
+					cmd.PrintErrf("leasectl: shard %s: history compacted; its current state follows\n", termSafe(strings.Join(m.Shards, ", ")))
 				}
 				for _, e := range m.Events {
 					if err := p.print(
 						field{"TIME", "time", time.Now()},
 						field{"FROM", "from", from},
 						field{"EVENT", "event", e.Type},
+						field{"KIND", "kind", e.Kind},
 						field{"NAME", "name", e.Name},
 						field{"CLIENT", "clientId", e.ClientID},
 						field{"TOKEN", "fencingToken", e.Token},

@@ -88,8 +88,10 @@ func newAcquireCmd(g *globals) *cobra.Command {
 		Long: `acquire waits in NAME's FIFO queue until it is granted the lock, --wait passes
 (exit status 3) or it is interrupted, then prints the lock id and fencing token.
 While it waits, it reports its place in the queue on stderr whenever that
-changes (leasectl: waiting for "NAME": position 3, 4.2s — the position being
-the number of holders and waiters ahead); --quiet silences it.
+changes (leasectl: waiting for "NAME": position 3, 4.2s — position 1 being
+the next to be granted: for a lock, the number of holders and waiters
+ahead; for a semaphore of limit N with k keys ahead, k - N + 1, as "leasectl
+queue" numbers it too); --quiet silences it.
 
 leasectl exits once the lock is granted, so nothing renews it: it lapses after
 --ttl unless you renew it ("leasectl renew LOCKID TOKEN") or release it

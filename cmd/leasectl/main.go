@@ -121,10 +121,11 @@ func classify(err error) (code int, hint string) {
 }
 
 // firstLine is the first line of an error message, without the SDK's
-// "leasegate: " prefix (leasectl prints its own).
+// "leasegate: " prefix (leasectl prints its own), safe for a terminal
+// (termSafe): a message may echo what a gateway or a caller sent.
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return strings.TrimPrefix(s, "leasegate: ")
+	return termSafe(strings.TrimPrefix(s, "leasegate: "))
 }
 
 // globals are the flags every command shares.

@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // printer writes records as a table (a header, then one row per record)
@@ -64,7 +68,7 @@ func (p *printer) print(fields ...field) error {
 			b.Write(v)
 		}
 		b.WriteString("}\n")
-		_, err := io.WriteString(p.w, b.String())
+		_, err := p.w.Write(jsonSafe([]byte(b.String())))
 		return err
 	}
 	if p.tw == nil {
@@ -114,7 +118,51 @@ func tableValue(v any) string {
 		if v == "" {
 			return "-"
 		}
-		return v
+		return termSafe(v)
 	}
-	return fmt.Sprint(v)
+	return termSafe(fmt.Sprint(v))
+}
+
+// unprintable is the API's rule for text a terminal must never act on
+// (queue.ValidateName and ValidateClientID apply the same): anything but
+// letters, marks, numbers, punctuation, symbols and the plain space, and
+// invalid UTF-8.
+func unprintable(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }
+
+// termSafe is how every text that leasectl did not write itself reaches a
+// terminal — names, client ids, holder ids, election values, audit actors
+// and reasons, shard names, the gateway's error messages: as it is when it
+// is printable, else as a quoted Go string whose escapes (\n, \t, \x1b,
+// \u202e …) show what it holds without acting on it. A newline cannot
+// forge a row, a tab cannot shift a column, and no escape sequence reaches
+// the operator's terminal, whatever a gateway or another client stored.
+func termSafe(s string) string {
+	if strings.IndexFunc(s, unprintable) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// jsonSafe is termSafe for encoded JSON: every character json.Marshal
+// leaves raw that a terminal could act on (DEL, C1 controls, format
+// characters such as bidi overrides, other spaces) becomes a \u escape,
+// which every JSON reader decodes to the same string. Such characters
+// occur only inside JSON strings, where the escape is valid.
+func jsonSafe(b []byte) []byte {
+	if strings.IndexFunc(string(b), func(r rune) bool { return r == 0x7f || r >= 0x80 && unprintable(r) }) < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for _, r := range string(b) {
+		if r != 0x7f && (r < 0x80 || !unprintable(r)) {
+			out = utf8.AppendRune(out, r)
+			continue
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+			continue
+		}
+		out = fmt.Appendf(out, `\u%04x`, r)
+	}
+	return out
 }

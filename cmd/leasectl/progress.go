@@ -11,7 +11,7 @@ import (
 // progress reports a wait in the queue on w, one line whenever the
 // position changes (the SDK reports changes only, not the gateway's
 // heartbeats): `leasectl: waiting for "NAME": position 3, 4.2s`, the
-// position being the number of holders and waiters ahead and the time
+// position being the gateway's (1: next to be granted) and the time
 // counted from the start of the wait. The lines go to stderr whether or
 // not it is a terminal — in a log they say why a job started late — and
 // --quiet turns them off.

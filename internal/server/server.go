@@ -126,6 +126,12 @@ type Config struct {
 	// while the lost holder may still believe it holds (queue.Config's
 	// LossWait, docs/safety.md).
 	NoLossWait bool
+	// MaxWatchKeys bounds the keys a tenant's Watch streams on this
+	// gateway follow on each shard (queue.Config.MaxWatchKeys): streams of
+	// one prefix share one view, and a watch past the bound is refused
+	// with resource_exhausted (tenant_watch_keys). Default
+	// queue.DefaultMaxWatchKeys; 0 = unlimited.
+	MaxWatchKeys int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -142,6 +148,7 @@ func DefaultConfig() Config {
 		MaxConnsPerIP:      1_000,
 		AttemptTTL:         queue.DefaultConfig().AttemptTTL,
 		LeasePool:          queue.DefaultConfig().LeasePool,
+		MaxWatchKeys:       queue.DefaultMaxWatchKeys,
 		BreakerOpenTimeout: shard.DefaultBreakerConfig().OpenTimeout,
 	}
 }
@@ -179,6 +186,9 @@ func (c Config) Validate() error {
 	q.AttemptTTL = c.AttemptTTL
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("attempt TTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
+	}
+	if c.MaxWatchKeys < 0 {
+		return fmt.Errorf("max watch keys %d: want 0 (unlimited) or positive", c.MaxWatchKeys)
 	}
 	if c.LeasePool < 0 || c.LeasePool > queue.MaxLeasePool {
 		return fmt.Errorf("lease pool %d is outside 0 (off) to %d", c.LeasePool, queue.MaxLeasePool)
@@ -576,6 +586,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
 	rc.Queue.LeasePool = s.cfg.LeasePool
 	rc.Queue.LossWait = !s.cfg.NoLossWait
+	rc.Queue.MaxWatchKeys = s.cfg.MaxWatchKeys
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
 	}

@@ -1,6 +1,6 @@
 // The console's shell: the token form, the notice line and a router on the
-// URL fragment (#/, #/locks?prefix=…, #/lock/<name>). Each page is a
-// function that fills a container and returns a stop function.
+// URL fragment (#/, #/locks?prefix=…, #/lock/<name>, #/lock/<name>?kind=election).
+// Each page is a function that fills a container and returns a stop function.
 
 import { onUnauthenticated, token } from './api.js';
 import { overviewPage } from './overview.js';
@@ -44,7 +44,7 @@ function render() {
   let page = 'overview';
   if (path.startsWith('/lock/')) {
     page = 'lock';
-    stop = lockPage(main, decodeURIComponent(path.slice('/lock/'.length)));
+    stop = lockPage(main, decodeURIComponent(path.slice('/lock/'.length)), params.get('kind') === 'election');
   } else if (path === '/locks') {
     page = 'locks';
     stop = locksPage(main, params);

@@ -1,8 +1,11 @@
-// One lock: its holder with a lease countdown and its queue, kept live by
-// LockService/Watch (each event moves the queue at once; DescribeQueue is
-// then read again for what events do not carry, such as a new holder's
-// expiry). Admins get a force release that asks for a reason and then
-// shows the audit record (AdminService/ListAudit).
+// One lock (or election): its holders with a lease countdown and its
+// queue, kept live by LockService/Watch (each event moves the queue at
+// once; DescribeQueue is then read again for what events do not carry,
+// such as a new holder's expiry and the places that moved up). Places are
+// the gateway's, numbered as each waiter's own Acquire stream numbers
+// them: the page never counts them itself. Admins get a force release of a
+// lock that asks for a reason and then shows the audit record
+// (AdminService/ListAudit); an election ends a term only by its leader.
 
 import { call, watch, isAdmin } from './api.js';
 import { h, table, duration, since } from './dom.js';
@@ -10,7 +13,8 @@ import { say } from './notice.js';
 
 const T = (type) => `LOCK_EVENT_TYPE_${type}`;
 
-export function lockPage(root, name) {
+export function lockPage(root, name, election) {
+  const kind = election ? 'LOCK_KIND_ELECTION' : 'LOCK_KIND_LOCK';
   const ctl = new AbortController();
   let q = { entries: [], shard: '', revision: 0 }; // DescribeQueue's shape
   let applied = 0; // revision of the last event or read applied
@@ -24,12 +28,12 @@ export function lockPage(root, name) {
   const queueBox = h('div', { id: 'queue' });
   const eventsBox = h('div', { id: 'events' });
   const adminBox = h('div', { id: 'admin' });
-  root.append(h('p', {}, h('a', { href: '#/locks' }, '← Locks')), h('h1', { id: 'lock-name' }, name), head,
-    h('h2', {}, 'Holder'), holderBox, h('h2', {}, 'Queue'), queueBox, adminBox, h('h2', {}, 'Recent events'), eventsBox);
+  root.append(h('p', {}, h('a', { href: '#/locks' }, '← Locks')), h('h1', { id: 'lock-name' }, election ? `Election ${name}` : name), head,
+    h('h2', {}, election ? 'Leader' : 'Holder'), holderBox, h('h2', {}, 'Queue'), queueBox, adminBox, h('h2', {}, 'Recent events'), eventsBox);
 
   async function describe() {
     try {
-      const d = await call('LockService', 'DescribeQueue', { name }, ctl.signal);
+      const d = await call('LockService', 'DescribeQueue', { name, kind }, ctl.signal);
       const rev = Number(d.revision || 0);
       if (rev >= applied) { q = { ...d, entries: d.entries || [] }; applied = described = rev; }
       draw();
@@ -41,29 +45,38 @@ export function lockPage(root, name) {
     if (!pending) pending = setTimeout(() => { pending = 0; describe(); }, 150);
   }
 
+  // same tells whether entry x is the key event e is about: a waiter
+  // carries no token, so it is known by its client id, enqueue time and
+  // lease kind.
+  const same = (x, e) => (x.clientId || '') === (e.clientId || '') && x.waitingSince === e.enqueuedAt && !!x.session === !!e.session;
+
   function apply(e) {
     events.unshift({ ...e, seen: new Date().toLocaleTimeString() });
     events.length = Math.min(events.length, 20);
     if (Number(e.revision || 0) <= described) return; // the last read shows it
-    const p = Number(e.position || 0);
     const list = q.entries;
+    const waiters = (d) => { q.waiters = String(Math.max(Number(q.waiters || 0) + d, 0)); };
     switch (e.type) {
-      case T('QUEUED'):
-        q.waiters = String(Number(q.waiters || 0) + 1);
-        list.splice(Math.min(p, list.length), 0, { clientId: e.clientId, waitingSince: e.enqueuedAt, session: e.session });
+      case T('QUEUED'): // a new key: the newest, so the last
+        waiters(1);
+        list.push({ clientId: e.clientId, waitingSince: e.enqueuedAt, session: e.session, position: e.position });
         break;
-      case T('HELD'):
-        if (list.length && !list[0].holder) {
-          list[0] = { ...list[0], holder: true, fencingToken: e.fencingToken };
-          q.waiters = String(Math.max(Number(q.waiters || 0) - 1, 0));
-        }
-        else if (!list.length) list.push({ clientId: e.clientId, waitingSince: e.enqueuedAt, session: e.session, holder: true, fencingToken: e.fencingToken });
+      case T('HELD'): {
+        const i = list.findIndex((x) => !x.holder && same(x, e));
+        const held = { clientId: e.clientId, waitingSince: e.enqueuedAt, session: e.session, holder: true, fencingToken: e.fencingToken, position: '0' };
+        if (i >= 0) { list[i] = { ...list[i], ...held }; waiters(-1); } else list.push(held);
         break;
-      default: // RELEASED, EXPIRED, FORCE_RELEASED, LEFT
-        if (e.type === T('LEFT')) q.waiters = String(Math.max(Number(q.waiters || 0) - 1, 0));
-        if (p < list.length) list.splice(p, 1);
+      }
+      case T('LEFT'): {
+        const i = list.findIndex((x) => !x.holder && same(x, e));
+        if (i >= 0) { list.splice(i, 1); waiters(-1); }
+        break;
+      }
+      default: { // RELEASED, EXPIRED, FORCE_RELEASED: a holder went
+        const i = list.findIndex((x) => x.holder && x.fencingToken === e.fencingToken);
+        if (i >= 0) list.splice(i, 1);
+      }
     }
-    list.forEach((x, i) => { x.position = String(i); });
     applied = Math.max(applied, Number(e.revision || 0));
   }
 
@@ -79,7 +92,7 @@ export function lockPage(root, name) {
         h('td', { class: 'num' }, x.ttlMs ? duration(Number(x.ttlMs)) : ''),
         h('td', {}, x.session ? 'session' : 'own lease'),
         h('td', {}, `${since(x.waitingSince)} ago`))))
-      : h('p', { class: 'muted', id: 'free' }, 'Free: no one holds this lock.'));
+      : h('p', { class: 'muted', id: 'free' }, election ? 'No leader: no one leads this election.' : 'Free: no one holds this lock.'));
     queueBox.replaceChildren(waiters.length
       ? table(['Position', 'Client', 'Waiting for', 'Kind'], waiters.map((x) => h('tr', { 'data-position': x.position, 'data-client': x.clientId || '' },
         h('td', { class: 'num' }, x.position),
@@ -149,7 +162,7 @@ export function lockPage(root, name) {
   }
 
   watch(name, (msg) => {
-    const mine = (msg.events || []).filter((e) => e.name === name);
+    const mine = (msg.events || []).filter((e) => e.name === name && (e.kind || 'LOCK_KIND_LOCK') === kind);
     if (msg.kind === 'WATCH_MESSAGE_KIND_EVENTS' && mine.length) {
       mine.forEach(apply);
       draw();
@@ -165,7 +178,7 @@ export function lockPage(root, name) {
   }, 250);
   describe();
   isAdmin().then(async (yes) => {
-    admin = yes;
+    admin = yes && !election; // ForceRelease is a lock's
     adminBox.dataset.admin = String(yes);
     if (yes) { try { await loadAudit(); } catch (err) { say(`ListAudit: ${err.message}`); } draw(); }
   });

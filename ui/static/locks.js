@@ -43,17 +43,22 @@ export function locksPage(root, params) {
   function draw() {
     const rows = (last.locks || []).map((l) => {
       const holder = (l.holders || [])[0];
-      return h('tr', { 'data-lock': l.name },
-        h('td', {}, h('a', { href: `#/lock/${encodeURIComponent(l.name)}` }, l.name)),
+      // Elections are listed beside locks under their own names: a kind
+      // column tells them apart, and an election's page is its queue.
+      const election = l.kind === 'LOCK_KIND_ELECTION';
+      const href = `#/lock/${encodeURIComponent(l.name)}${election ? '?kind=election' : ''}`;
+      return h('tr', election ? { 'data-election': l.name } : { 'data-lock': l.name },
+        h('td', {}, h('a', { href }, l.name)),
+        h('td', { 'data-col': 'kind' }, election ? 'election' : 'lock'),
         h('td', {}, l.shard),
-        h('td', {}, holder ? holder.clientId || '(no client id)' : h('span', { class: 'muted' }, 'free')),
+        h('td', { 'data-col': 'holder' }, holder ? holder.clientId || '(no client id)' : h('span', { class: 'muted' }, 'free')),
         h('td', { class: 'num' }, holder ? holder.fencingToken : ''),
         h('td', { class: 'num', 'data-expires': holder?.expiresAt || '' }, holder ? duration(Date.parse(holder.expiresAt) - Date.now()) : ''),
         h('td', { class: 'num', 'data-col': 'waiters' }, l.waiters || '0'));
     });
     const next = last.nextPageToken;
     body.replaceChildren(
-      rows.length ? table(['Name', 'Shard', 'Holder', 'Fencing token', 'Expires in', 'Waiters'], rows) : h('p', { class: 'muted' }, prefix ? `No locks start with “${prefix}”.` : 'No locks.'),
+      rows.length ? table(['Name', 'Kind', 'Shard', 'Holder', 'Fencing token', 'Expires in', 'Waiters'], rows) : h('p', { class: 'muted' }, prefix ? `No locks start with “${prefix}”.` : 'No locks.'),
       h('div', { class: 'pager' },
         h('button', { type: 'button', disabled: page === 0, onclick: () => { page--; load(); } }, 'Previous'),
         h('span', { class: 'muted' }, ` page ${page + 1} `),

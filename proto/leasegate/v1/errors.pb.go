@@ -69,10 +69,13 @@ const (
 	// client_renew_rate). Code resource_exhausted (HTTP 429).
 	ErrorReason_RATE_LIMITED ErrorReason = 11
 	// A cap refused the call: the holders and waiters of one name
-	// (name_waiters), a tenant's open waits on this gateway
-	// (tenant_waiters), a tenant's locks on one shard (tenant_keys) or the
-	// holds of one re-entered lock (lock_holds), as metadata["limit"] names. Retrying does not help until some of them
-	// end. Code resource_exhausted (HTTP 429).
+	// (name_waiters), a tenant's open waits and watches on this gateway
+	// (tenant_waiters), a tenant's locks on one shard (tenant_keys), the
+	// keys a tenant's watches on this gateway follow on one shard
+	// (tenant_watch_keys; metadata["shard"] names it) or the holds of one
+	// re-entered lock (lock_holds), as metadata["limit"] names. Retrying
+	// does not help until some of them end. Code resource_exhausted (HTTP
+	// 429).
 	ErrorReason_QUOTA_EXCEEDED ErrorReason = 12
 	// The caller's tenant may not do this: its name policy refuses the
 	// name. Code permission_denied.

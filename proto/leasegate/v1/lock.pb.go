@@ -83,6 +83,61 @@ func (ShardLeaseState) EnumDescriptor() ([]byte, []int) {
 	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{0}
 }
 
+// LockKind tells a lock's queue from an election's. An election's name
+// never meets a lock's: election "x" and lock "x" are two queues.
+type LockKind int32
+
+const (
+	// Never sent. In a request: LOCK_KIND_LOCK.
+	LockKind_LOCK_KIND_UNSPECIFIED LockKind = 0
+	// A lock or a semaphore (Acquire, TryAcquire).
+	LockKind_LOCK_KIND_LOCK LockKind = 1
+	// An election (ElectionService): its holder is the leader, its waiters
+	// the campaigners behind it.
+	LockKind_LOCK_KIND_ELECTION LockKind = 2
+)
+
+// Enum value maps for LockKind.
+var (
+	LockKind_name = map[int32]string{
+		0: "LOCK_KIND_UNSPECIFIED",
+		1: "LOCK_KIND_LOCK",
+		2: "LOCK_KIND_ELECTION",
+	}
+	LockKind_value = map[string]int32{
+		"LOCK_KIND_UNSPECIFIED": 0,
+		"LOCK_KIND_LOCK":        1,
+		"LOCK_KIND_ELECTION":    2,
+	}
+)
+
+func (x LockKind) Enum() *LockKind {
+	p := new(LockKind)
+	*p = x
+	return p
+}
+
+func (x LockKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LockKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasegate_v1_lock_proto_enumTypes[1].Descriptor()
+}
+
+func (LockKind) Type() protoreflect.EnumType {
+	return &file_leasegate_v1_lock_proto_enumTypes[1]
+}
+
+func (x LockKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LockKind.Descriptor instead.
+func (LockKind) EnumDescriptor() ([]byte, []int) {
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
 // WatchMessageKind tells how to apply a WatchResponse.
 type WatchMessageKind int32
 
@@ -143,11 +198,11 @@ func (x WatchMessageKind) String() string {
 }
 
 func (WatchMessageKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasegate_v1_lock_proto_enumTypes[1].Descriptor()
+	return file_leasegate_v1_lock_proto_enumTypes[2].Descriptor()
 }
 
 func (WatchMessageKind) Type() protoreflect.EnumType {
-	return &file_leasegate_v1_lock_proto_enumTypes[1]
+	return &file_leasegate_v1_lock_proto_enumTypes[2]
 }
 
 func (x WatchMessageKind) Number() protoreflect.EnumNumber {
@@ -156,7 +211,7 @@ func (x WatchMessageKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchMessageKind.Descriptor instead.
 func (WatchMessageKind) EnumDescriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 // LockEventType is what happened to one key of a lock's queue.
@@ -165,8 +220,9 @@ type LockEventType int32
 const (
 	// Never sent.
 	LockEventType_LOCK_EVENT_TYPE_UNSPECIFIED LockEventType = 0
-	// The key became a holder: granted at once, or the keys ahead of it
-	// left. In a snapshot: a current holder.
+	// The key became a holder by the grant rule (see LockSummary.holders):
+	// granted at once, or the keys ahead of it left. In a snapshot: a
+	// current holder.
 	LockEventType_LOCK_EVENT_TYPE_HELD LockEventType = 1
 	// A waiter enqueued behind others. In a snapshot: a current waiter.
 	LockEventType_LOCK_EVENT_TYPE_QUEUED LockEventType = 2
@@ -182,7 +238,8 @@ const (
 	// Exact: the audit record is written in the same transaction.
 	LockEventType_LOCK_EVENT_TYPE_FORCE_RELEASED LockEventType = 5
 	// A waiter left the queue before it was granted (cancelled, timed out,
-	// its lease ended).
+	// its lease ended), or an acquire refused for its semaphore limit took
+	// back the key it had put.
 	LockEventType_LOCK_EVENT_TYPE_LEFT LockEventType = 6
 )
 
@@ -219,11 +276,11 @@ func (x LockEventType) String() string {
 }
 
 func (LockEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasegate_v1_lock_proto_enumTypes[2].Descriptor()
+	return file_leasegate_v1_lock_proto_enumTypes[3].Descriptor()
 }
 
 func (LockEventType) Type() protoreflect.EnumType {
-	return &file_leasegate_v1_lock_proto_enumTypes[2]
+	return &file_leasegate_v1_lock_proto_enumTypes[3]
 }
 
 func (x LockEventType) Number() protoreflect.EnumNumber {
@@ -232,7 +289,7 @@ func (x LockEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LockEventType.Descriptor instead.
 func (LockEventType) EnumDescriptor() ([]byte, []int) {
-	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_leasegate_v1_lock_proto_rawDescGZIP(), []int{3}
 }
 
 type WatchHoldRequest struct {
@@ -359,7 +416,10 @@ type AcquireRequest struct {
 	// Lease TTL in milliseconds, rounded up to whole seconds. Ignored when
 	// session_id is set (the session's TTL applies).
 	TtlMs int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	// Caller identity reported by Describe. Up to 128 bytes.
+	// Caller identity reported by Describe, ListLocks, DescribeQueue and
+	// Watch: up to 128 bytes of printable UTF-8 (control characters, such as
+	// newlines and escape sequences, are refused: it is shown on operators'
+	// terminals). Empty is allowed.
 	ClientId string `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Maximum wait in milliseconds; 0 waits until the call is cancelled.
 	WaitTimeoutMs int64 `protobuf:"varint,4,opt,name=wait_timeout_ms,json=waitTimeoutMs,proto3" json:"wait_timeout_ms,omitempty"`
@@ -2129,10 +2189,10 @@ func (x *ListLocksRequest) GetPageToken() string {
 
 type ListLocksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Locks in key order: the order of the names' escaped etcd key segments,
-	// which is byte order except that bytes outside [A-Za-z0-9-_.:@+=,] are
-	// escaped as %XX. Only names with at least one key (a holder or a
-	// waiter) are listed. Each lock is read at one revision of its shard;
+	// Elections, then locks, each in key order: the order of the names'
+	// escaped etcd key segments, which is byte order except that bytes
+	// outside [A-Za-z0-9-_.:@+=,] are escaped as %XX. Only names with at
+	// least one key (a holder or a waiter) are listed. Each lock is read at one revision of its shard;
 	// different shards' locks may be read at different revisions.
 	Locks []*LockSummary `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
 	// Token for the next page; empty when this page is the last. A walk of
@@ -2189,23 +2249,31 @@ func (x *ListLocksResponse) GetNextPageToken() string {
 	return ""
 }
 
-// LockSummary is one lock's state.
+// LockSummary is one lock's state, or one election's.
 type LockSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Lock name.
+	// Lock name, or election name (see kind).
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Shard (etcd cluster) the lock lives on.
 	Shard string `protobuf:"bytes,2,opt,name=shard,proto3" json:"shard,omitempty"`
 	// How many holders the name admits at once: 1 for every lock today
 	// (a mutex). It is a field, and holders a list, for semaphores.
 	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	// Current holders, at most limit of them: the oldest keys of the queue.
+	// Current holders, at most limit of them, by the grant rule: the oldest
+	// keys of the queue, as long as each was enqueued with the name's limit
+	// (a key of another limit — an acquire refused for it, whose key lives
+	// a moment — holds nothing and keeps every key behind it waiting). A
+	// first key whose grant is still to come (a lock-delay to wait out, an
+	// answer on its way) is listed: it is the key that keeps everyone else
+	// out, and it is granted without any other key changing.
 	Holders []*LockHolder `protobuf:"bytes,4,rep,name=holders,proto3" json:"holders,omitempty"`
 	// Number of waiters behind the holders.
 	Waiters int64 `protobuf:"varint,5,opt,name=waiters,proto3" json:"waiters,omitempty"`
 	// State of this gateway's circuit breaker for the shard: "closed"
 	// (calls pass), "open" (calls fail fast) or "half-open" (probing).
-	ShardBreaker  string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
+	ShardBreaker string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
+	// A lock's or an election's.
+	Kind          LockKind `protobuf:"varint,7,opt,name=kind,proto3,enum=leasegate.v1.LockKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2280,6 +2348,13 @@ func (x *LockSummary) GetShardBreaker() string {
 		return x.ShardBreaker
 	}
 	return ""
+}
+
+func (x *LockSummary) GetKind() LockKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LockKind_LOCK_KIND_UNSPECIFIED
 }
 
 // LockHolder describes one current holder.
@@ -2381,8 +2456,10 @@ func (x *LockHolder) GetTtlMs() int64 {
 
 type DescribeQueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Lock name.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Lock name, or election name with kind LOCK_KIND_ELECTION.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Whose queue: a lock's (LOCK_KIND_LOCK, or unset) or an election's.
+	Kind          LockKind `protobuf:"varint,2,opt,name=kind,proto3,enum=leasegate.v1.LockKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2424,6 +2501,13 @@ func (x *DescribeQueueRequest) GetName() string {
 	return ""
 }
 
+func (x *DescribeQueueRequest) GetKind() LockKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LockKind_LOCK_KIND_UNSPECIFIED
+}
+
 type DescribeQueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Lock name.
@@ -2444,7 +2528,9 @@ type DescribeQueueResponse struct {
 	ShardBreaker string `protobuf:"bytes,6,opt,name=shard_breaker,json=shardBreaker,proto3" json:"shard_breaker,omitempty"`
 	// Number of waiters behind the holders, all of them, whether or not
 	// entries lists them all.
-	Waiters       int64 `protobuf:"varint,7,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters int64 `protobuf:"varint,7,opt,name=waiters,proto3" json:"waiters,omitempty"`
+	// A lock's or an election's.
+	Kind          LockKind `protobuf:"varint,8,opt,name=kind,proto3,enum=leasegate.v1.LockKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2528,20 +2614,28 @@ func (x *DescribeQueueResponse) GetWaiters() int64 {
 	return 0
 }
 
+func (x *DescribeQueueResponse) GetKind() LockKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LockKind_LOCK_KIND_UNSPECIFIED
+}
+
 // QueueEntry is one key in a name's queue: a holder or a waiter. It never
 // carries a lock id, a request id, a waiter key or a secret.
 type QueueEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Caller identity the entry's acquire gave (client_id).
 	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	// Number of keys ahead of this one: 0 for the holder, 1 for the first
-	// waiter, as Queued.position reports it.
+	// Place in line, as the entry's own Acquire stream reports it
+	// (Queued.position): 0 for every holder, 1 for the waiter granted next,
+	// and so on (for a semaphore of limit N, k keys ahead is k - N + 1).
 	Position int64 `protobuf:"varint,2,opt,name=position,proto3" json:"position,omitempty"`
 	// When the entry enqueued, on the enqueuing gateway's clock.
 	WaitingSince *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
 	// True for a lock in a session, false for one with its own lease.
 	Session bool `protobuf:"varint,4,opt,name=session,proto3" json:"session,omitempty"`
-	// True for a holder (position below limit).
+	// True for a holder, by the grant rule (see LockSummary.holders).
 	Holder bool `protobuf:"varint,5,opt,name=holder,proto3" json:"holder,omitempty"`
 	// Holder only: the fencing token. 0 for waiters.
 	FencingToken int64 `protobuf:"varint,6,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
@@ -2784,11 +2878,12 @@ type LockEvent struct {
 	// HELD, RELEASED, EXPIRED, FORCE_RELEASED: the holder's fencing token.
 	// 0 for QUEUED and LEFT.
 	FencingToken int64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	// Keys ahead of this one at the event's revision: 0 for HELD; for
-	// QUEUED the waiter's place; for RELEASED, EXPIRED, FORCE_RELEASED and
-	// LEFT the place it had when it went. Positions of other keys shift by
-	// one when a key ahead of them goes; that implied change is not sent as
-	// an event of its own (except HELD for the new holder).
+	// Place in line at the event's revision, numbered as QueueEntry.position
+	// (the Acquire stream's): 0 for HELD; for QUEUED the waiter's place; for
+	// RELEASED, EXPIRED and FORCE_RELEASED 0 (a holder went); for LEFT the
+	// place the waiter had when it went. Places of other keys move up when a
+	// key ahead of them goes; that implied change is not sent as an event
+	// of its own (except HELD for a new holder).
 	Position int64 `protobuf:"varint,6,opt,name=position,proto3" json:"position,omitempty"`
 	// True for a lock in a session.
 	Session bool `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
@@ -2796,7 +2891,9 @@ type LockEvent struct {
 	// the snapshot's revision).
 	Revision int64 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
 	// When the key enqueued, on the enqueuing gateway's clock.
-	EnqueuedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	EnqueuedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=enqueued_at,json=enqueuedAt,proto3" json:"enqueued_at,omitempty"`
+	// A lock's or an election's (name is then the election's name).
+	Kind          LockKind `protobuf:"varint,10,opt,name=kind,proto3,enum=leasegate.v1.LockKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2892,6 +2989,13 @@ func (x *LockEvent) GetEnqueuedAt() *timestamppb.Timestamp {
 		return x.EnqueuedAt
 	}
 	return nil
+}
+
+func (x *LockEvent) GetKind() LockKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LockKind_LOCK_KIND_UNSPECIFIED
 }
 
 var File_leasegate_v1_lock_proto protoreflect.FileDescriptor
@@ -3050,14 +3154,15 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x11ListLocksResponse\x12/\n" +
 	"\x05locks\x18\x01 \x03(\v2\x19.leasegate.v1.LockSummaryR\x05locks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xec\x01\n" +
 	"\vLockSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x122\n" +
 	"\aholders\x18\x04 \x03(\v2\x18.leasegate.v1.LockHolderR\aholders\x12\x18\n" +
 	"\awaiters\x18\x05 \x01(\x03R\awaiters\x12#\n" +
-	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\"\xec\x01\n" +
+	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\x12*\n" +
+	"\x04kind\x18\a \x01(\x0e2\x16.leasegate.v1.LockKindR\x04kind\"\xec\x01\n" +
 	"\n" +
 	"LockHolder\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12#\n" +
@@ -3066,9 +3171,10 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
 	"\asession\x18\x05 \x01(\bR\asession\x12\x15\n" +
-	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\"*\n" +
+	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\"V\n" +
 	"\x14DescribeQueueRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xe6\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x16.leasegate.v1.LockKindR\x04kind\"\x92\x02\n" +
 	"\x15DescribeQueueResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\tR\x05shard\x12\x14\n" +
@@ -3076,7 +3182,8 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\aentries\x18\x04 \x03(\v2\x18.leasegate.v1.QueueEntryR\aentries\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12#\n" +
 	"\rshard_breaker\x18\x06 \x01(\tR\fshardBreaker\x12\x18\n" +
-	"\awaiters\x18\a \x01(\x03R\awaiters\"\xaf\x02\n" +
+	"\awaiters\x18\a \x01(\x03R\awaiters\x12*\n" +
+	"\x04kind\x18\b \x01(\x0e2\x16.leasegate.v1.LockKindR\x04kind\"\xaf\x02\n" +
 	"\n" +
 	"QueueEntry\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1a\n" +
@@ -3095,7 +3202,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.leasegate.v1.WatchMessageKindR\x04kind\x12/\n" +
 	"\x06events\x18\x02 \x03(\v2\x17.leasegate.v1.LockEventR\x06events\x12\x16\n" +
 	"\x06shards\x18\x03 \x03(\tR\x06shards\x12!\n" +
-	"\fresume_token\x18\x04 \x01(\tR\vresumeToken\"\xb7\x02\n" +
+	"\fresume_token\x18\x04 \x01(\tR\vresumeToken\"\xe3\x02\n" +
 	"\tLockEvent\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.leasegate.v1.LockEventTypeR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3106,12 +3213,18 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\asession\x18\a \x01(\bR\asession\x12\x1a\n" +
 	"\brevision\x18\b \x01(\x03R\brevision\x12;\n" +
 	"\venqueued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"enqueuedAt*\x8f\x01\n" +
+	"enqueuedAt\x12*\n" +
+	"\x04kind\x18\n" +
+	" \x01(\x0e2\x16.leasegate.v1.LockKindR\x04kind*\x8f\x01\n" +
 	"\x0fShardLeaseState\x12!\n" +
 	"\x1dSHARD_LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16SHARD_LEASE_STATE_LIVE\x10\x01\x12\x1a\n" +
 	"\x16SHARD_LEASE_STATE_LOST\x10\x02\x12!\n" +
-	"\x1dSHARD_LEASE_STATE_UNAVAILABLE\x10\x03*\xdb\x01\n" +
+	"\x1dSHARD_LEASE_STATE_UNAVAILABLE\x10\x03*Q\n" +
+	"\bLockKind\x12\x19\n" +
+	"\x15LOCK_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eLOCK_KIND_LOCK\x10\x01\x12\x16\n" +
+	"\x12LOCK_KIND_ELECTION\x10\x02*\xdb\x01\n" +
 	"\x10WatchMessageKind\x12\"\n" +
 	"\x1eWATCH_MESSAGE_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bWATCH_MESSAGE_KIND_SNAPSHOT\x10\x01\x12#\n" +
@@ -3157,115 +3270,120 @@ func file_leasegate_v1_lock_proto_rawDescGZIP() []byte {
 	return file_leasegate_v1_lock_proto_rawDescData
 }
 
-var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_leasegate_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_leasegate_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_leasegate_v1_lock_proto_goTypes = []any{
 	(ShardLeaseState)(0),             // 0: leasegate.v1.ShardLeaseState
-	(WatchMessageKind)(0),            // 1: leasegate.v1.WatchMessageKind
-	(LockEventType)(0),               // 2: leasegate.v1.LockEventType
-	(*WatchHoldRequest)(nil),         // 3: leasegate.v1.WatchHoldRequest
-	(*WatchHoldResponse)(nil),        // 4: leasegate.v1.WatchHoldResponse
-	(*AcquireRequest)(nil),           // 5: leasegate.v1.AcquireRequest
-	(*AcquireResponse)(nil),          // 6: leasegate.v1.AcquireResponse
-	(*Queued)(nil),                   // 7: leasegate.v1.Queued
-	(*Granted)(nil),                  // 8: leasegate.v1.Granted
-	(*TryAcquireRequest)(nil),        // 9: leasegate.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),       // 10: leasegate.v1.TryAcquireResponse
-	(*RenewRequest)(nil),             // 11: leasegate.v1.RenewRequest
-	(*RenewResponse)(nil),            // 12: leasegate.v1.RenewResponse
-	(*ReleaseRequest)(nil),           // 13: leasegate.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 14: leasegate.v1.ReleaseResponse
-	(*DescribeRequest)(nil),          // 15: leasegate.v1.DescribeRequest
-	(*DescribeResponse)(nil),         // 16: leasegate.v1.DescribeResponse
-	(*Holder)(nil),                   // 17: leasegate.v1.Holder
-	(*CheckFenceRequest)(nil),        // 18: leasegate.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),       // 19: leasegate.v1.CheckFenceResponse
-	(*OpenSessionRequest)(nil),       // 20: leasegate.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),      // 21: leasegate.v1.OpenSessionResponse
-	(*SessionShard)(nil),             // 22: leasegate.v1.SessionShard
-	(*KeepAliveSessionRequest)(nil),  // 23: leasegate.v1.KeepAliveSessionRequest
-	(*KeepAliveSessionResponse)(nil), // 24: leasegate.v1.KeepAliveSessionResponse
-	(*ExtendSessionRequest)(nil),     // 25: leasegate.v1.ExtendSessionRequest
-	(*ExtendSessionResponse)(nil),    // 26: leasegate.v1.ExtendSessionResponse
-	(*CloseSessionRequest)(nil),      // 27: leasegate.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),     // 28: leasegate.v1.CloseSessionResponse
-	(*ListLocksRequest)(nil),         // 29: leasegate.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),        // 30: leasegate.v1.ListLocksResponse
-	(*LockSummary)(nil),              // 31: leasegate.v1.LockSummary
-	(*LockHolder)(nil),               // 32: leasegate.v1.LockHolder
-	(*DescribeQueueRequest)(nil),     // 33: leasegate.v1.DescribeQueueRequest
-	(*DescribeQueueResponse)(nil),    // 34: leasegate.v1.DescribeQueueResponse
-	(*QueueEntry)(nil),               // 35: leasegate.v1.QueueEntry
-	(*WatchRequest)(nil),             // 36: leasegate.v1.WatchRequest
-	(*WatchResponse)(nil),            // 37: leasegate.v1.WatchResponse
-	(*LockEvent)(nil),                // 38: leasegate.v1.LockEvent
-	(ErrorReason)(0),                 // 39: leasegate.v1.ErrorReason
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(LockKind)(0),                    // 1: leasegate.v1.LockKind
+	(WatchMessageKind)(0),            // 2: leasegate.v1.WatchMessageKind
+	(LockEventType)(0),               // 3: leasegate.v1.LockEventType
+	(*WatchHoldRequest)(nil),         // 4: leasegate.v1.WatchHoldRequest
+	(*WatchHoldResponse)(nil),        // 5: leasegate.v1.WatchHoldResponse
+	(*AcquireRequest)(nil),           // 6: leasegate.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 7: leasegate.v1.AcquireResponse
+	(*Queued)(nil),                   // 8: leasegate.v1.Queued
+	(*Granted)(nil),                  // 9: leasegate.v1.Granted
+	(*TryAcquireRequest)(nil),        // 10: leasegate.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),       // 11: leasegate.v1.TryAcquireResponse
+	(*RenewRequest)(nil),             // 12: leasegate.v1.RenewRequest
+	(*RenewResponse)(nil),            // 13: leasegate.v1.RenewResponse
+	(*ReleaseRequest)(nil),           // 14: leasegate.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 15: leasegate.v1.ReleaseResponse
+	(*DescribeRequest)(nil),          // 16: leasegate.v1.DescribeRequest
+	(*DescribeResponse)(nil),         // 17: leasegate.v1.DescribeResponse
+	(*Holder)(nil),                   // 18: leasegate.v1.Holder
+	(*CheckFenceRequest)(nil),        // 19: leasegate.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),       // 20: leasegate.v1.CheckFenceResponse
+	(*OpenSessionRequest)(nil),       // 21: leasegate.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),      // 22: leasegate.v1.OpenSessionResponse
+	(*SessionShard)(nil),             // 23: leasegate.v1.SessionShard
+	(*KeepAliveSessionRequest)(nil),  // 24: leasegate.v1.KeepAliveSessionRequest
+	(*KeepAliveSessionResponse)(nil), // 25: leasegate.v1.KeepAliveSessionResponse
+	(*ExtendSessionRequest)(nil),     // 26: leasegate.v1.ExtendSessionRequest
+	(*ExtendSessionResponse)(nil),    // 27: leasegate.v1.ExtendSessionResponse
+	(*CloseSessionRequest)(nil),      // 28: leasegate.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 29: leasegate.v1.CloseSessionResponse
+	(*ListLocksRequest)(nil),         // 30: leasegate.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),        // 31: leasegate.v1.ListLocksResponse
+	(*LockSummary)(nil),              // 32: leasegate.v1.LockSummary
+	(*LockHolder)(nil),               // 33: leasegate.v1.LockHolder
+	(*DescribeQueueRequest)(nil),     // 34: leasegate.v1.DescribeQueueRequest
+	(*DescribeQueueResponse)(nil),    // 35: leasegate.v1.DescribeQueueResponse
+	(*QueueEntry)(nil),               // 36: leasegate.v1.QueueEntry
+	(*WatchRequest)(nil),             // 37: leasegate.v1.WatchRequest
+	(*WatchResponse)(nil),            // 38: leasegate.v1.WatchResponse
+	(*LockEvent)(nil),                // 39: leasegate.v1.LockEvent
+	(ErrorReason)(0),                 // 40: leasegate.v1.ErrorReason
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
 }
 var file_leasegate_v1_lock_proto_depIdxs = []int32{
-	39, // 0: leasegate.v1.WatchHoldResponse.reason:type_name -> leasegate.v1.ErrorReason
-	7,  // 1: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
-	8,  // 2: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
-	40, // 3: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 4: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
-	40, // 5: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	40, // 6: leasegate.v1.TryAcquireResponse.delay_until:type_name -> google.protobuf.Timestamp
-	40, // 7: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 8: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
-	17, // 9: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
-	40, // 10: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
-	40, // 11: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 12: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 13: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	40, // 0: leasegate.v1.WatchHoldResponse.reason:type_name -> leasegate.v1.ErrorReason
+	8,  // 1: leasegate.v1.AcquireResponse.queued:type_name -> leasegate.v1.Queued
+	9,  // 2: leasegate.v1.AcquireResponse.granted:type_name -> leasegate.v1.Granted
+	41, // 3: leasegate.v1.Granted.expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 4: leasegate.v1.TryAcquireResponse.granted:type_name -> leasegate.v1.Granted
+	41, // 5: leasegate.v1.TryAcquireResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 6: leasegate.v1.TryAcquireResponse.delay_until:type_name -> google.protobuf.Timestamp
+	41, // 7: leasegate.v1.RenewResponse.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 8: leasegate.v1.DescribeResponse.holder_expires_at:type_name -> google.protobuf.Timestamp
+	18, // 9: leasegate.v1.DescribeResponse.holders:type_name -> leasegate.v1.Holder
+	41, // 10: leasegate.v1.DescribeResponse.delay_until:type_name -> google.protobuf.Timestamp
+	41, // 11: leasegate.v1.Holder.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 12: leasegate.v1.OpenSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 13: leasegate.v1.OpenSessionResponse.shards:type_name -> leasegate.v1.SessionShard
 	0,  // 14: leasegate.v1.SessionShard.state:type_name -> leasegate.v1.ShardLeaseState
-	40, // 15: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 16: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 17: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	22, // 18: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
-	31, // 19: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
-	32, // 20: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
-	40, // 21: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
-	40, // 22: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
-	35, // 23: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
-	40, // 24: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
-	40, // 25: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 26: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
-	38, // 27: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
-	2,  // 28: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
-	40, // 29: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
-	5,  // 30: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
-	9,  // 31: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
-	11, // 32: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
-	13, // 33: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
-	15, // 34: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
-	18, // 35: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
-	20, // 36: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
-	23, // 37: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
-	25, // 38: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
-	27, // 39: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
-	29, // 40: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
-	33, // 41: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
-	36, // 42: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
-	3,  // 43: leasegate.v1.LockService.WatchHold:input_type -> leasegate.v1.WatchHoldRequest
-	6,  // 44: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
-	10, // 45: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
-	12, // 46: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
-	14, // 47: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
-	16, // 48: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
-	19, // 49: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
-	21, // 50: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
-	24, // 51: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
-	26, // 52: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
-	28, // 53: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
-	30, // 54: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
-	34, // 55: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
-	37, // 56: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
-	4,  // 57: leasegate.v1.LockService.WatchHold:output_type -> leasegate.v1.WatchHoldResponse
-	44, // [44:58] is the sub-list for method output_type
-	30, // [30:44] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	41, // 15: leasegate.v1.SessionShard.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 16: leasegate.v1.KeepAliveSessionResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 17: leasegate.v1.KeepAliveSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	23, // 18: leasegate.v1.ExtendSessionResponse.shards:type_name -> leasegate.v1.SessionShard
+	32, // 19: leasegate.v1.ListLocksResponse.locks:type_name -> leasegate.v1.LockSummary
+	33, // 20: leasegate.v1.LockSummary.holders:type_name -> leasegate.v1.LockHolder
+	1,  // 21: leasegate.v1.LockSummary.kind:type_name -> leasegate.v1.LockKind
+	41, // 22: leasegate.v1.LockHolder.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 23: leasegate.v1.LockHolder.since:type_name -> google.protobuf.Timestamp
+	1,  // 24: leasegate.v1.DescribeQueueRequest.kind:type_name -> leasegate.v1.LockKind
+	36, // 25: leasegate.v1.DescribeQueueResponse.entries:type_name -> leasegate.v1.QueueEntry
+	1,  // 26: leasegate.v1.DescribeQueueResponse.kind:type_name -> leasegate.v1.LockKind
+	41, // 27: leasegate.v1.QueueEntry.waiting_since:type_name -> google.protobuf.Timestamp
+	41, // 28: leasegate.v1.QueueEntry.expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 29: leasegate.v1.WatchResponse.kind:type_name -> leasegate.v1.WatchMessageKind
+	39, // 30: leasegate.v1.WatchResponse.events:type_name -> leasegate.v1.LockEvent
+	3,  // 31: leasegate.v1.LockEvent.type:type_name -> leasegate.v1.LockEventType
+	41, // 32: leasegate.v1.LockEvent.enqueued_at:type_name -> google.protobuf.Timestamp
+	1,  // 33: leasegate.v1.LockEvent.kind:type_name -> leasegate.v1.LockKind
+	6,  // 34: leasegate.v1.LockService.Acquire:input_type -> leasegate.v1.AcquireRequest
+	10, // 35: leasegate.v1.LockService.TryAcquire:input_type -> leasegate.v1.TryAcquireRequest
+	12, // 36: leasegate.v1.LockService.Renew:input_type -> leasegate.v1.RenewRequest
+	14, // 37: leasegate.v1.LockService.Release:input_type -> leasegate.v1.ReleaseRequest
+	16, // 38: leasegate.v1.LockService.Describe:input_type -> leasegate.v1.DescribeRequest
+	19, // 39: leasegate.v1.LockService.CheckFence:input_type -> leasegate.v1.CheckFenceRequest
+	21, // 40: leasegate.v1.LockService.OpenSession:input_type -> leasegate.v1.OpenSessionRequest
+	24, // 41: leasegate.v1.LockService.KeepAliveSession:input_type -> leasegate.v1.KeepAliveSessionRequest
+	26, // 42: leasegate.v1.LockService.ExtendSession:input_type -> leasegate.v1.ExtendSessionRequest
+	28, // 43: leasegate.v1.LockService.CloseSession:input_type -> leasegate.v1.CloseSessionRequest
+	30, // 44: leasegate.v1.LockService.ListLocks:input_type -> leasegate.v1.ListLocksRequest
+	34, // 45: leasegate.v1.LockService.DescribeQueue:input_type -> leasegate.v1.DescribeQueueRequest
+	37, // 46: leasegate.v1.LockService.Watch:input_type -> leasegate.v1.WatchRequest
+	4,  // 47: leasegate.v1.LockService.WatchHold:input_type -> leasegate.v1.WatchHoldRequest
+	7,  // 48: leasegate.v1.LockService.Acquire:output_type -> leasegate.v1.AcquireResponse
+	11, // 49: leasegate.v1.LockService.TryAcquire:output_type -> leasegate.v1.TryAcquireResponse
+	13, // 50: leasegate.v1.LockService.Renew:output_type -> leasegate.v1.RenewResponse
+	15, // 51: leasegate.v1.LockService.Release:output_type -> leasegate.v1.ReleaseResponse
+	17, // 52: leasegate.v1.LockService.Describe:output_type -> leasegate.v1.DescribeResponse
+	20, // 53: leasegate.v1.LockService.CheckFence:output_type -> leasegate.v1.CheckFenceResponse
+	22, // 54: leasegate.v1.LockService.OpenSession:output_type -> leasegate.v1.OpenSessionResponse
+	25, // 55: leasegate.v1.LockService.KeepAliveSession:output_type -> leasegate.v1.KeepAliveSessionResponse
+	27, // 56: leasegate.v1.LockService.ExtendSession:output_type -> leasegate.v1.ExtendSessionResponse
+	29, // 57: leasegate.v1.LockService.CloseSession:output_type -> leasegate.v1.CloseSessionResponse
+	31, // 58: leasegate.v1.LockService.ListLocks:output_type -> leasegate.v1.ListLocksResponse
+	35, // 59: leasegate.v1.LockService.DescribeQueue:output_type -> leasegate.v1.DescribeQueueResponse
+	38, // 60: leasegate.v1.LockService.Watch:output_type -> leasegate.v1.WatchResponse
+	5,  // 61: leasegate.v1.LockService.WatchHold:output_type -> leasegate.v1.WatchHoldResponse
+	48, // [48:62] is the sub-list for method output_type
+	34, // [34:48] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_leasegate_v1_lock_proto_init() }
@@ -3283,7 +3401,7 @@ func file_leasegate_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasegate_v1_lock_proto_rawDesc), len(file_leasegate_v1_lock_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -69,9 +69,10 @@ const (
 
 // LockServiceClient is a client for the leasegate.v1.LockService service.
 type LockServiceClient interface {
-	// Acquire enqueues the caller and streams Queued updates (the number of
-	// keys ahead, sent first, whenever it changes, and again about every
-	// TTL/3 while the caller waits) until a Granted message ends the stream.
+	// Acquire enqueues the caller and streams Queued updates (its place in
+	// line, Queued.position, sent first, whenever it changes, and again about
+	// every TTL/3 while the caller waits) until a Granted message ends the
+	// stream.
 	// A client that does not read its stream — a message not taken within
 	// the gateway's send timeout — leaves the queue, and a grant it does not
 	// take is given up. A wait that times out ends with deadline_exceeded.
@@ -114,16 +115,18 @@ type LockServiceClient interface {
 	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
 	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
-	// ListLocks pages through the caller tenant's locks with a name prefix,
-	// across every shard, in key order (see ListLocksRequest). Each page
-	// costs one bounded range read per shard, never a scan of everything.
+	// ListLocks pages through the caller tenant's locks and elections with a
+	// name prefix, across every shard, in key order (see ListLocksRequest).
+	// Each page costs one bounded range read per shard, never a scan of
+	// everything.
 	ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error)
 	// DescribeQueue reports a name's holders and waiters in queue (FIFO)
-	// order. It never reveals a lock id, a request id or a secret.
+	// order: a lock's, or an election's (its leader and campaigners). It
+	// never reveals a lock id, a request id or a secret.
 	DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error)
-	// Watch streams the state of the caller tenant's locks under a name
-	// prefix, on every shard: first a snapshot of the current holders and
-	// waiters, then every change as it happens (held, queued, released,
+	// Watch streams the state of the caller tenant's locks and elections
+	// under a name prefix, on every shard: first a snapshot of the current
+	// holders and waiters, then every change as it happens (held, queued, released,
 	// expired, force-released, left). Every message carries a resume token;
 	// a new Watch given it continues exactly after that message, without a
 	// lost or repeated event, as long as the shards still keep that history.
@@ -329,9 +332,10 @@ func (c *lockServiceClient) WatchHold(ctx context.Context, req *connect.Request[
 
 // LockServiceHandler is an implementation of the leasegate.v1.LockService service.
 type LockServiceHandler interface {
-	// Acquire enqueues the caller and streams Queued updates (the number of
-	// keys ahead, sent first, whenever it changes, and again about every
-	// TTL/3 while the caller waits) until a Granted message ends the stream.
+	// Acquire enqueues the caller and streams Queued updates (its place in
+	// line, Queued.position, sent first, whenever it changes, and again about
+	// every TTL/3 while the caller waits) until a Granted message ends the
+	// stream.
 	// A client that does not read its stream — a message not taken within
 	// the gateway's send timeout — leaves the queue, and a grant it does not
 	// take is given up. A wait that times out ends with deadline_exceeded.
@@ -374,16 +378,18 @@ type LockServiceHandler interface {
 	ExtendSession(context.Context, *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error)
 	// CloseSession revokes a session's leases, releasing every lock attached.
 	CloseSession(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
-	// ListLocks pages through the caller tenant's locks with a name prefix,
-	// across every shard, in key order (see ListLocksRequest). Each page
-	// costs one bounded range read per shard, never a scan of everything.
+	// ListLocks pages through the caller tenant's locks and elections with a
+	// name prefix, across every shard, in key order (see ListLocksRequest).
+	// Each page costs one bounded range read per shard, never a scan of
+	// everything.
 	ListLocks(context.Context, *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error)
 	// DescribeQueue reports a name's holders and waiters in queue (FIFO)
-	// order. It never reveals a lock id, a request id or a secret.
+	// order: a lock's, or an election's (its leader and campaigners). It
+	// never reveals a lock id, a request id or a secret.
 	DescribeQueue(context.Context, *connect.Request[v1.DescribeQueueRequest]) (*connect.Response[v1.DescribeQueueResponse], error)
-	// Watch streams the state of the caller tenant's locks under a name
-	// prefix, on every shard: first a snapshot of the current holders and
-	// waiters, then every change as it happens (held, queued, released,
+	// Watch streams the state of the caller tenant's locks and elections
+	// under a name prefix, on every shard: first a snapshot of the current
+	// holders and waiters, then every change as it happens (held, queued, released,
 	// expired, force-released, left). Every message carries a resume token;
 	// a new Watch given it continues exactly after that message, without a
 	// lost or repeated event, as long as the shards still keep that history.
