@@ -56,6 +56,7 @@ var streamingPaths = map[string]bool{
 	leasegatev1connect.ElectionServiceCampaignProcedure: true,
 	leasegatev1connect.ElectionServiceObserveProcedure:  true,
 	leasegatev1connect.LockServiceWatchProcedure:        true,
+	leasegatev1connect.LockServiceWatchHoldProcedure:    true,
 }
 
 type senderKey struct{}

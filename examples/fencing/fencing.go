@@ -147,14 +147,14 @@ func runFencingDemo(ctx context.Context, cfg fencingDemoConfig, out io.Writer) e
 	if err := awaitExpiry(ctx, lc, lock, tA, ttl+5*time.Second); err != nil {
 		return err
 	}
-	n.say("A's lease expired: CheckFence(%s, %d) = false and the lock is free", lock, tA)
+	n.say("A's lease expired: CheckFence(%s, %d) = false; the gateway keeps %s from everyone for A's TTL more, while A may still believe it holds", lock, tA, lock)
 
-	gB, err := tryAcquire(ctx, lc, lock, cfg.TTL, "client-B")
+	gB, err := acquireWaiting(ctx, lc, lock, cfg.TTL, "client-B", ttl+5*time.Second)
 	if err != nil {
 		return fmt.Errorf("client B: %w", err)
 	}
 	tB := gB.FencingToken
-	n.say("B acquired %s with fencing token %d", lock, tB)
+	n.say("B acquired %s with fencing token %d (A, paused, still believes it holds it: only the token stops A now)", lock, tB)
 	if err := orders.Put(ctx, demoOrderID, statusB, tB); err != nil {
 		return fmt.Errorf("client B's write with token %d: %w", tB, err)
 	}

@@ -216,6 +216,24 @@ func tryAcquire(ctx context.Context, lc leasegatev1connect.LockServiceClient, na
 	return resp.Msg.Granted, nil
 }
 
+// acquireWaiting takes name, waiting at most wait for it, with ttl and
+// clientID.
+func acquireWaiting(ctx context.Context, lc leasegatev1connect.LockServiceClient, name string, ttl time.Duration, clientID string, wait time.Duration) (*v1.Granted, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+rpcTimeout)
+	defer cancel()
+	stream, err := lc.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: name, TtlMs: ttl.Milliseconds(), ClientId: clientID, WaitTimeoutMs: wait.Milliseconds()}))
+	if err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", name, err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if g := stream.Msg().GetGranted(); g != nil {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("acquire %s: %w", name, stream.Err())
+}
+
 // releaseLock releases g.
 func releaseLock(ctx context.Context, lc leasegatev1connect.LockServiceClient, g *v1.Granted) error {
 	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)

@@ -3,6 +3,7 @@ package sdktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -233,5 +234,48 @@ func TestLongWaitRenewsBeforeReturning(t *testing.T) {
 	}
 	if err := r.l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEvictionEndsTheLockAtOnce: an administrator's force-release ends the
+// holder's lock at once — long before its next renewal — through the
+// watch the SDK keeps on a lock it holds, and Err says it was evicted
+// (ErrEvicted, which is ErrLockLost too); without the watch it is learnt
+// at the next renewal.
+func TestEvictionEndsTheLockAtOnce(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	for _, watch := range []bool{true, false} {
+		after := time.Duration(0)
+		if !watch {
+			after = -1
+		}
+		c := newClient(t, []string{g.URL}, client.WithHoldWatch(after), client.WithRenewFraction(0.5))
+		name := fmt.Sprintf("evicted-%v", watch)
+		l, err := c.Acquire(ctx, name, client.WithTTL(4*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The watch opens at once (WithHoldWatch(0)); one that opens after
+		// the eviction finds the lock gone and says so as promptly.
+		admin := newClient(t, []string{g.URL})
+		evicted := time.Now()
+		if _, err := admin.ForceRelease(ctx, name, "stuck", l.Token()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("watch %v: the evicted lock was never ended", watch)
+		}
+		took := time.Since(evicted)
+		if err := l.Err(); !errors.Is(err, client.ErrEvicted) || !errors.Is(err, client.ErrLockLost) {
+			t.Fatalf("watch %v: Err = %v; want ErrEvicted (and ErrLockLost)", watch, err)
+		}
+		if watch && took > time.Second {
+			t.Errorf("with the watch, the eviction ended the lock %s after it; want at once (its next renewal is 2 s away)", took)
+		}
+		_ = l.Release(ctx)
 	}
 }

@@ -347,7 +347,7 @@ func (x *WatchHoldRequest) GetFencingToken() int64 {
 type WatchHoldResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How the lock ended: LOCK_EVICTED, LOCK_EXPIRED, LOCK_STOLEN or
-	// LOCK_RELEASED.
+	// LOCK_RELEASED; unset in a message that only says it is still held.
 	Reason ErrorReason `protobuf:"varint,1,opt,name=reason,proto3,enum=leasegate.v1.ErrorReason" json:"reason,omitempty"`
 	// What happened, for a person.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`

@@ -133,8 +133,10 @@ type LockServiceClient interface {
 	// When a shard's history was compacted the stream says so (RESYNC) and
 	// sends a fresh snapshot of that shard.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
-	// WatchHold sends nothing while the lock a lock id names is held, and one
-	// message when it ends other than by its holder's release — evicted by an
+	// WatchHold sends, while the lock a lock id names is held, a message
+	// without a reason every 30 s (so that a stalled reader is dropped and
+	// an idle connection kept), and one message with the reason when the
+	// lock ends other than by its holder's release — evicted by an
 	// administrator, or lost (its lease expired or was revoked) — as soon as
 	// any gateway has seen it; then the stream ends. A lock already gone is
 	// answered at once, released ones too. The holder ends the stream itself
@@ -396,8 +398,10 @@ type LockServiceHandler interface {
 	// When a shard's history was compacted the stream says so (RESYNC) and
 	// sends a fresh snapshot of that shard.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
-	// WatchHold sends nothing while the lock a lock id names is held, and one
-	// message when it ends other than by its holder's release — evicted by an
+	// WatchHold sends, while the lock a lock id names is held, a message
+	// without a reason every 30 s (so that a stalled reader is dropped and
+	// an idle connection kept), and one message with the reason when the
+	// lock ends other than by its holder's release — evicted by an
 	// administrator, or lost (its lease expired or was revoked) — as soon as
 	// any gateway has seen it; then the stream ends. A lock already gone is
 	// answered at once, released ones too. The holder ends the stream itself
