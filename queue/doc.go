@@ -60,19 +60,15 @@
 // compares create revisions and never key names (a name deleted and
 // created again is a new key, behind), and why the test is "no key
 // created earlier" and never "the key ahead went". A grant after R is
-// therefore as safe as one after a read at R, which is what the
-// per-waiter read of earlier versions was: between that read and the
-// grant the own key could also be written by a retry, and the per-lock
-// grant did not compare then either. What a stale own key can do is
-// unchanged: a superseded attempt's give-up and Abandon compare its mod
-// revision and touch nothing, and a session waiter's grant moves its key
-// in a transaction comparing both revisions and the session's secret.
+// therefore as safe as one after a read at R. What a stale own key can do
+// is bounded by the compares: a superseded attempt's give-up and Abandon
+// compare its mod revision and touch nothing, and a session waiter's grant
+// moves its key in a transaction comparing both revisions and the
+// session's secret.
 //
-// A grant the chaos harness once flagged as made beside a live earlier key
-// was not one: etcd itself had deleted that key a moment before — a
-// paused etcd leader's late revocation of a lease the new leader had
-// renewed (docs/safety.md, "What can still go wrong") — and the view saw
-// the deletion before granting. The grant reads nothing more.
+// A key ahead that went without a clean end — etcd ended its lease, on
+// time or early — may leave a holder that still believes it holds: the
+// grant then waits out that belief first (loss.go, "Unclean losses").
 //
 // Conditions 1 and 2 also end the wait: the key written by another attempt
 // is ErrSuperseded, the key gone or created anew ErrLeaseLost, judged from
@@ -125,33 +121,47 @@
 // # Lock-delay
 //
 // A holder that asked for a lock-delay d and whose lease expires keeps the
-// name from everyone until expiry + d (delay.go). Its record is written at
-// its grant, before the grant is answered, and deleted by a clean release
-// in the release transaction; a waiter about to be granted that finds a
-// record whose holder key is gone waits d from when it saw that, which is
-// after the expiry, whoever sees it and however late. The delay only ever
-// postpones a grant, so nothing above changes; every cleanup deletes the
-// record of a grant nobody received.
+// name from everyone until expiry + d (delay.go). Its record is in etcd
+// before the grant is answered (its holder record, written with the key,
+// or one written at the grant), and a clean end deletes it in its own
+// transaction. The first gateway to see the record with its key gone
+// stamps it with that moment, and the delay ends d after the stamp for
+// every caller alike. The delay only ever postpones a grant, so nothing
+// above changes; every cleanup deletes the record of a grant nobody
+// received.
+//
+// # Unclean losses
+//
+// A holder key that goes without a clean end (its lease expired or was
+// revoked, not released, given up, evicted or closed with its session)
+// keeps the name for the holder's TTL after a gateway first saw it, or its
+// lock-delay if longer (loss.go): the lost holder may still believe it
+// holds until then. This too only postpones grants.
 //
 // # Re-entrancy
 //
 // A re-entrant session acquire (reenter.go) of a lock its session holds
-// adds a hold, counted in a key of its own beside the name's prefix; the
-// lock's key is never written again, so no attempt's mod revision changes
-// and the arguments above stand. Release and every cleanup compare that
-// the holds key is absent before they delete; with holds, a release drops
-// one. The case against re-entrancy stands beside it: a function that
-// needs the lock its caller holds is better handed that lock (or its
-// token) than made to take it again — re-entry hides which code runs
-// inside the critical section. It is off unless asked for.
+// adds a hold of its own identity — the lock's handle with a hold id, so
+// its own lock id, and the lock's token — recorded in a record of its key
+// incarnation beside the name's prefix; the lock's key is never written
+// again, so no attempt's mod revision changes and the arguments above
+// stand. A release removes exactly the hold its lock id names, and the
+// last one deletes the key; every cleanup compares that no record exists.
+// The case against re-entrancy stands beside it: a function that needs the
+// lock its caller holds is better handed that lock (or its token) than made
+// to take it again — re-entry hides which code runs inside the critical
+// section. It is off unless asked for.
 //
 // # Every waiter dies without its attempt
 //
 // A lock with a lease of its own is renewed only by the attempt that waits
 // and then by its holder: without them it lapses within its TTL. A session
 // waiter's key rides on the engine's attempt lease until it is granted
-// (attempt.go), so it lapses within AttemptTTL once no live attempt serves
-// it, whatever the session does.
+// (attempt.go), which is renewed only while some attempt references it, so
+// the key lapses within AttemptTTL once no live attempt serves it,
+// whatever the session does; a waiter detached by a shutdown is removed
+// AttemptTTL after its detach even on a busy engine (cleanup.go). Every
+// cleanup and take-back runs on the engine, never on its caller's context.
 //
 // # Elections
 //
@@ -218,9 +228,11 @@
 //     revision), so no other attempt of it — a zombie about to renew at its
 //     grant — exists. Otherwise the lease is revoked.
 //  2. No renewal of it runs on this engine: Renew registers from before its
-//     proof until its keepalive is answered, and no keepalive for the lease
-//     is unanswered on the engine's streams. A renewal that registers later
-//     sends its proof after the delete, and fails it.
+//     proof until its keepalive is answered, and so does a waiting
+//     attempt's renewal tick, which sends nothing once its wait has stopped
+//     (wait.go); no keepalive for the lease is unanswered on the engine's
+//     streams. A renewal that registers later sends its proof after the
+//     delete, and fails it.
 //  3. Another gateway's renewal is bounded in time: Renew sends its
 //     keepalive within proofWindow (500 ms) of sending its proof, or proves
 //     again; a lease given back waits out poolQuarantine (1 s) before the

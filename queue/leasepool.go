@@ -12,7 +12,7 @@ import (
 
 // Lease recycling.
 //
-// A lock with a lease of its own used to cost two raft writes beside its
+// A lock with a lease of its own would cost two raft writes beside its
 // transactions: a LeaseGrant on the acquire's path and a LeaseRevoke at
 // its release. The pool takes both off: per TTL class (the TTL in whole
 // seconds the caller asked for, which the waiter's value records) it keeps

@@ -65,7 +65,7 @@ func heapInUse() uint64 {
 // Watchers of one prefix share one view of it: the heap a tenant's
 // queues take in a gateway grows once per prefix watched, not once per
 // watch stream. With 20,000 locks, each watcher beyond the first costs a
-// few KiB (its subscription), where each used to keep its own copy of
+// few KiB (its subscription), where a copy per stream would be
 // every queue (about 10 MiB); the first costs the view, about 175 bytes a
 // key (docs/security.md states both).
 func TestWatchersOfAPrefixShareOneView(t *testing.T) {
