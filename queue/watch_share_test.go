@@ -65,8 +65,8 @@ func heapInUse() uint64 {
 // Watchers of one prefix share one view of it: the heap a tenant's
 // queues take in a gateway grows once per prefix watched, not once per
 // watch stream. With 20,000 locks, each watcher beyond the first costs a
-// few KiB (its subscription), where a copy per stream would be
-// every queue (about 10 MiB); the first costs the view, about 175 bytes a
+// few KiB (its subscription), where a copy of every queue per stream
+// would be about 10 MiB; the first costs the view, about 175 bytes a
 // key (docs/security.md states both).
 func TestWatchersOfAPrefixShareOneView(t *testing.T) {
 	e, cli := newEngine(t)
