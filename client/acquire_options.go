@@ -94,8 +94,10 @@ func WithLimit(n int) AcquireOption {
 
 // WithReentrant makes a Session.Acquire or Session.TryAcquire re-entrant:
 // when the session already holds the name through a re-entrant acquire,
-// it returns that lock again (same ID and Token) with HoldCount one
-// higher, and each Release drops one hold; the last frees the name. Off by
+// it returns a hold of that lock — the lock's Token, an ID of its own —
+// with HoldCount the lock's holds, and each hold's Release drops that hold
+// (a second Release of it drops nothing); the last frees the name. A retry
+// with a hold's request id (WithRequestID) is that hold again. Off by
 // default, and only through a session (its id is a secret that proves the
 // holder): Client.Acquire with it fails with ErrInvalidArgument. Prefer
 // passing the held Lock down to code that needs it.

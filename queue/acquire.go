@@ -78,8 +78,8 @@ type AcquireRequest struct {
 	Limit int
 	// Reentrant, for a session acquire only: when the session already
 	// holds the name through a re-entrant acquire of the same caller, the
-	// acquire returns that lock again (same lock id and token) with one
-	// more hold, and each Release drops one (reenter.go). Without a
+	// acquire returns a hold of that lock (its token, a hold id of its own)
+	// and each Release drops the hold its handle names (reenter.go). Without a
 	// session it is ErrInvalidArgument.
 	Reentrant bool
 	// LockDelay, when positive (at most MaxLockDelay), keeps the name from
