@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -24,8 +25,14 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 	}
 	go func() {
 		ctx := l.ctx
-		if sleep(ctx, c.cfg.clock, after) != nil {
+		// On the real clock: the watch's start is no deadline, and a fake
+		// clock's timers are its tests' to count.
+		t := time.NewTimer(after)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C:
 		}
 		bo := c.newBackoff()
 		for ctx.Err() == nil {
@@ -51,8 +58,12 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 				return
 			}
 			c.failed(i)
-			if sleep(ctx, c.cfg.clock, bo.next()) != nil {
+			t := time.NewTimer(bo.next())
+			select {
+			case <-ctx.Done():
+				t.Stop()
 				return
+			case <-t.C:
 			}
 		}
 	}()

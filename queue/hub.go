@@ -569,13 +569,21 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
 // client cancels a watch whose id it has not yet learned only when etcd
 // next sends on it, which for a quiet key may be never, and etcd would keep
 // the watcher meanwhile. So a ctx that ends first waits for the
-// confirmation (at most RequestTimeout) before the watch is cancelled.
+// confirmation (at most RequestTimeout) before the watch is cancelled. The
+// client's Watch call itself, which waits for the client's watch stream
+// (for as long as its cluster cannot be reached), does end with ctx: the
+// client then drops the request before it is sent.
 func (e *Engine) openWatch(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, clientv3.WatchResponse, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, clientv3.WatchResponse{}, nil, err
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.WithoutCancel(ctx)))
+	early := context.AfterFunc(ctx, cancel)
 	wch := e.cli.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
+	if !early() {
+		// ctx ended while the client waited for its stream.
+		return nil, clientv3.WatchResponse{}, nil, ctx.Err()
+	}
 	select {
 	case wr, ok := <-wch:
 		if !ok || wr.Err() != nil || !wr.Created {
