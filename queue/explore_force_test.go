@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -74,6 +75,19 @@ func (w *world) evictor(name string) actorSpec {
 				w.violate("%s: a force-release retried after a lost answer evicted again", name)
 			case err != nil && !errors.Is(err, ErrHolderChanged) && !errors.Is(err, context.Canceled):
 				w.violate("%s: force release: %v", name, err)
+			}
+			if err != nil && ctx.Err() != nil {
+				// The caller went: if the key is still there, it was not
+				// evicted, and its holder may hold it on.
+				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				resp, gerr := w.sch.cli.Get(rctx, string(resp.Kvs[0].Key))
+				cancel()
+				if gerr == nil && len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == first.Revision {
+					w.mu.Lock()
+					delete(w.expiredRev, first.Revision)
+					w.mu.Unlock()
+				}
+				return
 			}
 			if err != nil || !w.lostAnswer(ctx) {
 				return
