@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // TestBreakLossWaitForgottenWhenTheNextWaiterLeaves: a holder lost without
@@ -44,5 +45,103 @@ func TestBreakLossWaitForgottenWhenTheNextWaiterLeaves(t *testing.T) {
 			<-done
 			notGranted(t, c, "while the lost holder A may still believe it holds (its TTL has not passed)")
 		})
+	}
+}
+
+// TestBreakLossWaitLostWithTheGrantingGateway: a holder granted after a
+// wait has no holder record; only its granting engine's hub watches it
+// (loss.go). Gateways are stateless, so its holder renews through any of
+// them — and the granting gateway goes away (a rolling restart, an idle
+// tenant engine closed by the cache). When etcd then ends the holder's
+// lease early, nobody records the loss: the next TryAcquire, on any
+// gateway, is granted at once while the holder, renewed a moment ago,
+// still believes it holds.
+func TestBreakLossWaitLostWithTheGrantingGateway(t *testing.T) {
+	clk := newFakeClock() // never advanced: the holder's belief never ends
+	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	other, err := New(cli, granting.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	first := mustAcquire(t, granting, req("r"))
+	next := waitingFor(t, granting, req("r"))
+	mustRelease(t, granting, first)
+	b := <-next // granted after a wait: watched by granting's hub only
+	granting.Close()
+	if _, err := other.Renew(testCtx(t), b.Handle, b.Token()); err != nil {
+		t.Fatalf("Renew through another gateway: %v", err)
+	}
+	expireNow(t, cli, b) // etcd revokes the renewed lease early
+	res, err := other.TryAcquire(testCtx(t), req("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q (token %d) while its lost holder (token %d), renewed a moment ago, still believes it holds", "r", res.Grant.Token(), b.Token())
+	}
+}
+
+// taskGate holds every background task named task at its start until
+// opened, and reports each arrival.
+type taskGate struct {
+	pointHooks
+	task    string
+	arrived chan struct{}
+	open    chan struct{}
+}
+
+type taskKey struct{}
+
+func (g *taskGate) spawn(ctx context.Context, task string) context.Context {
+	return context.WithValue(ctx, taskKey{}, task)
+}
+
+func (g *taskGate) at(ctx context.Context, point string) {
+	if point == pointSpawned && ctx.Value(taskKey{}) == g.task {
+		select {
+		case g.arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// TestBreakLossWaitRecordedOnlyAfterTheLoss: the granting gateway is up
+// and its hub has seen the holder's key go, but the loss's record is
+// written only afterwards, in a background task (observeLoss: a history
+// read, a lease grant and a transaction). Until it lands, a TryAcquire on
+// any other gateway is granted beside the holder that still believes.
+// (Held here at the task's start; under load it is several round trips.)
+func TestBreakLossWaitRecordedOnlyAfterTheLoss(t *testing.T) {
+	clk := newFakeClock()
+	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	g := &taskGate{task: "stamp", arrived: make(chan struct{}, 1), open: make(chan struct{})}
+	granting.hooks = g
+	t.Cleanup(func() { close(g.open) })
+	other, err := New(cli, granting.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	first := mustAcquire(t, granting, req("w"))
+	next := waitingFor(t, granting, req("w"))
+	mustRelease(t, granting, first)
+	b := <-next
+	expireNow(t, cli, b)
+	select {
+	case <-g.arrived: // the granting hub saw the loss
+	case <-time.After(10 * time.Second):
+		t.Fatal("the granting engine never acted on its holder's loss")
+	}
+	res, err := other.TryAcquire(testCtx(t), req("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q (token %d) before the loss of its holder (token %d) was recorded", "w", res.Grant.Token(), b.Token())
 	}
 }
