@@ -2,8 +2,11 @@ package queue
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestBreakLossWaitForgottenWhenTheNextWaiterLeaves: a holder lost without
@@ -143,5 +146,65 @@ func TestBreakLossWaitRecordedOnlyAfterTheLoss(t *testing.T) {
 	}
 	if res.Acquired {
 		t.Fatalf("TryAcquire granted %q (token %d) before the loss of its holder (token %d) was recorded", "w", res.Grant.Token(), b.Token())
+	}
+}
+
+// TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins: a waiter the hub
+// found first is granted from the view with no read (doc.go); its lease
+// can end between that verdict and the grant's answer, and the holder is
+// told it holds until its deadline all the same. Its granting engine then
+// starts watching a key its view no longer has (watchHolder →
+// expiredLocked), and the expiry it reports knows only the key's create
+// revision: a TTL of 0 and "not a session's", so classifyLoss finds an
+// unclean loss with nothing to wait and no record is written. The next
+// TryAcquire is granted beside the holder that was just told it holds.
+// The same zero-TTL expiry comes from every rebuild of a hub's view
+// (a failed watch replaced) that finds a watched holder gone.
+func TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	first := mustAcquire(t, e, req("z"))
+	var armed atomic.Bool
+	var b Grant
+	e.hooks = &pointHooks{fn: func(ctx context.Context, point string) {
+		if point != pointGrant || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// etcd ends the waiter's lease right after the hub's verdict.
+		e.hubs.mu.Lock()
+		h := e.hubs.hubs[e.keys.namePrefix("z")]
+		e.hubs.mu.Unlock()
+		var lease clientv3.LeaseID
+		h.mu.Lock()
+		for _, k := range h.keys {
+			lease = clientv3.LeaseID(k.lease)
+		}
+		h.mu.Unlock()
+		resp, err := cli.Revoke(context.Background(), lease)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for h.viewRev() < resp.Header.Revision {
+			time.Sleep(time.Millisecond) // the hub applies the deletion
+		}
+	}}
+	next := waitingFor(t, e, req("z"))
+	armed.Store(true)
+	mustRelease(t, e, first)
+	b = <-next
+	if b.Token() == 0 {
+		t.Fatal("the waiter was not granted")
+	}
+	settle(e)
+	if recs, err := cli.Get(testCtx(t), e.cfg.Prefix+"/delays/", clientv3.WithPrefix()); err == nil {
+		t.Logf("records after the loss: %d", len(recs.Kvs))
+	}
+	res, err := e.TryAcquire(testCtx(t), req("z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q (token %d) while the holder just told it holds (token %d, until %s) believes", "z", res.Grant.Token(), b.Token(), b.Deadline)
 	}
 }
