@@ -208,3 +208,43 @@ func TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
 		t.Fatalf("TryAcquire granted %q (token %d) while the holder just told it holds (token %d, until %s) believes", "z", res.Grant.Token(), b.Token(), b.Deadline)
 	}
 }
+
+// TestBreakLossWaitOfASessionLockRetriedElsewhere: a session's lock first
+// in its name has a holder record with the session's TTL (loss.go). The
+// SDK retries an acquire whose answer was lost, on whichever gateway it
+// reaches; the retry takes the key over (takeOver) and writes the holder
+// record again with the TTL that gateway's engine remembers for the
+// session — 0 on a gateway that never opened it nor enqueued on it — and
+// nothing corrects it. When etcd then ends the session's lease, the
+// record asks for no wait: the next TryAcquire is granted at once beside
+// the holder, whose session was renewed a moment ago.
+func TestBreakLossWaitOfASessionLockRetriedElsewhere(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	other, err := New(cli, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	s := mustSession(t, e)
+	r := req("sr")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	mustAcquire(t, e, r)
+	g := mustAcquire(t, other, r) // the same acquire, retried through another gateway
+	if _, err := other.KeepAliveSession(testCtx(t), s.Lease, s.Secret); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(testCtx(t), e.keys.holderRecord("sr", g.WaiterID)); err == nil && len(resp.Kvs) > 0 {
+		t.Logf("holder record after the retry: %q", resp.Kvs[0].Value)
+	}
+	if _, err := cli.Revoke(testCtx(t), s.Lease); err != nil { // etcd ends the session early
+		t.Fatal(err)
+	}
+	res, err := other.TryAcquire(testCtx(t), req("sr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q while the session's holder (token %d), renewed a moment ago, still believes it holds", "sr", g.Token())
+	}
+}
