@@ -248,3 +248,35 @@ func TestBreakLossWaitOfASessionLockRetriedElsewhere(t *testing.T) {
 		t.Fatalf("TryAcquire granted %q while the session's holder (token %d), renewed a moment ago, still believes it holds", "sr", g.Token())
 	}
 }
+
+// TestBreakLossWaitShorterThanTheGrantedTTL: etcd grants no lease shorter
+// than its minimum (1.5 election timeouts, rounded up: 2 s with etcd's
+// defaults, 8 s with a 5 s election timeout), and the holder is told the
+// TTL etcd granted (Grant.TTL) and believes for that long. The loss wait
+// takes the TTL the acquire asked for, which the key's value records: a
+// 1 s lock lost behind its holder's back is waited for 1 s while its
+// holder believes for 2.
+func TestBreakLossWaitShorterThanTheGrantedTTL(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	r := req("short")
+	r.TTL = time.Second
+	g := mustAcquire(t, e, r)
+	if g.TTL <= r.TTL {
+		t.Skipf("etcd granted the TTL asked for (%s): nothing to show", g.TTL)
+	}
+	expireNow(t, cli, g)
+	res, err := e.TryAcquire(testCtx(t), req("short"))
+	if err != nil || res.Acquired {
+		t.Fatalf("TryAcquire right after the loss = %+v, %v; want refused", res, err)
+	}
+	settle(e)
+	clk.Advance(r.TTL) // the asked-for TTL has passed; the granted one has not
+	res, err = e.TryAcquire(testCtx(t), req("short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire %s after the loss granted the name; its holder was granted a %s TTL and may believe until then", r.TTL, g.TTL)
+	}
+}
