@@ -7,6 +7,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // TestBreakLossWaitForgottenWhenTheNextWaiterLeaves: a holder lost without
@@ -278,5 +280,50 @@ func TestBreakLossWaitShorterThanTheGrantedTTL(t *testing.T) {
 	}
 	if res.Acquired {
 		t.Fatalf("TryAcquire %s after the loss granted the name; its holder was granted a %s TTL and may believe until then", r.TTL, g.TTL)
+	}
+}
+
+// TestBreakLossWaitShortenedByClockSkew: the loss wait is measured from a
+// stamp on the clock of whichever gateway saw the loss first, and read on
+// every other gateway's clock (delay.go: "assumed to agree within a small
+// skew, which the delay absorbs"). A lock-delay is a courtesy; the loss
+// wait is the only thing between a lost holder's belief and the next
+// grant, and nothing absorbs the skew: a gateway 3 s behind stamps the
+// loss, and a gateway on time grants 3 s before the lost holder's TTL has
+// passed. (Here a waiter on the slow gateway sees the loss and gives up;
+// a TryAcquire on the other is granted after TTL − 3 s.)
+func TestBreakLossWaitShortenedByClockSkew(t *testing.T) {
+	const skew = 3 * time.Second
+	onTime := newFakeClock()
+	behind := clock.NewFake(onTime.Now().Add(-skew))
+	slow, cli := newEngine(t, func(c *Config) { c.Clock = behind })
+	cfg := slow.Config()
+	cfg.Clock = onTime
+	other, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	a := mustAcquire(t, other, req("sk"))
+	wb, err := slow.Enqueue(testCtx(t), req("sk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() { _, err := wb.Wait(ctx); done <- err }()
+	awaitStamped(t, cli, slow.keys.delay("sk", a.WaiterID), expireNow(t, cli, a))
+	cancel()
+	<-done
+	settle(slow)
+	elapsed := a.TTL - skew + time.Millisecond
+	onTime.Advance(elapsed)
+	behind.Advance(elapsed)
+	res, err := other.TryAcquire(testCtx(t), req("sk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted the name %s after the loss; the lost holder (TTL %s) may believe for %s more", elapsed, a.TTL, a.TTL-elapsed)
 	}
 }
