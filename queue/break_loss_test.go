@@ -327,3 +327,58 @@ func TestBreakLossWaitShortenedByClockSkew(t *testing.T) {
 		t.Fatalf("TryAcquire granted the name %s after the loss; the lost holder (TTL %s) may believe for %s more", elapsed, a.TTL, a.TTL-elapsed)
 	}
 }
+
+// TestBreakLossWaitLostByAStableRequestID: a holder record is written with
+// a plain put in the enqueue transaction and names its key by its own
+// create revision (loss.go). A request id used again after its lock was
+// lost uncleanly (a worker's stable request id — a supported pattern) puts
+// over the previous incarnation's record, which keeps its old create
+// revision: the new key's record is taken for an orphan. The new holder
+// first waits out a loss wait on its own record, and once that is over
+// the record is deleted — so when this holder is lost in turn, nothing
+// records it, and the next caller is granted at once beside it.
+func TestBreakLossWaitLostByAStableRequestID(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	r := req("stable")
+	r.RequestID = "worker-7"
+	first := mustAcquire(t, e, r)
+	expireNow(t, cli, first)
+	clk.Advance(time.Hour) // any wait of that loss is long over
+	got := make(chan Grant, 1)
+	go func() {
+		g, err := e.Acquire(testCtx(t), r)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	var again Grant
+	select {
+	case again = <-got:
+	case <-time.After(3 * time.Second):
+		t.Errorf("the re-acquire of a free name, an hour after the request id's previous lock was lost, waits on its own holder record")
+		for again.Token() == 0 {
+			clk.Advance(time.Second)
+			select {
+			case again = <-got:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if resp, err := cli.Get(testCtx(t), e.keys.holderRecord("stable", again.WaiterID)); err == nil {
+		if len(resp.Kvs) == 0 {
+			t.Logf("the new holder (key created at %d) has no holder record", again.Revision)
+		} else {
+			t.Logf("the new holder (key created at %d) has a holder record created at %d: %q", again.Revision, resp.Kvs[0].CreateRevision, resp.Kvs[0].Value)
+		}
+	}
+	expireNow(t, cli, again) // lost in turn, behind its back
+	res, err := e.TryAcquire(testCtx(t), req("stable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted the name at once beside its lost holder (token %d), which may still believe it holds", again.Token())
+	}
+}
