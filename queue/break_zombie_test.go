@@ -69,3 +69,22 @@ func TestBreakZombieReentrantAttemptDropsADeliveredHold(t *testing.T) {
 		t.Fatalf("another caller took %q while the caller still holds hold %q (token %d)", "zr", inner.HoldID, inner.Token())
 	}
 }
+
+// TestBreakReleasedHoldStillRenews: releasing a hold of a re-entered lock
+// answers released, and a repeated release is a no-op (reenter.go) — but
+// the released hold's lock id still renews, and its WatchHold would go on
+// waiting, as long as the lock's other holds keep the key: a caller told
+// "released" is told "held" by the next call on the same lock id.
+func TestBreakReleasedHoldStillRenews(t *testing.T) {
+	e, _ := newEngine(t)
+	s := mustSession(t, e)
+	outer := mustAcquire(t, e, reentrant("rr", "outer", s))
+	inner := mustAcquire(t, e, reentrant("rr", "inner", s))
+	if !release(t, e, inner) {
+		t.Fatal("release of the inner hold: released = false")
+	}
+	if _, err := e.Renew(testCtx(t), inner.Handle, inner.Token()); err == nil {
+		t.Errorf("Renew of a hold released a moment ago succeeded; want ErrReleased")
+	}
+	mustRelease(t, e, outer)
+}
