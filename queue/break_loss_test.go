@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -381,4 +382,44 @@ func TestBreakLossWaitLostByAStableRequestID(t *testing.T) {
 	if res.Acquired {
 		t.Fatalf("TryAcquire granted the name at once beside its lost holder (token %d), which may still believe it holds", again.Token())
 	}
+}
+
+// TestBreakLossWaitForgottenBehindASemaphoreRelease: a waiter's verdict
+// keeps only the last key ahead that left (hubStatus.left). A semaphore
+// of limit 2 with holders A and B and a waiter C: A's lease ends behind
+// its back and, a moment later, B releases. C is first either way, but by
+// the time it looks at its verdict the hub has applied both revisions,
+// and the key it judges is B — a clean release — so A's loss is never
+// waited out and C is granted beside A, which still believes.
+func TestBreakLossWaitForgottenBehindASemaphoreRelease(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	sem := func() AcquireRequest { r := req("sem"); r.Limit = 2; return r }
+	a, b := mustAcquire(t, e, sem()), mustAcquire(t, e, sem())
+	rc := sem()
+	cKey := e.keys.waiter("sem", WaiterID(rc.RequestID))
+	isParked, open := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.hooks = &pointHooks{onPark: func(_ context.Context, p parked) {
+		if p.own == cKey {
+			once.Do(func() { close(isParked); <-open })
+		}
+	}}
+	c := waitingFor(t, e, rc)
+	<-isParked // C is about to wait for its hub's word
+	expireNow(t, cli, a)
+	rel, err := e.Release(testCtx(t), b.Handle, b.Token())
+	if err != nil || !rel {
+		t.Fatalf("release of B = %v, %v", rel, err)
+	}
+	e.hubs.mu.Lock()
+	h := e.hubs.hubs[e.keys.namePrefix("sem")]
+	e.hubs.mu.Unlock()
+	for left := 3; left > 1; time.Sleep(time.Millisecond) { // the hub applies both revisions
+		h.mu.Lock()
+		left = len(h.keys)
+		h.mu.Unlock()
+	}
+	close(open)
+	notGranted(t, c, "while the lost holder A may still believe it holds")
 }
