@@ -11,28 +11,36 @@ import (
 )
 
 // lossyKV applies every transaction and, when armed, loses the answer of
-// the next one: what a timeout or a broken connection does to a call etcd
-// had already applied.
+// the next one that puts key: what a timeout or a broken connection does
+// to a call etcd had already applied.
 type lossyKV struct {
 	clientv3.KV
+	key  string
 	lose atomic.Bool
 }
 
 type lossyTxn struct {
 	clientv3.Txn
-	kv *lossyKV
+	kv   *lossyKV
+	puts bool // its Then puts kv.key
 }
 
 func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
 	return &lossyTxn{Txn: k.KV.Txn(context.WithoutCancel(ctx)), kv: k}
 }
 
-func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn     { t.Txn = t.Txn.If(cs...); return t }
-func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.puts = t.puts || op.IsPut() && string(op.KeyBytes()) == t.kv.key
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
 func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
 func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 	resp, err := t.Txn.Commit()
-	if err == nil && t.kv.lose.CompareAndSwap(true, false) {
+	if err == nil && t.puts && t.kv.lose.CompareAndSwap(true, false) {
 		return nil, errors.New("the answer was lost (applied)")
 	}
 	return resp, err
@@ -50,12 +58,18 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 func TestBreakTakeoverWithALostAnswerLeavesASessionKeyForever(t *testing.T) {
 	const attemptTTL = 2 * time.Second
 	cli := shared.ClientFor(t)
-	kv := &lossyKV{KV: cli.KV}
-	lossy := *cli
+	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lossy.Close() })
+	r := req("orphan")
+	kv := &lossyKV{KV: lossy.KV}
 	lossy.KV = kv
 	e, _ := newEngine(t, func(c *Config) { c.AttemptTTL = attemptTTL })
 	cfg := e.Config()
-	le, err := New(&lossy, cfg)
+	kv.key = e.keys.waiter("orphan", WaiterID(r.RequestID))
+	le, err := New(lossy, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +93,6 @@ func TestBreakTakeoverWithALostAnswerLeavesASessionKeyForever(t *testing.T) {
 	t.Cleanup(stopBusy)
 	go func() { _, _ = le.Acquire(busyCtx, busy) }()
 
-	r := req("orphan")
 	r.Session, r.SessionSecret = s.Lease, s.Secret
 	w, err := le.Enqueue(testCtx(t), r)
 	if err != nil {
