@@ -1,0 +1,65 @@
+package gateway_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/shard"
+)
+
+// TestBreakLockDelayForgottenByAMove: a holder with a lock-delay whose
+// lease expires keeps its name from everyone until the delay has passed
+// (delay.go) — and, with the loss wait, for its TTL too. When its name
+// has just moved to another cluster, the new cluster's TryAcquire asks the
+// draining cluster only whether it has keys (Engine.Occupied) and an
+// Acquire waits only for it to have none (BeforeGrant → WaitEmpty): the
+// draining cluster's delay and loss records are never read, and the name
+// is granted at once on the new cluster while the expired holder is given
+// its minute.
+func TestBreakLockDelayForgottenByAMove(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 3)
+	g0 := f.gateway(t, nil, 0, 1)
+	g := f.gateway(t, nil, 0, 1, 2)
+	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
+	var moved string
+	for i := 0; moved == ""; i++ {
+		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
+			moved = n
+		}
+	}
+	first, err := g0.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 10000, ClientId: "slow", LockDelayMs: 60000}))
+	if err != nil || !first.Msg.Acquired {
+		t.Fatalf("TryAcquire = %v, %v", first, err)
+	}
+	m, err := f.resharder(t).Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitMap(t, g, m)
+	old := first.Msg.Granted.Shard
+	cli := f.etcdOf(t, old)
+	if _, err := cli.Revoke(ctxT(t), holderLease(t, cli, g.Prefix, moved)); err != nil { // the holder's lease expires
+		t.Fatal(err)
+	}
+	again, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 10000, ClientId: "next"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Msg.Acquired {
+		release(t, g, again.Msg.Granted)
+		t.Errorf("TryAcquire after the name moved from %s granted it on %s at once; the expired holder's 60 s lock-delay (and its TTL's loss wait) was skipped", old, again.Msg.Granted.Shard)
+	}
+	w := startWaiter(t, g, &v1.AcquireRequest{Name: moved, TtlMs: 10000, ClientId: "waits"})
+	select {
+	case gr := <-w.granted:
+		if gr != nil {
+			t.Errorf("Acquire after the name moved from %s granted it on %s within 5 s; the expired holder's 60 s lock-delay was skipped", old, gr.Shard)
+		}
+	case <-time.After(5 * time.Second):
+	}
+}

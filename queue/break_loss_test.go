@@ -1,0 +1,425 @@
+package queue
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
+)
+
+// TestBreakLossWaitForgottenWhenTheNextWaiterLeaves: a holder lost without
+// a clean end keeps the name from everyone for its TTL (loss.go). A queue
+// holder A, waiters B and C: A's lease ends behind its back, B becomes
+// first and starts waiting out A's TTL, and then B gives up (its caller
+// went away, its wait timed out). C must still wait out A's belief; it is
+// granted at once, because its hub remembers only the last key ahead that
+// left (B, a clean give-up) and never looked at the records.
+func TestBreakLossWaitForgottenWhenTheNextWaiterLeaves(t *testing.T) {
+	for _, two := range []bool{false, true} {
+		name := map[bool]string{false: "one gateway", true: "two gateways"}[two]
+		t.Run(name, func(t *testing.T) {
+			clk := newFakeClock() // never advanced: A's TTL never passes
+			e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+			ec := e
+			if two {
+				other, err := New(cli, e.Config())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(other.Close)
+				ec = other
+			}
+			a := mustAcquire(t, e, req("n"))
+			wb, err := e.Enqueue(testCtx(t), req("n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(testCtx(t))
+			done := make(chan error, 1)
+			go func() { _, err := wb.Wait(ctx); done <- err }()
+			c := waitingFor(t, ec, req("n"))
+			// etcd ends A's lease early: A believes it holds for up to a TTL.
+			rev := expireNow(t, cli, a)
+			awaitStamped(t, cli, e.keys.delay("n", a.WaiterID), rev)
+			notGranted(t, c, "while B waits out A's belief")
+			cancel() // B gives up during the wait
+			<-done
+			notGranted(t, c, "while the lost holder A may still believe it holds (its TTL has not passed)")
+		})
+	}
+}
+
+// TestBreakLossWaitLostWithTheGrantingGateway: a holder granted after a
+// wait has no holder record; only its granting engine's hub watches it
+// (loss.go). Gateways are stateless, so its holder renews through any of
+// them — and the granting gateway goes away (a rolling restart, an idle
+// tenant engine closed by the cache). When etcd then ends the holder's
+// lease early, nobody records the loss: the next TryAcquire, on any
+// gateway, is granted at once while the holder, renewed a moment ago,
+// still believes it holds.
+func TestBreakLossWaitLostWithTheGrantingGateway(t *testing.T) {
+	clk := newFakeClock() // never advanced: the holder's belief never ends
+	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	other, err := New(cli, granting.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	first := mustAcquire(t, granting, req("r"))
+	next := waitingFor(t, granting, req("r"))
+	mustRelease(t, granting, first)
+	b := <-next // granted after a wait: watched by granting's hub only
+	granting.Close()
+	if _, err := other.Renew(testCtx(t), b.Handle, b.Token()); err != nil {
+		t.Fatalf("Renew through another gateway: %v", err)
+	}
+	expireNow(t, cli, b) // etcd revokes the renewed lease early
+	res, err := other.TryAcquire(testCtx(t), req("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q (token %d) while its lost holder (token %d), renewed a moment ago, still believes it holds", "r", res.Grant.Token(), b.Token())
+	}
+}
+
+// taskGate holds every background task named task at its start until
+// opened, and reports each arrival.
+type taskGate struct {
+	pointHooks
+	task    string
+	arrived chan struct{}
+	open    chan struct{}
+}
+
+type taskKey struct{}
+
+func (g *taskGate) spawn(ctx context.Context, task string) context.Context {
+	return context.WithValue(ctx, taskKey{}, task)
+}
+
+func (g *taskGate) at(ctx context.Context, point string) {
+	if point == pointSpawned && ctx.Value(taskKey{}) == g.task {
+		select {
+		case g.arrived <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// TestBreakLossWaitRecordedOnlyAfterTheLoss: the granting gateway is up
+// and its hub has seen the holder's key go, but the loss's record is
+// written only afterwards, in a background task (observeLoss: a history
+// read, a lease grant and a transaction). Until it lands, a TryAcquire on
+// any other gateway is granted beside the holder that still believes.
+// (Held here at the task's start; under load it is several round trips.)
+func TestBreakLossWaitRecordedOnlyAfterTheLoss(t *testing.T) {
+	clk := newFakeClock()
+	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	g := &taskGate{task: "stamp", arrived: make(chan struct{}, 1), open: make(chan struct{})}
+	granting.hooks = g
+	t.Cleanup(func() { close(g.open) })
+	other, err := New(cli, granting.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	first := mustAcquire(t, granting, req("w"))
+	next := waitingFor(t, granting, req("w"))
+	mustRelease(t, granting, first)
+	b := <-next
+	expireNow(t, cli, b)
+	select {
+	case <-g.arrived: // the granting hub saw the loss
+	case <-time.After(10 * time.Second):
+		t.Fatal("the granting engine never acted on its holder's loss")
+	}
+	res, err := other.TryAcquire(testCtx(t), req("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q (token %d) before the loss of its holder (token %d) was recorded", "w", res.Grant.Token(), b.Token())
+	}
+}
+
+// TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins: a waiter the hub
+// found first is granted from the view with no read (doc.go); its lease
+// can end between that verdict and the grant's answer, and the holder is
+// told it holds until its deadline all the same. Its granting engine then
+// starts watching a key its view no longer has (watchHolder →
+// expiredLocked), and the expiry it reports knows only the key's create
+// revision: a TTL of 0 and "not a session's", so classifyLoss finds an
+// unclean loss with nothing to wait and no record is written. The next
+// TryAcquire is granted beside the holder that was just told it holds.
+// The same zero-TTL expiry comes from every rebuild of a hub's view
+// (a failed watch replaced) that finds a watched holder gone.
+func TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	first := mustAcquire(t, e, req("z"))
+	var armed atomic.Bool
+	var b Grant
+	e.hooks = &pointHooks{fn: func(ctx context.Context, point string) {
+		if point != pointGrant || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// etcd ends the waiter's lease right after the hub's verdict.
+		e.hubs.mu.Lock()
+		h := e.hubs.hubs[e.keys.namePrefix("z")]
+		e.hubs.mu.Unlock()
+		var lease clientv3.LeaseID
+		h.mu.Lock()
+		for _, k := range h.keys {
+			lease = clientv3.LeaseID(k.lease)
+		}
+		h.mu.Unlock()
+		resp, err := cli.Revoke(context.Background(), lease)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for h.viewRev() < resp.Header.Revision {
+			time.Sleep(time.Millisecond) // the hub applies the deletion
+		}
+	}}
+	next := waitingFor(t, e, req("z"))
+	armed.Store(true)
+	mustRelease(t, e, first)
+	b = <-next
+	if b.Token() == 0 {
+		t.Fatal("the waiter was not granted")
+	}
+	settle(e)
+	if recs, err := cli.Get(testCtx(t), e.cfg.Prefix+"/delays/", clientv3.WithPrefix()); err == nil {
+		t.Logf("records after the loss: %d", len(recs.Kvs))
+	}
+	res, err := e.TryAcquire(testCtx(t), req("z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q (token %d) while the holder just told it holds (token %d, until %s) believes", "z", res.Grant.Token(), b.Token(), b.Deadline)
+	}
+}
+
+// TestBreakLossWaitOfASessionLockRetriedElsewhere: a session's lock first
+// in its name has a holder record with the session's TTL (loss.go). The
+// SDK retries an acquire whose answer was lost, on whichever gateway it
+// reaches; the retry takes the key over (takeOver) and writes the holder
+// record again with the TTL that gateway's engine remembers for the
+// session — 0 on a gateway that never opened it nor enqueued on it — and
+// nothing corrects it. When etcd then ends the session's lease, the
+// record asks for no wait: the next TryAcquire is granted at once beside
+// the holder, whose session was renewed a moment ago.
+func TestBreakLossWaitOfASessionLockRetriedElsewhere(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	other, err := New(cli, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	s := mustSession(t, e)
+	r := req("sr")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	mustAcquire(t, e, r)
+	g := mustAcquire(t, other, r) // the same acquire, retried through another gateway
+	if _, err := other.KeepAliveSession(testCtx(t), s.Lease, s.Secret); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(testCtx(t), e.keys.holderRecord("sr", g.WaiterID)); err == nil && len(resp.Kvs) > 0 {
+		t.Logf("holder record after the retry: %q", resp.Kvs[0].Value)
+	}
+	if _, err := cli.Revoke(testCtx(t), s.Lease); err != nil { // etcd ends the session early
+		t.Fatal(err)
+	}
+	res, err := other.TryAcquire(testCtx(t), req("sr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted %q while the session's holder (token %d), renewed a moment ago, still believes it holds", "sr", g.Token())
+	}
+}
+
+// TestBreakLossWaitShorterThanTheGrantedTTL: etcd grants no lease shorter
+// than its minimum (1.5 election timeouts, rounded up: 2 s with etcd's
+// defaults, 8 s with a 5 s election timeout), and the holder is told the
+// TTL etcd granted (Grant.TTL) and believes for that long. The loss wait
+// takes the TTL the acquire asked for, which the key's value records: a
+// 1 s lock lost behind its holder's back is waited for 1 s while its
+// holder believes for 2.
+func TestBreakLossWaitShorterThanTheGrantedTTL(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	r := req("short")
+	r.TTL = time.Second
+	g := mustAcquire(t, e, r)
+	if g.TTL <= r.TTL {
+		t.Skipf("etcd granted the TTL asked for (%s): nothing to show", g.TTL)
+	}
+	expireNow(t, cli, g)
+	res, err := e.TryAcquire(testCtx(t), req("short"))
+	if err != nil || res.Acquired {
+		t.Fatalf("TryAcquire right after the loss = %+v, %v; want refused", res, err)
+	}
+	settle(e)
+	clk.Advance(r.TTL) // the asked-for TTL has passed; the granted one has not
+	res, err = e.TryAcquire(testCtx(t), req("short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire %s after the loss granted the name; its holder was granted a %s TTL and may believe until then", r.TTL, g.TTL)
+	}
+}
+
+// TestBreakLossWaitShortenedByClockSkew: the loss wait is measured from a
+// stamp on the clock of whichever gateway saw the loss first, and read on
+// every other gateway's clock (delay.go: "assumed to agree within a small
+// skew, which the delay absorbs"). A lock-delay is a courtesy; the loss
+// wait is the only thing between a lost holder's belief and the next
+// grant, and nothing absorbs the skew: a gateway 3 s behind stamps the
+// loss, and a gateway on time grants 3 s before the lost holder's TTL has
+// passed. (Here a waiter on the slow gateway sees the loss and gives up;
+// a TryAcquire on the other is granted after TTL − 3 s.)
+func TestBreakLossWaitShortenedByClockSkew(t *testing.T) {
+	const skew = 3 * time.Second
+	onTime := newFakeClock()
+	behind := clock.NewFake(onTime.Now().Add(-skew))
+	slow, cli := newEngine(t, func(c *Config) { c.Clock = behind })
+	cfg := slow.Config()
+	cfg.Clock = onTime
+	other, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	a := mustAcquire(t, other, req("sk"))
+	wb, err := slow.Enqueue(testCtx(t), req("sk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() { _, err := wb.Wait(ctx); done <- err }()
+	awaitStamped(t, cli, slow.keys.delay("sk", a.WaiterID), expireNow(t, cli, a))
+	cancel()
+	<-done
+	settle(slow)
+	elapsed := a.TTL - skew + time.Millisecond
+	onTime.Advance(elapsed)
+	behind.Advance(elapsed)
+	res, err := other.TryAcquire(testCtx(t), req("sk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted the name %s after the loss; the lost holder (TTL %s) may believe for %s more", elapsed, a.TTL, a.TTL-elapsed)
+	}
+}
+
+// TestBreakLossWaitLostByAStableRequestID: a holder record is written with
+// a plain put in the enqueue transaction and names its key by its own
+// create revision (loss.go). A request id used again after its lock was
+// lost uncleanly (a worker's stable request id — a supported pattern) puts
+// over the previous incarnation's record, which keeps its old create
+// revision: the new key's record is taken for an orphan. The new holder
+// first waits out a loss wait on its own record, and once that is over
+// the record is deleted — so when this holder is lost in turn, nothing
+// records it, and the next caller is granted at once beside it.
+func TestBreakLossWaitLostByAStableRequestID(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	r := req("stable")
+	r.RequestID = "worker-7"
+	first := mustAcquire(t, e, r)
+	expireNow(t, cli, first)
+	clk.Advance(time.Hour) // any wait of that loss is long over
+	got := make(chan Grant, 1)
+	go func() {
+		g, err := e.Acquire(testCtx(t), r)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	var again Grant
+	select {
+	case again = <-got:
+	case <-time.After(3 * time.Second):
+		t.Errorf("the re-acquire of a free name, an hour after the request id's previous lock was lost, waits on its own holder record")
+		for again.Token() == 0 {
+			clk.Advance(time.Second)
+			select {
+			case again = <-got:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if resp, err := cli.Get(testCtx(t), e.keys.holderRecord("stable", again.WaiterID)); err == nil {
+		if len(resp.Kvs) == 0 {
+			t.Logf("the new holder (key created at %d) has no holder record", again.Revision)
+		} else {
+			t.Logf("the new holder (key created at %d) has a holder record created at %d: %q", again.Revision, resp.Kvs[0].CreateRevision, resp.Kvs[0].Value)
+		}
+	}
+	expireNow(t, cli, again) // lost in turn, behind its back
+	res, err := e.TryAcquire(testCtx(t), req("stable"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired {
+		t.Fatalf("TryAcquire granted the name at once beside its lost holder (token %d), which may still believe it holds", again.Token())
+	}
+}
+
+// TestBreakLossWaitForgottenBehindASemaphoreRelease: a waiter's verdict
+// keeps only the last key ahead that left (hubStatus.left). A semaphore
+// of limit 2 with holders A and B and a waiter C: A's lease ends behind
+// its back and, a moment later, B releases. C is first either way, but by
+// the time it looks at its verdict the hub has applied both revisions,
+// and the key it judges is B — a clean release — so A's loss is never
+// waited out and C is granted beside A, which still believes.
+func TestBreakLossWaitForgottenBehindASemaphoreRelease(t *testing.T) {
+	clk := newFakeClock()
+	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
+	sem := func() AcquireRequest { r := req("sem"); r.Limit = 2; return r }
+	a, b := mustAcquire(t, e, sem()), mustAcquire(t, e, sem())
+	rc := sem()
+	cKey := e.keys.waiter("sem", WaiterID(rc.RequestID))
+	isParked, open := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.hooks = &pointHooks{onPark: func(_ context.Context, p parked) {
+		if p.own == cKey {
+			once.Do(func() { close(isParked); <-open })
+		}
+	}}
+	c := waitingFor(t, e, rc)
+	<-isParked // C is about to wait for its hub's word
+	expireNow(t, cli, a)
+	rel, err := e.Release(testCtx(t), b.Handle, b.Token())
+	if err != nil || !rel {
+		t.Fatalf("release of B = %v, %v", rel, err)
+	}
+	e.hubs.mu.Lock()
+	h := e.hubs.hubs[e.keys.namePrefix("sem")]
+	e.hubs.mu.Unlock()
+	for left := 3; left > 1; time.Sleep(time.Millisecond) { // the hub applies both revisions
+		h.mu.Lock()
+		left = len(h.keys)
+		h.mu.Unlock()
+	}
+	close(open)
+	notGranted(t, c, "while the lost holder A may still believe it holds")
+}

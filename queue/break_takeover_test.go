@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// lossyKV applies every transaction and, when armed, loses the answer of
+// the next one that puts key: what a timeout or a broken connection does
+// to a call etcd had already applied.
+type lossyKV struct {
+	clientv3.KV
+	key  string
+	lose atomic.Bool
+}
+
+type lossyTxn struct {
+	clientv3.Txn
+	kv   *lossyKV
+	puts bool // its Then puts kv.key
+}
+
+func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lossyTxn{Txn: k.KV.Txn(context.WithoutCancel(ctx)), kv: k}
+}
+
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.puts = t.puts || op.IsPut() && string(op.KeyBytes()) == t.kv.key
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil && t.puts && t.kv.lose.CompareAndSwap(true, false) {
+		return nil, errors.New("the answer was lost (applied)")
+	}
+	return resp, err
+}
+
+// TestBreakTakeoverWithALostAnswerLeavesASessionKeyForever: an enqueue
+// whose answer is lost is taken back (forgetUnknown), but a takeover's is
+// not (takeOver returns the error and nothing else). A session waiter
+// retried (the SDK retries an acquire with its request id) whose takeover
+// etcd applied but whose answer was lost is left on the engine's attempt
+// lease, owned by no attempt: its first attempt was superseded and stops,
+// the retry failed. On a gateway that always has some other session waiter
+// (a busy one) the attempt lease is renewed for ever, and so is the key:
+// once it is first, it holds the name for nobody, far past AttemptTTL.
+func TestBreakTakeoverWithALostAnswerLeavesASessionKeyForever(t *testing.T) {
+	const attemptTTL = 2 * time.Second
+	cli := shared.ClientFor(t)
+	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lossy.Close() })
+	r := req("orphan")
+	kv := &lossyKV{KV: lossy.KV}
+	lossy.KV = kv
+	e, _ := newEngine(t, func(c *Config) { c.AttemptTTL = attemptTTL })
+	cfg := e.Config()
+	kv.key = e.keys.waiter("orphan", WaiterID(r.RequestID))
+	le, err := New(lossy, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(le.Close)
+	le.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p == pointTakeover {
+			kv.lose.Store(true)
+		}
+	}}
+	s, err := le.OpenSession(testCtx(t), "c", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustAcquire(t, e, req("orphan"))
+	// Another session waiter keeps the gateway busy: it references the
+	// attempt lease for as long as it waits.
+	busyHolder := mustAcquire(t, e, req("busy"))
+	busy := req("busy")
+	busy.Session, busy.SessionSecret = s.Lease, s.Secret
+	busyCtx, stopBusy := context.WithCancel(testCtx(t))
+	t.Cleanup(stopBusy)
+	go func() { _, _ = le.Acquire(busyCtx, busy) }()
+
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	w, err := le.Enqueue(testCtx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCtx, stopFirst := context.WithCancelCause(testCtx(t))
+	firstDone := make(chan error, 1)
+	go func() { _, err := w.Wait(firstCtx); firstDone <- err }()
+	// The SDK retries the acquire (its stream broke); etcd applies the
+	// takeover and the answer is lost; the caller then gives up.
+	if _, err := le.Acquire(testCtx(t), r); err == nil {
+		t.Fatal("the retried acquire whose answer was lost succeeded")
+	}
+	stopFirst(ErrDetached)
+	<-firstDone
+	mustRelease(t, e, holder)
+	deadline := time.Now().Add(4 * attemptTTL)
+	for time.Now().Before(deadline) {
+		if free(t, e, "orphan") {
+			stopBusy()
+			mustRelease(t, e, busyHolder)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if resp, err := cli.Get(testCtx(t), e.keys.namePrefix("orphan"), clientv3.WithPrefix()); err == nil && len(resp.Kvs) > 0 {
+		le.att.mu.Lock()
+		att := le.att.id
+		le.att.mu.Unlock()
+		t.Logf("the name's key rides on lease %x; the gateway's attempt lease is %x", resp.Kvs[0].Lease, int64(att))
+	}
+	stopBusy()
+	mustRelease(t, e, busyHolder)
+	t.Fatalf("the name is still held %s after its only waiter's retry failed (AttemptTTL %s): a key of nobody's rides on the busy gateway's attempt lease", 4*attemptTTL, attemptTTL)
+}
