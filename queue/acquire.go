@@ -143,7 +143,11 @@ type enqueued struct {
 	resumed  bool
 	first    *mvccpb.KeyValue
 	holds    bool  // the key held when its attempt wrote it (holdsIn at modRev)
-	recorded bool  // its enqueue wrote its holder record (loss.go)
+	recorded bool  // its delay or holder record is in etcd (loss.go)
+	// keep: the key was granted before this attempt took it over, and the
+	// attempt it replaced may have delivered that grant: this attempt never
+	// gives the key up; it ends with its lease.
+	keep bool
 	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
 	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
@@ -245,7 +249,7 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 	}()
 
 	for try := 0; ; try++ {
-		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, onlyIfFree, keep)
+		q, mine, err := e.enqueueTxn(ctx, r, lease, ttlSec, max(time.Duration(ttlSec)*time.Second, l.ttl), onlyIfFree, keep)
 		if keep != nil {
 			ttl, deadline, kerr := keep.wait()
 			switch {
@@ -299,13 +303,14 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 	}
 }
 
-// enqueueTxn runs the acquire transaction on lease (per-lock) or for the
-// session. It returns the enqueued waiter, or the key of an earlier attempt
-// with the same request id (mine) for the caller to take over.
+// enqueueTxn runs the acquire transaction on lease (per-lock, of the TTL
+// class ttlSec; leaseTTL is the TTL etcd granted it) or for the session. It returns the enqueued
+// waiter, or the key of an earlier attempt with the same request id (mine)
+// for the caller to take over.
 //
 // keep, when set, is started right before the transaction is sent, so the
 // keepalive of a pooled lease runs beside it.
-func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, onlyIfFree bool, keep *besideKeep) (*enqueued, *mvccpb.KeyValue, error) {
+func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, leaseTTL time.Duration, onlyIfFree bool, keep *besideKeep) (*enqueued, *mvccpb.KeyValue, error) {
 	secret, err := NewSecret()
 	if err != nil {
 		return nil, nil, err
@@ -352,13 +357,19 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	// with it (loss.go).
 	var firstOps []clientv3.Op
 	var hval string // the holder record's value, when one goes in
-	recTTL := time.Duration(ttlSec) * time.Second
+	recTTL := leaseTTL
 	if r.Session != 0 {
-		recTTL = e.sessionTTL(r.Session)
+		if recTTL, err = e.knownSessionTTL(ctx, r.Session); err != nil {
+			return nil, nil, err
+		}
 	}
+	hrec := e.keys.holderRecord(r.Name, wid)
 	if e.cfg.LossWait {
+		// Only a record of no other key of this waiter id: one an earlier
+		// key left behind is that key's loss to wait out (loss.go).
 		hval = holderRecordValue(r.LockDelay, recTTL, nonce)
-		firstOps = []clientv3.Op{clientv3.OpPut(e.keys.holderRecord(r.Name, wid), hval)}
+		firstOps = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(hrec, hval)}, nil)}
 	}
 	switch {
 	case r.Session == 0 && firstOps == nil:
@@ -415,7 +426,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		}
 		// The transaction may have been applied and its answer lost: take
 		// back what this attempt may have written, by its exact value.
-		e.forgetUnknown(ctx, key, value, e.keys.holderRecord(r.Name, wid), hval, lease, att)
+		e.forgetUnknown(ctx, key, value, hrec, hval, lease, att)
 		return nil, nil, fmt.Errorf("queue: enqueue: %w: %w", errUnknownOutcome, err)
 	}
 	if !resp.Succeeded {
@@ -425,9 +436,11 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 
 	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: resp.Header.Revision, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
 	firstN := resp.Responses[1].GetResponseRange().GetKvs()
-	first := resp.Responses[0].GetResponseTxn().GetSucceeded() // the nested put of a key first in its name
+	nested := resp.Responses[0].GetResponseTxn() // the nested put of a key first in its name
+	first := nested.GetSucceeded()
+	recorded := first && firstOps != nil && nested.Responses[1].GetResponseTxn().GetSucceeded()
 	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
-		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n), recorded: first && firstOps != nil,
+		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n), recorded: recorded,
 		delays: pendingAmong(resp.Responses[3].GetResponseRange().GetKvs(), firstN),
 		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
 	if r.Session != 0 {
@@ -440,10 +453,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 			q.keyLease, q.att = att.id, att
 		}
 	}
-	if q.recorded && r.Session != 0 && recTTL == 0 && q.ttl > 0 {
-		// The record went in before this engine knew the session's TTL.
-		e.fixHolderRecord(ctx, r.Name, wid, h.Revision, r.LockDelay, q.ttl, nonce)
-	}
+
 	// A key taken back is removed by the engine, whatever becomes of the
 	// caller: the removal must finish even when the caller has gone.
 	if have := limitOf(q.first.GetValue()); have != n {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -97,9 +98,14 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 // (a retry with the same request id that took the key over, and may have
 // delivered the grant, keeps it) and revokes the lock's own lease. A grant
 // of a hold of a re-entered lock, or of a lock re-entered since, gives up
-// that one hold (reenter.go). It does not block: the removal runs in the
-// background, owned by the engine.
+// that one hold (reenter.go). A grant of a key or hold that was granted
+// before its attempt took it over gives nothing up: the attempt it
+// replaced may have delivered it, and the key ends with its lease. It does
+// not block: the removal runs in the background, owned by the engine.
 func (e *Engine) Abandon(ctx context.Context, g Grant) {
+	if g.keep {
+		return // another attempt may have delivered it (Grant.keep)
+	}
 	e.background(ctx, "abandon", 0, func(ctx context.Context) {
 		if g.HoldID == "" && e.deleteOwned(ctx, g.Name, g.WaiterID, g.Revision, g.attempt, pointAbandon) {
 			return
@@ -152,13 +158,37 @@ func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 // lost may have written. The key is deleted only if it still holds the
 // exact value this attempt wrote (its nonce makes it unique): a retry that
 // took the key over since wrote a value of its own and keeps it. The
-// attempt's fresh per-lock lease is revoked only when no key of this
-// attempt can be on it: the key was deleted here, is absent, or rides on
-// another lease. The attempt lease reference is given back at the end.
+// holder record the transaction may have written beside the key (loss.go)
+// goes with it when it carries this attempt's nonce. The attempt's fresh
+// per-lock lease is revoked only when no key of this attempt can be on it:
+// the key was deleted here, is absent, or rides on another lease. The
+// attempt lease reference is given back at the end.
 func (e *Engine) forgetUnknown(ctx context.Context, key, value, hrec, hval string, lease clientv3.LeaseID, att attemptRef) {
-	// The holder record the transaction may have written beside the key
-	// (loss.go) is this attempt's when it carries this attempt's nonce.
-	forgetRec := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(hrec), "=", hval)}, []clientv3.Op{clientv3.OpDelete(hrec)}, nil)
+	e.forget(ctx, key, value, []clientv3.Op{clientv3.OpDelete(key), e.endMark(markGiveUp, key),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(hrec), "=", hval)}, []clientv3.Op{clientv3.OpDelete(hrec)}, nil)},
+		lease, att)
+}
+
+// forgetTakeover takes back a takeover whose answer was lost, as
+// forgetUnknown does an enqueue, unless the key has a delay or holder
+// record of its own (dkey, hrec; rev is the key's create revision): such a
+// key was granted, perhaps delivered by the attempt the takeover replaced,
+// and no retry gives it up (its end is its lease's).
+func (e *Engine) forgetTakeover(ctx context.Context, key, value, dkey, hrec string, rev int64, att attemptRef) {
+	own := strconv.FormatInt(rev, 10) + " "
+	del := []clientv3.Op{clientv3.OpDelete(key), e.endMark(markGiveUp, key)}
+	// A value compare on an absent key fails: each Else runs when that
+	// record is not the key's.
+	noHolderRecord := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", rev)}, nil, del)
+	noRecord := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
+		nil, []clientv3.Op{noHolderRecord})
+	e.forget(ctx, key, value, []clientv3.Op{noRecord}, 0, att)
+}
+
+// forget runs then, in the background and until etcd answers, if key still
+// holds value; it then revokes lease (when not 0) if no key of the attempt
+// can be on it, and gives the attempt lease reference back.
+func (e *Engine) forget(ctx context.Context, key, value string, then []clientv3.Op, lease clientv3.LeaseID, att attemptRef) {
 	e.background(ctx, "forget", 0, func(ctx context.Context) {
 		defer e.att.release(att)
 		b := newBackoff(e.cfg.Clock)
@@ -166,7 +196,7 @@ func (e *Engine) forgetUnknown(ctx context.Context, key, value, hrec, hval strin
 			e.at(ctx, pointCleanup)
 			rctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
 			resp, err := e.cli.Txn(rctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).
-				Then(clientv3.OpDelete(key), e.endMark(markGiveUp, key), forgetRec).Else(clientv3.OpGet(key)).Commit()
+				Then(then...).Else(clientv3.OpGet(key)).Commit()
 			cancel()
 			if err == nil {
 				kv := firstKV(resp.Responses[0])

@@ -68,6 +68,11 @@ type Config struct {
 	// ErrWatchBudget before it is read (one that grows past it ends with
 	// it). Default DefaultMaxWatchKeys; 0 disables the bound.
 	MaxWatchKeys int
+	// MaxClockSkew bounds how far the clocks of the gateways over one
+	// cluster may disagree: a lock-delay or a loss wait stamped by another
+	// gateway lasts this much longer here, so that it ends no sooner than
+	// on the stamping gateway's clock. Default 500 ms; 0 to 1 min.
+	MaxClockSkew time.Duration
 	// Clock is the time source for deadlines and wait timeouts. Default the
 	// wall clock.
 	Clock clock.Clock
@@ -86,6 +91,7 @@ func DefaultConfig() Config {
 		AttemptTTL:     10 * time.Second,
 		LeasePool:      64,
 		LossWait:       true,
+		MaxClockSkew:   500 * time.Millisecond,
 		MaxWatchKeys:   DefaultMaxWatchKeys,
 		Clock:          clock.Real,
 	}
@@ -110,6 +116,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: LeasePool %d is outside 0 (off) to %d", c.LeasePool, MaxLeasePool)
 	case c.MaxWatchKeys < 0:
 		return fmt.Errorf("queue: MaxWatchKeys %d is negative (0 disables the bound)", c.MaxWatchKeys)
+	case c.MaxClockSkew < 0 || c.MaxClockSkew > time.Minute:
+		return fmt.Errorf("queue: MaxClockSkew %s is outside 0 to 1m", c.MaxClockSkew)
 	case c.Clock == nil:
 		return fmt.Errorf("queue: Clock is nil")
 	}

@@ -80,9 +80,10 @@ func delayValue(rev int64, d, ttl time.Duration) string {
 	return fmt.Sprintf("%d %d 0 %d", rev, d.Milliseconds(), ttl.Milliseconds())
 }
 
-// stampedValue is a stamped delay record's value.
-func stampedValue(rev int64, d time.Duration, at time.Time) string {
-	return fmt.Sprintf("%d %d %d", rev, d.Milliseconds(), at.UnixMilli())
+// stampedValue is a stamped delay record's value, stamped at at by the
+// engine with id stamper.
+func stampedValue(rev int64, d time.Duration, at time.Time, stamper string) string {
+	return fmt.Sprintf("%d %d %d 0 %s", rev, d.Milliseconds(), at.UnixMilli(), stamper)
 }
 
 // delayRecord is a decoded delay record.
@@ -94,14 +95,23 @@ type delayRecord struct {
 	// expired is the stamp: when a gateway first saw the holder key gone;
 	// zero while unstamped.
 	expired time.Time
+	// stamper is the id of the engine that stamped it.
+	stamper string
 }
 
-// end is when the delay ends; zero while unstamped.
-func (r delayRecord) end() time.Time {
+// endFor is when the delay ends for engine e; zero while unstamped. A
+// stamp another engine made was read off its clock: e adds
+// Config.MaxClockSkew, which bounds how far the gateways' clocks may
+// disagree, so that no gateway grants before the stamper would.
+func (r delayRecord) endFor(e *Engine) time.Time {
 	if r.expired.IsZero() {
 		return time.Time{}
 	}
-	return r.expired.Add(r.d)
+	end := r.expired.Add(r.d)
+	if r.stamper != e.id {
+		end = end.Add(e.cfg.MaxClockSkew)
+	}
+	return end
 }
 
 // parseDelay reads a delay record. A holder record (loss.go) names no
@@ -125,6 +135,9 @@ func parseDelay(kv *mvccpb.KeyValue) (delayRecord, bool) {
 	}
 	if n[2] > 0 {
 		rec.expired, rec.ttl = time.UnixMilli(n[2]), 0
+		if len(f) == 5 {
+			rec.stamper = f[4]
+		}
 	}
 	return rec, true
 }
@@ -197,7 +210,7 @@ func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord,
 // now stands, or false when it is gone or changed (read it again).
 func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) (delayRecord, bool, error) {
 	key := string(rec.kv.Key)
-	v := stampedValue(rec.rev, rec.d, at)
+	v := stampedValue(rec.rev, rec.d, at, e.id)
 	resp, err := e.putStamped(ctx, key, clientv3.Compare(clientv3.ModRevision(key), "=", rec.kv.ModRevision), v, at.Add(rec.d))
 	if err != nil {
 		return rec, false, fmt.Errorf("queue: stamp a lock-delay: %w", err)
@@ -205,7 +218,7 @@ func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) 
 	if !resp.Succeeded {
 		return rec, false, nil
 	}
-	rec.expired, rec.ttl = time.UnixMilli(at.UnixMilli()), 0
+	rec.expired, rec.ttl, rec.stamper = time.UnixMilli(at.UnixMilli()), 0, e.id
 	rec.kv = &mvccpb.KeyValue{Key: rec.kv.Key, Value: []byte(v), ModRevision: resp.Header.Revision, CreateRevision: rec.kv.CreateRevision}
 	return rec, true, nil
 }
@@ -252,7 +265,7 @@ func (e *Engine) awaitLockDelays(ctx context.Context, name string, wait bool) (u
 				}
 				changed = changed || !ok
 			}
-			if end := recs[i].end(); end.After(until) {
+			if end := recs[i].endFor(e); end.After(until) {
 				until = end
 			}
 		}
@@ -311,19 +324,19 @@ func (e *Engine) delayPending(ctx context.Context, q *enqueued) time.Time {
 	return until
 }
 
-// recordLockDelay writes a delay record for a grant (step 1 above).
-func (e *Engine) recordLockDelay(ctx context.Context, r *AcquireRequest, q *enqueued) error {
+// recordLockDelay writes the delay record of a grant, a holder's with
+// the lease's TTL ttl (step 1 above; loss.go).
+func (e *Engine) recordLockDelay(ctx context.Context, r *AcquireRequest, q *enqueued, ttl time.Duration) error {
 	key := e.keys.waiter(q.h.Name, q.h.WaiterID)
 	resp, err := e.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
-	).Then(clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, q.ttl))).
+	).Then(clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, ttl))).
 		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: record the lock-delay: %w", err)
 	}
 	if resp.Succeeded {
-		e.hubs.watchHolder(ctx, e.keys.namePrefix(q.h.Name), e.keys.delayPrefix(q.h.Name), key, q.h.Revision)
 		return nil
 	}
 	if kv := firstKV(resp.Responses[0]); kv != nil && kv.CreateRevision == q.h.Revision {

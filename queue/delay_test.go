@@ -172,13 +172,14 @@ func delayedHolder(t *testing.T, e *Engine, name string, d time.Duration) (Grant
 	return g, e.keys.delay(name, g.WaiterID)
 }
 
-// awaitStamped blocks until the lock-delay record at key is stamped, from
-// revision rev on, and returns the stamp.
+// awaitStamped blocks until the lock-delay record at key, or the holder
+// record beside it (key + ".h", loss.go), is stamped, from revision rev
+// on, and returns the stamp.
 func awaitStamped(t *testing.T, cli *clientv3.Client, key string, rev int64) time.Time {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for wr := range cli.Watch(ctx, key, clientv3.WithRev(rev)) {
+	for wr := range cli.Watch(ctx, key, clientv3.WithRev(rev), clientv3.WithPrefix()) {
 		for _, ev := range wr.Events {
 			if rec, ok := parseDelay(ev.Kv); ev.Type == mvccpb.PUT && ok && !rec.expired.IsZero() {
 				return rec.expired

@@ -58,7 +58,7 @@ func (e *Engine) Describe(ctx context.Context, name string) (Description, error)
 		}
 		now := e.cfg.Clock.Now()
 		for _, rec := range recs {
-			end := rec.end()
+			end := rec.endFor(e)
 			if end.IsZero() {
 				end = now.Add(rec.d)
 			}

@@ -187,6 +187,8 @@ func (e *Engine) AwaitEnd(ctx context.Context, h Handle, token int64) (End, erro
 		switch {
 		case errors.Is(err, ErrNotOwner):
 			return End{}, err
+		case errors.Is(err, ErrReleased):
+			return End{Kind: EndReleased, Err: err}, nil // a hold released
 		case errors.Is(err, ErrExpired), errors.Is(err, ErrStolen):
 			end := e.endOf(ctx, h, err)
 			if errors.Is(end.Err, ErrNotOwner) {

@@ -26,6 +26,8 @@ type Engine struct {
 	att     attemptLease
 	pool    *leasePool
 	ends    *endWatch
+	// id names the engine in the stamps it writes (delay.go).
+	id string
 	// sessTTLs remembers the TTLs of sessions seen (loss.go).
 	sessTTLs *lru.Cache[clientv3.LeaseID, time.Duration]
 
@@ -80,6 +82,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)
+	e.id = newAttempt()
 	e.wg.Add(1)
 	go e.sweepRecords(ctx)
 	e.Touch()
@@ -224,6 +227,10 @@ type Grant struct {
 	// attempt is the mod revision of the granting attempt's last write to
 	// the key: Abandon removes the key only if it is still that.
 	attempt int64
+	// keep: the grant is of a key (or a hold) already granted before its
+	// attempt took it over; another attempt may have delivered it, so
+	// giving this grant up gives nothing up.
+	keep bool
 	// asOf is a revision at which the key was first and carried the
 	// attempt's write: what the grant rests on (the explorer checks it).
 	asOf int64

@@ -211,7 +211,7 @@ func (e *Engine) evictedRecordsOp(name string, kv *mvccpb.KeyValue, now time.Tim
 	return clientv3.OpTxn(nil, []clientv3.Op{
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", kv.CreateRevision)},
 			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
-		clientv3.OpPut(e.keys.delay(name, h.WaiterID), stampedValue(kv.CreateRevision, time.Duration(meta.Delay)*time.Millisecond, now)),
+		clientv3.OpPut(e.keys.delay(name, h.WaiterID), stampedValue(kv.CreateRevision, time.Duration(meta.Delay)*time.Millisecond, now, e.id)),
 	}, nil)
 }
 

@@ -41,13 +41,13 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 			asOf = q.modRev
 		}
-		if err := e.granting(ctx, r, q); err != nil {
+		if err := e.granting(ctx, r, q, q.ttl); err != nil {
 			return Grant{}, err
 		}
-		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, asOf: asOf, heldFrom: heldFrom}, nil
+		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, keep: q.keep, asOf: asOf, heldFrom: heldFrom}, nil
 	}
 	deadline := q.confirmed()
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, asOf: asOf, heldFrom: heldFrom}
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, keep: q.keep, asOf: asOf, heldFrom: heldFrom}
 	if deadline.IsZero() || deadline.Sub(e.cfg.Clock.Now()) < q.ttl/2 {
 		b := newBackoff(e.cfg.Clock)
 		for {
@@ -65,23 +65,27 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 			}
 		}
 	}
-	if err := e.granting(ctx, r, q); err != nil {
+	if err := e.granting(ctx, r, q, max(g.TTL, q.ttl)); err != nil {
 		return Grant{}, err
 	}
 	g.Valid = g.Deadline.Sub(began)
 	return g, nil
 }
 
-// granting makes what a grant's end needs before the grant is answered: a
-// holder with a lock-delay has its record (delay.go), and a holder without
-// a holder record is watched by this engine until it goes (loss.go).
-func (e *Engine) granting(ctx context.Context, r *AcquireRequest, q *enqueued) error {
-	switch {
-	case r.LockDelay > 0 && !q.recorded:
-		// Before the grant is answered: a holder told it holds always has
-		// its record (delay.go).
-		return e.recordLockDelay(ctx, r, q)
-	case r.LockDelay > 0 || e.cfg.LossWait && !q.recorded:
+// granting makes what a grant's end needs before the grant is answered:
+// a holder with a lock-delay, and with losses waiting every holder, has its
+// record in etcd (delay.go, loss.go) — written with its key, or with the
+// move onto its session lease, or here — and a holder with a lock-delay
+// is watched by this engine until it goes, to stamp its expiry at once.
+// ttl is the lease's TTL as etcd granted it.
+func (e *Engine) granting(ctx context.Context, r *AcquireRequest, q *enqueued, ttl time.Duration) error {
+	if !q.recorded && (r.LockDelay > 0 || e.cfg.LossWait) {
+		if err := e.recordLockDelay(ctx, r, q, ttl); err != nil {
+			return err
+		}
+		q.recorded = true
+	}
+	if r.LockDelay > 0 {
 		e.hubs.watchHolder(ctx, e.keys.namePrefix(q.h.Name), e.keys.delayPrefix(q.h.Name), e.keys.waiter(q.h.Name, q.h.WaiterID), q.h.Revision)
 	}
 	return nil
@@ -113,6 +117,17 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
 	}, OwnerCmps(skey, r.SessionSecret)...)
+	then := []clientv3.Op{clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)}
+	record := !q.recorded && (r.LockDelay > 0 || e.cfg.LossWait)
+	if record {
+		// The holder's record goes with the move that grants it (grant.go,
+		// granting): no round trip of its own.
+		ttl, err := e.knownSessionTTL(ctx, q.h.Lease)
+		if err != nil {
+			return err
+		}
+		then = append(then, clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, max(ttl, q.ttl))))
+	}
 	b := newBackoff(e.cfg.Clock)
 	for {
 		// The move runs to its answer even when the wait ends meanwhile (a
@@ -122,8 +137,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		// With the answer, a move that landed is a grant, and a grant the
 		// caller can no longer receive is given up (Abandon).
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
-		resp, err := e.cli.Txn(tctx).If(cmps...).
-			Then(clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)).
+		resp, err := e.cli.Txn(tctx).If(cmps...).Then(then...).
 			Else(clientv3.OpGet(key), clientv3.OpGet(skey)).Commit()
 		cancel()
 		if err != nil {
@@ -134,6 +148,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		}
 		if resp.Succeeded {
 			e.att.release(q.att)
+			q.recorded = q.recorded || record
 			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, resp.Header.Revision
 			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
 			return nil
@@ -159,8 +174,13 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 	}
 }
 
-// endAttempt cleans up after an attempt that ended without a grant.
+// endAttempt cleans up after an attempt that ended without a grant. An
+// attempt that took over a key already granted leaves it (enqueued.keep).
 func (e *Engine) endAttempt(ctx context.Context, q *enqueued, err error) {
+	if q.keep {
+		e.att.release(q.att)
+		return
+	}
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) || errors.Is(err, ErrClosed) {
 		// The key is gone, or another attempt owns it: nothing here to
 		// remove. A closed engine starts no work: its waiter's key lapses

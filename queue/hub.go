@@ -95,6 +95,44 @@ func (w *hubWaiter) status() hubStatus {
 	return w.st
 }
 
+// pendingRecords reports whether the name has a delay or holder record of
+// a key its view no longer has — a loss or a lock-delay to wait out — read
+// at the view's revision, so the records and the keys are one state of
+// etcd. A read that fails at that revision (compacted) is made at the
+// current one against etcd's keys instead.
+func (w *hubWaiter) pendingRecords(ctx context.Context) (bool, error) {
+	h := w.h
+	h.mu.Lock()
+	rev := h.rev
+	live := make(map[int64]bool, len(h.order))
+	for _, c := range h.order {
+		live[c] = true
+	}
+	h.mu.Unlock()
+	e := h.set.e
+	resp, err := e.cli.Get(ctx, h.delays, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		now, err := e.cli.Txn(ctx).Then(
+			clientv3.OpGet(h.delays, clientv3.WithPrefix()),
+			clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			return true, fmt.Errorf("queue: read lock-delays: %w", err)
+		}
+		live = map[int64]bool{}
+		for _, kv := range now.Responses[1].GetResponseRange().GetKvs() {
+			live[kv.CreateRevision] = true
+		}
+		resp = (*clientv3.GetResponse)(now.Responses[0].GetResponseRange())
+	}
+	for _, kv := range resp.Kvs {
+		if rec, ok := parseDelay(kv); !ok || !live[rec.rev] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // setPaced tells the hub whether the waiter will look at its position by
 // itself soon, so that position changes need not wake it.
 func (w *hubWaiter) setPaced(p bool) {

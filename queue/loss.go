@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -65,8 +64,8 @@ import (
 // until it goes (watchExpiry), which records the loss if it was unclean.
 //
 // A session's TTL is not in the transaction that writes the record: the
-// engine remembers the TTLs of the sessions it has seen (sessionTTL), and
-// writes the record again with the TTL when it did not know it yet.
+// engine remembers the TTLs of the sessions it has seen, and reads a
+// session's record once before the first acquire it makes in it.
 
 // sessionTTLs bounds the session TTLs an engine remembers.
 const sessionTTLs = 1 << 16
@@ -92,14 +91,24 @@ func (e *Engine) learnSessionTTL(lease clientv3.LeaseID, ttl time.Duration) {
 	}
 }
 
-// fixHolderRecord writes the holder record of name's waiter created at rev
-// again with the session's TTL, while it is that key's.
-func (e *Engine) fixHolderRecord(ctx context.Context, name, wid string, rev int64, d, ttl time.Duration, nonce string) {
-	hrec := e.keys.holderRecord(name, wid)
-	e.background(ctx, "holder-record", e.cfg.RequestTimeout, func(ctx context.Context) {
-		_, _ = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(hrec), "=", rev)).
-			Then(clientv3.OpPut(hrec, holderRecordValue(d, ttl, nonce))).Commit()
-	})
+// knownSessionTTL is lease's TTL, read from its session record the first
+// time this engine meets the session: a holder record written without it
+// would make its loss wait nothing. A session whose record is gone has no
+// TTL to give (0): its acquire fails on the record anyway.
+func (e *Engine) knownSessionTTL(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
+	if ttl := e.sessionTTL(lease); ttl > 0 {
+		return ttl, nil
+	}
+	resp, err := e.cli.Get(ctx, e.keys.session(lease))
+	if err != nil {
+		return 0, fmt.Errorf("queue: read the session: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	ttl := time.Duration(decodeSession(resp.Kvs[0].Value).TTL) * time.Second
+	e.learnSessionTTL(lease, ttl)
+	return ttl, nil
 }
 
 // lossKind is how a holder key ended.
@@ -183,60 +192,35 @@ func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int
 	return 0, nil, fmt.Errorf("queue: no deletion of a holder key found: %w", context.Cause(ctx))
 }
 
-// observeLoss acts on a holder key seen gone (by a hub, at g.at): an
-// unclean loss gets its wait recorded (recordLoss), an eviction stamps the
-// holder's lock-delay. It reports whether the loss makes the name wait.
+// observeLoss stamps, with the moment a hub saw g's key go (g.at), the
+// delay and holder records g's key left behind: a clean end took them
+// with the key (a force-release left its lock-delay stamped already), so a
+// record still there is an expiry or a loss, waited out from now. It
+// reports whether one was.
 func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) (bool, error) {
-	kind, ttl, err := e.classifyLoss(ctx, g.key, g.rev, g.vk)
+	wid := g.key[strings.LastIndexByte(g.key, '/')+1:]
+	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(delays+wid), clientv3.OpGet(delays+wid+".h")).Commit()
 	if err != nil {
-		return true, err
+		return true, fmt.Errorf("queue: read a holder's records: %w", err)
 	}
-	dkey := delays + g.key[strings.LastIndexByte(g.key, '/')+1:]
-	switch kind {
-	case lossEvicted:
-		ttl = 0 // its lock-delay alone
-	case lossClean:
-		return false, nil // its record, if it had one, went with it
+	waits := false
+	for _, r := range resp.Responses {
+		kv := firstKV(r)
+		if kv == nil {
+			continue
+		}
+		rec, ok := parseDelay(kv)
+		if !ok || rec.rev != g.vk.create {
+			continue // another key's
+		}
+		waits = true
+		if rec.expired.IsZero() {
+			rec.d = e.lossWait(rec.d, rec.ttl)
+			if _, _, err := e.stampDelay(ctx, rec, g.at); err != nil {
+				return true, err
+			}
+		}
 	}
-	return e.recordLoss(ctx, dkey, g.vk.create, ttl, g.at)
+	return waits, nil
 }
 
-// recordLoss records at dkey the wait of the holder key created at create,
-// lost at at: the holder's lock-delay record stamped with at and its delay
-// raised to the TTL's wait, or, for a holder without one, a record of its
-// own when losses wait. A record already stamped stands. It reports
-// whether a wait is recorded.
-func (e *Engine) recordLoss(ctx context.Context, dkey string, create int64, ttl time.Duration, at time.Time) (bool, error) {
-	for try := 0; try < 8; try++ {
-		resp, err := e.cli.Get(ctx, dkey)
-		if err != nil {
-			return true, fmt.Errorf("queue: read a lock-delay record: %w", err)
-		}
-		var cmp clientv3.Cmp
-		var d time.Duration
-		if len(resp.Kvs) == 0 {
-			if d = e.lossWait(0, ttl); d == 0 {
-				return false, nil
-			}
-			cmp = clientv3.Compare(clientv3.CreateRevision(dkey), "=", 0)
-		} else {
-			rec, ok := parseDelay(resp.Kvs[0])
-			switch {
-			case !ok || rec.rev != create:
-				return false, nil // another key's
-			case !rec.expired.IsZero():
-				return true, nil // stamped by whoever saw it first
-			}
-			d = e.lossWait(rec.d, ttl)
-			cmp = clientv3.Compare(clientv3.ModRevision(dkey), "=", resp.Kvs[0].ModRevision)
-		}
-		tr, err := e.putStamped(ctx, dkey, cmp, stampedValue(create, d, at), at.Add(d))
-		if err != nil {
-			return true, fmt.Errorf("queue: record a lost holder's wait: %w", err)
-		}
-		if tr.Succeeded {
-			return true, nil
-		}
-	}
-	return true, errors.New("queue: record a lost holder's wait: the record kept changing")
-}

@@ -102,12 +102,23 @@ func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
 	}, OwnerCmps(key, h.Secret)...)
-	resp, err := e.cli.Txn(ctx).If(cmps...).Else(
+	var then []clientv3.Op
+	if h.HoldID != "" {
+		// A hold of a re-entered lock is held while its record lists it
+		// (reenter.go).
+		then = append(then, clientv3.OpGet(e.keys.holds(h.Name, h.WaiterID, h.Revision)))
+	}
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(
 		clientv3.OpGet(key),
 		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: check holder: %w", err)
+	}
+	if resp.Succeeded && h.HoldID != "" {
+		if rec := firstKV(resp.Responses[0]); rec == nil || holdIndex(decodeHolds(rec), h.HoldID) < 0 {
+			return fmt.Errorf("%w: this hold of the lock was released; the lock's other holds keep it", ErrReleased)
+		}
 	}
 	if resp.Succeeded {
 		return nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -76,32 +78,37 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
 	}
 	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
-	if meta.Delay == 0 {
-		// A lock-delay record an earlier attempt's grant wrote goes: the
-		// lock asks for none now.
-		then = append(then, e.lockDelayRecordOp(h))
+	// The key's records take the retry's lock-delay and nonce, while they
+	// are this key's (delay.go, loss.go), and are read back: a key with a
+	// record was granted, perhaps delivered by the attempt this one
+	// replaces, and this attempt never gives it up (its end is the lease's).
+	ttl, err := e.takeoverTTL(ctx, r, meta, mine)
+	if err != nil {
+		e.att.release(att)
+		return nil, err
 	}
-	recorded := -1 // the response index of the holder record's rewrite
-	if e.cfg.LossWait {
-		// A holder record (loss.go) takes the retry's lock-delay and nonce.
-		ttl := time.Duration(meta.TTL) * time.Second
-		if meta.Session {
-			ttl = e.sessionTTL(r.Session)
-		}
-		hrec := e.keys.holderRecord(r.Name, h.WaiterID)
-		recorded = len(then)
-		then = append(then, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
+	dkey, hrec := e.keys.delay(r.Name, h.WaiterID), e.keys.holderRecord(r.Name, h.WaiterID)
+	own := strconv.FormatInt(mine.CreateRevision, 10) + " "
+	recs := len(then)
+	then = append(then, clientv3.OpGet(dkey), clientv3.OpGet(hrec),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
+			[]clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil),
+		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
 			[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
-	}
 	e.at(ctx, pointTakeover)
 	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
 	if err != nil {
-		e.att.release(att)
 		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			e.att.release(att)
 			e.att.invalidate(att.id)
 			return nil, errRaced
 		}
-		return nil, fmt.Errorf("queue: resume: %w", err)
+		// It may have been applied and its answer lost: take back what it
+		// wrote, by its exact value, unless the key was granted
+		// (cleanup.go). The key's own lease is the waiter's, and it lapses
+		// unrenewed.
+		e.forgetTakeover(ctx, key, value, dkey, hrec, mine.CreateRevision, att)
+		return nil, fmt.Errorf("queue: resume: %w: %w", errUnknownOutcome, err)
 	}
 	if !resp.Succeeded {
 		e.att.release(att)
@@ -120,10 +127,34 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second
 		e.learnSessionTTL(r.Session, q.ttl)
 	}
-	if recorded >= 0 {
-		q.recorded = resp.Responses[recorded].GetResponseTxn().GetSucceeded()
-	}
+	q.recorded = ownRecord(resp.Responses[recs], mine.CreateRevision) || ownRecord(resp.Responses[recs+1], mine.CreateRevision)
+	q.keep = q.recorded || meta.Session && clientv3.LeaseID(mine.Lease) == r.Session
 	return q, nil
+}
+
+// ownRecord reports whether r read a delay or holder record of the key
+// created at rev.
+func ownRecord(r *pb.ResponseOp, rev int64) bool {
+	kv := firstKV(r)
+	if kv == nil {
+		return false
+	}
+	rec, ok := parseDelay(kv)
+	return ok && rec.rev == rev
+}
+
+// takeoverTTL is the TTL a retry's records carry: the session's, or the
+// one etcd granted the key's own lease (it may have raised the asked one).
+func (e *Engine) takeoverTTL(ctx context.Context, r *AcquireRequest, meta waiterMeta, mine *mvccpb.KeyValue) (time.Duration, error) {
+	if meta.Session {
+		return e.knownSessionTTL(ctx, r.Session)
+	}
+	ttl := time.Duration(meta.TTL) * time.Second
+	resp, err := e.cli.TimeToLive(ctx, clientv3.LeaseID(mine.Lease))
+	if err != nil {
+		return 0, fmt.Errorf("queue: resume: read the lease: %w", err)
+	}
+	return max(ttl, time.Duration(resp.GrantedTTL)*time.Second), nil
 }
 
 // Resume finds the waiter an earlier acquire with r.RequestID enqueued on

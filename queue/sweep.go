@@ -88,7 +88,7 @@ func (e *Engine) sweepPage(ctx context.Context, kvs []*mvccpb.KeyValue) {
 				continue // its key lives
 			}
 			switch {
-			case !ok || !rec.expired.IsZero() && !rec.end().After(now):
+			case !ok || !rec.expired.IsZero() && !rec.endFor(e).After(now):
 				_, _ = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 					Then(clientv3.OpDelete(string(kv.Key))).Commit()
 			case rec.expired.IsZero():

@@ -271,21 +271,16 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 // holds until its own key goes (doc.go, "The name hub", "Semaphores").
 func (e *Engine) grantFirst(ctx context.Context, r *AcquireRequest, q *enqueued, hw *hubWaiter, st hubStatus, began time.Time, waited bool) (Grant, error) {
 	seen := e.cfg.Clock.Now() // when this waiter saw the last key ahead go
-	if e.cfg.LossWait && st.left != "" {
-		// The key whose going made this waiter first: an unclean end waits
-		// out its holder's belief (loss.go).
-		g := expiry{key: st.left, vk: st.leftKey, rev: st.leftRev, at: st.leftAt}
-		if g.at.IsZero() {
-			g.at = seen
-		}
-		if g.vk.create == 0 && q.first != nil {
-			g.vk = *viewKeyOf(q.first)
-		}
-		waits, err := e.observeLoss(ctx, e.keys.delayPrefix(r.Name), g)
+	if e.cfg.LossWait && !q.delays && !st.delayed {
+		// Every holder had a record before its grant was answered, and
+		// only a clean end deletes it with the key (loss.go): a record of
+		// a key the view no longer has is a loss to wait out, whichever
+		// key ahead left last and however the waiters between left.
+		pending, err := hw.pendingRecords(ctx)
 		if err != nil {
 			return Grant{}, err
 		}
-		q.delays = q.delays || waits
+		q.delays = pending
 	}
 	if q.delays || st.delayed {
 		// An expired holder's lock-delay may be pending (delay.go).
