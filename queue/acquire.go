@@ -142,12 +142,12 @@ type enqueued struct {
 	deadline time.Time  // last confirmed: send time + TTL; zero when unknown (resumed waiter, session lock)
 	resumed  bool
 	first    *mvccpb.KeyValue
-	holds    bool  // the key held when its attempt wrote it (holdsIn at modRev)
-	recorded bool  // its delay or holder record is in etcd (loss.go)
+	holds    bool // the key held when its attempt wrote it (holdsIn at modRev)
+	recorded bool // its delay or holder record is in etcd (loss.go)
 	// keep: the key was granted before this attempt took it over, and the
 	// attempt it replaced may have delivered that grant: this attempt never
 	// gives the key up; it ends with its lease.
-	keep bool
+	keep     bool
 	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
 	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown

@@ -223,4 +223,3 @@ func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) (bool
 	}
 	return waits, nil
 }
-
