@@ -43,7 +43,8 @@ func (s *Service) acquire(ctx context.Context, id Identity, t locks.Target, r qu
 			name, onQueued := r.Name, r.OnQueued
 			r.BeforeGrant = func(ctx context.Context) error {
 				// First here, but the name's keys on the draining shard are
-				// all ahead: report them as the position.
+				// all ahead (report them as the position), and so are the
+				// lock-delays and loss waits its holders left there.
 				return p.Engine.WaitEmpty(ctx, name, onQueued)
 			}
 		}
@@ -139,6 +140,19 @@ func (s *Service) tryAcquire(ctx context.Context, id Identity, t locks.Target, r
 					return err
 				})
 				return *p, queue.TryResult{Holder: d.Holder}, err
+			}
+			// A holder that left the draining shard without a clean end
+			// withholds the name here for as long as it would there.
+			var until time.Time
+			if err := call(ctx, *p, func(ctx context.Context) error {
+				var err error
+				until, err = p.Engine.PendingDelay(ctx, r.Name)
+				return err
+			}); err != nil {
+				return t, queue.TryResult{}, err
+			}
+			if !until.IsZero() {
+				return *p, queue.TryResult{DelayedUntil: until}, nil
 			}
 		}
 		if err := s.checkKeys(ctx, id, t); err != nil {

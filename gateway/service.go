@@ -504,6 +504,21 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 	if err != nil {
 		return nil, err
 	}
+	if p := t.Previous; p != nil && len(d.Holders) == 0 {
+		// The name drains from p with no key left there: a lock-delay or
+		// loss wait its holders left there withholds it here too.
+		var until time.Time
+		if err := call(ctx, *p, func(ctx context.Context) error {
+			var err error
+			until, err = p.Engine.PendingDelay(ctx, name)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		if until.After(d.DelayUntil) {
+			d.DelayUntil = until
+		}
+	}
 	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters, Limit: int32(d.Limit)}
 	if !d.DelayUntil.IsZero() {
 		out.DelayUntil = timestamppb.New(d.DelayUntil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,9 +21,19 @@ func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
 	return resp.Count > 0, nil
 }
 
-// WaitEmpty blocks until no key exists for name on this cluster, or ctx
-// ends. It watches the name's keys from the revision it read; compaction or
-// a failed watch lead to a re-read, never to a hang. It is only meaningful
+// PendingDelay reports until when a lock-delay or loss wait of a holder of
+// name on this cluster withholds the name, stamping the ones nobody has
+// stamped yet (their first sighting); zero when none is pending. A name
+// that moved to another cluster is withheld there as long as here.
+func (e *Engine) PendingDelay(ctx context.Context, name string) (time.Time, error) {
+	defer e.enter()()
+	return e.awaitLockDelays(ctx, name, false)
+}
+
+// WaitEmpty blocks until no key exists for name on this cluster and no
+// lock-delay or loss wait of its holders is pending, or ctx ends. It
+// watches the name's keys from the revision it read; compaction or a
+// failed watch lead to a re-read, never to a hang. It is only meaningful
 // where no new keys can appear (a cluster draining a name that moved away).
 // onCount, when set, receives the number of keys left whenever it changes.
 func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)) error {
@@ -39,7 +50,14 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 			continue
 		}
 		if resp.Count == 0 {
-			return nil
+			_, err := e.awaitLockDelays(ctx, name, true)
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
+			if werr := b.wait(ctx); werr != nil {
+				return werr
+			}
+			continue
 		}
 		if onCount != nil && resp.Count != last {
 			last = resp.Count

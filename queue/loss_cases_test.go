@@ -13,14 +13,11 @@ import (
 	"github.com/leasegate/leasegate/internal/clock"
 )
 
-// TestBreakLossWaitForgottenWhenTheNextWaiterLeaves: a holder lost without
-// a clean end keeps the name from everyone for its TTL (loss.go). A queue
-// holder A, waiters B and C: A's lease ends behind its back, B becomes
-// first and starts waiting out A's TTL, and then B gives up (its caller
-// went away, its wait timed out). C must still wait out A's belief; it is
-// granted at once, because its hub remembers only the last key ahead that
-// left (B, a clean give-up) and never looked at the records.
-func TestBreakLossWaitForgottenWhenTheNextWaiterLeaves(t *testing.T) {
+// TestLossWaitSurvivesTheNextWaiterLeaving: a holder lost without a clean end keeps the name from everyone for its
+// TTL (loss.go), also when the waiter that first saw the loss gives up
+// during the wait: the next waiter (holder A, waiters B and C; A lost, B
+// gives up) reads A's record and waits out the rest of A's belief.
+func TestLossWaitSurvivesTheNextWaiterLeaving(t *testing.T) {
 	for _, two := range []bool{false, true} {
 		name := map[bool]string{false: "one gateway", true: "two gateways"}[two]
 		t.Run(name, func(t *testing.T) {
@@ -55,15 +52,12 @@ func TestBreakLossWaitForgottenWhenTheNextWaiterLeaves(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitLostWithTheGrantingGateway: a holder granted after a
-// wait has no holder record; only its granting engine's hub watches it
-// (loss.go). Gateways are stateless, so its holder renews through any of
-// them — and the granting gateway goes away (a rolling restart, an idle
-// tenant engine closed by the cache). When etcd then ends the holder's
-// lease early, nobody records the loss: the next TryAcquire, on any
-// gateway, is granted at once while the holder, renewed a moment ago,
-// still believes it holds.
-func TestBreakLossWaitLostWithTheGrantingGateway(t *testing.T) {
+// TestLossWaitOutlivesTheGrantingGateway: a holder granted after a wait has its record in etcd, so a loss is waited
+// out also when the gateway that granted it has gone away (a rolling
+// restart, an idle tenant engine closed) and the holder renewed through
+// another one: the next TryAcquire, on any gateway, is refused for the
+// holder's TTL.
+func TestLossWaitOutlivesTheGrantingGateway(t *testing.T) {
 	clk := newFakeClock() // never advanced: the holder's belief never ends
 	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	other, err := New(cli, granting.Config())
@@ -117,11 +111,11 @@ func (g *taskGate) at(ctx context.Context, point string) {
 	}
 }
 
-// TestBreakLossWaitRecordedOnlyAfterTheLoss: a holder granted after a wait
+// TestLossWaitRecordedBeforeTheGrant: a holder granted after a wait
 // has its record in etcd before its grant is answered, so the moment etcd
 // ends its lease a TryAcquire on any other gateway is refused: nothing
 // waits for the granting gateway to notice the loss and write it down.
-func TestBreakLossWaitRecordedOnlyAfterTheLoss(t *testing.T) {
+func TestLossWaitRecordedBeforeTheGrant(t *testing.T) {
 	clk := newFakeClock()
 	granting, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	other, err := New(cli, granting.Config())
@@ -143,13 +137,13 @@ func TestBreakLossWaitRecordedOnlyAfterTheLoss(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins: a waiter the hub
+// TestLossWaitOfAHolderGoneBeforeItsWatchBegins: a waiter the hub
 // found first may lose its lease between that verdict and its grant's
 // answer. Its record must be in etcd before the answer (granting): the
 // write compares the key, so a waiter whose key went is never told it
 // holds; and one told it holds has a record its loss leaves behind, which
 // the next TryAcquire waits out.
-func TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
+func TestLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
 	clk := newFakeClock()
 	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	first := mustAcquire(t, e, req("z"))
@@ -214,16 +208,13 @@ func TestBreakLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitOfASessionLockRetriedElsewhere: a session's lock first
-// in its name has a holder record with the session's TTL (loss.go). The
-// SDK retries an acquire whose answer was lost, on whichever gateway it
-// reaches; the retry takes the key over (takeOver) and writes the holder
-// record again with the TTL that gateway's engine remembers for the
-// session — 0 on a gateway that never opened it nor enqueued on it — and
-// nothing corrects it. When etcd then ends the session's lease, the
-// record asks for no wait: the next TryAcquire is granted at once beside
-// the holder, whose session was renewed a moment ago.
-func TestBreakLossWaitOfASessionLockRetriedElsewhere(t *testing.T) {
+// TestLossWaitOfASessionLockRetriedElsewhere: a session's lock retried
+// through another gateway (the SDK retries an acquire whose answer was
+// lost; the retry takes the key over) keeps a holder record with the
+// session's TTL, read from etcd on a gateway that never saw the session:
+// when etcd ends the session's lease, the next TryAcquire is refused for
+// the session's TTL.
+func TestLossWaitOfASessionLockRetriedElsewhere(t *testing.T) {
 	clk := newFakeClock()
 	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	other, err := New(cli, e.Config())
@@ -254,14 +245,12 @@ func TestBreakLossWaitOfASessionLockRetriedElsewhere(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitShorterThanTheGrantedTTL: etcd grants no lease shorter
+// TestLossWaitIsTheGrantedTTL: etcd grants no lease shorter
 // than its minimum (1.5 election timeouts, rounded up: 2 s with etcd's
-// defaults, 8 s with a 5 s election timeout), and the holder is told the
-// TTL etcd granted (Grant.TTL) and believes for that long. The loss wait
-// takes the TTL the acquire asked for, which the key's value records: a
-// 1 s lock lost behind its holder's back is waited for 1 s while its
-// holder believes for 2.
-func TestBreakLossWaitShorterThanTheGrantedTTL(t *testing.T) {
+// defaults), and the holder is told the TTL etcd granted (Grant.TTL) and
+// believes for that long: the loss wait is that granted TTL, not the one
+// the acquire asked for.
+func TestLossWaitIsTheGrantedTTL(t *testing.T) {
 	clk := newFakeClock()
 	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	r := req("short")
@@ -286,16 +275,14 @@ func TestBreakLossWaitShorterThanTheGrantedTTL(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitShortenedByClockSkew: the loss wait is measured from a
-// stamp on the clock of whichever gateway saw the loss first, and read on
-// every other gateway's clock (delay.go: "assumed to agree within a small
-// skew, which the delay absorbs"). A lock-delay is a courtesy; the loss
-// wait is the only thing between a lost holder's belief and the next
-// grant, and nothing absorbs the skew: a gateway 3 s behind stamps the
-// loss, and a gateway on time grants 3 s before the lost holder's TTL has
-// passed. (Here a waiter on the slow gateway sees the loss and gives up;
-// a TryAcquire on the other is granted after TTL − 3 s.)
-func TestBreakLossWaitShortenedByClockSkew(t *testing.T) {
+// TestLockDelaySkewMargin: the loss wait is measured from a
+// stamp on the clock of whichever gateway saw the loss first and read on
+// every other gateway's clock; a gateway reading another's stamp adds
+// MaxClockSkew. A gateway behind by up to that bound stamps the loss, and
+// a gateway on time grants no earlier than the lost holder's TTL after
+// the loss. (A waiter on the slow gateway sees the loss and gives up; a
+// TryAcquire on the other is refused until then.)
+func TestLockDelaySkewMargin(t *testing.T) {
 	const skew = 3 * time.Second
 	onTime := newFakeClock()
 	behind := clock.NewFake(onTime.Now().Add(-skew))
@@ -332,16 +319,12 @@ func TestBreakLossWaitShortenedByClockSkew(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitLostByAStableRequestID: a holder record is written with
-// a plain put in the enqueue transaction and names its key by its own
-// create revision (loss.go). A request id used again after its lock was
-// lost uncleanly (a worker's stable request id — a supported pattern) puts
-// over the previous incarnation's record, which keeps its old create
-// revision: the new key's record is taken for an orphan. The new holder
-// first waits out a loss wait on its own record, and once that is over
-// the record is deleted — so when this holder is lost in turn, nothing
-// records it, and the next caller is granted at once beside it.
-func TestBreakLossWaitLostByAStableRequestID(t *testing.T) {
+// TestLossWaitOfAStableRequestID: a request id used again after its
+// lock was lost uncleanly (a worker's stable request id, a supported
+// pattern) gets a record of its own key's incarnation: it does not wait
+// out its own earlier loss twice, and when it is lost in turn, the next
+// caller waits out its belief.
+func TestLossWaitOfAStableRequestID(t *testing.T) {
 	clk := newFakeClock()
 	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	r := req("stable")
@@ -388,14 +371,11 @@ func TestBreakLossWaitLostByAStableRequestID(t *testing.T) {
 	}
 }
 
-// TestBreakLossWaitForgottenBehindASemaphoreRelease: a waiter's verdict
-// keeps only the last key ahead that left (hubStatus.left). A semaphore
-// of limit 2 with holders A and B and a waiter C: A's lease ends behind
-// its back and, a moment later, B releases. C is first either way, but by
-// the time it looks at its verdict the hub has applied both revisions,
-// and the key it judges is B — a clean release — so A's loss is never
-// waited out and C is granted beside A, which still believes.
-func TestBreakLossWaitForgottenBehindASemaphoreRelease(t *testing.T) {
+// TestLossWaitBehindASemaphoreRelease: a semaphore of limit 2 with
+// holders A and B and a waiter C: A's lease ends behind its back and, a
+// moment later, B releases. C is first either way; it waits out A's loss
+// (its belief), whatever order the hub applied the two revisions in.
+func TestLossWaitBehindASemaphoreRelease(t *testing.T) {
 	clk := newFakeClock()
 	e, cli := newEngine(t, func(c *Config) { c.Clock = clk })
 	sem := func() AcquireRequest { r := req("sem"); r.Limit = 2; return r }

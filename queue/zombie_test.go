@@ -5,17 +5,13 @@ import (
 	"testing"
 )
 
-// TestBreakZombieAttemptGivesUpADeliveredGrant: the SDK retries an acquire
-// whose first attempt looked lost, through another gateway, and is
-// granted and told. The first attempt was only slow: it lands afterwards,
-// finds the key of its request id, takes it over (a retry's takeover: same
-// caller, same request id), is granted, and cannot deliver the grant (its
-// caller has moved on), so its gateway gives it up (Abandon). The give-up
-// compares the mod revision the zombie wrote — its own — and deletes the
-// key with a give-up mark, a clean end: the next caller is granted at once
-// while the client, told by the retry that it holds, still believes it
-// does (its renewals worked until a moment ago).
-func TestBreakZombieAttemptGivesUpADeliveredGrant(t *testing.T) {
+// TestZombieAttemptKeepsADeliveredGrant: the SDK retries an acquire
+// whose first attempt looked lost, through another gateway, and is granted
+// and told. The first attempt was only slow: it lands afterwards, takes
+// the key over, and cannot deliver its grant. It must not give the key
+// up: the retry may have delivered it, and the client believes it holds.
+// The name stays held until the client releases it.
+func TestZombieAttemptKeepsADeliveredGrant(t *testing.T) {
 	e, cli := newEngine(t)
 	slow, err := New(cli, e.Config())
 	if err != nil {
@@ -38,15 +34,11 @@ func TestBreakZombieAttemptGivesUpADeliveredGrant(t *testing.T) {
 	}
 }
 
-// TestBreakZombieReentrantAttemptDropsADeliveredHold: the same for a hold of
-// a re-entered lock. The retry of a re-entrant acquire is granted and told
-// (hold h); the slow first attempt lands later, re-takes the hold's entry
-// with a nonce of its own (addHold, "retried"), and its gateway gives the
-// undeliverable grant up, which drops the entry because the nonce is the
-// zombie's. The caller still believes in hold h; when it releases the
-// outer hold, the lock is freed and another caller is granted inside h's
-// critical section.
-func TestBreakZombieReentrantAttemptDropsADeliveredHold(t *testing.T) {
+// TestZombieReentrantAttemptKeepsADeliveredHold: the same for a hold of a
+// re-entered lock: a slow first attempt of a re-entrant acquire that lands
+// after its retry was granted and told keeps the retry's hold; releasing
+// the outer hold leaves the lock held by the inner one.
+func TestZombieReentrantAttemptKeepsADeliveredHold(t *testing.T) {
 	e, cli := newEngine(t)
 	slow, err := New(cli, e.Config())
 	if err != nil {
@@ -70,12 +62,10 @@ func TestBreakZombieReentrantAttemptDropsADeliveredHold(t *testing.T) {
 	}
 }
 
-// TestBreakReleasedHoldStillRenews: releasing a hold of a re-entered lock
-// answers released, and a repeated release is a no-op (reenter.go) — but
-// the released hold's lock id still renews, and its WatchHold would go on
-// waiting, as long as the lock's other holds keep the key: a caller told
-// "released" is told "held" by the next call on the same lock id.
-func TestBreakReleasedHoldStillRenews(t *testing.T) {
+// TestReleasedHoldNoLongerRenews: releasing a hold of a re-entered lock
+// answers released, and so does everything after it on that hold's lock
+// id — a renew, a WatchHold — while the lock's other holds keep the key.
+func TestReleasedHoldNoLongerRenews(t *testing.T) {
 	e, _ := newEngine(t)
 	s := mustSession(t, e)
 	outer := mustAcquire(t, e, reentrant("rr", "outer", s))

@@ -11,16 +11,12 @@ import (
 	"github.com/leasegate/leasegate/shard"
 )
 
-// TestBreakLockDelayForgottenByAMove: a holder with a lock-delay whose
-// lease expires keeps its name from everyone until the delay has passed
-// (delay.go) — and, with the loss wait, for its TTL too. When its name
-// has just moved to another cluster, the new cluster's TryAcquire asks the
-// draining cluster only whether it has keys (Engine.Occupied) and an
-// Acquire waits only for it to have none (BeforeGrant → WaitEmpty): the
-// draining cluster's delay and loss records are never read, and the name
-// is granted at once on the new cluster while the expired holder is given
-// its minute.
-func TestBreakLockDelayForgottenByAMove(t *testing.T) {
+// TestLockDelayOutlivesAMove: a holder with a lock-delay whose lease
+// expires keeps its name from everyone until the delay has passed — and,
+// with the loss wait, for its TTL too — also when its name has just moved
+// to another cluster: the new cluster's TryAcquire is refused with the
+// draining cluster's delay, and an Acquire waits it out.
+func TestLockDelayOutlivesAMove(t *testing.T) {
 	t.Parallel()
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)
@@ -50,9 +46,15 @@ func TestBreakLockDelayForgottenByAMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !again.Msg.Acquired && again.Msg.DelayUntil == nil {
+		t.Errorf("TryAcquire after the name moved was refused without the delay's end: %v", again.Msg)
+	}
 	if again.Msg.Acquired {
 		release(t, g, again.Msg.Granted)
 		t.Errorf("TryAcquire after the name moved from %s granted it on %s at once; the expired holder's 60 s lock-delay (and its TTL's loss wait) was skipped", old, again.Msg.Granted.Shard)
+	}
+	if d, err := g.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: moved})); err != nil || d.Msg.DelayUntil == nil || !d.Msg.DelayUntil.AsTime().Equal(again.Msg.DelayUntil.AsTime()) {
+		t.Errorf("Describe after the name moved = %v, %v; want the draining cluster's delay until %v", d, err, again.Msg.DelayUntil)
 	}
 	w := startWaiter(t, g, &v1.AcquireRequest{Name: moved, TtlMs: 10000, ClientId: "waits"})
 	select {

@@ -46,16 +46,12 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 	return resp, err
 }
 
-// TestBreakTakeoverWithALostAnswerLeavesASessionKeyForever: an enqueue
-// whose answer is lost is taken back (forgetUnknown), but a takeover's is
-// not (takeOver returns the error and nothing else). A session waiter
-// retried (the SDK retries an acquire with its request id) whose takeover
-// etcd applied but whose answer was lost is left on the engine's attempt
-// lease, owned by no attempt: its first attempt was superseded and stops,
-// the retry failed. On a gateway that always has some other session waiter
-// (a busy one) the attempt lease is renewed for ever, and so is the key:
-// once it is first, it holds the name for nobody, far past AttemptTTL.
-func TestBreakTakeoverWithALostAnswerLeavesASessionKeyForever(t *testing.T) {
+// TestTakeoverWithALostAnswerIsTakenBack: a session waiter retried (the SDK
+// retries an acquire with its request id) whose takeover etcd applied but
+// whose answer was lost is taken back: the key, owned by no attempt, is
+// removed, on a gateway that always has another session waiter keeping its
+// attempt lease alive too, and the name is free once its holder leaves.
+func TestTakeoverWithALostAnswerIsTakenBack(t *testing.T) {
 	const attemptTTL = 2 * time.Second
 	cli := shared.ClientFor(t)
 	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
