@@ -216,53 +216,105 @@ func (e *Engine) AwaitEnd(ctx context.Context, h Handle, token int64) (End, erro
 // is.
 func (e *Engine) endOf(ctx context.Context, h Handle, gone error) End {
 	key := e.keys.waiter(h.Name, h.WaiterID)
-	rev, prev, err := e.deletionRev(ctx, key, h.Revision)
-	if err != nil {
-		return End{Kind: EndLost, Err: gone}
+	ck := endKey{key: key, create: h.Revision}
+	f, ok := e.endFacts.Get(ck)
+	if !ok {
+		var err error
+		if f, err = e.readEnd(ctx, key, h); err != nil {
+			return End{Kind: EndLost, Err: gone}
+		}
+		e.endFacts.Add(ck, f)
 	}
-	if prev == nil || !hasHeader(prev.Value, h.Secret) {
+	if !hasHeader(f.last, h.Secret) {
 		return End{Err: fmt.Errorf("%w: the lock id does not match the lock's secret", ErrNotOwner)}
 	}
-	kind, _, err := e.classifyLoss(ctx, key, rev, viewKey{create: h.Revision, lease: int64(h.Lease), session: h.Session})
 	switch {
-	case err != nil:
-		return End{Kind: EndLost, Err: gone}
-	case kind == lossClean && e.gaveUp(ctx, key, rev):
+	case f.kind == lossClean && f.gaveUp:
 		return End{Kind: EndLost, Err: fmt.Errorf("%w: the gateway gave the grant up, unable to deliver it", gone)}
-	case kind == lossClean && errors.Is(gone, ErrStolen):
+	case f.kind == lossClean && errors.Is(gone, ErrStolen):
 		return End{Kind: EndReleased, Err: fmt.Errorf("%w: its holder released it, and another holder has the name now", ErrReleased)}
-	case kind == lossClean:
+	case f.kind == lossClean:
 		return End{Kind: EndReleased, Err: fmt.Errorf("%w: its holder released it, and the name is free", ErrReleased)}
-	case kind == lossEvicted:
-		rec := e.auditAt(ctx, rev)
+	case f.kind == lossEvicted:
 		msg := "an administrator force-released it"
-		if rec != nil {
+		if rec := f.audit; rec != nil {
 			msg = fmt.Sprintf("an administrator force-released it at %s (audit record %s): %s", rec.At.UTC().Format("2006-01-02T15:04:05.000Z"), rec.ID, rec.Reason)
 		}
-		return End{Kind: EndEvicted, Err: fmt.Errorf("%w: %s", ErrEvicted, msg), Audit: rec}
+		return End{Kind: EndEvicted, Err: fmt.Errorf("%w: %s", ErrEvicted, msg), Audit: f.audit}
 	}
 	return End{Kind: EndLost, Err: gone}
 }
 
-// gaveUp reports whether the mark at rev is a give-up's of key (rather
-// than its release or a session close).
-func (e *Engine) gaveUp(ctx context.Context, key string, rev int64) bool {
-	resp, err := e.cli.Get(ctx, e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(rev))
-	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
-		return false
-	}
-	return string(resp.Kvs[0].Value) == markGiveUp+strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix))
+// endKey names one incarnation of a waiter key.
+type endKey struct {
+	key    string
+	create int64
 }
 
-// auditAt reads the audit record written at rev, nil when there is none.
-func (e *Engine) auditAt(ctx context.Context, rev int64) *AuditRecord {
+// endFacts is what etcd's history says of a deleted key's end. It never
+// changes once read, so an engine remembers it (endFactsCached of them):
+// a caller that asks again and again about the same lost lock costs one
+// read of the history, not one per call.
+type endFacts struct {
+	last   []byte // the key's last value (its secret proves a lock id)
+	kind   lossKind
+	gaveUp bool         // a clean end that was a give-up
+	audit  *AuditRecord // a force-release's record; nil when there is none
+}
+
+// endFactsCached bounds the ends an engine remembers.
+const endFactsCached = 1 << 12
+
+// readEnd reads the end of the key created at h.Revision from etcd's
+// history; an error when the history cannot tell (compacted, unreachable).
+func (e *Engine) readEnd(ctx context.Context, key string, h Handle) (endFacts, error) {
+	rev, prev, err := e.deletionRev(ctx, key, h.Revision)
+	if err != nil {
+		return endFacts{}, err
+	}
+	if prev == nil {
+		return endFacts{}, fmt.Errorf("queue: no value of %q before its deletion", key)
+	}
+	kind, _, err := e.classifyLoss(ctx, key, rev, viewKey{create: h.Revision, lease: int64(h.Lease), session: h.Session})
+	if err != nil {
+		return endFacts{}, err
+	}
+	f := endFacts{last: prev.Value, kind: kind}
+	switch kind {
+	case lossClean:
+		f.gaveUp, err = e.gaveUp(ctx, key, rev)
+	case lossEvicted:
+		f.audit, err = e.auditAt(ctx, rev)
+	}
+	return f, err
+}
+
+// gaveUp reports whether the mark at rev is a give-up's of key (rather
+// than its release or a session close).
+func (e *Engine) gaveUp(ctx context.Context, key string, rev int64) (bool, error) {
+	resp, err := e.cli.Get(ctx, e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(rev))
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
+		return false, nil
+	}
+	return string(resp.Kvs[0].Value) == markGiveUp+strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)), nil
+}
+
+// auditAt reads the audit record written at rev, nil when there is none
+// (or it is unreadable).
+func (e *Engine) auditAt(ctx context.Context, rev int64) (*AuditRecord, error) {
 	resp, err := e.cli.Get(ctx, e.keys.auditPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithMinModRev(rev))
-	if err != nil || len(resp.Kvs) == 0 {
-		return nil
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
 	}
 	var rec AuditRecord
 	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
-		return nil
+		return nil, nil
 	}
-	return &rec
+	return &rec, nil
 }

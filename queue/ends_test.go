@@ -3,8 +3,11 @@ package queue
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // awaitEnd runs AwaitEnd of g in the background.
@@ -102,5 +105,55 @@ func TestEndsOfGoneLocks(t *testing.T) {
 	h := mustAcquire(t, e, req("held"))
 	if _, err := e.AwaitEnd(ctx, h.Handle, h.Token()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("AwaitEnd of a held lock = %v; want it to wait until its context ends", err)
+	}
+}
+
+// historyWatches counts the watches of one key's history (deletionRev's
+// reads) made through the client it wraps.
+type historyWatches struct {
+	clientv3.Watcher
+	key string
+	n   atomic.Int64
+}
+
+func (w *historyWatches) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	if key == w.key {
+		w.n.Add(1)
+	}
+	return w.Watcher.Watch(ctx, key, opts...)
+}
+
+// TestEndOfALostLockIsReadOnce: what etcd's history says of a deleted
+// key's end never changes, so calls again and again on the same lost lock
+// id read that history once; a forged secret on the same key is still
+// refused (the proof is checked on every call).
+func TestEndOfALostLockIsReadOnce(t *testing.T) {
+	e0, _ := newEngine(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.ClientFor(t).Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	e, err := New(cli, e0.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	h := mustAcquire(t, e, req("once"))
+	w := &historyWatches{Watcher: cli.Watcher, key: e.keys.waiter("once", h.WaiterID)}
+	cli.Watcher = w
+	expireNow(t, cli, h)
+	for range 5 {
+		if _, err := e.Renew(testCtx(t), h.Handle, h.Token()); !errors.Is(err, ErrExpired) {
+			t.Fatalf("Renew of a lost lock = %v; want ErrExpired", err)
+		}
+	}
+	if n := w.n.Load(); n != 1 {
+		t.Fatalf("5 renewals of one lost lock read its history %d times; want 1", n)
+	}
+	forged := h.Handle
+	forged.Secret[0] ^= 1
+	if _, err := e.Renew(testCtx(t), forged, h.Token()); !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("Renew with a forged secret of the same key = %v; want ErrNotOwner", err)
 	}
 }

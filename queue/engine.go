@@ -30,6 +30,8 @@ type Engine struct {
 	id string
 	// sessTTLs remembers the TTLs of sessions seen (loss.go).
 	sessTTLs *lru.Cache[clientv3.LeaseID, time.Duration]
+	// endFacts remembers the ends of deleted keys (ends.go).
+	endFacts *lru.Cache[endKey, endFacts]
 
 	// hooks order the engine's interleaving points in the explorer's
 	// tests; nil in production.
@@ -82,6 +84,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	e.att.e = e
 	e.pool = newLeasePool(e, cfg.LeasePool)
 	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)
+	e.endFacts, _ = lru.New[endKey, endFacts](endFactsCached)
 	e.id = newAttempt()
 	e.wg.Add(1)
 	go e.sweepRecords(ctx)
