@@ -224,13 +224,12 @@ func (e *Engine) stampDelay(ctx context.Context, rec delayRecord, at time.Time) 
 }
 
 // putStamped puts the stamped record value at key if cmp holds, on a lease
-// of its own that outlives the delay's end (end, on the engine's clock) by
-// a second, so that a record nobody clears goes by itself once it withholds
+// of its own that outlives the delay's end (end, on the engine's clock, and
+// the clock-skew margin) by a second, so that a record nobody clears goes by itself once it withholds
 // nothing. The lease is granted and never renewed: no etcd leader's clock,
 // however stale, ends it before its TTL.
 func (e *Engine) putStamped(ctx context.Context, key string, cmp clientv3.Cmp, value string, end time.Time) (*clientv3.TxnResponse, error) {
-	ttl := int64(end.Sub(e.cfg.Clock.Now())/time.Second) + 2
-	g, err := e.cli.Grant(ctx, max(ttl, 2))
+	g, err := e.cli.Grant(ctx, e.stampedLeaseTTL(end.Sub(e.cfg.Clock.Now())))
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +238,13 @@ func (e *Engine) putStamped(ctx context.Context, key string, cmp clientv3.Cmp, v
 		e.revokeLater(ctx, g.ID)
 	}
 	return resp, err
+}
+
+// stampedLeaseTTL is the TTL, in seconds, of the lease of a stamped record
+// whose delay ends left from now: it outlives the end as every other
+// engine reads it (endFor) by a second or more.
+func (e *Engine) stampedLeaseTTL(left time.Duration) int64 {
+	return max(int64((left+e.cfg.MaxClockSkew)/time.Second)+2, 2)
 }
 
 // awaitLockDelays waits out name's pending lock-delays (steps 3 and 4

@@ -170,6 +170,10 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 	}
 	val, _ := json.Marshal(rec)
 	ap := e.keys.auditPrefix()
+	records, recLease, err := e.evictedRecordsOp(ctx, r.Name, kv, now)
+	if err != nil {
+		return ForceReleaseResult{}, err
+	}
 	e.at(ctx, pointForce)
 	txn, err := e.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
@@ -183,12 +187,15 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 		clientv3.OpGet(ap, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		// An eviction is no loss to wait out, but the holder's lock-delay
 		// holds from now (delay.go, loss.go).
-		e.evictedRecordsOp(r.Name, kv, now),
+		records,
 	).Commit()
 	if err != nil {
 		return ForceReleaseResult{}, fmt.Errorf("queue: force release: %w", err)
 	}
 	if !txn.Succeeded {
+		if recLease != 0 {
+			e.revokeLater(ctx, recLease)
+		}
 		return ForceReleaseResult{}, fmt.Errorf("%w: the holder (token %d) left before it could be evicted; nothing was evicted", ErrHolderChanged, held.Token)
 	}
 	e.revokeOwnLease(ctx, deletedKV(txn, 0))
@@ -200,19 +207,27 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 
 // evictedRecordsOp replaces the delay and holder records of kv, a key
 // being evicted at now, with its lock-delay stamped from now, or deletes
-// them when it asked for none.
-func (e *Engine) evictedRecordsOp(name string, kv *mvccpb.KeyValue, now time.Time) clientv3.Op {
+// them when it asked for none. The stamped record rides on a lease of its
+// own, granted here, that outlives the delay (putStamped), so that it goes
+// by itself when nobody looks at the name again; lease is 0 when none was
+// granted.
+func (e *Engine) evictedRecordsOp(ctx context.Context, name string, kv *mvccpb.KeyValue, now time.Time) (op clientv3.Op, lease clientv3.LeaseID, err error) {
 	h := Handle{Name: name, WaiterID: waiterIDOf(kv), Revision: kv.CreateRevision}
 	_, meta, _ := decodeValue(kv.Value)
 	if meta.Delay <= 0 {
-		return e.releaseDelayOp(h)
+		return e.releaseDelayOp(h), 0, nil
+	}
+	d := time.Duration(meta.Delay) * time.Millisecond
+	g, err := e.cli.Grant(ctx, e.stampedLeaseTTL(d))
+	if err != nil {
+		return clientv3.Op{}, 0, fmt.Errorf("queue: force release: grant the lock-delay's lease: %w", err)
 	}
 	hrec := e.keys.holderRecord(name, h.WaiterID)
 	return clientv3.OpTxn(nil, []clientv3.Op{
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", kv.CreateRevision)},
 			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
-		clientv3.OpPut(e.keys.delay(name, h.WaiterID), stampedValue(kv.CreateRevision, time.Duration(meta.Delay)*time.Millisecond, now, e.id)),
-	}, nil)
+		clientv3.OpPut(e.keys.delay(name, h.WaiterID), stampedValue(kv.CreateRevision, d, now, e.id), clientv3.WithLease(g.ID)),
+	}, nil), g.ID, nil
 }
 
 // trimAudit deletes the n oldest audit records, best effort: a failure

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Audit records are bounded by count (the oldest beyond are deleted) and
@@ -83,4 +85,36 @@ func TestForceReleaseRefusals(t *testing.T) {
 		t.Fatalf("ForceRelease of a free name = %+v, %v", res, err)
 	}
 	mustRelease(t, e, g)
+}
+
+// TestForceReleaseStampsTheLockDelayOnItsOwnLease: an evicted holder's
+// lock-delay holds from the eviction, and its record rides on a lease of
+// its own that outlives the delay as any gateway reads it, so that a name
+// nobody acquires again leaves nothing behind.
+func TestForceReleaseStampsTheLockDelayOnItsOwnLease(t *testing.T) {
+	e, cli := newEngine(t)
+	r := req("evicted-delay")
+	r.LockDelay = 20 * time.Second
+	h := mustAcquire(t, e, r)
+	if _, err := e.ForceRelease(testCtx(t), ForceReleaseRequest{Name: r.Name, Reason: "r", Actor: "op", Token: h.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.Get(testCtx(t), e.keys.delay(r.Name, h.WaiterID))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the delay record after the eviction = %v, %v; want one", resp, err)
+	}
+	kv := resp.Kvs[0]
+	if rec, ok := parseDelay(kv); !ok || rec.expired.IsZero() || rec.d != r.LockDelay {
+		t.Fatalf("the delay record %q is not stamped with the holder's %s", kv.Value, r.LockDelay)
+	}
+	if kv.Lease == 0 {
+		t.Fatal("the stamped delay record rides on no lease: nobody but a sweep clears it")
+	}
+	ttl, err := cli.TimeToLive(testCtx(t), clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := r.LockDelay + e.cfg.MaxClockSkew; time.Duration(ttl.GrantedTTL)*time.Second <= want {
+		t.Fatalf("the record's lease TTL is %d s; want more than the delay as another gateway reads it, %s", ttl.GrantedTTL, want)
+	}
 }
