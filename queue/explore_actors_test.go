@@ -114,6 +114,7 @@ func (w *world) cast() {
 		func(i int) { w.add(w.reenterer(fmt.Sprintf("re%d", i))) },
 		func(i int) { w.add(w.delayer(fmt.Sprintf("d%d", i))) },
 		func(i int) { w.add(w.earlyRevoker(fmt.Sprintf("v%d", i))) },
+		func(i int) { w.addQuitter(fmt.Sprintf("q%d", i)) },
 	}
 	if w.limit > 1 {
 		// A semaphore: limit+1 takers, so that one of them must wait,
@@ -269,10 +270,20 @@ func (w *world) acquire(ctx context.Context, who string, e *Engine, r AcquireReq
 // cannot send.
 func (w *world) delivered(ctx context.Context, e *Engine, g *Grant) (*Grant, error) {
 	if err := ctx.Err(); err != nil {
-		e.Abandon(ctx, *g)
+		w.abandon(ctx, e, *g)
 		return nil, err
 	}
 	return g, nil
+}
+
+// abandon gives g up on e, as a gateway whose caller is gone does. A grant
+// of a key taken over after it was granted gives nothing up (its end is its
+// lease's): its lease is left for the end of the run to expire.
+func (w *world) abandon(ctx context.Context, e *Engine, g Grant) {
+	e.Abandon(ctx, g)
+	if g.keep {
+		w.leftHeld(g.Lease)
+	}
 }
 
 // leftHeld notes a lease a vanished caller left holding, for the end of
@@ -447,9 +458,13 @@ func (w *world) expired(rev int64) bool {
 }
 
 // reacquirer takes and lets go of the lock twice with one stable request
-// id and no hold time: the predecessor-ABA client.
+// id and no hold time: the predecessor-ABA client. Half of them lose the
+// first grant behind their back instead of releasing it (etcd revokes its
+// lease early), believe on in it for its TTL, and acquire again with the
+// same request id: the new grant must wait out the old belief.
 func (w *world) reacquirer(name string) actorSpec {
 	e := w.engine()
+	lose := w.rng.IntN(2) == 0
 	return actorSpec{name: name, client: name, mayVanish: true, run: func(ctx context.Context) {
 		r := w.request(name, name+"-stable")
 		for i := 0; i < 2; i++ {
@@ -461,10 +476,38 @@ func (w *world) reacquirer(name string) actorSpec {
 				}
 				return
 			}
-			w.believe(name, *g)
+			if !w.believe(name, *g) {
+				return
+			}
+			if i == 0 && lose {
+				w.step(ctx, "lose")
+				if w.loseEarly(ctx, name, *g) {
+					continue
+				}
+			}
 			w.release(ctx, name, e, *g)
 		}
 	}}
+}
+
+// loseEarly revokes the lease of client's grant g as an etcd leader
+// resuming from a stall would: client believes on in g for its TTL, under
+// a name of its own, while it goes on as a new caller. It reports false
+// when the lease could not be revoked (the caller vanished meanwhile).
+func (w *world) loseEarly(ctx context.Context, client string, g Grant) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Under w.mu: no grant is believed between the revocation and the
+	// note of the belief that outlives it.
+	if _, err := w.sch.cli.Revoke(ctx, g.Lease); err != nil {
+		return false
+	}
+	w.earlyUntil[g.Revision] = w.clocks[0].Now().Add(g.TTL)
+	if w.holding[client].Revision == g.Revision {
+		delete(w.holding, client)
+		w.holding[client+"(lost)"] = g
+	}
+	return true
 }
 
 // addRetrier adds a client whose stream dies at a moment the scheduler
@@ -494,6 +537,7 @@ func (w *world) addRetrier(name string) {
 		g, err := w.acquire(actx, name, first, r)
 		w.mu.Lock()
 		killed := w.killed[name]
+		delete(w.cancels, name) // a kill from now on has no attempt to end
 		w.mu.Unlock()
 		switch {
 		case err == nil && !killed:
@@ -501,7 +545,7 @@ func (w *world) addRetrier(name string) {
 			w.release(ctx, name, first, *g)
 			return
 		case err == nil:
-			first.Abandon(ctx, *g) // the stream broke before the grant went out
+			w.abandon(ctx, first, *g) // the stream broke before the grant went out
 		case !zombieEnd(err):
 			w.violate("%s: first attempt: %v", name, err)
 			return
@@ -530,6 +574,47 @@ func (w *world) addRetrier(name string) {
 	}})
 }
 
+// addQuitter adds a waiter that gives up at a moment the scheduler picks
+// (its caller's wait timed out, its stream broke) and does not come back:
+// perhaps in the middle of waiting out a lost holder's belief, which the
+// waiters behind it must then wait out in its stead.
+func (w *world) addQuitter(name string) {
+	e := w.engine()
+	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
+	var delivered, quit bool
+	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		defer cancel(nil)
+		w.step(ctx, "acquire")
+		g, err := w.acquire(actx, name, e, w.request(name, name+"-req"))
+		w.mu.Lock()
+		gone := quit
+		delivered = err == nil && !gone
+		w.mu.Unlock()
+		switch {
+		case err == nil && !gone:
+			if w.believe(name, *g) {
+				w.release(ctx, name, e, *g)
+			}
+		case err == nil:
+			w.abandon(ctx, e, *g) // it quit: nobody receives the grant
+		case !expectedEnd(err):
+			w.violate("%s: acquire: %v", name, err)
+		}
+	}})
+	w.add(actorSpec{name: name + "-quit", run: func(ctx context.Context) {
+		w.step(ctx, "quit "+name)
+		w.mu.Lock()
+		if delivered {
+			w.mu.Unlock()
+			return
+		}
+		quit = true
+		w.mu.Unlock()
+		cancel(context.Canceled)
+		w.sch.markWake(name)
+	}})
+}
+
 // undelivered is granted, but its stream breaks as the grant is sent: the
 // gateway gives the grant up.
 func (w *world) undelivered(name string) actorSpec {
@@ -543,7 +628,7 @@ func (w *world) undelivered(name string) actorSpec {
 			}
 			return
 		}
-		e.Abandon(ctx, *g)
+		w.abandon(ctx, e, *g)
 	}}
 }
 
@@ -574,7 +659,7 @@ func (w *world) addImpatient(name string) {
 			w.believe(name, *g)
 			w.release(ctx, name, first, *g)
 		case err == nil:
-			first.Abandon(ctx, *g) // the stream is gone: nobody receives it
+			w.abandon(ctx, first, *g) // the stream is gone: nobody receives it
 		case gone && !zombieEnd(err), !gone && !expectedEnd(err):
 			w.violate("%s: first attempt: %v", name, err)
 		}
@@ -659,7 +744,7 @@ func (w *world) addGhost(name string) {
 		switch {
 		case err == nil:
 			w.certify(name+" (unnoticed)", g)
-			first.Abandon(ctx, g) // its stream is gone: nobody receives it
+			w.abandon(ctx, first, g) // its stream is gone: nobody receives it
 		case !zombieEnd(err):
 			w.violate("%s: the unnoticed attempt: %v", name, err)
 		}
@@ -889,7 +974,7 @@ func (w *world) reenterer(name string) actorSpec {
 				w.violate("%s: retried re-entry got hold %q with %d holds; want the same hold %q with 2", name, again.HoldID, again.Holds, g2.HoldID)
 			}
 			if rerr == nil {
-				e2.Abandon(ctx, *g2) // the lost answer's grant: given up, it must drop nothing
+				w.abandon(ctx, e2, *g2) // the lost answer's grant: given up, it must drop nothing
 				g2 = again
 			}
 		}
@@ -915,7 +1000,7 @@ func (w *world) reenterer(name string) actorSpec {
 				name, g2.HoldID, g2.Token(), g1.Token(), g2.Holds)
 		}
 		if undelivered {
-			e2.Abandon(ctx, *g2) // the re-entered grant reaches nobody
+			w.abandon(ctx, e2, *g2) // the re-entered grant reaches nobody
 			w.release(ctx, name, e1, *g1)
 			return
 		}
