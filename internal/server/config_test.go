@@ -29,6 +29,27 @@ func TestAttemptTTL(t *testing.T) {
 	}
 }
 
+// TestMaxClockSkew: the configured clock-skew bound reaches every engine,
+// and one outside the engine's range is refused with the value and the
+// range.
+func TestMaxClockSkew(t *testing.T) {
+	t.Parallel()
+	srv := startGateway(t, nil, func(c *server.Config) { c.MaxClockSkew = 2 * time.Second })
+	for _, e := range srv.Engines() {
+		if got := e.Config().MaxClockSkew; got != 2*time.Second {
+			t.Errorf("engine MaxClockSkew = %s; want 2s", got)
+		}
+	}
+	for _, bad := range []time.Duration{-time.Millisecond, 2 * time.Minute} {
+		cfg := server.DefaultConfig()
+		cfg.MaxClockSkew = bad
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "max clock skew") || !strings.Contains(err.Error(), bad.String()) {
+			t.Errorf("Validate with MaxClockSkew %s = %v; want a max clock skew error naming it", bad, err)
+		}
+	}
+}
+
 // TestLeasePool: the configured lease pool size reaches every engine, 0
 // turns the pool off, and a size outside the engine's range is refused.
 func TestLeasePool(t *testing.T) {

@@ -126,6 +126,11 @@ type Config struct {
 	// while the lost holder may still believe it holds (queue.Config's
 	// LossWait, docs/safety.md).
 	NoLossWait bool
+	// MaxClockSkew bounds how far the clocks of the gateways over one
+	// etcd cluster may disagree (queue.Config.MaxClockSkew): a gateway
+	// waits out a lock-delay or loss wait another gateway stamped that
+	// much longer. Default queue.DefaultConfig's (500ms); 0 to 1m.
+	MaxClockSkew time.Duration
 	// MaxWatchKeys bounds the keys a tenant's Watch streams on this
 	// gateway follow on each shard (queue.Config.MaxWatchKeys): streams of
 	// one prefix share one view, and a watch past the bound is refused
@@ -147,6 +152,7 @@ func DefaultConfig() Config {
 		MaxConns:           10_000,
 		MaxConnsPerIP:      1_000,
 		AttemptTTL:         queue.DefaultConfig().AttemptTTL,
+		MaxClockSkew:       queue.DefaultConfig().MaxClockSkew,
 		LeasePool:          queue.DefaultConfig().LeasePool,
 		MaxWatchKeys:       queue.DefaultMaxWatchKeys,
 		BreakerOpenTimeout: shard.DefaultBreakerConfig().OpenTimeout,
@@ -186,6 +192,10 @@ func (c Config) Validate() error {
 	q.AttemptTTL = c.AttemptTTL
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("attempt TTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
+	}
+	q.MaxClockSkew = c.MaxClockSkew
+	if err := q.Validate(); err != nil {
+		return fmt.Errorf("max clock skew %s is outside 0 to 1m", c.MaxClockSkew)
 	}
 	if c.MaxWatchKeys < 0 {
 		return fmt.Errorf("max watch keys %d: want 0 (unlimited) or positive", c.MaxWatchKeys)
@@ -586,6 +596,7 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
 	rc.Queue.LeasePool = s.cfg.LeasePool
 	rc.Queue.LossWait = !s.cfg.NoLossWait
+	rc.Queue.MaxClockSkew = s.cfg.MaxClockSkew
 	rc.Queue.MaxWatchKeys = s.cfg.MaxWatchKeys
 	if s.cfg.Breaker != nil {
 		rc.Breaker = *s.cfg.Breaker
