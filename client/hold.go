@@ -15,9 +15,12 @@ import (
 // DefaultHoldWatchAfter (WithHoldWatch) after the grant until l is done,
 // and ends l the moment a gateway says how it ended: evicted (ErrEvicted),
 // or lost. A watch that fails (its gateway stopped, a link broke) is opened
-// again on the next gateway after a backoff; the renewals go on beside it
-// and still decide the lock's deadline. lose ends l with the error it is
-// given.
+// again on the next gateway after a backoff that grows while the watches
+// fail and starts again after one that delivered; the renewals go on
+// beside it and still decide the lock's deadline. A watch a gateway will
+// not serve — refused at the tenant's cap on open streams (QUOTA_EXCEEDED)
+// or unknown to it (unimplemented) — is not asked for again: the lock is
+// held as well without it. lose ends l with the error it is given.
 func (c *Client) watchHold(l *Lock, lose func(error)) {
 	after := c.cfg.holdWatch
 	if after < 0 {
@@ -40,6 +43,7 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 			stream, err := ep.rpc.WatchHold(ctx, connect.NewRequest(&v1.WatchHoldRequest{LockId: l.id, FencingToken: l.token}))
 			if err == nil {
 				for stream.Receive() {
+					bo.reset()
 					if m := stream.Msg(); m.Reason != v1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 						_ = stream.Close()
 						lose(l.lostError(holdEnded(m)))
@@ -57,6 +61,9 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 				lose(l.lostError(err))
 				return
 			}
+			if err != nil && watchNotServed(err) {
+				return
+			}
 			c.failed(i)
 			t := time.NewTimer(bo.next())
 			select {
@@ -67,6 +74,13 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 			}
 		}
 	}()
+}
+
+// watchNotServed reports a WatchHold answer that asking again would not
+// change soon: the tenant's streams are at their cap, or the gateway does
+// not know the call.
+func watchNotServed(err error) bool {
+	return connect.CodeOf(err) == connect.CodeUnimplemented || Reason(err) == ReasonQuotaExceeded
 }
 
 // holdEnded is the gateway's account of how a held lock ended, as the

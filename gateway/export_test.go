@@ -10,3 +10,6 @@ func SealLockIDBody(keys IDKeyring, body []byte) string {
 func SealSessionIDBody(keys IDKeyring, body []byte) string {
 	return seal(keys, sessionIDDomain, sessionIDVersion, body)
 }
+
+// HoldBeat is how often a WatchHold stream beats, on the gateway's clock.
+const HoldBeat = holdBeat

@@ -8,20 +8,22 @@ import (
 	"connectrpc.com/connect"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // holdBeat is how often a WatchHold stream says the lock is still held: a
-// message without a reason, each bounded by the send timeout, so that a
-// client that stopped reading is dropped and an idle connection is not
-// closed by a proxy in between.
+// message without a reason, on the gateway's clock, each bounded by the
+// send timeout, so that a client that stopped reading is dropped and an
+// idle connection is not closed by a proxy in between.
 const holdBeat = 30 * time.Second
 
 // WatchHold tells a holder how its lock ended, as soon as this gateway's
 // engine learns of it (queue.Engine.AwaitEnd): an eviction or a loss,
 // whichever gateway saw it. It costs the gateway a stream and no etcd work
-// while the lock is held; the renewal rate limit admits it, and only a
-// caller that holds the lock's id can open it. A gateway shutting down ends
-// it with SHUTTING_DOWN, for the SDK to watch on through another.
+// while the lock is held; the renewal rate limit admits it, it counts as
+// one of the tenant's open streams (MaxWaitersPerTenant) until it ends, and
+// only a caller that holds the lock's id can open it. A gateway shutting
+// down ends it with SHUTTING_DOWN, for the SDK to watch on through another.
 func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHoldRequest], stream *connect.ServerStream[v1.WatchHoldResponse]) error {
 	id, t, err := s.lockTarget(ctx, req.Msg.LockId)
 	if err != nil {
@@ -31,40 +33,62 @@ func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHo
 	if err := s.lim.renew(who); err != nil {
 		return err
 	}
+	// An open watch costs like an open wait (a stream, its goroutines and
+	// an engine subscription for as long as the lock is held): it counts
+	// against the same cap.
+	endWait, err := s.lim.startWait(who)
+	if err != nil {
+		return err
+	}
+	defer endWait()
+	// The beats count from the opening: armed before the headers go.
+	beat := s.clk.NewTimer(holdBeat)
+	defer func() { beat.Stop() }()
 	// The response headers go at once: the client knows the watch is open.
 	if err := s.send(ctx, func() error { return stream.Send(nil) }); err != nil {
 		return err
 	}
+
+	// The handler's goroutine is the stream's only writer — a stream takes
+	// one message at a time, and none once its handler has returned. The
+	// engine's wait runs beside it and only hands over its answer; it has
+	// ended before the handler returns, whichever way the stream ends.
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
-	beat := time.NewTicker(holdBeat)
-	defer beat.Stop()
+	type awaited struct {
+		end queue.End
+		err error
+	}
+	ended := make(chan awaited, 1)
 	go func() {
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-beat.C:
-				if err := s.send(ctx, func() error { return stream.Send(&v1.WatchHoldResponse{}) }); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		}
+		end, err := t.Engine.AwaitEnd(wctx, id.Handle, req.Msg.FencingToken)
+		ended <- awaited{end, err}
 	}()
-	end, err := t.Engine.AwaitEnd(wctx, id.Handle, req.Msg.FencingToken)
-	if err != nil {
-		if errors.Is(err, errShuttingDown) {
+	var a awaited
+	for waiting := true; waiting; {
+		select {
+		case a = <-ended:
+			waiting = false
+		case <-beat.C():
+			if err := s.send(ctx, func() error { return stream.Send(&v1.WatchHoldResponse{}) }); err != nil {
+				cancel(err) // the client is gone
+				<-ended
+				return err
+			}
+			beat = s.clk.NewTimer(holdBeat)
+		}
+	}
+	if a.err != nil {
+		if errors.Is(a.err, errShuttingDown) {
 			return errShuttingDown
 		}
-		return onShard(t.Shard, err)
+		return onShard(t.Shard, a.err)
 	}
-	_, reason, msg := classify(end.Err)
+	_, reason, msg := classify(a.end.Err)
 	out := &v1.WatchHoldResponse{Reason: reason, Message: msg}
-	if end.Audit != nil {
-		out.AuditId = end.Audit.ID
+	if a.end.Audit != nil {
+		out.AuditId = a.end.Audit.ID
 	}
-	cancel(nil) // the beats stop before the last message
 	return s.send(ctx, func() error { return stream.Send(out) })
 }

@@ -41,8 +41,9 @@ type Limits struct {
 	ClientRenewBurst int
 	// MaxWaitersPerName caps the keys (holder and waiters) of one name.
 	MaxWaitersPerName int
-	// MaxWaitersPerTenant caps the waits (and Watch streams) one gateway
-	// process serves for a tenant at once.
+	// MaxWaitersPerTenant caps the long-lived streams one gateway process
+	// serves for a tenant at once: its waits (Acquire, Campaign) and its
+	// watches (Observe, Watch, WatchHold).
 	MaxWaitersPerTenant int
 	// MaxKeysPerTenant caps the keys (held or waiting locks) a tenant has on
 	// each shard, checked against a count refreshed at most once a second.
@@ -196,7 +197,8 @@ func (l *limiter) renew(id Identity) error {
 	return nil
 }
 
-// startWait counts one wait for the tenant; the returned func ends it.
+// startWait counts one open stream (a wait or a watch) for the tenant
+// against MaxWaitersPerTenant; the returned func ends it.
 func (l *limiter) startWait(id Identity) (func(), error) {
 	max := l.cfg.MaxWaitersPerTenant
 	if max <= 0 {
@@ -205,7 +207,7 @@ func (l *limiter) startWait(id Identity) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.waiting[id.Tenant] >= max {
-		return nil, l.refuse(limitTenantWaiters, fmt.Sprintf("tenant %q has %d waits open on this gateway, the limit", id.Tenant, max), time.Second)
+		return nil, l.refuse(limitTenantWaiters, fmt.Sprintf("tenant %q has %d waits and watches open on this gateway, the limit", id.Tenant, max), time.Second)
 	}
 	l.waiting[id.Tenant]++
 	var once sync.Once

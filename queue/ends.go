@@ -109,8 +109,13 @@ func (w *endWatch) run(ctx context.Context, prefix string) {
 	defer w.e.wg.Done()
 	b := newBackoff(w.e.cfg.Clock)
 	for ctx.Err() == nil {
+		w.e.at(ctx, pointEndWatch)
 		wch, _, stop, err := w.e.openWatch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterDelete())
 		if err == nil {
+			// The watch starts where etcd confirmed it, not where an
+			// awaiter that subscribed before proved its lock: every
+			// awaiter proves it again, so an end in between is seen.
+			w.wakeAll()
 			for wr := range wch {
 				if wr.Err() != nil {
 					break
@@ -198,6 +203,7 @@ func (e *Engine) AwaitEnd(ctx context.Context, h Handle, token int64) (End, erro
 		case err != nil && ctx.Err() != nil:
 			return End{}, context.Cause(ctx)
 		}
+		e.at(ctx, pointEndProof)
 		select {
 		case <-ctx.Done():
 			return End{}, context.Cause(ctx)

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,6 +59,40 @@ func TestHolderToldOfEviction(t *testing.T) {
 	}
 	if _, err := e.Renew(testCtx(t), g.Handle, g.Token()); !errors.Is(err, ErrEvicted) {
 		t.Fatalf("Renew of an evicted lock = %v; want ErrEvicted", err)
+	}
+}
+
+// TestHolderToldOfAnEndBeforeTheWatchOpened: the engine's watch of audit
+// records starts where etcd confirms it, which can be after an awaiter
+// proved its lock held. An eviction in between — after the proof, before
+// the watch — is still told: the awaiters prove their locks again once the
+// watch is open.
+func TestHolderToldOfAnEndBeforeTheWatchOpened(t *testing.T) {
+	e, cli := newEngine(t)
+	other, err := New(cli, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	g := mustAcquire(t, e, req("between"))
+	evicted := make(chan struct{})
+	var once sync.Once
+	e.hooks = &pointHooks{fn: func(ctx context.Context, point string) {
+		switch point {
+		case pointEndWatch:
+			<-evicted // no watch opens before the eviction
+		case pointEndProof:
+			once.Do(func() {
+				if _, err := other.ForceRelease(ctx, ForceReleaseRequest{Name: "between", Reason: "between proof and watch", Actor: "op"}); err != nil {
+					t.Error(err)
+				}
+				close(evicted)
+			})
+		}
+	}}
+	end := within10s(t, awaitEnd(t, e, g), "an eviction before the watch opened")
+	if end.Kind != EndEvicted || !errors.Is(end.Err, ErrEvicted) {
+		t.Fatalf("end = %+v; want evicted", end)
 	}
 }
 

@@ -38,6 +38,8 @@ const (
 	pointPoolBack = "pool.return"       // before a released key's lease is given back to the pool
 	pointPoolFill = "pool.fill"         // before the pool's pass grants and refreshes leases
 	pointForce    = "force.txn"         // a force-release read the holder, before its delete
+	pointEndProof = "ends.proof"        // AwaitEnd found the lock held (or could not tell), before it waits to be woken
+	pointEndWatch = "ends.watch"        // before the watch of audit or wait records for AwaitEnd opens
 )
 
 // Lease events: what the explorer learns about a lease's users, beyond the

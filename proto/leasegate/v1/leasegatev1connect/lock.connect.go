@@ -142,7 +142,10 @@ type LockServiceClient interface {
 	// answered at once, released ones too. The holder ends the stream itself
 	// when it releases. The SDKs keep one open while they hold a lock for
 	// more than a moment, so that a holder stops at once rather than at its
-	// next renewal.
+	// next renewal. An open one counts as one of the tenant's open streams
+	// on its gateway, as a wait does: past that cap it is refused with
+	// resource_exhausted (QUOTA_EXCEEDED, limit tenant_waiters), and the
+	// SDKs go on without it, their renewals still deciding.
 	WatchHold(context.Context, *connect.Request[v1.WatchHoldRequest]) (*connect.ServerStreamForClient[v1.WatchHoldResponse], error)
 }
 
@@ -407,7 +410,10 @@ type LockServiceHandler interface {
 	// answered at once, released ones too. The holder ends the stream itself
 	// when it releases. The SDKs keep one open while they hold a lock for
 	// more than a moment, so that a holder stops at once rather than at its
-	// next renewal.
+	// next renewal. An open one counts as one of the tenant's open streams
+	// on its gateway, as a wait does: past that cap it is refused with
+	// resource_exhausted (QUOTA_EXCEEDED, limit tenant_waiters), and the
+	// SDKs go on without it, their renewals still deciding.
 	WatchHold(context.Context, *connect.Request[v1.WatchHoldRequest], *connect.ServerStream[v1.WatchHoldResponse]) error
 }
 
