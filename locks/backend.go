@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,11 +41,46 @@ var idleTenant = time.Minute
 // TenantPrefix is the etcd prefix of tenant's keys on this cluster,
 // <prefix>/t/<tenant>; the empty tenant's is Engine's own prefix. It is
 // the prefix of TenantEngine(tenant).
-func (b *Backend) TenantPrefix(tenant string) string {
+func (b *Backend) TenantPrefix(tenant string) string { return tenantPrefix(b.qcfg.Prefix, tenant) }
+
+// EngineOf returns the prefix (TenantPrefix) of the engine of b that key
+// belongs to; ok is false for a key outside the cluster's prefix.
+func (b *Backend) EngineOf(key string) (prefix string, ok bool) {
+	return engineOf(b.qcfg.Prefix, key)
+}
+
+// tenantsSeg is the segment under a cluster's prefix that the tenants'
+// engines nest in: <prefix>/t/<tenant>. None of an engine's own records
+// lives under it (queue's layout: locks, sessions, holds, delays …), and
+// a tenant's name has no '/' (gateway.ValidateTenant).
+const tenantsSeg = "/t/"
+
+// tenantPrefix is the prefix of tenant's engine on a cluster whose
+// engines live under prefix; the empty tenant's is prefix itself.
+func tenantPrefix(prefix, tenant string) string {
 	if tenant == "" {
-		return b.qcfg.Prefix
+		return prefix
 	}
-	return b.qcfg.Prefix + "/t/" + tenant
+	return prefix + tenantsSeg + tenant
+}
+
+// engineOf is tenantPrefix reversed: the prefix of the engine that key,
+// a key under prefix, belongs to. The parse is anchored at prefix and
+// reads the layout from the root down: a tenant's key is
+// <prefix>/t/<tenant>/…, every other key is the cluster's own engine's.
+func engineOf(prefix, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, prefix+"/")
+	if !ok {
+		return "", false
+	}
+	if t, ok := strings.CutPrefix(rest, tenantsSeg[1:]); ok {
+		tenant, _, ok := strings.Cut(t, "/")
+		if !ok || tenant == "" {
+			return "", false
+		}
+		return tenantPrefix(prefix, tenant), true
+	}
+	return prefix, true
 }
 
 // TenantEngine returns the engine for tenant's locks on this cluster

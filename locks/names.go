@@ -2,6 +2,7 @@ package locks
 
 import (
 	"context"
+	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -16,7 +17,29 @@ type Names struct{}
 
 var _ shard.NameLister = Names{}
 
-// ListNames lists the names with a holder or waiter key under prefix.
+// ListNames lists the names with a holder or waiter key in any engine of
+// the cluster at prefix: its own and every tenant's (TenantPrefix). Each
+// key is parsed from the cluster's root down (engineOf, then
+// queue.SplitWaiterKey), so no other record of an engine — a session's, a
+// holds or delay record, an audit entry — passes for a waiter's, whatever
+// a tenant is called.
 func (Names) ListNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
-	return queue.ListNames(ctx, cli, prefix)
+	resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("locks: list names: %w", err)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		e, ok := engineOf(prefix, k)
+		if !ok {
+			continue
+		}
+		if name, _, ok := queue.SplitWaiterKey(e, k); ok && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }

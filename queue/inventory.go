@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -103,27 +102,18 @@ func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
 	return resp.Responses[0].GetResponseRange().Count + resp.Responses[1].GetResponseRange().Count, nil
 }
 
-// ListNames lists every lock name with a key anywhere under prefix: the
-// engine at prefix itself and engines nested below it (one per tenant).
+// ListNames lists every name (an engine name: ElectionName of an
+// election's) with a key in the engine at prefix.
 func ListNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
-	resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(ctx, LocksPrefix(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, fmt.Errorf("queue: list names: %w", err)
 	}
 	var out []string
 	seen := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		k := string(kv.Key)
-		i := strings.LastIndex(k, "/locks/")
-		if i < 0 {
-			continue
-		}
-		seg, _, ok := strings.Cut(k[i+len("/locks/"):], "/")
-		if !ok || seen[seg] {
-			continue
-		}
-		seen[seg] = true
-		if name, err := unescapeName(seg); err == nil {
+		if name, _, ok := SplitWaiterKey(prefix, string(kv.Key)); ok && !seen[name] {
+			seen[name] = true
 			out = append(out, name)
 		}
 	}

@@ -67,6 +67,30 @@ func NamePrefix(prefix, name string) string {
 	return LocksPrefix(prefix) + escapeName(name) + "/"
 }
 
+// SplitWaiterKey parses key as a waiter key of the engine at prefix,
+// NamePrefix(prefix, name) followed by a waiter id, and returns the name
+// (an engine name: ElectionName of an election's) and the waiter id. ok is
+// false for every other key: of another engine, a record that is not a
+// waiter's, a segment that is no escaped name. The parse is anchored at
+// prefix: a key is judged by the layout from the engine's root down, never
+// by where "/locks/" happens to occur in it (a tenant or cluster prefix
+// may contain it).
+func SplitWaiterKey(prefix, key string) (name, waiterID string, ok bool) {
+	rest, ok := strings.CutPrefix(key, LocksPrefix(prefix))
+	if !ok {
+		return "", "", false
+	}
+	seg, waiterID, ok := strings.Cut(rest, "/")
+	if !ok || seg == "" || waiterID == "" || strings.Contains(waiterID, "/") {
+		return "", "", false
+	}
+	name, err := unescapeName(seg)
+	if err != nil || escapeName(name) != seg {
+		return "", "", false
+	}
+	return name, waiterID, true
+}
+
 // SessionKey is the key, under an engine's prefix, of the record that
 // proves a session lease: ValueHeader of the session's secret, then JSON.
 func SessionKey(prefix string, lease clientv3.LeaseID) string {

@@ -335,7 +335,8 @@ func TestBrowserForceReleaseNeedsAdmin(t *testing.T) {
 }
 
 // A semaphore's next waiter is at position 1 on the lock page, as its own
-// Acquire stream says, with every holder listed; an election is listed as
+// Acquire stream says, with every holder listed there and counted in the
+// lock table, its one waiter counted as one; an election is listed as
 // an election under its own name — never with its NUL marker — and its
 // page shows its leader.
 func TestBrowserSemaphoreAndElection(t *testing.T) {
@@ -373,6 +374,8 @@ func TestBrowserSemaphoreAndElection(t *testing.T) {
 	await(t, b, live(), `#locks tr[data-election="pool"]`)
 	await(t, b, live(), `#locks tr[data-lock="pool"]`)
 	awaitText(t, b, `#locks tr[data-election="pool"] td[data-col="kind"]`, "election")
+	awaitText(t, b, `#locks tr[data-lock="pool"] td[data-col="holder"]`, "a and 1 more")
+	awaitText(t, b, `#locks tr[data-lock="pool"] td[data-col="waiters"]`, "1")
 	awaitText(t, b, `#locks tr[data-election="pool"] td[data-col="holder"]`, "chief")
 	if n := value(t, b, 5*time.Second, "looking for a NUL", chromedp.Evaluate[int](`[...document.querySelectorAll('#locks td')].filter((td) => /[\u0000-\u001f]/.test(td.textContent)).length`)); n != 0 {
 		t.Errorf("%d cells of the lock table hold a control character", n)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/gateway"
@@ -73,9 +73,11 @@ type ShardOverview struct {
 	Health string `json:"health"`
 	// Breaker is the circuit breaker's state: closed, half-open or open.
 	Breaker string `json:"breaker"`
-	// Held counts names with a holder; Waiting counts the waiters behind
-	// them, over the Overview's scope: every tenant's, or the caller's
-	// tenant's. Both are absent when the count failed.
+	// Held counts names with a holder (a semaphore's holders are one
+	// name); Waiting counts the keys that wait behind the holders, judged
+	// by the engine's grant rule, over the Overview's scope: every
+	// tenant's, or the caller's tenant's. Both are absent when the count
+	// failed.
 	Held    *int64 `json:"held,omitempty"`
 	Waiting *int64 `json:"waiting,omitempty"`
 	// Partial says the counts stopped at Config.ScanLimit keys.
@@ -211,7 +213,7 @@ func (c *Console) counts(ctx context.Context, backends []*locks.Backend, sc scop
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.count(ctx, b, sc.prefix(b), &out[i])
+			c.count(ctx, b, sc, &out[i])
 		}()
 	}
 	wg.Wait()
@@ -219,44 +221,70 @@ func (c *Console) counts(ctx context.Context, backends []*locks.Backend, sc scop
 	return out
 }
 
-// count fills s's held and waiting counts from one keys-only read of
-// prefix on b. Every name with keys has one holder, the key that came
-// first, and the rest wait behind it; the figure is a moment's.
-func (c *Console) count(ctx context.Context, b *locks.Backend, prefix string, s *ShardOverview) {
-	var resp *clientv3.GetResponse
+// count fills s's held and waiting counts for sc from one keys-only read
+// of sc's range on b. Each key is parsed by the key layout from the
+// engine's root down (queue.SplitWaiterKey, under the engine
+// locks.Backend.EngineOf names), and each name's holders are judged by the
+// engine's grant rule (queue.HeldCounts), which reads at the same
+// revision the few values it needs: a semaphore of limit N has up to N
+// holders, and a key refused for its limit holds nothing. The figure is a
+// moment's.
+func (c *Console) count(ctx context.Context, b *locks.Backend, sc scope, s *ShardOverview) {
+	var names [][]*mvccpb.KeyValue
+	var more bool
+	var held []int
 	err := b.Call(ctx, func(ctx context.Context) error {
 		// Its own deadline: a hung cluster is then a failure the breaker
 		// counts, as for any bounded call.
 		ctx, cancel := context.WithTimeout(ctx, c.cfg.ScanTimeout)
 		defer cancel()
-		var err error
-		resp, err = b.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(c.cfg.ScanLimit))
+		resp, err := b.Client.Get(ctx, sc.prefix(b), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(c.cfg.ScanLimit))
+		if err != nil {
+			return err
+		}
+		names, more = sc.names(b, resp.Kvs), resp.More
+		held, err = queue.HeldCounts(ctx, b.Client, resp.Header.Revision, names)
 		return err
 	})
 	if err != nil {
 		s.CountError = err.Error()
 		return
 	}
-	// Every engine's waiter keys are <engine prefix>/locks/<escaped
-	// name>/<waiter id> (queue.LocksPrefix, queue.NamePrefix).
-	marker := queue.LocksPrefix("")
-	names := map[string]bool{}
-	var keys int64
-	for _, kv := range resp.Kvs {
-		k := string(kv.Key)
-		i := strings.LastIndex(k, marker)
-		if i < 0 {
-			continue
+	var holding, waiting int64
+	for i, keys := range names {
+		if held[i] > 0 {
+			holding++
 		}
-		j := strings.LastIndexByte(k, '/')
-		if j <= i+len(marker) {
-			continue
-		}
-		keys++
-		names[k[:j]] = true
+		waiting += int64(len(keys) - held[i])
 	}
-	held, waiting := int64(len(names)), keys-int64(len(names))
-	s.Held, s.Waiting, s.Partial = &held, &waiting, resp.More
+	s.Held, s.Waiting, s.Partial = &holding, &waiting, more
+}
+
+// names groups the waiter keys among kvs, a read of sc's range on b in key
+// order, by name; every other record is left out. A name's keys are
+// contiguous in key order (its escaped segment has no '/').
+func (sc scope) names(b *locks.Backend, kvs []*mvccpb.KeyValue) [][]*mvccpb.KeyValue {
+	var out [][]*mvccpb.KeyValue
+	last := ""
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		engine, ok := b.TenantPrefix(sc.tenant), true
+		if !sc.own {
+			engine, ok = b.EngineOf(k)
+		}
+		if !ok {
+			continue
+		}
+		name, _, ok := queue.SplitWaiterKey(engine, k)
+		if !ok {
+			continue
+		}
+		if id := queue.NamePrefix(engine, name); id != last || len(out) == 0 {
+			out, last = append(out, nil), id
+		}
+		out[len(out)-1] = append(out[len(out)-1], kv)
+	}
+	return out
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -36,8 +36,9 @@ type Config struct {
 	Metrics prometheus.Gatherer
 	// ScanLimit bounds the keys read from one shard to count its held
 	// locks and waiters (one keys-only range read per shard, at most once
-	// a second however many consoles are open). Default 100,000; past it
-	// the counts are marked partial.
+	// a second however many consoles are open, then the values the grant
+	// rule needs of the names with more than one key: at most one per
+	// key read). Default 100,000; past it the counts are marked partial.
 	ScanLimit int64
 	// ScanTimeout bounds one overview's reads. Default 2 s.
 	ScanTimeout time.Duration

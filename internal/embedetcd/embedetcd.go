@@ -5,6 +5,7 @@
 package embedetcd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -37,7 +38,8 @@ type Config struct {
 	// ElectionMs is the election timeout. Default 1000 ms (etcd's default).
 	// The minimum lease TTL etcd accepts is about 1.5 × ElectionMs.
 	ElectionMs uint
-	// StartTimeout bounds how long Start waits for the member to serve. Default 60 s.
+	// StartTimeout bounds how long Start waits for the member to serve,
+	// etcd's opening of its data included. Default 60 s.
 	StartTimeout time.Duration
 	// UnsafeNoFsync disables fsync: for tests only, never for data that matters.
 	UnsafeNoFsync bool
@@ -53,8 +55,17 @@ type Server struct {
 }
 
 // Start launches the member and blocks until it serves clients or
-// StartTimeout passes.
-func Start(cfg Config) (*Server, error) {
+// StartTimeout passes: StartContext without an end of its own.
+func Start(cfg Config) (*Server, error) { return StartContext(context.Background(), cfg) }
+
+// StartContext launches the member and blocks until it serves clients,
+// StartTimeout passes or ctx ends. A member whose database another
+// program has locked is refused at once with ErrDatabaseInUse, naming the
+// file and, where the system says, the process. If etcd's own start is
+// still running when the time is up (it waits without end for a database
+// locked after that check), StartContext returns and leaves it to finish
+// in the background, holding the directory until it ends (startEtcd).
+func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("embedetcd: Dir is required")
 	}
@@ -72,7 +83,7 @@ func Start(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	return startMember(MemberConfig{
+	return startMember(ctx, MemberConfig{
 		Name:                cfg.Name,
 		Dir:                 filepath.Join(cfg.Dir, cfg.Name+".etcd"),
 		ClientAddr:          cfg.ClientAddr,

@@ -1,6 +1,7 @@
 package embedetcd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -50,7 +51,8 @@ type MemberConfig struct {
 	// LogLevel is etcd's own log level. Default "error".
 	LogLevel string
 	// StartTimeout bounds how long StartMember waits for the member to
-	// serve, which needs a quorum of the cluster. Default 60 s.
+	// serve, which needs a quorum of the cluster, etcd's opening of its
+	// data included. Default 60 s.
 	StartTimeout time.Duration
 }
 
@@ -83,7 +85,7 @@ func StartMember(cfg MemberConfig) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return startMember(cfg.withDefaults(), nil)
+	return startMember(context.Background(), cfg.withDefaults(), nil)
 }
 
 // withDefaults fills the fields left empty with their documented defaults.
@@ -106,10 +108,58 @@ func (c MemberConfig) withDefaults() MemberConfig {
 	return c
 }
 
-// startMember builds the embed configuration of a member whose cfg is
-// complete, lets tune adjust it, starts the member and waits until it
-// serves clients: the one place either kind of member is configured.
-func startMember(cfg MemberConfig, tune func(*embed.Config)) (*Server, error) {
+// startMember starts the member of cfg, which is complete, configured by
+// embedConfig and tune, and waits until it serves clients, StartTimeout
+// passes or ctx ends.
+func startMember(ctx context.Context, cfg MemberConfig, tune func(*embed.Config)) (*Server, error) {
+	ec, err := embedConfig(cfg, tune)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := LockDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: member %q: %w", cfg.Name, err)
+	}
+	if err := checkDatabase(cfg.Dir); err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("embedetcd: member %q: %w", cfg.Name, err)
+	}
+	t := time.NewTimer(cfg.StartTimeout)
+	defer t.Stop()
+	e, err := startEtcd(ctx, ec, t.C, lock)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("embedetcd: member %q: start given up: %w", cfg.Name, err)
+	}
+	if errors.Is(err, errStartExpired) {
+		return nil, fmt.Errorf("embedetcd: member %q: etcd did not open its data within %s (is %s locked by another program?); the attempt goes on in the background and lets go of the directory when it ends", cfg.Name, cfg.StartTimeout, databasePath(cfg.Dir))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("embedetcd: start member %q: %w", cfg.Name, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		lock.Unlock()
+		return nil, fmt.Errorf("embedetcd: member %q failed: %w", cfg.Name, err)
+	case <-ctx.Done():
+		e.Server.Stop()
+		e.Close()
+		lock.Unlock()
+		return nil, fmt.Errorf("embedetcd: member %q: start given up: %w", cfg.Name, ctx.Err())
+	case <-t.C:
+		e.Server.Stop()
+		e.Close()
+		lock.Unlock()
+		return nil, fmt.Errorf("embedetcd: member %q not ready after %s (is a quorum of its cluster running?)", cfg.Name, cfg.StartTimeout)
+	}
+	return &Server{etcd: e, endpoint: ec.AdvertiseClientUrls[0].String(), lock: lock}, nil
+}
+
+// embedConfig is the embed configuration of the member of cfg, which is
+// complete, with tune's adjustments: the one place either kind of member
+// is configured.
+func embedConfig(cfg MemberConfig, tune func(*embed.Config)) (*embed.Config, error) {
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
@@ -139,31 +189,61 @@ func startMember(cfg MemberConfig, tune func(*embed.Config)) (*Server, error) {
 	if tune != nil {
 		tune(ec)
 	}
+	return ec, nil
+}
 
-	lock, err := LockDir(cfg.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("embedetcd: member %q: %w", cfg.Name, err)
+// errStartExpired is startEtcd's error when its time ran out.
+var errStartExpired = errors.New("etcd start expired")
+
+// startEtcd runs embed.StartEtcd on ec until it returns, expired fires
+// or ctx ends, whichever comes first, holding lock, the member's
+// directory lock. StartEtcd has no deadline of its own: it waits without
+// end for the database's lock (checkDatabase tells only whether it was
+// free a moment before). On expiry startEtcd returns errStartExpired at
+// once (at the end of ctx, ctx's error) and leaves StartEtcd running in a
+// goroutine, with the member's ports bound and lock held, so no other
+// member of this process opens the directory meanwhile; when StartEtcd
+// returns, that goroutine closes the member it started and lets go of
+// lock. A StartEtcd that never returns keeps both until the process
+// exits, which is what a gateway whose start failed does next. On an
+// error of StartEtcd's own, lock is let go of.
+func startEtcd(ctx context.Context, ec *embed.Config, expired <-chan time.Time, lock *DirLock) (*embed.Etcd, error) {
+	return startWithin(ctx, func() (*embed.Etcd, error) { return embed.StartEtcd(ec) }, expired, lock.Unlock)
+}
+
+// startWithin is startEtcd with the start given: start runs in a
+// goroutine of its own, and release is called once start has returned,
+// unless its server is handed to the caller.
+func startWithin(ctx context.Context, start func() (*embed.Etcd, error), expired <-chan time.Time, release func()) (*embed.Etcd, error) {
+	type started struct {
+		e   *embed.Etcd
+		err error
 	}
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		lock.Unlock()
-		return nil, fmt.Errorf("embedetcd: start member %q: %w", cfg.Name, err)
-	}
-	t := time.NewTimer(cfg.StartTimeout)
-	defer t.Stop()
+	done := make(chan started, 1)
+	var err error
+	go func() {
+		e, err := start()
+		done <- started{e, err}
+	}()
 	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		lock.Unlock()
-		return nil, fmt.Errorf("embedetcd: member %q failed: %w", cfg.Name, err)
-	case <-t.C:
-		e.Server.Stop()
-		e.Close()
-		lock.Unlock()
-		return nil, fmt.Errorf("embedetcd: member %q not ready after %s (is a quorum of its cluster running?)", cfg.Name, cfg.StartTimeout)
+	case s := <-done:
+		if s.err != nil {
+			release()
+			return nil, s.err
+		}
+		return s.e, nil
+	case <-expired:
+		err = errStartExpired
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
-	return &Server{etcd: e, endpoint: curl.String(), lock: lock}, nil
+	go func() {
+		if s := <-done; s.e != nil {
+			s.e.Close()
+		}
+		release()
+	}()
+	return nil, err
 }
 
 // Err delivers a fatal error of the running member (a listener that

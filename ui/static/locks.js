@@ -42,7 +42,11 @@ export function locksPage(root, params) {
 
   function draw() {
     const rows = (last.locks || []).map((l) => {
-      const holder = (l.holders || [])[0];
+      // A semaphore has up to its limit of holders: the first is shown,
+      // and how many more hold beside it.
+      const holders = l.holders || [];
+      const holder = holders[0];
+      const others = holders.length > 1 ? ` and ${holders.length - 1} more` : '';
       // Elections are listed beside locks under their own names: a kind
       // column tells them apart, and an election's page is its queue.
       const election = l.kind === 'LOCK_KIND_ELECTION';
@@ -51,7 +55,7 @@ export function locksPage(root, params) {
         h('td', {}, h('a', { href }, l.name)),
         h('td', { 'data-col': 'kind' }, election ? 'election' : 'lock'),
         h('td', {}, l.shard),
-        h('td', { 'data-col': 'holder' }, holder ? holder.clientId || '(no client id)' : h('span', { class: 'muted' }, 'free')),
+        h('td', { 'data-col': 'holder', title: holders.length > 1 ? holders.map((x) => x.clientId || '(no client id)').join(', ') : undefined }, holder ? (holder.clientId || '(no client id)') + others : h('span', { class: 'muted' }, 'free')),
         h('td', { class: 'num' }, holder ? holder.fencingToken : ''),
         h('td', { class: 'num', 'data-expires': holder?.expiresAt || '' }, holder ? duration(Date.parse(holder.expiresAt) - Date.now()) : ''),
         h('td', { class: 'num', 'data-col': 'waiters' }, l.waiters || '0'));
