@@ -127,8 +127,10 @@ func (n *nemesis) evictHolder(ctx context.Context, gi int, name string, withSess
 	var got, r AcquireOp
 	h.Hist.update(func() { got, r = *op, *rop })
 	note := fmt.Sprintf("%s held %s: %s", who, e.Invoke.Sub(granted).Round(time.Millisecond), e.Outcome)
-	if got.Lost && !got.DoneAt.IsZero() {
-		note += fmt.Sprintf(", told %s later (%v)", got.DoneAt.Sub(e.Invoke).Round(time.Millisecond), map[bool]string{true: "ErrEvicted", false: "lost"}[got.ToldEvicted])
+	if got.Lost {
+		// End: when the holder noticed (its Context's end, DoneAt, may
+		// be recorded a moment later).
+		note += fmt.Sprintf(", noticed %s later (%v)", got.End.Sub(e.Invoke).Round(time.Millisecond), map[bool]string{true: "ErrEvicted", false: got.LostErr}[got.ToldEvicted])
 	} else {
 		note += ", not told"
 	}
