@@ -2,7 +2,11 @@
 
 package chaos
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // The checkers of re-entered locks' holds (reentrant.go). What a worker
 // believed is judged by belief, over its first grant; what the wire
@@ -10,11 +14,14 @@ import "fmt"
 
 // Checker names of the holds.
 const (
-	checkHoldRetry   = "reentry-retry-same-hold"
-	checkHoldRelease = "hold-released-once"
+	checkHoldIdentity = "hold-own-identity"
+	checkHoldRetry    = "reentry-retry-same-hold"
+	checkHoldRelease  = "hold-released-once"
 )
 
-// checkHolds: an acquire of a hold sent again with its request id and
+// checkHolds: a re-entry granted the lock's token is a hold of its own —
+// a lock id none of the lock's other holds has — and the lock then has
+// one hold more than before. An acquire of a hold sent again with its request id and
 // granted the lock's token is that hold — its lock id, and for a re-entry
 // its hold count (a retry of the lock's own acquire takes its key over,
 // whose count is not judged); a retry granted another token found the lock
@@ -26,6 +33,12 @@ func checkHolds(ops []HoldOp) []Violation {
 	var vs []Violation
 	for _, o := range ops {
 		switch o.Kind {
+		case holdTaken:
+			if slices.Contains(o.Others, o.Hold) || o.Count != len(o.Others)+1 {
+				vs = append(vs, Violation{Check: checkHoldIdentity, Name: o.Name, Ops: []int{o.Op}, Detail: fmt.Sprintf(
+					"%s re-entered token %d (op %d) at %s, holding %d holds (%s): answered hold %s with hold count %d, not a hold of its own with count %d",
+					o.Client, o.Token, o.Op, ts(o.Invoke), len(o.Others), strings.Join(o.Others, ", "), o.Hold, o.Count, len(o.Others)+1)})
+			}
 		case holdRetry:
 			if o.AgainToken != o.Token {
 				continue
@@ -103,7 +116,7 @@ func holdFigures(ops []AcquireOp, holds []HoldOp, vs []Violation) HoldCounts {
 		}
 	}
 	for _, v := range vs {
-		if v.Check == checkHoldRetry || v.Check == checkHoldRelease {
+		if v.Check == checkHoldIdentity || v.Check == checkHoldRetry || v.Check == checkHoldRelease {
 			c.Violations++
 		}
 	}

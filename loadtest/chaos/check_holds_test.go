@@ -17,11 +17,19 @@ func TestCheckHolds(t *testing.T) {
 		return HoldOp{Kind: holdRelease, Client: "r0", Name: "x", Op: 3, Token: token, Hold: "h1", Count: 2,
 			Answered: answered, Released: released, AnsweredAgain: answeredAgain, ReleasedAgain: releasedAgain, Invoke: at(200), Complete: at(220)}
 	}
+	taken := func(hold string, count int, others ...string) HoldOp {
+		return HoldOp{Kind: holdTaken, Client: "r0", Name: "x", Op: 3, Token: token, Hold: hold, Count: count, Others: others, Invoke: at(50), Complete: at(60)}
+	}
 	for _, tc := range []struct {
 		name  string
 		op    HoldOp
 		check string // "" when no violation is due
 	}{
+		{"a re-entry granted a hold of its own", taken("h2", 2, "h1"), ""},
+		{"a second re-entry granted a hold of its own", taken("h3", 3, "h1", "h2"), ""},
+		{"a re-entry granted the lock's own lock id", taken("h1", 2, "h1"), checkHoldIdentity},
+		{"a re-entry granted another hold's lock id", taken("h2", 3, "h1", "h2"), checkHoldIdentity},
+		{"a re-entry counted twice", taken("h2", 3, "h1"), checkHoldIdentity},
 		{"a retried re-entry answered the same hold", retry(false, "h1", 2, token), ""},
 		{"a retried re-entry answered another hold", retry(false, "h2", 2, token), checkHoldRetry},
 		{"a retried re-entry answered one more hold of the same id", retry(false, "h1", 3, token), checkHoldRetry},

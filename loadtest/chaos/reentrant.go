@@ -21,8 +21,9 @@ import (
 //
 // Re-entrant workers (Config.ReentrantWorkers) take the workers' contended
 // names in a session with client.WithReentrant and re-enter each lock once
-// or twice through that session: every re-entry is a hold of its own, with
-// its own lock id and the lock's fencing token. Some holds are asked for
+// or twice through that session: every re-entry must be a hold of its
+// own, with a lock id none of the lock's other holds has, the lock's
+// fencing token, and a hold count one higher. Some holds are asked for
 // again with their request id, as a client whose answer was lost does: the
 // answer must be the same hold — its lock id and hold count — and a retry
 // of the lock's own acquire its lock id. The holds are released in a
@@ -43,15 +44,16 @@ import (
 
 // Hold op kinds.
 const (
+	holdTaken   = "re-entry"
 	holdRetry   = "retry"
 	holdRelease = "release-twice"
 )
 
 // HoldOp is what a re-entrant worker saw at the wire of one of its holds:
-// an acquire of the hold sent again with its request id, or the hold's
-// release sent twice.
+// a re-entry granted a hold, an acquire of a hold sent again with its
+// request id, or a hold's release sent twice.
 type HoldOp struct {
-	// Kind is holdRetry or holdRelease.
+	// Kind is holdTaken, holdRetry or holdRelease.
 	Kind string `json:"kind"`
 	// Client and Name are the worker and the lock name.
 	Client string `json:"client"`
@@ -66,6 +68,9 @@ type HoldOp struct {
 	Hold  string `json:"hold"`
 	Count int    `json:"count,omitempty"`
 	Own   bool   `json:"own,omitempty"`
+	// Others are, for a re-entry, the digests of the lock's other holds
+	// (none released yet).
+	Others []string `json:"others,omitempty"`
 	// Again, AgainCount and AgainToken are, for a retry, the lock id
 	// digest, hold count and token it was answered (empty and 0 when not
 	// granted).
@@ -276,8 +281,21 @@ func (rl *reentrantLock) hold(ctx context.Context, rng *mrand.Rand) bool {
 // with its request id (the new hold's, or the lock's own).
 func (rl *reentrantLock) reenter(ctx context.Context, rng *mrand.Rand) {
 	l, op := rl.h.acquireWith(ctx, rl.s, acquireSpec{who: rl.who, role: "re-entry", name: rl.op.Name, wait: time.Second, session: rl.sess, reentrant: true})
+	var others []string
+	rl.mu.Lock()
+	for _, o := range rl.holds {
+		others = append(others, holdDigest(o.locks[0].ID()))
+	}
+	rl.mu.Unlock()
 	hd := rl.take(l, op, nil)
-	if hd == nil || rng.IntN(2) == 0 {
+	if hd == nil {
+		return
+	}
+	var got AcquireOp
+	rl.h.Hist.update(func() { got = *op })
+	rl.h.Hist.addHold(HoldOp{Kind: holdTaken, Client: rl.who, Name: rl.op.Name, Op: rl.op.ID, Token: rl.token, Hold: holdDigest(l.ID()),
+		Count: l.HoldCount(), Others: others, Invoke: got.Invoke, Complete: got.Complete})
+	if rng.IntN(2) == 0 {
 		return
 	}
 	if rng.IntN(3) == 0 {
