@@ -94,11 +94,14 @@ func WithLimit(n int) AcquireOption {
 
 // WithReentrant makes a Session.Acquire or Session.TryAcquire re-entrant:
 // when the session already holds the name through a re-entrant acquire,
-// it returns that lock again (same ID and Token) with HoldCount one
-// higher, and each Release drops one hold; the last frees the name. Off by
-// default, and only through a session (its id is a secret that proves the
-// holder): Client.Acquire with it fails with ErrInvalidArgument. Prefer
-// passing the held Lock down to code that needs it.
+// it returns a hold of that lock: a Lock with an ID of its own, the same
+// Token, and HoldCount one higher. Releasing it drops that hold (once: a
+// repeated release drops nothing), and the last hold's release frees the
+// name; an acquire retried with the request id of a hold it has returns
+// that hold again (WithRequestID). Off by default, and only through a
+// session (its id is a secret that proves the holder): Client.Acquire with
+// it fails with ErrInvalidArgument. Prefer passing the held Lock down to
+// code that needs it.
 func WithReentrant() AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.reentrant = true })
 }
