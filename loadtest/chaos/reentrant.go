@@ -182,9 +182,26 @@ type reentrantLock struct {
 // when its acquire was sent again).
 type heldHold struct {
 	rid       string
-	own       bool // the lock's own hold
-	locks     []*client.Lock
+	own       bool           // the lock's own hold
+	locks     []*client.Lock // with the ops that were granted them
+	ops       []*AcquireOp
 	releasing bool
+}
+
+// letGo marks hd released from now: its ops end (the first grant's belief
+// is set apart, by its caller).
+func (rl *reentrantLock) letGo(hd *heldHold) {
+	now := time.Now()
+	rl.mu.Lock()
+	hd.releasing = true
+	rl.mu.Unlock()
+	rl.h.Hist.update(func() {
+		for _, op := range hd.ops {
+			if op != rl.op && op.End.IsZero() {
+				op.End = now
+			}
+		}
+	})
 }
 
 // take makes l, granted by op, a hold of the lock: hd's again, or a new
@@ -211,7 +228,7 @@ func (rl *reentrantLock) take(l *client.Lock, op *AcquireOp, hd *heldHold) *held
 		hd = &heldHold{rid: l.RequestID(), own: op == rl.op}
 		rl.holds = append(rl.holds, hd)
 	}
-	hd.locks = append(hd.locks, l)
+	hd.locks, hd.ops = append(hd.locks, l), append(hd.ops, op)
 	rl.mu.Unlock()
 	context.AfterFunc(l.Context(), func() {
 		now := time.Now()
@@ -346,9 +363,7 @@ func (rl *reentrantLock) releaseAll(ctx context.Context, rng *mrand.Rand) bool {
 		}
 		last := k == len(holds)-1
 		now := time.Now()
-		rl.mu.Lock()
-		hd.releasing = true
-		rl.mu.Unlock()
+		rl.letGo(hd)
 		if last {
 			h.Hist.update(func() { rl.op.End = now })
 		}
@@ -381,11 +396,9 @@ func (rl *reentrantLock) releaseAll(ctx context.Context, rng *mrand.Rand) bool {
 // abandon records the loss of the lock (lost is the Lock that ended
 // first) and lets every hold's Locks go.
 func (rl *reentrantLock) abandon(lost *client.Lock, holds []*heldHold) {
-	rl.mu.Lock()
 	for _, hd := range holds {
-		hd.releasing = true
+		rl.letGo(hd)
 	}
-	rl.mu.Unlock()
 	rl.h.lost(lost, rl.op)
 	for _, hd := range holds {
 		for _, l := range hd.locks {
