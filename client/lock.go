@@ -52,7 +52,8 @@ func (l *Lock) Token() int64 { return l.token }
 
 // HoldCount is the lock's hold count when this Lock was granted: 1, or
 // more for a WithReentrant acquire that re-entered a lock its session
-// held. Every Lock of a re-entered grant releases one hold.
+// held. Each such Lock is a hold of its own, with its own ID: its Release
+// drops that hold.
 func (l *Lock) HoldCount() int { return l.holds }
 
 // ID is the opaque lock id for RenewByID and ReleaseByID. It carries the

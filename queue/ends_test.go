@@ -192,3 +192,59 @@ func TestEndOfALostLockIsReadOnce(t *testing.T) {
 		t.Fatalf("Renew with a forged secret of the same key = %v; want ErrNotOwner", err)
 	}
 }
+
+// TestEndsAfterCompaction: a lock held while etcd compacted its history
+// past the key's creation — an operator compacts every few minutes — is
+// still told how it ended, evicted or released: the deletion and the
+// key's last value are kept by any compaction that came before the
+// deletion. Only a compaction past the deletion itself leaves the end
+// unknown (lost).
+func TestEndsAfterCompaction(t *testing.T) {
+	e, cli := newEngine(t)
+	ctx := testCtx(t)
+	compactNow := func() {
+		t.Helper()
+		// Two writes: a compaction at the key's creation + 1 leaves the
+		// history a watch from there needs.
+		if _, err := cli.Put(ctx, "/unrelated", "x"); err != nil {
+			t.Fatal(err)
+		}
+		r, err := cli.Put(ctx, "/unrelated", "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, r.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := mustAcquire(t, e, req("ev-compacted"))
+	ends := awaitEnd(t, e, g)
+	compactNow()
+	if _, err := e.ForceRelease(ctx, ForceReleaseRequest{Name: "ev-compacted", Reason: "stuck job", Actor: "op", Token: g.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	if end := within10s(t, ends, "an eviction after a compaction"); end.Kind != EndEvicted || !errors.Is(end.Err, ErrEvicted) {
+		t.Fatalf("end after a compaction before the eviction = %+v; want evicted", end)
+	}
+	if _, err := e.Renew(ctx, g.Handle, g.Token()); !errors.Is(err, ErrEvicted) {
+		t.Fatalf("Renew of a lock evicted after a compaction = %v; want ErrEvicted", err)
+	}
+	r := mustAcquire(t, e, req("rel-compacted"))
+	compactNow()
+	mustRelease(t, e, r)
+	if _, err := e.Renew(ctx, r.Handle, r.Token()); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Renew of a lock released after a compaction = %v; want ErrReleased", err)
+	}
+	// The deletion compacted away: the end is unknown, answered as a loss
+	// at once (not after a watch that waits for a deletion long gone).
+	c := mustAcquire(t, e, req("gone-compacted"))
+	if _, err := e.ForceRelease(ctx, ForceReleaseRequest{Name: "gone-compacted", Reason: "stuck job", Actor: "op", Token: c.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	compactNow()
+	began := time.Now()
+	_, err := e.Renew(ctx, c.Handle, c.Token())
+	if took := time.Since(began); !errors.Is(err, ErrExpired) && !errors.Is(err, ErrStolen) || took >= e.Config().RequestTimeout {
+		t.Fatalf("Renew of a lock whose deletion was compacted away = %v after %s; want a loss, before the request timeout %s", err, took, e.Config().RequestTimeout)
+	}
+}

@@ -175,21 +175,48 @@ func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk vie
 }
 
 // deletionRev finds the revision that deleted key, created at create, in
-// etcd's history, and the key as it was just before.
+// etcd's history, and the key as it was just before. A compaction since
+// the key's creation keeps both as long as it came before the deletion:
+// the key's value lives at the compaction's revision, and the deletion
+// after it, so the search goes on from there (an operator compacts every
+// few minutes, and a lock may be held longer). Only a deletion compacted
+// away leaves an error.
 func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int64, *mvccpb.KeyValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
 	defer cancel()
-	for wr := range e.cli.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(create+1), clientv3.WithPrevKV()) {
+	from := create + 1
+	for try := 0; ; try++ {
+		rev, prev, compacted, err := e.watchDeletion(ctx, key, from)
+		if compacted == 0 || try == 2 {
+			return rev, prev, err
+		}
+		resp, gerr := e.cli.Get(ctx, key, clientv3.WithRev(compacted))
+		if gerr != nil {
+			return 0, nil, fmt.Errorf("queue: read a holder key at the compaction: %w", gerr)
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != create {
+			return 0, nil, fmt.Errorf("queue: the deletion of a holder key was compacted away: %w", err)
+		}
+		from = compacted + 1
+	}
+}
+
+// watchDeletion watches key from revision from for its deletion. It
+// reports the compaction's revision when etcd compacted past from.
+func (e *Engine) watchDeletion(ctx context.Context, key string, from int64) (rev int64, prev *mvccpb.KeyValue, compacted int64, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range e.cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(from), clientv3.WithPrevKV()) {
 		if err := wr.Err(); err != nil {
-			return 0, nil, err
+			return 0, nil, wr.CompactRevision, err
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return ev.Kv.ModRevision, ev.PrevKv, nil
+				return ev.Kv.ModRevision, ev.PrevKv, 0, nil
 			}
 		}
 	}
-	return 0, nil, fmt.Errorf("queue: no deletion of a holder key found: %w", context.Cause(ctx))
+	return 0, nil, 0, fmt.Errorf("queue: no deletion of a holder key found: %w", context.Cause(ctx))
 }
 
 // observeLoss stamps, with the moment a hub saw g's key go (g.at), the

@@ -135,6 +135,11 @@ func (h *Harness) provenHeld(ctx context.Context, s *sdk, l *client.Lock, after 
 	switch {
 	case err == nil:
 		op.Got, op.Outcome = "ok", advIntact
+	case connect.IsWireError(err) && client.Reason(err) == client.ReasonEvicted:
+		// Only the evict injection force-releases: the lock's end is its
+		// doing, and hides what the edited call did.
+		op.Got, op.Outcome = client.ReasonEvicted.String(), advEvicted
+		op.Detail = fmt.Sprintf("the lock (token %d) was evicted meanwhile: %v", l.Token(), err)
 	case connect.IsWireError(err) && proofRefused(err) && op.Complete.Before(deadline):
 		op.Got, op.Outcome = connect.CodeOf(err).String(), advAccepted
 		op.Detail = fmt.Sprintf("the lock (token %d) was proven gone at %s, before its deadline %s: %v", l.Token(), ts(op.Complete), ts(deadline), err)

@@ -38,7 +38,7 @@ type resumeRound struct {
 func (h *Harness) abortAndResume(ctx context.Context, s *sdk, r resumeRound) (*AcquireOp, bool) {
 	rid := newRequestID()
 	anchor := time.Now()
-	op := h.Hist.begin(&AcquireOp{Client: r.who, Role: "resume", Name: r.name, RequestID: rid, Wait: r.wait, Invoke: anchor})
+	op := h.Hist.begin(&AcquireOp{Client: r.who, Role: "resume", Name: r.name, RequestID: rid, Wait: r.wait, TTL: h.cfg.TTL, Invoke: anchor})
 	req := &v1.AcquireRequest{Name: r.name, TtlMs: h.cfg.TTL.Milliseconds(), ClientId: r.who, RequestId: rid,
 		WaitTimeoutMs: r.wait.Milliseconds()}
 	type result struct {

@@ -67,7 +67,9 @@ func (h *Harness) runThief(ctx context.Context, s *sdk, rng *mrand.Rand) {
 }
 
 // pickVictim picks a recent acquire of another client that is enqueued and
-// waiting, or holding, whose request id the thief has not used.
+// waiting, or holding, whose request id the thief has not used: a
+// re-entrant worker's too, whose holds are named by their request ids
+// (reentrant.go) and whose waiters belong to its session.
 func (h *Harness) pickVictim(rng *mrand.Rand, used map[string]bool) (AcquireOp, string, bool) {
 	var cands []AcquireOp
 	var states []string
@@ -75,7 +77,7 @@ func (h *Harness) pickVictim(rng *mrand.Rand, used map[string]bool) (AcquireOp, 
 		for i := len(h.Hist.Acquires) - 1; i >= 0 && i >= len(h.Hist.Acquires)-300; i-- {
 			op := h.Hist.Acquires[i]
 			switch op.Role {
-			case "worker", "stable", "tamper":
+			case "worker", "stable", "tamper", "reentrant", "re-entry":
 			default:
 				continue
 			}

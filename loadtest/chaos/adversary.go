@@ -52,7 +52,7 @@ type AdversaryOp struct {
 	// Got is what came back: a Connect code, an HTTP status, ok, released.
 	Got string `json:"got"`
 	// Outcome is advRefused, advNoop, advFresh, advIntact, advTransient,
-	// advAccepted or advWrongCode.
+	// advEvicted, advAccepted or advWrongCode.
 	Outcome string `json:"outcome"`
 	// Invoke and Complete bound the call.
 	Invoke   time.Time `json:"invoke"`
@@ -76,6 +76,9 @@ const (
 	advIntact = "intact"
 	// advTransient: a gateway or etcd failure hid the answer.
 	advTransient = "transient"
+	// advEvicted: the evict injection force-released the adversary's lock
+	// meanwhile, which hid the answer.
+	advEvicted = "evicted"
 	// advAccepted: the call took effect. A violation.
 	advAccepted = "accepted"
 	// advWrongCode: refused, but not as the API documents. A violation.

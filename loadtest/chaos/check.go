@@ -181,8 +181,8 @@ func checkGrants(ops []AcquireOp, ix *keyIndex) []Violation {
 	grants := map[string][]AcquireOp{}
 	keyOf := map[int]*keyLife{}
 	for _, op := range ops {
-		if op.Outcome != outGranted {
-			continue
+		if op.Outcome != outGranted || op.HoldOf != nil {
+			continue // a hold of a re-entered lock is its first grant's
 		}
 		if op.Shard == "" {
 			op.Shard = ix.shardOf(op) // a leasectl holder knows its token, not its shard

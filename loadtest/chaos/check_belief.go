@@ -192,11 +192,13 @@ func belief(name string, gs []AcquireOp) []Violation {
 		}
 		active = kept
 		// The others: every active holder but b's own grant, resumed by a
-		// retry of the same acquire; counted once per grant.
+		// retry of the same acquire, and those evicted before b's grant
+		// that stopped believing within their bound (check_evict.go);
+		// counted once per grant.
 		var others []interval
 		grantsOf := map[[2]any]bool{}
 		for _, a := range active {
-			if a.op.Token == b.op.Token && a.op.RequestID == b.op.RequestID {
+			if a.op.Token == b.op.Token && a.op.RequestID == b.op.RequestID || a.op.evictionExcuses(b.from) {
 				continue
 			}
 			others = append(others, a)
@@ -234,6 +236,9 @@ func belief(name string, gs []AcquireOp) []Violation {
 
 // howEnded says how a holder stopped believing, for reports.
 func howEnded(op AcquireOp) string {
+	if !op.EvictedAt.IsZero() {
+		return fmt.Sprintf("evicted at %s, answered %s; its bound: %s", ts(op.EvictedAt), ts(op.EvictionDone), op.evictionWhy())
+	}
 	switch {
 	case op.Role == "leasectl":
 		return "its command's last process exited"
@@ -248,15 +253,19 @@ func howEnded(op AcquireOp) string {
 }
 
 // earlyLoss: no holder was told its lock was gone before its own deadline
-// had passed. Until then etcd owes the lease (client/doc.go); a gateway
-// proving it gone earlier means someone deleted the key or revoked the
-// lease — a wrong release, a stale id, a zombie attempt's cleanup.
+// had passed, unless it was evicted before (check_evict.go). Until then
+// etcd owes the lease (client/doc.go); a gateway proving it gone earlier
+// means someone deleted the key or revoked the lease — a wrong release, a
+// stale id, a zombie attempt's cleanup.
 func earlyLoss(ops []AcquireOp) []Violation {
 	var vs []Violation
 	for _, op := range ops {
 		at := op.DoneAt
 		if at.IsZero() {
 			at = op.End
+		}
+		if !op.EvictedAt.IsZero() && !at.Before(op.EvictedAt) {
+			continue
 		}
 		if op.Lost && op.LostProof && !op.Deadline.IsZero() && at.Before(op.Deadline) {
 			vs = append(vs, Violation{Check: checkEarlyLoss, Name: op.Name, Ops: []int{op.ID}, Detail: fmt.Sprintf(

@@ -25,6 +25,10 @@ type Config struct {
 	// SemaphoreWorkers is how many more SDK clients take the semaphores
 	// (semaphores.go), every other one in a session. Default 8.
 	SemaphoreWorkers int
+	// ReentrantWorkers is how many more SDK clients take the contended
+	// names re-entrant in sessions, re-enter them and release their holds
+	// in a random order (reentrant.go). Default 2.
+	ReentrantWorkers int
 	// AdversaryPause is the mean pause between two calls of an adversary
 	// (adversary.go). Default 300 ms in quick mode, 100 ms in long mode.
 	AdversaryPause time.Duration
@@ -51,7 +55,7 @@ type Config struct {
 
 // QuickConfig is the CI run: a few dozen injections in about two minutes.
 func QuickConfig() Config {
-	return Config{Injections: 20, Workers: 8, StableWorkers: 2, Campaigners: 2, SemaphoreWorkers: 8, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
+	return Config{Injections: 20, Workers: 8, StableWorkers: 2, Campaigners: 2, SemaphoreWorkers: 8, ReentrantWorkers: 2, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
 		TickMs: 100, ElectionMs: 1000, Gap: 500 * time.Millisecond, AttemptTTL: 2 * time.Second}
 }
 
@@ -77,6 +81,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: Campaigners %d is outside 0 to 16", c.Campaigners)
 	case c.SemaphoreWorkers < 0 || c.SemaphoreWorkers > 32:
 		return fmt.Errorf("chaos: SemaphoreWorkers %d is outside 0 to 32", c.SemaphoreWorkers)
+	case c.ReentrantWorkers < 0 || c.ReentrantWorkers > 16:
+		return fmt.Errorf("chaos: ReentrantWorkers %d is outside 0 to 16", c.ReentrantWorkers)
 	case c.AdversaryPause < 10*time.Millisecond || c.AdversaryPause > 10*time.Second:
 		return fmt.Errorf("chaos: AdversaryPause %s is outside 10ms to 10s", c.AdversaryPause)
 	case c.NamesPerCluster < 1 || c.NamesPerCluster > 32:

@@ -13,7 +13,12 @@
 // checker below judges as the locks they are; semaphore workers
 // (semaphores.go) take three names as semaphores of limit 2 or 3, per lock
 // and in sessions, and the same checkers judge them at their limit N
-// (recorded with every acquire; a lock's is 1); every operation
+// (recorded with every acquire; a lock's is 1); re-entrant workers
+// (reentrant.go) take the contended names in sessions with
+// client.WithReentrant, re-enter them once or twice (each hold a lock id
+// of its own, the lock's token), ask for some holds again with their
+// request id as a client whose answer was lost does, and release the
+// holds in a random order, some twice at the wire; every operation
 // is recorded with its invoke and complete times. A recorder watches each
 // cluster's lock keys from the first revision, and compaction never passes
 // what it has seen, so the etcd history is complete even while the nemesis
@@ -51,8 +56,13 @@
 // through it and rivals wait on the other, a gateway stopped gracefully
 // (SIGTERM) under session waiters whose clients never come back, streams
 // aborted and resumed on the other gateway while the first one's link to
-// etcd is slowed so that its cleanup lands late, and `leasectl run` holders
-// (leasectl.go) sent SIGHUP or SIGKILL while another waits.
+// etcd is slowed so that its cleanup lands late, `leasectl run` holders
+// (leasectl.go) sent SIGHUP or SIGKILL while another waits, and
+// (nemesis_evict.go) holders force-released by their fencing tokens as an
+// operator does — holders of fresh names with rivals queued behind them,
+// evicted before and after the SDK opens its hold watch, and the holders
+// of the contended names as Describe finds them — each eviction recorded
+// with its send and answer times.
 //
 // The checkers (check*.go) then verify: the fenced register is
 // linearizable under the model "a write is legal only with a token at least
@@ -64,7 +74,12 @@
 // at once (no more than N; a semaphore's holders never share a token); no holder was told its lock was gone before its own deadline;
 // no thief was granted the waiter it named, and no victim lost its wait to
 // one; every adversary call was refused as the API documents or was a
-// no-op; FIFO among waiters that stayed; no waiter outlived its wait
+// no-op; every re-entry was a hold of its own, a hold asked for again was
+// the same hold, and a hold's release sent again after an answer released
+// nothing (check_holds.go); every holder evicted by its token stopped
+// believing within its bound of the eviction — 1.5 s once it had held
+// past the SDK's hold watch delay, its renewal interval + 1 s before — and
+// only then is its overlap with the next holder excused (check_evict.go); FIFO among waiters that stayed; no waiter outlived its wait
 // timeout by more than a second; no keys or leases are left once the
 // workload has stopped and every lease's lifetime has passed (a lock's TTL,
 // a gateway's idle attempt lease its AttemptTTL and one renewal tick; a
@@ -73,7 +88,9 @@
 // their name (at most the attempt TTL).
 //
 // What a holder believed is judged on one clock. An SDK holder believes
-// from its grant until its Lock.Context is done or it releases; a raw
+// from its grant until its Lock.Context is done or it releases; a
+// re-entrant worker from its first grant until it begins to release its
+// last hold or one of its holds' Context ends otherwise; a raw
 // client until its deadline passes, a gateway refuses its renewal, or it
 // releases; a leasectl holder while its command or any process the command
 // started is alive: the command writes its CLOCK_MONOTONIC start to a FIFO

@@ -52,7 +52,7 @@ func (t leaderTerm) Name() string                      { return t.name }
 // and follows its Context from then on (AcquireOp.DoneAt).
 func (h *Harness) campaign(ctx context.Context, s *sdk, who, election string, wait time.Duration) (heldLock, *AcquireOp) {
 	rid := newRequestID()
-	op := h.Hist.begin(&AcquireOp{Client: who, Role: "campaigner", Name: electionOpName(election), RequestID: rid, Wait: wait, Invoke: time.Now()})
+	op := h.Hist.begin(&AcquireOp{Client: who, Role: "campaigner", Name: electionOpName(election), RequestID: rid, Wait: wait, TTL: h.cfg.TTL, Invoke: time.Now()})
 	onQueued := h.recordQueued(op)
 	var l *client.Leadership
 	c, err := s.forOp(h.Hist, op)

@@ -88,6 +88,25 @@ type AcquireOp struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Victim is, for a thief, the op whose request id it reused.
 	Victim *int `json:"victim,omitempty"`
+	// TTL is the lease TTL the grant rides on: the acquire's, or its
+	// session's; zero when unknown.
+	TTL time.Duration `json:"ttl,omitempty"`
+	// HoldOf is, for a re-entry granted a hold of a lock its session held
+	// (reentrant.go), the op of that lock's first grant: the hold is that
+	// grant's, and so is the belief.
+	HoldOf *int `json:"holdOf,omitempty"`
+	// LostErr is what the lock's Err said when its holder noticed the
+	// loss; ToldEvicted reports that it was ErrEvicted.
+	LostErr     string `json:"lostErr,omitempty"`
+	ToldEvicted bool   `json:"toldEvicted,omitempty"`
+	// EvictedAt is when a force-release of this grant's token was sent
+	// (nemesis_evict.go), and EvictionDone when it answered; zero when
+	// never evicted. EvictionUnsure marks one whose answer was lost, which
+	// may have evicted nothing. The checks set them from
+	// History.Evictions (markEvicted).
+	EvictedAt      time.Time `json:"-"`
+	EvictionDone   time.Time `json:"-"`
+	EvictionUnsure bool      `json:"-"`
 }
 
 // grantWaiter is the waiter id of the key a grant was made from.
@@ -172,6 +191,8 @@ type History struct {
 	Register   []RegisterOp  `json:"register"`
 	Injections []*Injection  `json:"injections"`
 	Adversary  []AdversaryOp `json:"adversary"`
+	Holds      []HoldOp      `json:"holds"`
+	Evictions  []Eviction    `json:"evictions"`
 	Keys       []KeyEvent    `json:"keys"`
 	Clock      []ClockSample `json:"clock"`
 }
@@ -203,6 +224,18 @@ func (h *History) addAdversary(op AdversaryOp) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.Adversary = append(h.Adversary, op)
+}
+
+func (h *History) addHold(op HoldOp) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Holds = append(h.Holds, op)
+}
+
+func (h *History) addEviction(e Eviction) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.Evictions = append(h.Evictions, e)
 }
 
 func (h *History) addInjection(in *Injection) {

@@ -34,6 +34,7 @@ const (
 	kindStreamResume     = "stream-resume"
 	kindLeasectlHup      = "leasectl-hup"
 	kindLeasectlKill     = "leasectl-kill"
+	kindEvict            = "evict"
 )
 
 // Kinds lists every fault kind.
@@ -41,7 +42,7 @@ var Kinds = []string{
 	kindLeaderKill, kindFollowerKill, kindLeaderPause, kindMemberBlackhole, kindLinkDelay, kindLinkDrop,
 	kindHolderPause, kindHolderKill, kindGatewayKill, kindCompaction, kindQuorumLoss, kindReshard,
 	kindReleaseReplyLost, kindKeepaliveDelay, kindGatewayShutdown, kindStreamResume, kindLeasectlHup,
-	kindLeasectlKill,
+	kindLeasectlKill, kindEvict,
 }
 
 // nemesis injects faults one at a time and heals each before the next.
@@ -57,6 +58,7 @@ type nemesis struct {
 	// longer for each answer.
 	pinned, first, patient []*sdk
 	resumer                *sdk
+	evictor                *sdk // the operator's client of the evict injection
 }
 
 func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
@@ -93,6 +95,9 @@ func newNemesis(h *Harness, seed uint64) (*nemesis, error) {
 		n.pinned, n.first, n.patient = append(n.pinned, p), append(n.first, f), append(n.patient, pt)
 	}
 	if n.resumer, err = h.newSDK("nemesis-resume", nil); err != nil {
+		return nil, err
+	}
+	if n.evictor, err = h.newSDK("nemesis-evictor", nil); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -147,6 +152,8 @@ func (n *nemesis) run(ctx context.Context, kind string) (*Injection, error) {
 		err = n.streamResume(ctx, in)
 	case kindLeasectlHup, kindLeasectlKill:
 		err = n.leasectlSignal(ctx, in)
+	case kindEvict:
+		err = n.evict(ctx, in)
 	default:
 		err = fmt.Errorf("unknown fault kind %q", kind)
 	}

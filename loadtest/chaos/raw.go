@@ -29,6 +29,12 @@ func (s *sdk) raw(endpoint string) leasegatev1connect.LockServiceClient {
 	return leasegatev1connect.NewLockServiceClient(&http.Client{Transport: s.tr}, endpoint)
 }
 
+// rawAdmin returns a Connect admin client of the gateway at endpoint over
+// s's connections: one attempt per call, whose answer the caller sees.
+func (s *sdk) rawAdmin(endpoint string) leasegatev1connect.AdminServiceClient {
+	return leasegatev1connect.NewAdminServiceClient(&http.Client{Transport: s.tr}, endpoint)
+}
+
 // sdkMargin is the SDK's default safety margin for a lease of ttl.
 func sdkMargin(ttl time.Duration) time.Duration { return min(ttl/100+100*time.Millisecond, ttl/3) }
 

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/leasegate/leasegate/client"
 )
 
 // Goals of the long-mode report.
@@ -119,6 +121,8 @@ func (r *Result) Report(w io.Writer, ttl, attemptTTL time.Duration) {
 	fmt.Fprintf(w, "stuck waiters: %d (goal 0) %s; %d more put down to the open bugs above\n",
 		counts[checkStuck], verdict(counts[checkStuck] == 0), knownStuck)
 	fmt.Fprintf(w, "orphaned keys: %d, orphaned leases: %d (goal 0) %s\n", r.OrphanKeys, r.OrphanLeases, verdict(r.OrphanKeys+r.OrphanLeases == 0))
+	r.reportHolds(w)
+	r.reportEvictions(w, ttl)
 	r.reportClients(w)
 	r.reportSemaphores(w)
 	if len(r.Violations) > 0 {
@@ -176,7 +180,7 @@ func (r *Result) reportClients(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	outcomes := []string{advRefused, advNoop, advFresh, advIntact, advTransient, advAccepted, advWrongCode}
+	outcomes := []string{advRefused, advNoop, advFresh, advIntact, advTransient, advEvicted, advAccepted, advWrongCode}
 	fmt.Fprintf(w, "\nadversary calls (accepted and wrong-code are violations):\n  %-62s %6s", "adversary: action", "calls")
 	for _, o := range outcomes {
 		fmt.Fprintf(w, " %9s", o)
@@ -220,4 +224,25 @@ func (r *Result) reportSemaphores(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s limit %d: %6d acquires, %6d granted, %4d lost, %d limit mismatches, max holders %d, %d violations %s\n",
 			n, s.Limit, s.Acquires, s.Granted, s.Lost, s.Mismatch, s.MaxHolders, s.Violations, verdict(s.Violations == 0 && s.MaxHolders <= s.Limit))
 	}
+}
+
+// reportHolds writes what the re-entrant workers did and what the wire
+// answered them.
+func (r *Result) reportHolds(w io.Writer) {
+	c := r.Holds
+	fmt.Fprintf(w, "re-entrant locks: %d, re-entered with %d holds (%d re-entries found the lock gone); %d holds asked for again with their request id, %d answered the same hold; %d releases sent twice, %d second ones answered released=true (goal 0; %d first ones found the hold gone); %d violations %s\n",
+		c.Locks, c.Holds, c.Fresh, c.Retried, c.RetriedSame, c.Twice, c.SecondReleased, c.FirstGone, c.Violations,
+		verdict(c.Violations == 0 && c.SecondReleased == 0 && c.RetriedSame == c.Retried))
+}
+
+// reportEvictions writes what the evict injections did and how soon the
+// evicted holders knew, against their bounds.
+func (r *Result) reportEvictions(w io.Writer, ttl time.Duration) {
+	c := r.Evictions
+	fmt.Fprintf(w, "evictions by token: %d sent (%d evicted, %d refused: holder changed, %d free, %d unknown); %d holders evicted while they believed: %d told (%d with ErrEvicted), %d let go first\n",
+		c.Sent, c.Evicted, c.Refused, c.Free, c.Unknown, c.Holders, c.Told, c.ToldEvicted, c.ReleasedFirst)
+	fmt.Fprintf(w, "eviction to the holder's notice: held > %s: p50 %s, max %s over %d (bound %s after the answer); held less: p50 %s, max %s over %d (bound its renewal interval %s + %s); %d past their bound (goal 0) %s\n",
+		client.DefaultHoldWatchAfter, rd(c.Watched.quantile(0.5)), rd(c.Watched.quantile(1)), len(c.Watched), evictionNoticeWatched,
+		rd(c.Unwatched.quantile(0.5)), rd(c.Unwatched.quantile(1)), len(c.Unwatched), rd(sdkRenewInterval(ttl)), evictionNoticeSlack,
+		c.Violations, verdict(c.Violations == 0))
 }

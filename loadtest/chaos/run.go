@@ -36,6 +36,11 @@ type Result struct {
 	Roles map[string]*RoleCount `json:"roles"`
 	// Semaphores counts, by name, what the semaphore workers did.
 	Semaphores map[string]*SemaphoreCount `json:"semaphores"`
+	// Holds counts what the re-entrant workers did.
+	Holds HoldCounts `json:"holds"`
+	// Evictions counts the evict injections' force-releases and how soon
+	// the evicted holders knew.
+	Evictions EvictionCounts `json:"evictions"`
 }
 
 // RoleCount is what the clients of one role did.
@@ -90,6 +95,9 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	if err := h.runSemaphores(wctx, wg); err != nil {
 		return nil, err
 	}
+	if err := h.runReentrants(wctx, wg, cfg.Seed); err != nil {
+		return nil, err
+	}
 	if err := h.runAdversaries(wctx, wg, cfg.Seed); err != nil {
 		return nil, err
 	}
@@ -139,7 +147,13 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	if len(orphanLeases) > 0 {
 		res.Violations = append(res.Violations, Violation{Check: checkOrphans, Detail: fmt.Sprintf("%d leases left after quiescence and their lifetimes (TTL, idle attempt lease): %s", len(orphanLeases), strings.Join(leaseNotes, "; "))})
 	}
-	res.Semaphores = semaphoreFigures(h.semaphores, h.Hist.snapshotAcquires(), res.Violations)
+	ops := h.Hist.snapshotAcquires()
+	res.Semaphores = semaphoreFigures(h.semaphores, ops, res.Violations)
+	h.Hist.update(func() {
+		markEvicted(ops, h.Hist.Evictions)
+		res.Holds = holdFigures(ops, h.Hist.Holds, res.Violations)
+		res.Evictions = evictionFigures(ops, h.Hist.Evictions, res.Violations)
+	})
 	h.Hist.update(func() {
 		res.Injections = h.Hist.Injections
 		res.Acquires, res.RegisterOps = len(h.Hist.Acquires), len(h.Hist.Register)
@@ -285,9 +299,13 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	var keys []KeyEvent
 	var clock []ClockSample
 	var adv []AdversaryOp
+	var holds []HoldOp
+	var evictions []Eviction
 	var injections []Injection
 	h.Hist.update(func() {
 		adv = append(adv, h.Hist.Adversary...)
+		holds = append(holds, h.Hist.Holds...)
+		evictions = append(evictions, h.Hist.Evictions...)
 		for _, in := range h.Hist.Injections {
 			injections = append(injections, *in)
 		}
@@ -301,6 +319,7 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 		}
 	})
 	ops := h.Hist.snapshotAcquires()
+	markEvicted(ops, evictions)
 	var clusters []string
 	for _, c := range h.Clusters {
 		clusters = append(clusters, c.Name)
@@ -312,6 +331,8 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	attributeEarlyLosses(vs, ops, injections, ix)
 	vs = append(vs, checkThieves(ops, ix)...)
 	vs = append(vs, adversaryViolations(adv)...)
+	vs = append(vs, checkHolds(holds)...)
+	vs = append(vs, evictedHolders(ops)...)
 	vs = append(vs, stuckWaiters(ops, stop)...)
 	return vs
 }

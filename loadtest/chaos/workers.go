@@ -36,6 +36,10 @@ type acquireSpec struct {
 	ttl time.Duration
 	// limit makes the name a semaphore of that limit; 0 or 1 is a lock.
 	limit int
+	// reentrant makes it a re-entrant session acquire (WithReentrant),
+	// whose belief its caller follows (reentrant.go): a grant may be a
+	// hold of a lock the session holds already.
+	reentrant bool
 }
 
 // acquire runs one recorded Acquire. It returns the lock when granted.
@@ -44,8 +48,8 @@ func (h *Harness) acquire(ctx context.Context, s *sdk, who, role, name string, w
 }
 
 // acquireWith runs one recorded Acquire or TryAcquire as sp describes. It
-// returns the lock when granted, and follows the lock's Context from then
-// on (AcquireOp.DoneAt).
+// returns the lock when granted, and, unless sp.reentrant, follows the
+// lock's Context from then on (AcquireOp.DoneAt).
 func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*client.Lock, *AcquireOp) {
 	rid := sp.requestID
 	if rid == "" {
@@ -55,15 +59,22 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 	if sp.try {
 		wait = 0
 	}
-	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, Limit: sp.limit, RequestID: rid, Wait: wait, Invoke: time.Now()})
-	onQueued := h.recordQueued(op)
 	ttl := sp.ttl
 	if ttl == 0 {
 		ttl = h.cfg.TTL
 	}
+	leaseTTL := ttl
+	if sp.session != nil {
+		leaseTTL = sp.session.TTL()
+	}
+	op := h.Hist.begin(&AcquireOp{Client: sp.who, Role: sp.role, Name: sp.name, Limit: sp.limit, RequestID: rid, Wait: wait, TTL: leaseTTL, Invoke: time.Now()})
+	onQueued := h.recordQueued(op)
 	opts := []client.AcquireOption{client.WithTTL(ttl), client.WithRequestID(rid)}
 	if sp.limit > 1 {
 		opts = append(opts, client.WithLimit(sp.limit))
+	}
+	if sp.reentrant {
+		opts = append(opts, client.WithReentrant())
 	}
 	if !sp.try {
 		opts = append(opts, client.WithWaitTimeout(wait), client.WithOnQueued(onQueued))
@@ -86,7 +97,7 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 		}
 	}
 	h.complete(ctx, op, err, func() (int64, string, string) { return l.Token(), l.Shard(), l.RequestID() })
-	if l != nil {
+	if l != nil && !sp.reentrant {
 		h.followBelief(l, op)
 	}
 	return l, op
@@ -179,8 +190,14 @@ func (h *Harness) lost(l heldLock, op *AcquireOp) {
 	now := time.Now()
 	err := l.Err()
 	proof := err != nil && !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrReleased)
+	evicted := errors.Is(err, client.ErrEvicted)
 	deadline := l.Expires()
-	h.Hist.update(func() { op.End, op.Lost, op.LostProof, op.Deadline = now, true, proof, deadline })
+	h.Hist.update(func() {
+		op.End, op.Lost, op.LostProof, op.Deadline, op.ToldEvicted = now, true, proof, deadline, evicted
+		if err != nil {
+			op.LostErr = err.Error()
+		}
+	})
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = l.Release(rctx)
