@@ -115,4 +115,3 @@ func TestSplitWaiterKeyReadsTheLayoutFromTheRoot(t *testing.T) {
 		}
 	}
 }
-
