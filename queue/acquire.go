@@ -454,16 +454,14 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		}
 	}
 
-	// A key taken back is removed by the engine, whatever becomes of the
-	// caller: the removal must finish even when the caller has gone.
 	if have := limitOf(q.first.GetValue()); have != n {
 		// The first key at the enqueue's revision carries the name's limit
 		// (doc.go, "Semaphores"): one written with another is taken back.
-		e.removeWaiterLater(ctx, q)
+		e.takeBack(ctx, q)
 		return nil, nil, keyTakenBack{limitMismatch(r.Name, n, have)}
 	}
 	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
-		e.removeWaiterLater(ctx, q)
+		e.takeBack(ctx, q)
 		return nil, nil, keyTakenBack{fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)}
 	}
 	return q, nil, nil

@@ -21,6 +21,24 @@ import (
 // is the lock's own: never a lease a caller named, a session's or the
 // attempt lease.
 
+// takeBack removes the key of q, an enqueue that is refused after its
+// key was put, before the refusal is answered, so a refused caller finds
+// the name as it was. The removal runs on a context of its own, bounded by
+// RequestTimeout, not the caller's: a caller gone at this moment does not
+// stop it. One not settled by then (etcd unreachable) goes on in the
+// background, owned by the engine, until it is.
+func (e *Engine) takeBack(ctx context.Context, q *enqueued) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+	e.deleteOwned(dctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+	settled := dctx.Err() == nil
+	cancel()
+	if !settled {
+		e.removeWaiterLater(ctx, q)
+		return
+	}
+	e.att.release(q.att)
+}
+
 // removeWaiterLater runs removeWaiter in the background, owned by the
 // engine: the caller's context may already be done.
 func (e *Engine) removeWaiterLater(ctx context.Context, q *enqueued) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/leasegate/leasegate/shard"
 )
@@ -24,6 +25,7 @@ type Harness struct {
 	out      string
 	dataDir  string
 	logf     func(format string, args ...any)
+	maxTTL   atomic.Int64 // the longest lock TTL asked for (noteTTL)
 
 	// Clusters are the etcd clusters, c0 first (the home of the shard map).
 	Clusters []*EtcdCluster

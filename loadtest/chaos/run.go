@@ -125,11 +125,12 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	stopWork()
 	waitTimeout(wg.Wait, 30*time.Second)
 	// From the moment the last worker is done, a lock's lease lapses within
-	// its TTL and a gateway's idle attempt lease is revoked once it has had
-	// no reference for AttemptTTL, seen at its next renewal tick
-	// (AttemptTTL/3 later).
+	// its TTL — a pooled lease of the longest TTL any worker asked for too,
+	// which no pass refreshes once nothing takes from its class — and a
+	// gateway's idle attempt lease is revoked once it has had no reference
+	// for AttemptTTL, seen at its next renewal tick (AttemptTTL/3 later).
 	quiet := time.Now()
-	lapse := max(cfg.TTL, cfg.AttemptTTL+cfg.AttemptTTL/3)
+	lapse := max(cfg.TTL, h.longestTTL(), cfg.AttemptTTL+cfg.AttemptTTL/3)
 	orphanKeys, orphanLeases := h.orphans(ctx, quiet.Add(lapse+1500*time.Millisecond), quiet.Add(lapse+5*time.Second))
 	leaseNotes := h.describeLeases(ctx, orphanLeases)
 	time.Sleep(500 * time.Millisecond) // let the recorder see the last deletions
@@ -228,6 +229,19 @@ func (h *Harness) backgroundCompaction(ctx context.Context) {
 		}
 	}
 }
+
+// noteTTL records ttl, the TTL a worker asked for its lock's lease.
+func (h *Harness) noteTTL(ttl time.Duration) {
+	for {
+		cur := h.maxTTL.Load()
+		if int64(ttl) <= cur || h.maxTTL.CompareAndSwap(cur, int64(ttl)) {
+			return
+		}
+	}
+}
+
+// longestTTL is the longest TTL a worker asked for its lock's lease.
+func (h *Harness) longestTTL() time.Duration { return time.Duration(h.maxTTL.Load()) }
 
 // clusterLease is a lease found in one cluster.
 type clusterLease struct {

@@ -63,6 +63,7 @@ func (h *Harness) acquireWith(ctx context.Context, s *sdk, sp acquireSpec) (*cli
 	if ttl == 0 {
 		ttl = h.cfg.TTL
 	}
+	h.noteTTL(ttl)
 	leaseTTL := ttl
 	if sp.session != nil {
 		leaseTTL = sp.session.TTL()
