@@ -53,6 +53,30 @@ func TestTakeBackFinishesWithoutTheCaller(t *testing.T) {
 	}
 }
 
+// TestRefusalAnsweredOnceItsKeyIsGone: a refused enqueue (another limit,
+// a full queue) answers only once its key is taken back, so the refused
+// caller, and anyone it tells, finds the name as it was: no background
+// removal is left to wait for.
+func TestRefusalAnsweredOnceItsKeyIsGone(t *testing.T) {
+	e, cli := newEngine(t)
+	mustAcquire(t, e, semReq("n", 2))
+	if _, err := e.Enqueue(testCtx(t), semReq("n", 3)); !errors.Is(err, ErrLimitMismatch) {
+		t.Fatalf("Enqueue with another limit = %v; want ErrLimitMismatch", err)
+	}
+	if n := keyCount(t, e, cli, "n"); n != 1 {
+		t.Fatalf("%d keys when the limit refusal is answered; want the holder's alone", n)
+	}
+	mustAcquire(t, e, req("m"))
+	full := req("m")
+	full.MaxKeys = 1
+	if _, err := e.Enqueue(testCtx(t), full); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("Enqueue on a full queue = %v; want ErrQueueFull", err)
+	}
+	if n := keyCount(t, e, cli, "m"); n != 1 {
+		t.Fatalf("%d keys when the queue-full refusal is answered; want the holder's alone", n)
+	}
+}
+
 // TestDetachedWaiterGoesWithinAttemptTTL: a waiter detached from its
 // attempt (a gateway shutting down) keeps its place for AttemptTTL, for a
 // retry elsewhere, and is removed then — on an engine whose attempt lease
