@@ -16,10 +16,12 @@
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 # Modules first, so a source change does not download them again. The SDK
-# (client/) and the generated API (proto/) are modules of their own that
-# go.mod replaces with these directories: their go.mod files come too.
+# (client/), the fencing library (fence/) and the generated API (proto/) are
+# modules of their own that go.mod replaces with these directories: their
+# go.mod files come too.
 COPY go.mod go.sum ./
 COPY client/go.mod client/go.sum ./client/
+COPY fence/go.mod fence/go.sum ./fence/
 COPY proto/go.mod proto/go.sum ./proto/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .

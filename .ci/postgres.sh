@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts a throwaway PostgreSQL server for the fence/ tests and exports
+# Starts a throwaway PostgreSQL server for the fence tests (in
+# internal/fencetest) and exports
 #   LEASEGATE_TEST_POSTGRES=postgres://leasegate:leasegate@127.0.0.1:PORT/leasegate_test?sslmode=disable
 #
 # Meant to be SOURCED (". .ci/postgres.sh") so the export reaches the caller;

@@ -103,8 +103,8 @@ func TestDockerfileBuildIsCIBuild(t *testing.T) {
 
 // TestDockerfileCopiesEveryModule: the build stage copies the go.mod and
 // go.sum of every module in the repository before `go mod download`; the
-// root go.mod replaces the nested modules (client/, proto/) with their
-// directories, so without their go.mod files the download fails.
+// root go.mod replaces the nested modules (client/, fence/, proto/) with
+// their directories, so without their go.mod files the download fails.
 func TestDockerfileCopiesEveryModule(t *testing.T) {
 	var want []string
 	err := filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {

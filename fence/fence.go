@@ -47,7 +47,11 @@
 // worked example of a table written only by fenced writes.
 //
 // The package depends on nothing else of leasegate: a resource can use it
-// without the lock service's code.
+// without the lock service's code. It is a module of its own,
+// github.com/leasegate/leasegate/fence, whose only requirement is etcd's
+// client (for EtcdGuard); SQLGuard takes a *sql.DB, so the resource brings
+// the database driver. Package storetest checks a Store of your own against
+// the contract the guards here meet.
 package fence
 
 import (

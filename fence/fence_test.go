@@ -1,111 +1,45 @@
-package fence
+package fence_test
 
 import (
 	"context"
 	"errors"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasegate/leasegate/fence"
+	"github.com/leasegate/leasegate/fence/storetest"
 )
 
 func TestStaleTokenError(t *testing.T) {
-	var err error = &StaleTokenError{Resource: "order:42", Token: 10, Highest: 11}
+	var err error = &fence.StaleTokenError{Resource: "order:42", Token: 10, Highest: 11}
 	if want := `fence: stale token 10 for "order:42": highest accepted is 11`; err.Error() != want {
 		t.Errorf("Error() = %q; want %q", err.Error(), want)
 	}
 	wrapped := errors.Join(errors.New("context"), err)
-	if !errors.Is(wrapped, ErrStaleToken) {
+	if !errors.Is(wrapped, fence.ErrStaleToken) {
 		t.Errorf("errors.Is(%v, ErrStaleToken) = false; want true", wrapped)
 	}
-	var se *StaleTokenError
+	var se *fence.StaleTokenError
 	if !errors.As(wrapped, &se) || se.Token != 10 || se.Highest != 11 {
 		t.Errorf("errors.As(%v) = %+v; want Token 10, Highest 11", wrapped, se)
 	}
-	if errors.Is(err, ErrInvalidToken) {
+	if errors.Is(err, fence.ErrInvalidToken) {
 		t.Errorf("errors.Is(%v, ErrInvalidToken) = true; want false", err)
 	}
 }
 
-// testStoreSemantics is the contract every Store meets. Resource names are
-// prefixed so stores backed by shared databases start empty.
-func testStoreSemantics(t *testing.T, s Store) {
-	ctx := testCtx(t)
-	res := "order:42"
-	if _, ok, err := s.Highest(ctx, res); err != nil || ok {
-		t.Fatalf("Highest(%q) on empty store = _, %v, %v; want false, nil", res, ok, err)
-	}
-	steps := []struct {
-		token   int64
-		highest int64 // wanted highest token after the step
-		stale   bool
-	}{
-		{10, 10, false}, // first write of a key
-		{10, 10, false}, // same holder again
-		{11, 11, false}, // newer holder
-		{10, 11, true},  // the paused holder wakes up
-		{11, 11, false}, // equal passes after a refusal
-		{9, 11, true},
-		{100, 100, false}, // more digits: numeric, not text, order
-		{99, 100, true},
-	}
-	for i, st := range steps {
-		err := s.Accept(ctx, res, st.token)
-		if st.stale {
-			var se *StaleTokenError
-			if !errors.Is(err, ErrStaleToken) || !errors.As(err, &se) {
-				t.Fatalf("step %d: Accept(%q, %d) = %v; want a stale token error", i, res, st.token, err)
-			}
-			if se.Resource != res || se.Token != st.token || se.Highest != st.highest {
-				t.Fatalf("step %d: Accept(%q, %d) = %+v; want Token %d, Highest %d", i, res, st.token, se, st.token, st.highest)
-			}
-			want := "fence: stale token " + strconv.FormatInt(st.token, 10) + ` for "order:42": highest accepted is ` + strconv.FormatInt(st.highest, 10)
-			if err.Error() != want {
-				t.Fatalf("step %d: error %q; want %q", i, err, want)
-			}
-		} else if err != nil {
-			t.Fatalf("step %d: Accept(%q, %d) = %v; want nil", i, res, st.token, err)
-		}
-		if h, ok, err := s.Highest(ctx, res); err != nil || !ok || h != st.highest {
-			t.Fatalf("step %d: Highest(%q) = %d, %v, %v; want %d, true, nil", i, res, h, ok, err, st.highest)
-		}
-	}
-	// Keys are independent.
-	if err := s.Accept(ctx, "order:43", 1); err != nil {
-		t.Errorf("Accept(order:43, 1) = %v; want nil", err)
-	}
-	// The largest token still orders correctly.
-	const maxToken = int64(^uint64(0) >> 1)
-	if err := s.Accept(ctx, "big", maxToken-1); err != nil {
-		t.Errorf("Accept(big, max-1) = %v; want nil", err)
-	}
-	if err := s.Accept(ctx, "big", maxToken); err != nil {
-		t.Errorf("Accept(big, max) = %v; want nil", err)
-	}
-	if err := s.Accept(ctx, "big", maxToken-1); !errors.Is(err, ErrStaleToken) {
-		t.Errorf("Accept(big, max-1) after max = %v; want ErrStaleToken", err)
-	}
-	if err := s.Accept(ctx, "", 1); !errors.Is(err, ErrEmptyResource) {
-		t.Errorf(`Accept("", 1) = %v; want ErrEmptyResource`, err)
-	}
-	if err := s.Accept(ctx, "neg", -1); !errors.Is(err, ErrInvalidToken) {
-		t.Errorf("Accept(neg, -1) = %v; want ErrInvalidToken", err)
-	}
-	if _, ok, err := s.Highest(ctx, "neg"); err != nil || ok {
-		t.Errorf("Highest(neg) after a refused -1 = _, %v, %v; want false, nil", ok, err)
-	}
-}
-
-func TestMemorySemantics(t *testing.T) { testStoreSemantics(t, NewMemory()) }
+func TestMemorySemantics(t *testing.T) { storetest.Semantics(t, fence.NewMemory()) }
 
 func TestMemoryWriteRunsOnlyWhenAccepted(t *testing.T) {
 	ctx := testCtx(t)
-	m := NewMemory()
+	m := fence.NewMemory()
 	var wrote []int64
 	write := func(token int64) error {
 		return m.Write(ctx, "k", token, func() error { wrote = append(wrote, token); return nil })
@@ -128,7 +62,7 @@ func TestMemoryWriteRunsOnlyWhenAccepted(t *testing.T) {
 
 func TestMemoryWaitHonoursContext(t *testing.T) {
 	ctx := testCtx(t)
-	m := NewMemory()
+	m := fence.NewMemory()
 	inside, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -153,33 +87,38 @@ func TestMemoryWaitHonoursContext(t *testing.T) {
 	}
 }
 
-// TestDependencyFence keeps fence free of leasegate's server side: a
-// resource must be able to use it alone. Test files may use internal/.
+// TestDependencyFence keeps the fence module free of the rest of
+// leasegate: a resource must be able to use it alone, so no file of the
+// module, its tests included, imports a leasegate package outside it.
+// (internal/modules checks the module's requirements and a consumer's
+// go.sum; this test names the offending file.)
 func TestDependencyFence(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	const module = "github.com/leasegate/leasegate/fence"
 	checked := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
+	err := filepath.WalkDir(".", func(f string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(f, ".go") {
+			return err
 		}
 		src, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		parsed, err := parser.ParseFile(token.NewFileSet(), f, src, parser.ImportsOnly)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		for _, imp := range parsed.Imports {
 			path := strings.Trim(imp.Path.Value, `"`)
-			if path == "github.com/leasegate/leasegate" || strings.HasPrefix(path, "github.com/leasegate/leasegate/") {
-				t.Errorf("%s imports %s; fence must not depend on other leasegate packages", f, path)
+			inModule := path == module || strings.HasPrefix(path, module+"/")
+			if !inModule && (path == "github.com/leasegate/leasegate" || strings.HasPrefix(path, "github.com/leasegate/leasegate/")) {
+				t.Errorf("%s imports %s; the fence module must not depend on other leasegate packages", f, path)
 			}
 		}
 		checked++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if checked == 0 {
 		t.Fatal("found no source files to check")

@@ -1,25 +1,48 @@
-package fence
+package fence_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	"go.uber.org/goleak"
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
-// EnvPostgres names the environment variable holding the DSN of a
-// PostgreSQL database for tests; .ci/postgres.sh sets it.
-const envPostgres = "LEASEGATE_TEST_POSTGRES"
+// leakWait bounds how long TestMain waits for the tests' goroutines to end:
+// an HTTP client's connection goroutines, for one, end a moment after the
+// server closes the connection.
+const leakWait = 10 * time.Second
 
+// TestMain fails a passing run that leaves goroutines behind. The fence
+// module requires nothing but what the package imports, so the check is
+// the standard library's goroutine count rather than goleak.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	if code == 0 {
+		if err := leaked(before); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leaked waits up to leakWait for the number of goroutines to fall back to
+// want, and otherwise returns an error carrying every goroutine's stack.
+func leaked(want int) error {
+	deadline := time.Now().Add(leakWait)
+	for runtime.NumGoroutine() > want {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			return fmt.Errorf("leaked goroutines: %d running after the tests, %d before:\n%s", runtime.NumGoroutine(), want, buf)
+		}
+		// No event announces a goroutine's end: poll, as goleak does.
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 // testCtx is a context for one test, cancelled at its end.
@@ -27,76 +50,4 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// openSQLite opens a file database in a fresh temporary directory, in WAL
-// mode and with no busy timeout of its own: the guard must set one.
-func openSQLite(t testing.TB, conns int) *sql.DB {
-	t.Helper()
-	dsn := "file:" + filepath.Join(t.TempDir(), "fence.db") + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// openPostgres connects to the database in LEASEGATE_TEST_POSTGRES, or skips.
-func openPostgres(t testing.TB, conns int) *sql.DB {
-	t.Helper()
-	dsn := os.Getenv(envPostgres)
-	if dsn == "" {
-		t.Skip(envPostgres + " is not set: no PostgreSQL to test against (source .ci/postgres.sh to start one)")
-	}
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
-	t.Cleanup(func() { db.Close() })
-	if err := db.PingContext(testCtx(t)); err != nil {
-		t.Fatalf("PostgreSQL at %s=%q: %v", envPostgres, dsn, err)
-	}
-	return db
-}
-
-// sqlDB is one database under test.
-type sqlDB struct {
-	name    string
-	dialect Dialect
-	open    func(t testing.TB, conns int) *sql.DB
-}
-
-var sqlDBs = []sqlDB{
-	{"sqlite", SQLite, openSQLite},
-	{"postgres", PostgreSQL, openPostgres},
-}
-
-// tempTable returns a table name no other test run uses and drops the table
-// at the end of the test, so tests can share one PostgreSQL database.
-func tempTable(t testing.TB, db *sql.DB, base string) string {
-	t.Helper()
-	name := fmt.Sprintf("%s_%d", base, time.Now().UnixNano())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+name); err != nil {
-			t.Errorf("DROP TABLE %s: %v", name, err)
-		}
-	})
-	return name
-}
-
-// newSQLGuard returns a guard on a fresh token table in db.
-func newSQLGuard(t testing.TB, db *sql.DB, d Dialect) *SQLGuard {
-	t.Helper()
-	g, err := NewSQLGuard(testCtx(t), db, SQLConfig{Dialect: d, Table: tempTable(t, db, "fence_tokens")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
 }

@@ -1,189 +1,23 @@
-package fence
+package fence_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
+
+	"github.com/leasegate/leasegate/fence"
+	"github.com/leasegate/leasegate/fence/storetest"
 )
 
-// raceStore adapts a guard for the race checker. Its write must, when the
-// guard accepts the token, append the token to the resource's accept log and
-// set the resource's data to it, both inside the fenced write, so that the
-// log's order is the order in which the guard accepted tokens.
-type raceStore struct {
-	write    func(ctx context.Context, resource string, token int64) error
-	accepted func(ctx context.Context, resource string) ([]int64, error)
-	data     func(ctx context.Context, resource string) (token int64, ok bool, err error)
-}
-
-// attempt is one fenced write and its outcome.
-type attempt struct {
-	token int64
-	err   error
-}
-
-// raceSizes says how hard to race.
-type raceSizes struct {
-	writers   int // concurrent writers
-	rounds    int // fresh keys, each written once by every writer at once
-	perWriter int // writes of each writer on the one shared key
-}
-
-// testRace races writers on the same keys and checks every outcome.
-func testRace(t *testing.T, s raceStore, prefix string, n raceSizes) {
-	t.Run("fresh-keys", func(t *testing.T) { raceFreshKeys(t, s, prefix+"/fresh", n) })
-	t.Run("shared-key", func(t *testing.T) { raceSharedKey(t, s, prefix+"/shared", n) })
-}
-
-// raceFreshKeys starts all writers at once on a key nobody wrote yet, so the
-// guard's first-insert path is contended too. Tokens are drawn from
-// 1..writers, so ties (two writers holding the same grant) occur.
-func raceFreshKeys(t *testing.T, s raceStore, prefix string, n raceSizes) {
-	ctx := testCtx(t)
-	rng := rand.New(rand.NewPCG(uint64(n.rounds), uint64(n.writers)))
-	for r := range n.rounds {
-		res := fmt.Sprintf("%s/%d", prefix, r)
-		start := make(chan struct{})
-		results := make([]attempt, n.writers)
-		var wg sync.WaitGroup
-		for i := range results {
-			results[i].token = rng.Int64N(int64(n.writers)) + 1
-			wg.Go(func() {
-				<-start
-				results[i].err = s.write(ctx, res, results[i].token)
-			})
-		}
-		close(start)
-		wg.Wait()
-		checkRace(t, ctx, s, res, results)
-		if t.Failed() {
-			t.Fatalf("round %d of %d failed; tokens %v", r, n.rounds, tokensOf(results))
-		}
-	}
-}
-
-// raceSharedKey has every writer take tokens from one counter, as from a
-// lock service granting in turn, and write the one key with them: tokens are
-// issued in order but arrive out of order. After each accepted write a
-// writer writes again with the same token, as a holder does.
-func raceSharedKey(t *testing.T, s raceStore, res string, n raceSizes) {
-	ctx := testCtx(t)
-	var next atomic.Int64
-	perWriter := make([][]attempt, n.writers)
-	var wg sync.WaitGroup
-	for i := range perWriter {
-		wg.Go(func() {
-			for range n.perWriter {
-				tok := next.Add(1)
-				// Give other writers a chance to take later tokens
-				// and overtake this one, as network delay would.
-				runtime.Gosched()
-				err := s.write(ctx, res, tok)
-				perWriter[i] = append(perWriter[i], attempt{tok, err})
-				if err == nil && tok%2 == 0 {
-					perWriter[i] = append(perWriter[i], attempt{tok, s.write(ctx, res, tok)})
-				}
-			}
-		})
-	}
-	wg.Wait()
-	all := slices.Concat(perWriter...)
-	checkRace(t, ctx, s, res, all)
-	var refused int
-	for _, a := range all {
-		if a.err != nil {
-			refused++
-		}
-	}
-	t.Logf("%d writes on %s, %d refused as stale", len(all), res, refused)
-}
-
-// checkRace checks the outcome of racing writes of one resource:
-//   - every write was accepted or refused as stale, with the right tokens,
-//     and a refusal names a highest token that was in fact accepted;
-//   - the guard accepted tokens in non-decreasing order: no lower token
-//     after a higher one;
-//   - exactly the writes reported as accepted are in the log (a refused
-//     write left nothing behind);
-//   - the data belongs to the highest accepted token, and the highest token
-//     attempted was accepted.
-func checkRace(t *testing.T, ctx context.Context, s raceStore, res string, attempts []attempt) {
-	t.Helper()
-	var accepted, refused []attempt
-	var maxTried int64 = -1
-	for _, a := range attempts {
-		maxTried = max(maxTried, a.token)
-		var se *StaleTokenError
-		switch {
-		case a.err == nil:
-			accepted = append(accepted, a)
-		case errors.As(a.err, &se) && errors.Is(a.err, ErrStaleToken):
-			if se.Resource != res || se.Token != a.token || se.Highest <= a.token {
-				t.Errorf("write of %d refused with %+v; want Resource %q, Token %d, Highest > %d", a.token, se, res, a.token, a.token)
-			}
-			refused = append(refused, a)
-		default:
-			t.Errorf("write of %d: %v; want nil or a stale token error", a.token, a.err)
-		}
-	}
-	log, err := s.accepted(ctx, res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i < len(log); i++ {
-		if log[i] < log[i-1] {
-			t.Errorf("token %d accepted after %d (accept log position %d): a stale write got through", log[i], log[i-1], i)
-			break
-		}
-	}
-	if want := slices.Sorted(slices.Values(tokensOf(accepted))); !slices.Equal(slices.Sorted(slices.Values(log)), want) {
-		t.Errorf("accept log holds %d writes, %d reported accepted; log %v, reported %v", len(log), len(want), log, want)
-	}
-	inLog := make(map[int64]bool, len(log))
-	for _, tok := range log {
-		inLog[tok] = true
-	}
-	for _, a := range refused {
-		if se := (*StaleTokenError)(nil); errors.As(a.err, &se) && !inLog[se.Highest] {
-			t.Errorf("write of %d refused because of %d, which was never accepted", a.token, se.Highest)
-		}
-		if a.token == maxTried {
-			t.Errorf("the highest token %d was refused: %v", a.token, a.err)
-		}
-	}
-	data, ok, err := s.data(ctx, res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(log) > 0 {
-		if last := log[len(log)-1]; !ok || data != last || last != maxTried {
-			t.Errorf("data written by %d (present %v), last accepted %d, highest tried %d; want all equal", data, ok, last, maxTried)
-		}
-	}
-}
-
-func tokensOf(as []attempt) []int64 {
-	out := make([]int64, len(as))
-	for i, a := range as {
-		out[i] = a.token
-	}
-	return out
-}
-
 // memoryRaceStore fences a map with a Memory guard.
-func memoryRaceStore() raceStore {
-	m := NewMemory()
+func memoryRaceStore() storetest.RaceStore {
+	m := fence.NewMemory()
 	var mu sync.Mutex
 	logs := map[string][]int64{}
 	data := map[string]int64{}
-	return raceStore{
-		write: func(ctx context.Context, res string, tok int64) error {
+	return storetest.RaceStore{
+		Write: func(ctx context.Context, res string, tok int64) error {
 			return m.Write(ctx, res, tok, func() error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -192,12 +26,12 @@ func memoryRaceStore() raceStore {
 				return nil
 			})
 		},
-		accepted: func(_ context.Context, res string) ([]int64, error) {
+		Accepted: func(_ context.Context, res string) ([]int64, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			return slices.Clone(logs[res]), nil
 		},
-		data: func(_ context.Context, res string) (int64, bool, error) {
+		Data: func(_ context.Context, res string) (int64, bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			tok, ok := data[res]
@@ -207,5 +41,5 @@ func memoryRaceStore() raceStore {
 }
 
 func TestMemoryRace(t *testing.T) {
-	testRace(t, memoryRaceStore(), "mem", raceSizes{writers: 8, rounds: 2000, perWriter: 1000})
+	storetest.Race(t, memoryRaceStore(), "mem", storetest.RaceSizes{Writers: 8, Rounds: 2000, PerWriter: 1000})
 }

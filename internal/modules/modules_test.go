@@ -109,7 +109,7 @@ func TestNestedModules(t *testing.T) {
 	root := repoRoot(t)
 	statTree(t, root)
 	mods := nestedModules(t, root)
-	for _, want := range []string{"client", "proto"} {
+	for _, want := range []string{"client", "fence", "proto"} {
 		if !slices.Contains(mods, filepath.Join(root, want)) {
 			t.Errorf("no module in %s/; want %s/%s/go.mod", want, root, want)
 		}
@@ -140,28 +140,38 @@ func TestNestedModules(t *testing.T) {
 	}
 }
 
-// toolModules are modules of the server, its tests and its tools that a
-// program importing only the SDK must never resolve. (go mod tidy records
-// the test dependencies of every module a program requires, so the SDK's
-// own leak checker, go.uber.org/goleak, is listed there, as otelconnect's
-// testify is; neither is built into the program.)
-var toolModules = []string{
-	"go.etcd.io/",              // etcd's server, client and raft
-	"k8s.io/",                  // Kubernetes types
-	"sigs.k8s.io/",             // Kubernetes YAML
-	"github.com/jackc/",        // pgx
-	"github.com/redis/",        // go-redis
-	"github.com/go-redsync/",   // redsync
-	"github.com/anishathalye/", // porcupine
-	"github.com/compose-spec/", // compose-go
-	"github.com/envoyproxy/",   // Envoy's control plane
+// serverModules are modules of the server, its tests and its tools that
+// neither a program importing only the SDK nor one importing only the
+// fencing library may resolve.
+var serverModules = []string{
+	"k8s.io/",                     // Kubernetes types
+	"sigs.k8s.io/",                // Kubernetes YAML
+	"github.com/jackc/",           // pgx
+	"modernc.org/",                // SQLite
+	"github.com/mattn/go-sqlite3", // cgo SQLite
+	"github.com/lib/pq",           // PostgreSQL
+	"github.com/go-sql-driver/",   // MySQL
+	"github.com/redis/",           // go-redis
+	"github.com/go-redsync/",      // redsync
+	"github.com/anishathalye/",    // porcupine
+	"github.com/compose-spec/",    // compose-go
+	"github.com/envoyproxy/",      // Envoy's control plane
 	"github.com/prometheus-operator/",
 	"github.com/spf13/",        // cobra and pflag
-	"modernc.org/",             // SQLite
 	"github.com/HdrHistogram/", // the load generator's histograms
-	"go.uber.org/zap",          // etcd's logger
+	"github.com/chromedp/",     // the web console's browser tests
 	rootModule,                 // the server's module itself
 }
+
+// toolModules are the modules a program importing only the SDK must never
+// resolve: the server's, and etcd's altogether. (go mod tidy records the
+// test dependencies of every module a program requires, so the SDK's own
+// leak checker, go.uber.org/goleak, is listed there, as otelconnect's
+// testify is; neither is built into the program.)
+var toolModules = append([]string{
+	"go.etcd.io/",     // etcd's server, client and raft
+	"go.uber.org/zap", // etcd's logger
+}, serverModules...)
 
 // TestSDKConsumerGoSum proves the SDK's dependency claim: a program that
 // imports only the SDK resolves, with `go mod tidy`, a go.sum free of the
@@ -203,6 +213,28 @@ func main() {
 }
 `,
 	}
+	tidyConsumer(t, dir, files)
+
+	sum := sumModules(t, filepath.Join(dir, "go.sum"))
+	t.Logf("a program importing only the SDK has a go.sum of %d lines, %d modules", sum.lines, len(sum.modules))
+	sdk := sumModules(t, filepath.Join(root, "client", "go.sum"))
+	api := sumModules(t, filepath.Join(root, "proto", "go.sum"))
+	for _, m := range sum.modules {
+		for _, bad := range toolModules {
+			if matches(m, bad) {
+				t.Errorf("the consumer's go.sum lists %s: a program importing only the SDK must not resolve %s", m, bad)
+			}
+		}
+		if !slices.Contains(sdk.modules, m) && !slices.Contains(api.modules, m) {
+			t.Errorf("the consumer's go.sum lists %s, which neither client/go.sum nor proto/go.sum does", m)
+		}
+	}
+}
+
+// tidyConsumer writes files (a go.mod and a program) into dir, resolves the
+// program's requirements with go mod tidy and builds it.
+func tidyConsumer(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -210,8 +242,8 @@ func main() {
 	}
 
 	// Offline first, from the module cache the root module's build filled.
-	// tidy also wants the modules that the tests of the SDK's dependencies
-	// import (for `go test all`); the cache may lack those versions, and
+	// tidy also wants the modules that the tests of the program's
+	// dependencies import (for `go test all`); the cache may lack those versions, and
 	// then the configured proxy supplies them.
 	offline := []string{"GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off"}
 	out, err := goCmd(dir, offline, "mod", "tidy").CombinedOutput()
@@ -224,22 +256,12 @@ func main() {
 	if out, err := goCmd(dir, []string{"GOFLAGS=-mod=mod", "GOPROXY=off"}, "build", "-o", os.DevNull, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build of the consumer: %v\n%s", err, out)
 	}
+}
 
-	sum := sumModules(t, filepath.Join(dir, "go.sum"))
-	t.Logf("a program importing only the SDK has a go.sum of %d lines, %d modules", sum.lines, len(sum.modules))
-	sdk := sumModules(t, filepath.Join(root, "client", "go.sum"))
-	api := sumModules(t, filepath.Join(root, "proto", "go.sum"))
-	for _, m := range sum.modules {
-		for _, bad := range toolModules {
-			// An entry ending in "/" names every module under it.
-			if m == bad || strings.HasSuffix(bad, "/") && strings.HasPrefix(m, bad) {
-				t.Errorf("the consumer's go.sum lists %s: a program importing only the SDK must not resolve %s", m, bad)
-			}
-		}
-		if !slices.Contains(sdk.modules, m) && !slices.Contains(api.modules, m) {
-			t.Errorf("the consumer's go.sum lists %s, which neither client/go.sum nor proto/go.sum does", m)
-		}
-	}
+// matches reports whether module m is named by entry: the module itself,
+// or, for an entry ending in "/", every module under it.
+func matches(m, entry string) bool {
+	return m == entry || strings.HasSuffix(entry, "/") && strings.HasPrefix(m, entry)
 }
 
 // goSum is what a go.sum file holds: its line count and the modules it

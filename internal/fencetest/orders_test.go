@@ -1,10 +1,12 @@
-package fence
+package fencetest_test
 
 import (
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/leasegate/leasegate/fence"
 )
 
 // TestOrdersDance is the seed's fencing dance on the orders table.
@@ -13,11 +15,11 @@ func TestOrdersDance(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			db := d.open(t, 4)
-			orders, err := NewOrders(ctx, newSQLGuard(t, db, d.dialect), tempTable(t, db, "orders"))
+			orders, err := fence.NewOrders(ctx, newSQLGuard(t, db, d.dialect), tempTable(t, db, "orders"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := orders.Get(ctx, "42"); !errors.Is(err, ErrNotFound) {
+			if _, err := orders.Get(ctx, "42"); !errors.Is(err, fence.ErrNotFound) {
 				t.Fatalf("Get(42) before any write = %v; want ErrNotFound", err)
 			}
 			// A acquires (token 10) and starts; its lease lapses in a pause.
@@ -30,11 +32,11 @@ func TestOrdersDance(t *testing.T) {
 			}
 			// A wakes up and writes with its old token.
 			err = orders.Put(ctx, "42", "cancelled", 10)
-			if want := `fence: stale token 10 for "order:42": highest accepted is 11`; !errors.Is(err, ErrStaleToken) || err.Error() != want {
+			if want := `fence: stale token 10 for "order:42": highest accepted is 11`; !errors.Is(err, fence.ErrStaleToken) || err.Error() != want {
 				t.Fatalf("A's late Put = %v; want %q", err, want)
 			}
 			got, err := orders.Get(ctx, "42")
-			if want := (Order{ID: "42", Status: "shipped", Token: 11}); err != nil || got != want {
+			if want := (fence.Order{ID: "42", Status: "shipped", Token: 11}); err != nil || got != want {
 				t.Fatalf("Get(42) = %+v, %v; want %+v", got, err, want)
 			}
 			// B may write again with the same token.
@@ -44,10 +46,10 @@ func TestOrdersDance(t *testing.T) {
 			if got, _ := orders.Get(ctx, "42"); got.Status != "delivered" || got.Token != 11 {
 				t.Fatalf("Get(42) = %+v; want delivered by 11", got)
 			}
-			if err := orders.Put(ctx, "", "x", 1); !errors.Is(err, ErrEmptyResource) {
+			if err := orders.Put(ctx, "", "x", 1); !errors.Is(err, fence.ErrEmptyResource) {
 				t.Errorf(`Put("") = %v; want ErrEmptyResource`, err)
 			}
-			if _, err := NewOrders(ctx, newSQLGuard(t, db, d.dialect), "orders;"); !errors.Is(err, ErrInvalidConfig) {
+			if _, err := fence.NewOrders(ctx, newSQLGuard(t, db, d.dialect), "orders;"); !errors.Is(err, fence.ErrInvalidConfig) {
 				t.Errorf(`NewOrders(table "orders;") = %v; want ErrInvalidConfig`, err)
 			}
 		})
@@ -62,7 +64,7 @@ func TestOrdersRace(t *testing.T) {
 			const writers, rounds = 4, 200
 			ctx := testCtx(t)
 			db := d.open(t, writers)
-			orders, err := NewOrders(ctx, newSQLGuard(t, db, d.dialect), tempTable(t, db, "orders"))
+			orders, err := fence.NewOrders(ctx, newSQLGuard(t, db, d.dialect), tempTable(t, db, "orders"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +85,7 @@ func TestOrdersRace(t *testing.T) {
 				close(start)
 				wg.Wait()
 				for i, err := range errs {
-					if err != nil && !errors.Is(err, ErrStaleToken) {
+					if err != nil && !errors.Is(err, fence.ErrStaleToken) {
 						t.Fatalf("order %s writer %d: %v", id, i, err)
 					}
 				}
@@ -92,7 +94,7 @@ func TestOrdersRace(t *testing.T) {
 				}
 				top := int64(r*writers + writers)
 				got, err := orders.Get(ctx, id)
-				if want := (Order{ID: id, Status: fmt.Sprint("by ", top), Token: top}); err != nil || got != want {
+				if want := (fence.Order{ID: id, Status: fmt.Sprint("by ", top), Token: top}); err != nil || got != want {
 					t.Fatalf("Get(%s) = %+v, %v; want %+v", id, got, err, want)
 				}
 			}
