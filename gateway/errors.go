@@ -78,6 +78,10 @@ func sessionShard(shard string, err error) error {
 	return err
 }
 
+// errStreamEnded is what a late position or heartbeat of an Acquire
+// stream meets once its handler has returned: nothing more is written.
+var errStreamEnded = errors.New("the stream has ended")
+
 // errShuttingDown is the cancel cause of waits ended by a gateway shutdown.
 var errShuttingDown = errors.New("gateway is shutting down; retry with the same request_id to keep the queue place")
 

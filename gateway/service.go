@@ -262,6 +262,74 @@ type acquireSink struct {
 	granted func(*v1.Granted) error
 }
 
+// acquireStream writes one waiting Acquire's messages: its positions and
+// heartbeats, which come from the engine's goroutines (the name's hub, the
+// waiter's renewal timer), and its grant, from the handler. A stream
+// takes one message at a time and none once its handler has returned, so
+// every message goes out under mu, and the grant — or, on any other end,
+// end — closes the stream under it: a heartbeat that falls due as the
+// grant is written waits for it and then writes nothing, and nothing is
+// written after the handler returns. Every message must be written
+// within the gateway's SendTimeout (send), or the client is taken to be
+// gone.
+type acquireStream struct {
+	send      func(func() error) error
+	sink      acquireSink
+	requestID string
+
+	mu   sync.Mutex
+	err  error // once set, nothing more is written, and this is the answer
+	last int64 // the last position sent
+}
+
+// queued sends the position pos.
+func (a *acquireStream) queued(pos int64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	a.last = pos
+	a.err = a.send(func() error { return a.sink.queued(&v1.Queued{Position: pos, RequestId: a.requestID}) })
+	return a.err
+}
+
+// heartbeat sends the last position again: the engine calls it before
+// each renewal of the waiter's lease, so a lease is renewed only for a
+// client that is reading. Before the first position there is nothing to
+// send (its first report is bounded already).
+func (a *acquireStream) heartbeat() error {
+	a.mu.Lock()
+	pos := a.last
+	a.mu.Unlock()
+	if pos == 0 {
+		return nil
+	}
+	return a.queued(pos)
+}
+
+// granted sends the grant, the stream's last message.
+func (a *acquireStream) granted(g *v1.Granted) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	err := a.send(func() error { return a.sink.granted(g) })
+	a.err = errStreamEnded
+	return err
+}
+
+// end closes the stream to every later message; the handler calls it
+// before it returns.
+func (a *acquireStream) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err == nil {
+		a.err = errStreamEnded
+	}
+}
+
 // streamAcquire runs a streaming acquire of r for a validated request:
 // routing, limits, the wait with its positions and heartbeats, and the
 // delivery of the grant (given up when it does not reach the client).
@@ -296,42 +364,14 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 		r.WaitTimeout = 0
 	}
 	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
-	// Positions and heartbeats are sent from two goroutines; a stream
-	// takes one message at a time. Every message must be written within
-	// SendTimeout, or the client is taken to be gone.
-	var (
-		sendMu  sync.Mutex
-		sendErr error
-		last    int64
-	)
-	queued := func(pos int64) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if sendErr != nil {
-			return sendErr
-		}
-		last = pos
-		sendErr = s.send(ctx, func() error {
-			return sink.queued(&v1.Queued{Position: pos, RequestId: r.RequestID})
-		})
-		return sendErr
-	}
+	out := &acquireStream{send: func(fn func() error) error { return s.send(ctx, fn) }, sink: sink, requestID: r.RequestID}
+	defer out.end()
 	r.OnQueued = func(pos int64) {
-		if err := queued(pos); err != nil {
+		if err := out.queued(pos); err != nil {
 			cancel(err) // the client is gone: leave the queue
 		}
 	}
-	// Before the waiter's lease is renewed, the position is sent again: a
-	// lease is renewed only for a client that is reading.
-	r.Heartbeat = func(context.Context) error {
-		sendMu.Lock()
-		pos := last
-		sendMu.Unlock()
-		if pos == 0 {
-			return nil // no position yet: its first report is bounded already
-		}
-		return queued(pos)
-	}
+	r.Heartbeat = func(context.Context) error { return out.heartbeat() }
 	t, g, err := s.acquire(wctx, id, t, r, sess)
 	if err != nil {
 		err = tagTTL(sessionShard(t.Shard, err))
@@ -344,12 +384,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 		return err
 	}
 	recordOf(ctx).setShard(t.Shard)
-	sendMu.Lock()
-	err = s.send(ctx, func() error {
-		return sink.granted(s.granted(id, t, g))
-	})
-	sendMu.Unlock()
-	if err != nil {
+	if err := out.granted(s.granted(id, t, g)); err != nil {
 		// The grant never reached the client: the stream is broken, so the
 		// client saw an error, not this grant. Give the lock up rather than
 		// leave a holder nobody serves. The give-up removes the key only

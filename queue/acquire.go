@@ -59,7 +59,10 @@ type AcquireRequest struct {
 	// renewal of its own lease (every TTL/3) and every AttemptTTL/3 for a
 	// session waiter: it proves the caller is still there to receive an
 	// answer. An error ends the wait and the waiter leaves the queue, so no
-	// lease is renewed on behalf of a caller that is gone.
+	// lease is renewed on behalf of a caller that is gone. It runs on a
+	// timer's goroutine, so a call that fell due as the wait ended may
+	// still be running, or just begin, when Wait has returned: it must be
+	// safe then, and write nothing to a stream that has ended.
 	Heartbeat func(ctx context.Context) error
 	// BeforeGrant, when set, runs once the waiter is first in its queue and
 	// before it is granted; the wait goes on while it runs (the lease is

@@ -95,6 +95,7 @@ const (
 	checkOrphans   = "no-orphans"
 	checkHistory   = "history-complete"
 	checkInjection = "injection"
+	checkCrash     = "no-crashes"
 )
 
 // keyLife is one incarnation of a waiter key.

@@ -81,9 +81,12 @@
 // past the SDK's hold watch delay, its renewal interval + 1 s before — and
 // only then is its overlap with the next holder excused (check_evict.go); FIFO among waiters that stayed; no waiter outlived its wait
 // timeout by more than a second; no keys or leases are left once the
-// workload has stopped and every lease's lifetime has passed (a lock's TTL,
+// workload has stopped and every lease's lifetime has passed (the longest
+// lock TTL a worker asked for — a pooled lease of its class lapses then —
 // a gateway's idle attempt lease its AttemptTTL and one renewal tick; a
-// lease left is reported with its TTL and the keys on it); and how long each fault kept the affected names from being
+// lease left is reported with its TTL and the keys on it); no gateway
+// exited without the harness asking it to (a crash is reported with its
+// panic); and how long each fault kept the affected names from being
 // granted, including how long a stopped gateway's session waiters kept
 // their name (at most the attempt TTL).
 //

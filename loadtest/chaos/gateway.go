@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -75,6 +76,7 @@ func (g *Gateway) Start() error {
 	g.proc = p
 	g.mu.Unlock()
 	g.h.addCloser(p.kill)
+	go g.watchCrash(p)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	for {
@@ -97,6 +99,17 @@ func (g *Gateway) Start() error {
 	}
 }
 
+// watchCrash records a crash of the gateway's process p — an exit the
+// harness did not ask for (a panic, a fatal error) — with what its log
+// says of it.
+func (g *Gateway) watchCrash(p *proc) {
+	if !p.unasked() {
+		return
+	}
+	g.h.crashed(fmt.Sprintf("gateway %s exited on its own at %s: %v%s (see logs/%s.log)",
+		g.Name, time.Now().Format(time.RFC3339Nano), p.err, crashLines(filepath.Join(g.h.out, "logs", g.Name+".log")), g.Name))
+}
+
 // Stop stops the gateway gracefully (SIGTERM: open waits end with
 // SHUTTING_DOWN, in-flight calls get --shutdown-timeout) and waits for it
 // to exit, killing it after 10 s. It returns when the process was reaped.
@@ -107,7 +120,7 @@ func (g *Gateway) Stop() time.Time {
 	if p == nil {
 		return time.Now()
 	}
-	_ = p.signal(syscall.SIGTERM)
+	_ = p.end(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
@@ -124,4 +137,39 @@ func (g *Gateway) Kill() {
 	if p != nil {
 		p.kill()
 	}
+}
+
+// crashLines is what the log at path says of its process's last exit:
+// from the first "panic:" or "fatal error:" of its last run (the lines
+// after its last "=== … start" line), the lines up to the first frame in
+// leasegate's own code; empty when it says nothing.
+func crashLines(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "=== ") && strings.Contains(lines[i], " start ") {
+			lines = lines[i+1:]
+			break
+		}
+	}
+	var out []string
+	own := false // the last line was a function of leasegate's own
+	for _, line := range lines {
+		line = strings.TrimSpace(line)
+		if len(out) == 0 && !strings.HasPrefix(line, "panic:") && !strings.HasPrefix(line, "fatal error:") || line == "" {
+			continue
+		}
+		out = append(out, line)
+		if own && strings.Contains(line, ".go:") || len(out) == 12 {
+			break // that function's file and line
+		}
+		own = strings.HasPrefix(line, "github.com/leasegate/")
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(out, " | ")
 }

@@ -51,7 +51,8 @@ type Harness struct {
 	holderNo   int
 	leasectlNo int
 	probeNo    int
-	errs       []error // the harness's own failures, reported as history violations
+	errs       []error  // the harness's own failures, reported as history violations
+	crashes    []string // processes of the system that exited on their own
 
 	probes *sdk // the availability probes' and the nemesis's clients
 }
@@ -127,6 +128,22 @@ func (h *Harness) harnessErr(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.errs = append(h.errs, err)
+}
+
+// crashed records a process of the system under test that exited without
+// the harness asking it to: a violation of its own, whatever the other
+// checkers make of what followed.
+func (h *Harness) crashed(what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.crashes = append(h.crashes, what)
+}
+
+// crashReports returns the crashes recorded so far.
+func (h *Harness) crashReports() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.crashes)
 }
 
 func (h *Harness) harnessErrors() []error {

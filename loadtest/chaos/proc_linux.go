@@ -26,6 +26,7 @@ type proc struct {
 
 	mu      sync.Mutex
 	stopped bool // SIGSTOPped and not yet continued
+	ended   bool // the harness asked it to end (kill, end)
 }
 
 // childEnv is the harness's environment without LEASEGATE_* variables,
@@ -104,9 +105,30 @@ func (p *proc) resume() error {
 	return p.signal(syscall.SIGCONT)
 }
 
+// end sends sig, a signal that asks the child to end (SIGTERM), to its
+// process group: an exit after it is one the harness asked for.
+func (p *proc) end(sig syscall.Signal) error {
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
+	return p.signal(sig)
+}
+
+// unasked reports, once the child has exited, whether it exited without
+// the harness asking it to (a crash).
+func (p *proc) unasked() bool {
+	<-p.exited
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.ended
+}
+
 // kill SIGKILLs the process group and waits, at most 10 s, for the child to
 // be reaped. SIGKILL ends a stopped process too. It is idempotent.
 func (p *proc) kill() {
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
 	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
 	select {
 	case <-p.exited:

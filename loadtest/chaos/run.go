@@ -309,6 +309,9 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	for _, err := range h.harnessErrors() {
 		vs = append(vs, Violation{Check: checkHistory, Detail: err.Error()})
 	}
+	for _, c := range h.crashReports() {
+		vs = append(vs, Violation{Check: checkCrash, Detail: c})
+	}
 	var regOps []RegisterOp
 	var keys []KeyEvent
 	var clock []ClockSample
