@@ -62,6 +62,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		want string
 	}{
 		{"unknown flag", nil, []string{"describe", "x", "--bogus"}, exitUsage, "unknown flag: --bogus"},
+		{"flag of no command", nil, []string{"watch", "p/", "--interval", "1s"}, exitUsage, "unknown flag: --interval"},
 		{"bad output", nil, []string{"-o", "yaml", "describe", "x"}, exitUsage, "--output"},
 		{"missing argument", nil, []string{"describe"}, exitUsage, "NAME"},
 		{"bad token", nil, []string{"renew", "id", "abc"}, exitUsage, `token "abc"`},
@@ -110,9 +111,7 @@ func TestWatchStreamsChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// --interval is still accepted (and ignored) for scripts written for
-	// the polling watch.
-	cmd := command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched/", "--interval", "20ms")
+	cmd := command(t, nil, "--endpoint", g.URL, "-o", "json", "watch", "watched/")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -54,4 +55,25 @@ func TestVersionFlag(t *testing.T) {
 	if got := strings.TrimSpace(out.String()); !strings.HasPrefix(got, "leasectl ") || !strings.Contains(got, runtime.Version()) {
 		t.Errorf("leasectl --version = %q; want \"leasectl VERSION (… %s)\"", got, runtime.Version())
 	}
+}
+
+// TestEveryFlagIsShown: every command and flag leasectl accepts is listed
+// in its --help and does what it says; none is hidden, deprecated or
+// accepted only to be ignored.
+func TestEveryFlagIsShown(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Deprecated != "" {
+			t.Errorf("command %q is hidden or deprecated", c.CommandPath())
+		}
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Deprecated != "" || f.ShorthandDeprecated != "" {
+				t.Errorf("%s --%s is hidden or deprecated", c.CommandPath(), f.Name)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd(&bytes.Buffer{}))
 }

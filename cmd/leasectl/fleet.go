@@ -194,8 +194,7 @@ is gone the gateway resyncs it: a note goes to stderr and that shard's current
 state is printed again (from "snapshot").
 
 With -o json every line carries resumeToken: pass the last one to --resume to
-continue a watch that was stopped. (--interval, from when watch polled, is
-accepted and ignored.)`,
+continue a watch that was stopped.`,
 		Args: exactArgs("PREFIX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -239,9 +238,6 @@ accepted and ignored.)`,
 		},
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "resume token of the last event seen (from -o json): continue after it")
-	// watch polled Describe before the gateway had a Watch stream.
-	cmd.Flags().Duration("interval", time.Second, "ignored: watch streams changes")
-	_ = cmd.Flags().MarkHidden("interval")
 	return cmd
 }
 
