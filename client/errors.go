@@ -301,8 +301,7 @@ func kindOf(err error) error {
 		case ReasonEvicted:
 			return ErrEvicted
 		}
-		if ce.Code() == connect.CodeFailedPrecondition && (Reason(err) == ReasonLimitMismatch || badField(ce) == "limit") {
-			// (The field alone is what gateways before the reason send.)
+		if ce.Code() == connect.CodeFailedPrecondition && Reason(err) == ReasonLimitMismatch {
 			return ErrLimitMismatch
 		}
 	case connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnimplemented:
@@ -371,16 +370,4 @@ func proofRefused(err error) bool {
 		return true
 	}
 	return false
-}
-
-// badField is the field a BadRequest detail of ce names, or "".
-func badField(ce *connect.Error) string {
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if br, ok := v.(*errdetails.BadRequest); ok && len(br.FieldViolations) > 0 {
-				return br.FieldViolations[0].Field
-			}
-		}
-	}
-	return ""
 }

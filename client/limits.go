@@ -69,8 +69,9 @@ func (e *QuotaError) Error() string {
 func (e *QuotaError) Is(target error) bool { return target == ErrQuotaExceeded }
 
 // limitOf classifies a resource_exhausted answer by its reason: a rate
-// limit or a cap. An answer without a leasegate reason (an older gateway,
-// a proxy) is a rate limit when it carries a RetryInfo, a cap otherwise.
+// limit or a cap. An answer without a leasegate reason (a proxy's in front
+// of the gateways) is a rate limit when it carries a RetryInfo, a cap
+// otherwise.
 func limitOf(ce *connect.Error) error {
 	var limit string
 	if info := errorInfo(ce); info != nil {

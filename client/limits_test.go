@@ -206,7 +206,7 @@ func TestRefusalsAndServerFailuresAreNotRetried(t *testing.T) {
 		{"internal", connect.NewError(connect.CodeInternal, errors.New("bug")), ErrInternal, ErrUnavailable},
 		{"unknown", connect.NewError(connect.CodeUnknown, errors.New("bug")), ErrInternal, ErrUnavailable},
 		{"data loss", connect.NewError(connect.CodeDataLoss, errors.New("bug")), ErrInternal, ErrUnavailable},
-		{"unimplemented", connect.NewError(connect.CodeUnimplemented, errors.New("old gateway")), ErrInternal, ErrUnavailable},
+		{"unimplemented", connect.NewError(connect.CodeUnimplemented, errors.New("not served")), ErrInternal, ErrUnavailable},
 		{"permission denied", connect.NewError(connect.CodePermissionDenied, errors.New("policy")), ErrPermissionDenied, ErrNotOwner},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,8 +224,8 @@ func TestRefusalsAndServerFailuresAreNotRetried(t *testing.T) {
 	}
 }
 
-// A resource_exhausted answer without a leasegate reason (an older gateway,
-// a proxy) is a rate limit when it carries a RetryInfo.
+// A resource_exhausted answer without a leasegate reason (a proxy's) is a
+// rate limit when it carries a RetryInfo.
 func TestRateLimitWithoutReason(t *testing.T) {
 	var ce *connect.Error
 	errors.As(limitErr(v1.ErrorReason_ERROR_REASON_UNSPECIFIED, "", 2*time.Second, true), &ce)
@@ -245,8 +245,8 @@ func TestClientSideFailureIsRetryable(t *testing.T) {
 }
 
 // TestLimitMismatchKind: a semaphore acquire refused for its limit is
-// ErrLimitMismatch whether the gateway says so by its reason or, as
-// gateways before the reason do, only by the field it names.
+// ErrLimitMismatch by its reason, LIMIT_MISMATCH, and by nothing else: the
+// field a BadRequest names only points at the offending value.
 func TestLimitMismatchKind(t *testing.T) {
 	refusal := func(reason v1.ErrorReason, field string) error {
 		ce := connect.NewError(connect.CodeFailedPrecondition, errors.New(`"pool" is held with limit 2, not 3`))
@@ -273,7 +273,7 @@ func TestLimitMismatchKind(t *testing.T) {
 	}{
 		{"reason and field", refusal(ReasonLimitMismatch, "limit"), ErrLimitMismatch},
 		{"reason alone", refusal(ReasonLimitMismatch, ""), ErrLimitMismatch},
-		{"field alone (an older gateway)", refusal(v1.ErrorReason_ERROR_REASON_UNSPECIFIED, "limit"), ErrLimitMismatch},
+		{"field alone", refusal(v1.ErrorReason_ERROR_REASON_UNSPECIFIED, "limit"), nil},
 		{"neither", refusal(v1.ErrorReason_ERROR_REASON_UNSPECIFIED, ""), nil},
 	} {
 		if got := kindOf(tc.err); got != tc.want {

@@ -136,6 +136,5 @@ func (c *Client) shardLeases(sent time.Time, shards []*v1.SessionShard) map[stri
 }
 
 // errNoShard is an open or extension that the gateway answered without a
-// live lease to use; a gateway that predates per-shard session outcomes
-// answers so.
-var errNoShard = errors.New("the gateway reported no live session lease (a gateway older than the SDK does not report them: upgrade gateways first)")
+// live lease to use: there is nothing for the session to renew.
+var errNoShard = errors.New("the gateway reported no live session lease")

@@ -65,8 +65,8 @@ func transient(err error) bool {
 }
 
 // earliest summarises the live outcomes for the top-level fields that
-// predate per-shard outcomes: the earliest deadline with its TTL, and the
-// shortest validity.
+// confirm the session as a whole: the earliest deadline with its TTL, and
+// the shortest validity.
 func earliest(outs []shardOutcome) (deadline time.Time, ttl, valid time.Duration) {
 	valid = -1
 	for _, o := range outs {
@@ -312,10 +312,9 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	out := &v1.KeepAliveSessionResponse{Shards: shardProtos(outs)}
 	if every(outs, v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE) {
 		// The top-level fields confirm the whole session. A client that
-		// reads only them (one that predates per-shard outcomes) would
-		// take them for every lease's, so they stay unset while any lease
-		// went unconfirmed: such a client confirms nothing, and loses the
-		// session at its deadline as it always did.
+		// reads only them takes them for every lease's, so they stay unset
+		// while any lease went unconfirmed: such a client confirms
+		// nothing, and loses the session at its deadline.
 		deadline, effTTL, valid := earliest(outs)
 		out.ExpiresAt, out.TtlMs, out.ValidForMs = timestamppb.New(deadline), effTTL.Milliseconds(), valid.Milliseconds()
 	}

@@ -259,7 +259,7 @@ func revokeSessions(t *testing.T, cli *clientv3.Client, prefix string) {
 }
 
 // Every lease of a session gone: the keepalive fails as a whole with
-// SESSION_LOST, as it always did.
+// SESSION_LOST.
 func TestKeepAliveSessionAllLeasesGone(t *testing.T) {
 	t.Parallel()
 	f := startFleet(t, 2)

@@ -2,12 +2,12 @@
 // JSON bodies (k6/http): what a browser or curl client of the Connect
 // service sends.
 //
-//   k6 run -e BASE_URL=http://127.0.0.1:7070 loadtest/k6/connect.js
+//   k6 run -e LEASEGATE_ENDPOINT=http://127.0.0.1:7070 loadtest/k6/connect.js
 import http from 'k6/http';
 import { check } from 'k6';
 import { shapes, fill, hasAll, capture, requireLoopback, target, bearer, authHeaders, clientCert, httpTLSAuth } from './lib.js';
 
-// Where and as whom: LEASEGATE_ENDPOINT (or BASE_URL), LEASEGATE_TOKEN or
+// Where and as whom: LEASEGATE_ENDPOINT, LEASEGATE_TOKEN or
 // LEASEGATE_TOKEN_FILE, LEASEGATE_CERT and LEASEGATE_KEY, and
 // LEASEGATE_ALLOW_REMOTE=1 for a target that is not loopback (lib.js).
 const TARGET = target(__ENV);

@@ -69,9 +69,8 @@ const defaultEndpoint = 'http://127.0.0.1:7070';
 
 // target reads where to send load from the environment (k6 gives the
 // process environment and every -e NAME=value as __ENV):
-//   LEASEGATE_ENDPOINT       the gateway's base URL, http:// or https://
-//                            (BASE_URL is the older name); default
-//                            http://127.0.0.1:7070
+//   LEASEGATE_ENDPOINT       the gateway's base URL, http:// or https://;
+//                            default http://127.0.0.1:7070
 //   GRPC_ADDR                host:port for gRPC; default the endpoint's
 //   LEASEGATE_ALLOW_REMOTE   1 to allow a target that is not loopback
 // It returns { url, grpcAddr, plaintext, allowRemote } and throws on a
@@ -81,7 +80,7 @@ export function target(env) {
   if (allow !== '' && allow !== '0' && allow !== '1') {
     throw new Error(`LEASEGATE_ALLOW_REMOTE=${allow}: want 1 (allow a remote target) or 0`);
   }
-  const url = (env.LEASEGATE_ENDPOINT || env.BASE_URL || defaultEndpoint).replace(/\/+$/, '');
+  const url = (env.LEASEGATE_ENDPOINT || defaultEndpoint).replace(/\/+$/, '');
   const m = /^(https?):\/\/(\[[^\]]+\]|[^:/]+)(?::(\d+))?$/.exec(url);
   if (!m) {
     throw new Error(`LEASEGATE_ENDPOINT=${url}: want http://HOST[:PORT] or https://HOST[:PORT], without a path`);

@@ -1,12 +1,12 @@
 // acquire → renew → release over leasegate's REST API (k6/http).
 //
-//   k6 run loadtest/k6/rest.js                       # BASE_URL defaults to http://127.0.0.1:7070
-//   k6 run -e BASE_URL=http://127.0.0.1:7070 -e VUS=20 -e DURATION=1m loadtest/k6/rest.js
+//   k6 run loadtest/k6/rest.js                       # LEASEGATE_ENDPOINT defaults to http://127.0.0.1:7070
+//   k6 run -e LEASEGATE_ENDPOINT=http://127.0.0.1:7070 -e VUS=20 -e DURATION=1m loadtest/k6/rest.js
 import http from 'k6/http';
 import { check } from 'k6';
 import { shapes, fill, hasAll, capture, requireLoopback, target, bearer, authHeaders, clientCert, httpTLSAuth } from './lib.js';
 
-// Where and as whom: LEASEGATE_ENDPOINT (or BASE_URL), LEASEGATE_TOKEN or
+// Where and as whom: LEASEGATE_ENDPOINT, LEASEGATE_TOKEN or
 // LEASEGATE_TOKEN_FILE, LEASEGATE_CERT and LEASEGATE_KEY, and
 // LEASEGATE_ALLOW_REMOTE=1 for a target that is not loopback (lib.js).
 const TARGET = target(__ENV);

@@ -71,7 +71,8 @@ func TestTargetAndCredentials(t *testing.T) {
 		wantErr string
 	}{
 		{name: "default", env: nil, url: "http://127.0.0.1:7070", grpc: "127.0.0.1:7070"},
-		{name: "older BASE_URL", env: map[string]string{"BASE_URL": "http://localhost:8080/"}, url: "http://localhost:8080", grpc: "localhost:8080"},
+		{name: "trailing slash", env: map[string]string{"LEASEGATE_ENDPOINT": "http://localhost:8080/"}, url: "http://localhost:8080", grpc: "localhost:8080"},
+		{name: "BASE_URL is not read", env: map[string]string{"BASE_URL": "http://localhost:8080/"}, url: "http://127.0.0.1:7070", grpc: "127.0.0.1:7070"},
 		{name: "https loopback", env: map[string]string{"LEASEGATE_ENDPOINT": "https://[::1]:7443"}, url: "https://[::1]:7443", grpc: "[::1]:7443"},
 		{name: "remote refused", env: map[string]string{"LEASEGATE_ENDPOINT": "https://locks.example.com"}, wantErr: "unless LEASEGATE_ALLOW_REMOTE=1"},
 		{name: "remote gRPC refused", env: map[string]string{"GRPC_ADDR": "10.0.0.7:7070"}, wantErr: "refusing to load 10.0.0.7:7070"},
