@@ -11,9 +11,11 @@ import (
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
-// The reason strings are wire format: gateways and SDKs of other versions
-// exchange them, so the enum's names must stay what they always were.
+// The reason strings are wire format: gateways and SDKs of different
+// versions exchange them, so the enum's names never change. The SDK's
+// Reason constants are the enum's values, one for each.
 func TestReasonWireStrings(t *testing.T) {
+	seen := map[v1.ErrorReason]bool{}
 	for _, tc := range []struct {
 		reason v1.ErrorReason
 		wire   string
@@ -34,12 +36,19 @@ func TestReasonWireStrings(t *testing.T) {
 		{client.ReasonNotOwner, "NOT_OWNER"},
 		{client.ReasonLimitMismatch, "LIMIT_MISMATCH"},
 		{client.ReasonReleased, "LOCK_RELEASED"},
+		{client.ReasonEvicted, "LOCK_EVICTED"},
 	} {
+		seen[tc.reason] = true
 		if got := tc.reason.String(); got != tc.wire {
 			t.Errorf("%d.String() = %q; want %q", tc.reason, got, tc.wire)
 		}
 		if got := client.Reason(withInfo(tc.wire, v1.ErrorDomain)); got != tc.reason {
 			t.Errorf("Reason(an error with reason %q) = %v; want %v", tc.wire, got, tc.reason)
+		}
+	}
+	for n, name := range v1.ErrorReason_name {
+		if r := v1.ErrorReason(n); r != v1.ErrorReason_ERROR_REASON_UNSPECIFIED && !seen[r] {
+			t.Errorf("the API's reason %s has no Reason constant in the SDK", name)
 		}
 	}
 }

@@ -14,43 +14,10 @@ import (
 	"github.com/leasegate/leasegate/shard"
 )
 
-// ErrorDomain is the domain of the ErrorInfo detail on leasegate errors.
-const ErrorDomain = v1.ErrorDomain
-
-// Reasons carried in an ErrorInfo detail, so clients can tell outcomes
-// apart without parsing messages: the values of the API's ErrorReason
-// enum, whose names are the reason strings (errors.proto says what each
-// means).
-const (
-	ReasonExpired             = v1.ErrorReason_LOCK_EXPIRED          // the lease lapsed; the name is free
-	ReasonStolen              = v1.ErrorReason_LOCK_STOLEN           // the lease lapsed; another holder has the name
-	ReasonReleased            = v1.ErrorReason_LOCK_RELEASED         // the holder released the lock
-	ReasonEvicted             = v1.ErrorReason_LOCK_EVICTED          // an administrator force-released the lock
-	ReasonLeaseLost           = v1.ErrorReason_LEASE_LOST            // a waiter's lease died while it waited
-	ReasonSessionLost         = v1.ErrorReason_SESSION_LOST          // the session (on an acquire: its lease on MetadataShard) is gone
-	ReasonSessionShardMissing = v1.ErrorReason_SESSION_SHARD_MISSING // the session has no lease on MetadataShard
-	ReasonWaitTimeout         = v1.ErrorReason_WAIT_TIMEOUT          // the wait timeout passed before a grant
-	ReasonShuttingDown        = v1.ErrorReason_SHUTTING_DOWN         // retry the request id on another gateway
-	ReasonShardUnavailable    = v1.ErrorReason_SHARD_UNAVAILABLE     // the name's etcd cluster is unreachable; retryable
-	ReasonResharding          = v1.ErrorReason_RESHARDING            // the shard map is changing; retry shortly
-	ReasonSuperseded          = v1.ErrorReason_SUPERSEDED            // a retry with the same request id took the waiter over
-	ReasonRateLimited         = v1.ErrorReason_RATE_LIMITED          // a rate limit refused the call; RetryInfo says when to retry
-	ReasonQuotaExceeded       = v1.ErrorReason_QUOTA_EXCEEDED        // a cap (keys, waiters) refused the call
-	ReasonPermissionDenied    = v1.ErrorReason_PERMISSION_DENIED     // the tenant's name policy refuses the name
-	ReasonNotOwner            = v1.ErrorReason_NOT_OWNER             // the id or token is not the caller's
-	ReasonLimitMismatch       = v1.ErrorReason_LIMIT_MISMATCH        // a semaphore acquire's limit is not the name's
-)
-
-// noReason is an error without a leasegate reason.
+// noReason is an error without a leasegate reason. The reasons an error
+// carries in its ErrorInfo detail are the values of the API's ErrorReason
+// enum (errors.proto says what each means), under v1.ErrorDomain.
 const noReason = v1.ErrorReason_ERROR_REASON_UNSPECIFIED
-
-// MetadataShard is the ErrorInfo metadata key that names the shard an
-// error concerns (SESSION_SHARD_MISSING, and SESSION_LOST on an acquire).
-const MetadataShard = v1.MetadataShard
-
-// MetadataLimit is the ErrorInfo metadata key that names the limit that
-// refused a call (RATE_LIMITED, QUOTA_EXCEEDED).
-const MetadataLimit = v1.MetadataLimit
 
 // errSessionShardMissing is an acquire in a session without a lease on the
 // name's shard.
@@ -156,21 +123,21 @@ func toConnect(err error) *connect.Error {
 	code, reason, msg := classify(err)
 	out := connect.NewError(code, errors.New(msg))
 	if reason != noReason {
-		info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain}
+		info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain}
 		var se *shardError
 		if errors.As(err, &se) {
-			info.Metadata = map[string]string{MetadataShard: se.shard}
+			info.Metadata = map[string]string{v1.MetadataShard: se.shard}
 		}
 		if errors.Is(err, queue.ErrQueueFull) {
-			info.Metadata = map[string]string{MetadataLimit: limitNameWaiters}
+			info.Metadata = map[string]string{v1.MetadataLimit: limitNameWaiters}
 		}
 		if errors.Is(err, queue.ErrTooManyHolds) {
-			info.Metadata = map[string]string{MetadataLimit: limitNameHolds}
+			info.Metadata = map[string]string{v1.MetadataLimit: limitNameHolds}
 		}
 		if errors.Is(err, queue.ErrWatchBudget) {
-			info.Metadata = map[string]string{MetadataLimit: limitTenantWatchKeys}
+			info.Metadata = map[string]string{v1.MetadataLimit: limitTenantWatchKeys}
 			if se := (*shardError)(nil); errors.As(err, &se) {
-				info.Metadata[MetadataShard] = se.shard
+				info.Metadata[v1.MetadataShard] = se.shard
 			}
 		}
 		if d, derr := connect.NewErrorDetail(info); derr == nil {
@@ -203,7 +170,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	switch {
 	case errors.Is(err, queue.ErrLimitMismatch):
 		// Not a bad request: the same limit is right once the name is free.
-		return connect.CodeFailedPrecondition, ReasonLimitMismatch, err.Error()
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LIMIT_MISMATCH, err.Error()
 	case errors.As(err, &fe):
 		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
@@ -212,62 +179,62 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	case errors.Is(err, ErrUnauthenticated):
 		return connect.CodeUnauthenticated, noReason, err.Error()
 	case errors.Is(err, queue.ErrNotOwner):
-		return connect.CodePermissionDenied, ReasonNotOwner, err.Error()
+		return connect.CodePermissionDenied, v1.ErrorReason_NOT_OWNER, err.Error()
 	case errors.Is(err, ErrForbidden):
-		return connect.CodePermissionDenied, ReasonPermissionDenied, err.Error()
+		return connect.CodePermissionDenied, v1.ErrorReason_PERMISSION_DENIED, err.Error()
 	case errors.Is(err, queue.ErrHolderChanged):
 		return connect.CodeFailedPrecondition, noReason, err.Error()
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, queue.ErrTooManyHolds), errors.Is(err, queue.ErrWatchBudget):
-		return connect.CodeResourceExhausted, ReasonQuotaExceeded, err.Error()
+		return connect.CodeResourceExhausted, v1.ErrorReason_QUOTA_EXCEEDED, err.Error()
 	case errors.Is(err, ErrUnknownShard):
 		return connect.CodeNotFound, noReason, "the id names a shard this gateway does not know"
 	case errors.Is(err, queue.ErrWaitTimeout):
-		return connect.CodeDeadlineExceeded, ReasonWaitTimeout, err.Error()
+		return connect.CodeDeadlineExceeded, v1.ErrorReason_WAIT_TIMEOUT, err.Error()
 	case errors.Is(err, queue.ErrLeaseLost):
-		return connect.CodeAborted, ReasonLeaseLost, "the waiter's lease was lost; acquire again"
+		return connect.CodeAborted, v1.ErrorReason_LEASE_LOST, "the waiter's lease was lost; acquire again"
 	case errors.Is(err, queue.ErrNotLeader) && errors.Is(err, queue.ErrStolen):
-		return connect.CodeFailedPrecondition, ReasonStolen, "not the leader: its term ended and another campaigner leads"
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_STOLEN, "not the leader: its term ended and another campaigner leads"
 	case errors.Is(err, queue.ErrNotLeader):
-		return connect.CodeFailedPrecondition, ReasonExpired, "not the leader: its term ended and nobody leads"
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_EXPIRED, "not the leader: its term ended and nobody leads"
 	case errors.Is(err, queue.ErrNoLeader):
 		return connect.CodeNotFound, noReason, "nobody leads the election"
 	case errors.Is(err, queue.ErrReleased):
-		return connect.CodeFailedPrecondition, ReasonReleased, err.Error()
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_RELEASED, err.Error()
 	case errors.Is(err, queue.ErrEvicted):
-		return connect.CodeFailedPrecondition, ReasonEvicted, err.Error()
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_EVICTED, err.Error()
 	case errors.Is(err, queue.ErrExpired):
-		return connect.CodeFailedPrecondition, ReasonExpired, "the lock expired: its lease lapsed and the name is free"
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_EXPIRED, "the lock expired: its lease lapsed and the name is free"
 	case errors.Is(err, queue.ErrStolen):
-		return connect.CodeFailedPrecondition, ReasonStolen, "the lock is lost: its lease lapsed and another holder has the name"
+		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_STOLEN, "the lock is lost: its lease lapsed and another holder has the name"
 	case errors.Is(err, errSessionShardMissing):
 		msg := "the session has no lease on the name's shard; extend the session to it (ExtendSession) and retry"
 		if se := (*shardError)(nil); errors.As(err, &se) {
 			msg = fmt.Sprintf("the session has no lease on shard %q, which the name lives on; extend the session to it (ExtendSession) and retry", se.shard)
 		}
-		return connect.CodeFailedPrecondition, ReasonSessionShardMissing, msg
+		return connect.CodeFailedPrecondition, v1.ErrorReason_SESSION_SHARD_MISSING, msg
 	case errors.Is(err, queue.ErrSessionLost):
 		msg := "the session is unknown or expired; open a new one"
 		if se := (*shardError)(nil); errors.As(err, &se) {
 			msg = fmt.Sprintf("the session's lease on shard %q expired or was closed, and its locks there with it; ExtendSession with replace opens a new one", se.shard)
 		}
-		return connect.CodeFailedPrecondition, ReasonSessionLost, msg
+		return connect.CodeFailedPrecondition, v1.ErrorReason_SESSION_LOST, msg
 	case errors.Is(err, queue.ErrCallerGone):
 		return connect.CodeCanceled, noReason, "the client stopped reading its stream"
 	case errors.Is(err, queue.ErrSuperseded):
-		return connect.CodeAborted, ReasonSuperseded, "a retry with the same request id took this wait over"
+		return connect.CodeAborted, v1.ErrorReason_SUPERSEDED, "a retry with the same request id took this wait over"
 	case errors.Is(err, queue.ErrGuardFailed):
-		return connect.CodeUnavailable, ReasonResharding, "the shard map is changing; retry shortly"
+		return connect.CodeUnavailable, v1.ErrorReason_RESHARDING, "the shard map is changing; retry shortly"
 	case errors.Is(err, errShuttingDown):
-		return connect.CodeUnavailable, ReasonShuttingDown, errShuttingDown.Error()
+		return connect.CodeUnavailable, v1.ErrorReason_SHUTTING_DOWN, errShuttingDown.Error()
 	case errors.Is(err, errShardUnavailable):
-		return connect.CodeUnavailable, ReasonShardUnavailable, err.Error()
+		return connect.CodeUnavailable, v1.ErrorReason_SHARD_UNAVAILABLE, err.Error()
 	case errors.Is(err, context.Canceled):
 		return connect.CodeCanceled, noReason, "the call was cancelled"
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.CodeDeadlineExceeded, noReason, "the call's deadline passed"
 	default:
 		// etcd or transport failure: retryable, details stay in the logs.
-		return connect.CodeUnavailable, ReasonShardUnavailable, "the lock store is unavailable; retry"
+		return connect.CodeUnavailable, v1.ErrorReason_SHARD_UNAVAILABLE, "the lock store is unavailable; retry"
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasegate/leasegate/internal/clock"
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
 // Limits bounds what one tenant or client can take. Zero values disable a
@@ -63,7 +64,7 @@ func DefaultLimits() Limits {
 // (429) with a retry hint.
 var ErrLimited = errors.New("limit reached")
 
-// The limits a refusal names, in its ErrorInfo metadata (MetadataLimit)
+// The limits a refusal names, in its ErrorInfo metadata (v1.MetadataLimit)
 // and in the refusal metric's kind label. errors.proto lists them.
 const (
 	limitTenantAcquireRate = "tenant_acquire_rate"
@@ -256,11 +257,11 @@ func limitedToConnect(err error) *connect.Error {
 		return nil
 	}
 	ce := connect.NewError(connect.CodeResourceExhausted, errors.New(le.Error()))
-	reason := ReasonQuotaExceeded
+	reason := v1.ErrorReason_QUOTA_EXCEEDED
 	if le.rate {
-		reason = ReasonRateLimited
+		reason = v1.ErrorReason_RATE_LIMITED
 	}
-	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain, Metadata: map[string]string{MetadataLimit: le.kind}}
+	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain, Metadata: map[string]string{v1.MetadataLimit: le.kind}}
 	if d, derr := connect.NewErrorDetail(info); derr == nil {
 		ce.AddDetail(d)
 	}

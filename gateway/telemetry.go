@@ -252,13 +252,13 @@ func lossReason(err error) string {
 		}
 		if info, ok := v.(*errdetails.ErrorInfo); ok {
 			switch v1.ErrorReason(v1.ErrorReason_value[info.Reason]) {
-			case ReasonExpired:
+			case v1.ErrorReason_LOCK_EXPIRED:
 				return "expired"
-			case ReasonStolen:
+			case v1.ErrorReason_LOCK_STOLEN:
 				return "stolen"
-			case ReasonLeaseLost:
+			case v1.ErrorReason_LEASE_LOST:
 				return "waiter_lease_lost"
-			case ReasonSessionLost:
+			case v1.ErrorReason_SESSION_LOST:
 				return "session_lost"
 			}
 		}
