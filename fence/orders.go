@@ -20,10 +20,12 @@ type Order struct {
 	Token int64
 }
 
-// Orders is the worked example of the seed's "fencing dance": an orders
-// table that is written only through an SQLGuard, so that a worker whose
-// lock expired during a pause cannot overwrite the work of the worker that
-// holds the lock now. Each row records the token that wrote it.
+// Orders is the worked example of the fencing dance — A holds a lock and
+// pauses past its lease; B is granted the lock with a higher token and
+// writes; A wakes and writes with its old token, and that write is refused:
+// an orders table that is written only through an SQLGuard, so that a
+// worker whose lock expired during a pause cannot overwrite the work of the
+// worker that holds the lock now. Each row records the token that wrote it.
 //
 // An order with ID id is fenced under resource "order:" + id; the lock that
 // grants the tokens must be the same for all writers of the order. An Orders

@@ -96,7 +96,7 @@ func TestCheckFenceFalseAfterExpiry(t *testing.T) {
 	wantFence(t, g, "cf-expiry", gr.FencingToken, false, 0)
 }
 
-// TestCheckFenceFalseAfterNewerGrant is the seed's fencing dance as
+// TestCheckFenceFalseAfterNewerGrant is the fencing dance as
 // CheckFence sees it: A's lease expires while B waits, B is granted, and
 // A's token is no longer live.
 func TestCheckFenceFalseAfterNewerGrant(t *testing.T) {

@@ -74,10 +74,10 @@ func (c fencingDemoConfig) Validate() error {
 // order id under "order:" + id, and the tokens must come from that lock.
 func lockOf(orderID string) string { return "order:" + orderID }
 
-// runFencingDemo plays seed 001's fencing dance and narrates it to out. It
-// returns nil only if the store refused A's stale write and the order ends
-// as B wrote it. Every process and directory it makes is gone when it
-// returns.
+// runFencingDemo plays the fencing dance (see fence.Orders) and narrates it
+// to out. It returns nil only if the store refused A's stale write and the
+// order ends as B wrote it. Every process and directory it makes is gone
+// when it returns.
 func runFencingDemo(ctx context.Context, cfg fencingDemoConfig, out io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err

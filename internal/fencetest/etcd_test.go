@@ -31,8 +31,9 @@ func TestEtcdSemantics(t *testing.T) {
 	storetest.Semantics(t, g)
 }
 
-// TestEtcdPutDance plays the seed's fencing dance against a real etcd: the
-// data key changes only with the token, in the same transaction.
+// TestEtcdPutDance plays the fencing dance (see fence.Orders) against a
+// real etcd: the data key changes only with the token, in the same
+// transaction.
 func TestEtcdPutDance(t *testing.T) {
 	ctx := testCtx(t)
 	g, cli := newEtcdGuard(t)

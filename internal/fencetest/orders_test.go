@@ -9,7 +9,7 @@ import (
 	"github.com/leasegate/leasegate/fence"
 )
 
-// TestOrdersDance is the seed's fencing dance on the orders table.
+// TestOrdersDance is the fencing dance (see fence.Orders) on the orders table.
 func TestOrdersDance(t *testing.T) {
 	for _, d := range sqlDBs {
 		t.Run(d.name, func(t *testing.T) {

@@ -33,7 +33,7 @@ func Markdown(r *Results, charts []Chart) []byte {
 		"absolute figures are noise, ratios measured side by side in this one run are the result.\n\n")
 
 	if len(r.Ratios) > 0 {
-		p("## Headline ratios (DESIGN.md §9)\n\n| figure | goal | measured | met |\n|---|---|---|---|\n")
+		p("## Headline ratios\n\n| figure | goal | measured | met |\n|---|---|---|---|\n")
 		for _, x := range r.Ratios {
 			p("| %s | %s | %s | %s |\n", x.Figure, x.Goal, x.Shown, metText(x.Met))
 		}

@@ -7,11 +7,12 @@ import (
 	"github.com/leasegate/leasegate/loadtest/internal/scenario"
 )
 
-// Ratio is one headline figure of DESIGN.md §9, measured.
+// Ratio is one headline figure of the performance goals, measured.
 type Ratio struct {
 	// Figure names what is divided by what.
 	Figure string `json:"figure"`
-	// Goal is DESIGN.md's target, as written there.
+	// Goal is the figure's target (docs/benchmarks.md, "Results against
+	// the performance goals", states them all).
 	Goal string `json:"goal"`
 	// Value is the measured figure, nil when it could not be measured;
 	// Shown is how the report prints it.

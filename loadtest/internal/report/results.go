@@ -1,6 +1,6 @@
 // Package report turns a load test's results into the files it leaves: a
 // JSON document with every figure, a Markdown report with tables and the
-// headline ratios against DESIGN.md §9, and SVG charts.
+// headline ratios against their goals, and SVG charts.
 package report
 
 import (
@@ -28,7 +28,7 @@ type Results struct {
 	Mixed       *scenario.Mixed       `json:"mixed,omitempty"`
 	Capacity    *scenario.Capacity    `json:"capacity,omitempty"`
 
-	// Ratios are the headline figures of DESIGN.md §9.
+	// Ratios are the headline figures, each with its goal.
 	Ratios []Ratio `json:"ratios"`
 	// Figures are the ratios the performance work is judged by (Figures).
 	Figures []Figure `json:"figures"`

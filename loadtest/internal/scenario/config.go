@@ -12,7 +12,8 @@ import (
 // operations.
 type Config struct {
 	// Workers is the number of concurrent clients (C) in the uncontested
-	// and open-loop scenarios. Default 64, as in DESIGN.md §9.
+	// and open-loop scenarios. Default 64, the client count the
+	// performance goals are stated for.
 	Workers int
 	// Duration is how long each system is measured in each phase, after
 	// Warmup. Default 8 s.
