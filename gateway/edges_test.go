@@ -20,8 +20,8 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// wait_timeout_ms is checked in its own unit before any conversion: huge
-// values used to overflow the conversion and pass the range check, one of
+// wait_timeout_ms is checked in its own unit before any conversion: a huge
+// value converted first would overflow and pass the range check, one of
 // them becoming "wait forever".
 func TestWaitTimeoutOutOfRangeIsRefused(t *testing.T) {
 	t.Parallel()

@@ -253,7 +253,7 @@
 // keepalive after its quarantine and dropped if etcd says it is gone, and a
 // pooled lease is handed out only with half its TTL left by its
 // conservative deadline. Waiters that give up, undelivered grants and
-// enqueues with an unknown outcome revoke as before, and so does an
+// enqueues with an unknown outcome revoke their lease, and so does an
 // enqueue whose key was put and then removed (a full queue, another
 // semaphore limit — a semaphore's TryAcquire included, which puts its key
 // before it can see the name's limit): a lease is either revoked or given

@@ -117,7 +117,7 @@ func limitMismatch(name string, want, have int) error {
 }
 
 // storedLimit is what a value records for limit n: nothing for a lock, so
-// a lock's value is what it was before semaphores.
+// a lock's value carries no limit field (waiterMeta.Limit 0 reads as 1).
 func storedLimit(n int) int {
 	if n == 1 {
 		return 0

@@ -13,7 +13,7 @@ import (
 )
 
 // Regression tests for hostile and racing clients. Each names the hole it
-// closes; each failed on the engine before the fix.
+// keeps closed.
 
 // actorKey tags a context with the actor a test hook acts on.
 type actorKey struct{}

@@ -38,7 +38,7 @@ type waiterMeta struct {
 	// campaigned with, or last proclaimed. Locks leave it empty.
 	Value []byte `json:"v,omitempty"`
 	// Limit is the semaphore limit the waiter was enqueued with; 0 (a
-	// value from before semaphores) means 1. A takeover keeps it.
+	// lock's, which records none: storedLimit) means 1. A takeover keeps it.
 	Limit int `json:"n,omitempty"`
 	// Reenter is the secret masked with a digest of the session's secret,
 	// written only by a re-entrant session acquire (reenter.go): a later

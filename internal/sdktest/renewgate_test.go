@@ -59,12 +59,12 @@ func (h *heldRenewals) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.base.RoundTrip(r)
 }
 
-// A process holding many per-lock leases lost every lock at once when its
-// gateway slowed down: every due renewal went out at once, the requests
-// beyond the HTTP/2 stream limit dialed connections of their own, and all
-// of them missed their timeouts (docs/capacity.md). The SDK now sends at
-// most WithMaxRenewals at a time and lets the lease closest to its deadline
-// go first. Here every renewal is due while the gateway (real, over real
+// A process holding many per-lock leases would lose every lock at once when
+// its gateway slowed down if every due renewal went out at once: the
+// requests beyond the HTTP/2 stream limit dial connections of their own,
+// and all of them miss their timeouts (docs/capacity.md). So the SDK sends
+// at most WithMaxRenewals at a time and lets the lease closest to its
+// deadline go first. Here every renewal is due while the gateway (real, over real
 // etcd) is held up: no more than the bound may reach it, the rest must go
 // in deadline order as turns free up, and no lock may be lost.
 func TestRenewalsInFlightAreBoundedMostUrgentFirst(t *testing.T) {

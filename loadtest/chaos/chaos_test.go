@@ -23,7 +23,7 @@ var (
 	outFlag  = flag.String("chaos.out", "", "directory for histories and logs; also LEASEGATE_CHAOS_OUT (default: the artifact directory with -artifacts, else a kept-on-failure temp dir)")
 	seedFlag = flag.Uint64("chaos.seed", 0, "nemesis seed (0: from the clock)")
 	injFlag  = flag.Int("chaos.injections", 0, "override the number of injections")
-	binFlag  = flag.String("chaos.bin", "", "run the leasegate and leasectl binaries in this directory instead of building them (another build, an older release); the etcd members are always built from this checkout")
+	binFlag  = flag.String("chaos.bin", "", "run the leasegate and leasectl binaries in this directory instead of building them (another build); the etcd members are always built from this checkout")
 )
 
 // bins are the binaries TestMain builds once (or -chaos.bin names).

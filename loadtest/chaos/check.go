@@ -36,37 +36,36 @@ type Violation struct {
 	Attributed string `json:"attributed,omitempty"`
 }
 
-// knownEnqueueStall is the regression test of a known gateway bug: the
-// enqueue of an Acquire is bounded by neither its wait timeout nor the
-// gateway's request timeout, so a stalled etcd (a killed or paused leader,
-// a lost quorum, a silent link) holds the caller past its deadline. A stuck
-// waiter whose gateway had not even enqueued it by its deadline is put down
-// to it. Set it to "" once the bug is fixed.
+// knownEnqueueStall is the regression test of the gateway's bound on an
+// Acquire's enqueue: the gateway bounds the enqueue by its request timeout
+// and the whole call by the wait timeout, so that a stalled etcd (a killed
+// or paused leader, a lost quorum, a silent link) cannot hold the caller
+// past its deadline. A stuck waiter whose gateway had not even enqueued it
+// by its deadline is put down to it.
 const knownEnqueueStall = "TestRegressionEnqueueHonoursWaitTimeout"
 
-// knownTimeoutCleanup is the regression test of a known engine bug: a wait
-// that times out deletes its key before it answers, synchronously and for
-// up to the engine's request timeout (5 s), so with its cluster stalled a
-// waiter hears of its own timeout seconds late. A stuck waiter that was
-// enqueued in time and ended with a wait timeout is put down to it. Set it
-// to "" once the bug is fixed.
+// knownTimeoutCleanup is the regression test of the engine's prompt wait
+// timeout: a wait that times out answers at once and removes its key in
+// the background, so that with its cluster stalled a waiter does not hear
+// of its own timeout an engine request timeout (5 s) late. A stuck waiter
+// that was enqueued in time and ended with a wait timeout is put down to
+// it.
 const knownTimeoutCleanup = "TestRegressionWaitTimeoutAnswersPromptly"
 
-// knownRenewAfterGrant is the regression test of a known SDK bug: after a
-// wait longer than one renew interval, client.Acquire renews the lease
-// before it returns, retried for up to three attempts, none bounded by the
-// wait deadline. A stuck waiter whose grant arrived in time is put down to
-// it. Set it to "" once the bug is fixed.
+// knownRenewAfterGrant is the regression test of the SDK's bound on the
+// renewal that confirms a grant after a wait longer than one renew
+// interval: client.Acquire bounds it, retries included, by the wait
+// deadline plus its grace. A stuck waiter whose grant arrived in time is
+// put down to it.
 const knownRenewAfterGrant = "TestRegressionAcquireReturnsByWaitDeadline"
 
-// knownUnconfirmedRelease is the regression test of a known SDK bug: when
-// the renewal that confirms a grant after a long wait fails and the
-// grant's own deadline has passed, client.Acquire releases the lock before
-// it returns, bounded by the request timeout and retried, not by the wait
-// deadline. A stuck waiter whose grant arrived in time and whose Acquire
-// failed with that release is put down to it. Fixed: the SDK waits for the
-// release only until the wait deadline plus its grace, and lets it finish
-// in the background; a violation put down to it is now a regression.
+// knownUnconfirmedRelease is the regression test of the SDK's bound on
+// letting go of a grant it could not confirm: when the renewal that
+// confirms a grant after a long wait fails and the grant's own deadline
+// has passed, client.Acquire waits for the release only until the wait
+// deadline plus its grace and lets it finish in the background. A stuck
+// waiter whose grant arrived in time and whose Acquire failed with that
+// release is put down to it.
 const knownUnconfirmedRelease = "TestRegressionUnconfirmedGrantReturnsByWaitDeadline"
 
 // unconfirmedGrant is how the SDK says it released a grant it could not

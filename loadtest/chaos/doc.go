@@ -110,7 +110,7 @@
 // The harness needs Linux (process groups, Pdeathsig, FIFOs); elsewhere the
 // package is empty. `go test ./loadtest/chaos/...` runs the quick mode; LEASEGATE_CHAOS=long
 // (or -chaos.long) runs the long mode and prints the report; -chaos.bin
-// runs other builds of leasegate and leasectl (an older release); the etcd
+// runs other builds of leasegate and leasectl; the etcd
 // members always run the etcdmember command built from this checkout.
 // Every run writes its histories to an output directory
 // (LEASEGATE_CHAOS_OUT, the test's artifact directory with -artifacts, or a

@@ -29,10 +29,10 @@ import (
 // lease dies before the TTL counted from its last keepalive, which
 // leasegate's loss signal relies on (client/doc.go: "a leader change only
 // ever extends leases"), so a holder believes it holds a lock that another
-// holder is already granted. The chaos run's leader-pause found it. The
-// revocations can also come one etcd request timeout after the resumption
-// (5 s + two election timeouts): the member's first ones time out, it logs
-// "failed to revoke lease ... request timed out", and sends them again.
+// holder is already granted. The revocations can also come one etcd
+// request timeout after the resumption (5 s + two election timeouts): the
+// member's first ones time out, it logs "failed to revoke lease ...
+// request timed out", and sends them again.
 //
 // This test talks to etcd alone: leases of 2 s kept alive every 400 ms
 // through the members that are not paused, a key on each, and the leader

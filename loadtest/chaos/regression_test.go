@@ -20,14 +20,12 @@ import (
 	"github.com/leasegate/leasegate/internal/server"
 )
 
-// Regression tests for leasegate bugs the chaos run found. Each reproduces
-// its bug in isolation, in a few seconds; the histories the chaos runs
-// recorded are kept in testdata/ and TestRecorded* check that the checker
-// still flags them. Three bugs are fixed (the gateway bounds the enqueue by
-// its request timeout and the whole call by the wait timeout; the engine
-// leaves the queue in the background; the SDK bounds the confirming
-// renewal by the wait deadline), so their tests run always; the tests of
-// open bugs (openBugs) are skipped until theirs are.
+// Regression tests of the failures the chaos checkers put down to a known
+// cause (knownCause, openBugs). Each reproduces its failure in isolation,
+// in a few seconds; the histories the chaos runs recorded are kept in
+// testdata/ and TestRecorded* check that the checker flags them. The tests
+// of open bugs (openBugs) are skipped unless LEASEGATE_CHAOS_OPEN_BUGS is
+// set; every other runs always.
 
 // skipKnownBug skips the test while its bug is open, unless
 // LEASEGATE_CHAOS_OPEN_BUGS is set.
@@ -70,14 +68,15 @@ func startStalledGateway(t *testing.T) *stalledGateway {
 
 // TestRegressionEnqueueHonoursWaitTimeout: an Acquire whose enqueue stalls
 // (its etcd does not answer: a killed or paused leader, a lost quorum, a
-// silent link) must still end at its wait timeout. The gateway bounds the
-// enqueue (lease grant and enqueue txn) by neither the wait timeout, which
-// only starts once enqueued, nor its RequestTimeout, and the SDK does not
-// bound the stream by the wait timeout either, so the caller waits for as
-// long as etcd stalls (7 s after a leader kill, the whole outage of a lost
-// quorum, 15 s of gRPC keepalive on a silent link).
+// silent link) must still end at its wait timeout. The wait timeout only
+// starts once the waiter is enqueued, so the gateway bounds the enqueue
+// (lease grant and enqueue txn) by its RequestTimeout and the whole call by
+// the wait timeout, and the SDK bounds each attempt's stream by the wait
+// deadline plus its grace; unbounded, the caller would wait for as long as
+// etcd stalls (7 s after a leader kill, the whole outage of a lost quorum,
+// 15 s of gRPC keepalive on a silent link).
 func TestRegressionEnqueueHonoursWaitTimeout(t *testing.T) {
-	skipKnownBug(t, "gateway Acquire's enqueue is bounded by neither the wait timeout nor RequestTimeout (gateway/acquire.go, Service.acquire), and client.Acquire does not bound its stream by WithWaitTimeout")
+	skipKnownBug(t, "an Acquire's enqueue must be bounded by the gateway's RequestTimeout and the call by its wait timeout, in the gateway and in client.Acquire")
 	g := startStalledGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
@@ -92,12 +91,12 @@ func TestRegressionEnqueueHonoursWaitTimeout(t *testing.T) {
 
 // TestRegressionWaitTimeoutAnswersPromptly: a waiter enqueued in time whose
 // wait times out while its etcd stalls must hear of the timeout at once.
-// The engine deletes the waiter's key before it answers (queue/wait.go,
-// Engine.wait → removeWaiter), synchronously and bounded only by its
-// RequestTimeout (5 s), so the answer comes up to 5 s late; the key would
-// lapse with its lease anyway, so the deletion can run in the background.
+// The engine answers first and removes the waiter's key in the background
+// (queue/wait.go, removeWaiterLater): the key lapses with its lease anyway,
+// and a removal bounded by the engine's RequestTimeout (5 s) before the
+// answer would make it up to 5 s late.
 func TestRegressionWaitTimeoutAnswersPromptly(t *testing.T) {
-	skipKnownBug(t, "queue Engine.wait deletes a timed-out waiter's key synchronously (up to RequestTimeout, 5 s) before answering ErrWaitTimeout")
+	skipKnownBug(t, "a timed-out wait must answer ErrWaitTimeout before its key is removed, not after (queue Engine.wait)")
 	g := startStalledGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -197,13 +196,12 @@ func (b blackholeOnRenew) RoundTrip(req *http.Request) (*http.Response, error) {
 // TestRegressionAcquireReturnsByWaitDeadline: a waiter granted before its
 // wait deadline must get its lock (or an error) by that deadline, give or
 // take a second. After a wait longer than one renew interval, client.Acquire
-// renews the lease before it returns (client/acquire.go, Client.held), with
-// up to three attempts of min(RequestTimeout, TTL/4) each and, when they
-// fail, a release, none bounded by the wait deadline: a gateway that goes
-// silent right after the grant holds the caller for seconds. The gateway
-// already renewed the lease at the grant (queue Engine.granted).
+// renews the lease before it returns (client/acquire.go, Client.held), and
+// bounds that renewal, retries included, by the wait deadline plus its
+// grace: unbounded, a gateway that goes silent right after the grant would
+// hold the caller for seconds.
 func TestRegressionAcquireReturnsByWaitDeadline(t *testing.T) {
-	skipKnownBug(t, "client.Acquire renews after a long wait before returning (Client.held), unbounded by the wait deadline")
+	skipKnownBug(t, "the renewal client.Acquire makes after a long wait must be bounded by the wait deadline (Client.held)")
 	g := startStalledGateway(t)
 	front, err := netfault.New("client->gateway", g.srv.Addr())
 	if err != nil {
@@ -242,16 +240,14 @@ func TestRegressionAcquireReturnsByWaitDeadline(t *testing.T) {
 // before its wait deadline must get its lock, or an error, by that
 // deadline, give or take a second. After a wait longer than one renew
 // interval, client.Acquire renews the lease before it returns, bounded by
-// the wait deadline; but when that renewal fails and the grant's deadline
-// has passed, it releases the lock before it returns
-// (client/acquire.go, Client.held: "Granted, but it cannot be confirmed in
-// time: let it go"), and that release is bounded by the request timeout
-// and retried, not by the wait deadline. The chaos run saw it when a
-// leader was killed as a waiter was granted: the Acquire returned 2.5 s
-// after its deadline. The lock lapses at its TTL anyway, so the release
-// now goes on in the background once the Acquire's bound is reached.
+// the wait deadline; when that renewal fails and the grant's deadline has
+// passed, it lets the lock go (client/acquire.go, Client.letGo), and waits
+// for that release, which is bounded by the request timeout and retried,
+// only until the wait deadline plus its grace: the lock lapses at its TTL
+// anyway, so the release goes on in the background from then. The case is
+// a leader killed as a waiter is granted.
 func TestRegressionUnconfirmedGrantReturnsByWaitDeadline(t *testing.T) {
-	skipKnownBug(t, "client.Acquire releases a grant it could not confirm synchronously (Client.held), bounded by the request timeout rather than the wait deadline")
+	skipKnownBug(t, "client.Acquire must wait for the release of a grant it could not confirm only until the wait deadline (Client.letGo)")
 	g := startStalledGateway(t)
 	var p http.Protocols
 	p.SetHTTP1(true)
