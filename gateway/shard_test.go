@@ -354,9 +354,9 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	release(t, fresh, grants[1])
 }
 
-// Suspected: a TryAcquire granted on a cluster a name then moved away
-// from lost its idempotency — a retry with the same request id found the
-// name busy (its own grant, draining) and answered "not acquired".
+// A TryAcquire granted on a cluster a name then moves away from keeps its
+// idempotency: a retry with the same request id finds its own grant, not
+// the name busy (its own grant, draining) and "not acquired".
 func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 	t.Parallel()
 	f := startFleet(t, 3)

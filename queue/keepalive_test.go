@@ -95,11 +95,11 @@ func TestRenewalIsNeverCreditedWithAnOlderKeepalive(t *testing.T) {
 	}
 }
 
-// Suspected: head-of-line blocking on the shared keepalive stream. etcd
-// answers a stream's requests in order, and a renewal of a lease that has
-// expired but is not yet revoked waits for its revocation, which etcd
-// rate-limits. While many leases expire at once, a live lease's renewal
-// must not wait behind that.
+// No head-of-line blocking on the shared keepalive streams. etcd answers a
+// stream's requests in order, and a renewal of a lease that has expired but
+// is not yet revoked waits for its revocation, which etcd rate-limits.
+// While many leases expire at once, a live lease's renewal must not wait
+// behind that.
 func TestExpiredLeaseRenewalDoesNotHoldUpOthers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("grants thousands of leases")
@@ -182,9 +182,9 @@ func TestExpiredLeaseRenewalDoesNotHoldUpOthers(t *testing.T) {
 	}
 }
 
-// Suspected: a keepalive failing at grant time (a leader change cuts the
-// stream) threw the head waiter out of the queue, losing its FIFO place. The
-// grant now retries within the wait.
+// A keepalive failing at grant time (a leader change cuts the stream) must
+// not throw the head waiter out of the queue and lose its FIFO place: the
+// grant retries within the wait.
 func TestGrantSurvivesAKeepaliveFailure(t *testing.T) {
 	e, link := proxiedEngine(t)
 	direct := peer(t, e, shared.ClientFor(t))
@@ -263,8 +263,9 @@ func countingEngine(t *testing.T) (*Engine, *atomic.Int64) {
 	return e, &keys
 }
 
-// Suspected: every wake-up re-read every key ahead, N² keys to drain a
-// queue of N. A grant needs only the key right ahead.
+// Draining a queue of N reads keys in proportion to N, not N² (every
+// wake-up re-reading every key ahead): a grant needs only the key right
+// ahead.
 func TestDrainingAQueueReadsKeysInProportionToItsLength(t *testing.T) {
 	e, keys := countingEngine(t)
 	ctx := testCtx(t)

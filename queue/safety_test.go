@@ -105,8 +105,9 @@ func peer(t *testing.T, e *Engine, cli *clientv3.Client) *Engine {
 	return p
 }
 
-// Hole 1: a lock id's lease field was trusted by Release, which revoked it
-// after deleting the caller's own key.
+// Hole 1: a Release that trusted a lock id's lease field would revoke that
+// lease after deleting the caller's own key. It revokes only the lease it
+// reads back from the key it deleted.
 func TestForgedLeaseInHandleRevokesNothing(t *testing.T) {
 	e, cli := newEngine(t)
 	ctx := testCtx(t)
@@ -161,11 +162,12 @@ func TestForgedLeaseInHandleRevokesNothing(t *testing.T) {
 	}
 }
 
-// Hole 2: a waiter checked only that its predecessor still existed. A
-// predecessor released and enqueued again under the same request id is a
-// new key behind the waiter; waiting on it deadlocked the two. The hub's
-// view keys identity by create revision: here the deletion and the new
-// key reach the view while the hub is held before applying the deletion.
+// Hole 2: a waiter that checked only that its predecessor still exists
+// would wait on a predecessor released and enqueued again under the same
+// request id — a new key behind the waiter — and the two would deadlock.
+// The hub's view keys identity by create revision: here the deletion and
+// the new key reach the view while the hub is held before applying the
+// deletion.
 func TestPredecessorReenqueuedUnderSameRequestIDIsNotWaitedOn(t *testing.T) {
 	g := newGate("W", pointHubEvent)
 	e, _ := newEngine(t, func(c *Config) {})
@@ -248,10 +250,10 @@ func TestStableRequestIDsNeverStall(t *testing.T) {
 	}
 }
 
-// Hole 3: when an attempt's stream died, its cleanup compared only the
-// key's create revision. A retry with the same request id on another
-// gateway resumed the same key and was granted; the late cleanup deleted
-// the holder's key and the next waiter was granted beside it.
+// Hole 3: a dead attempt's cleanup that compared only the key's create
+// revision would delete the key of a retry with the same request id that
+// resumed it on another gateway and was granted, and the next waiter would
+// be granted beside it. The cleanup compares its attempt's mod revision.
 func TestZombieCleanupCannotDeleteResumedHolder(t *testing.T) {
 	cleanup := newGate("A", pointCleanup)
 	var cleaned sync.Once
@@ -333,9 +335,10 @@ func detachedSessionWaiter(t *testing.T, e, e2 *Engine) Grant {
 	return holder
 }
 
-// Hole 4: a session waiter detached at gateway shutdown rode on the
-// session lease, which its client kept alive: nobody resumed it, it became
-// the holder and blocked the name for as long as the session lived.
+// Hole 4: a session waiter detached at gateway shutdown that rode on the
+// session lease, which its client keeps alive, would become the holder with
+// nobody to resume it and block the name for as long as the session lives.
+// It rides on the attempt lease until it is granted.
 func TestDetachedSessionWaiterLapsesWithItsGateway(t *testing.T) {
 	e, cli := newEngine(t, func(c *Config) { c.AttemptTTL = 2 * time.Second })
 	e2 := peer(t, e, cli)
@@ -428,8 +431,9 @@ func TestUndeliveredSessionGrantIsGivenUp(t *testing.T) {
 	}
 }
 
-// Hole 5: Resume handed the handle, secret included, to anyone in the
-// tenant who presented the name and request id.
+// Hole 5: a Resume that handed the handle, secret included, to anyone in
+// the tenant who presents the name and request id would give them the
+// lock. A resume by anyone but the caller that enqueued is refused.
 func TestRequestIDDoesNotHandOutOwnership(t *testing.T) {
 	e, _ := newEngine(t)
 	ctx := testCtx(t)
