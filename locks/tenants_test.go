@@ -31,6 +31,9 @@ func TestOneEnginePerClusterServesEveryTenant(t *testing.T) {
 	t.Cleanup(r.Close)
 	b, _ := r.Backend("a")
 	cli := a.Client()
+	if b.Engine.Prefix() != cfg.Prefix {
+		t.Fatalf("the cluster's engine acts in %q; want the unnamed tenant's %q", b.Engine.Prefix(), cfg.Prefix)
+	}
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	tenants := []string{"t1", "t2", "t3"}
@@ -46,6 +49,12 @@ func TestOneEnginePerClusterServesEveryTenant(t *testing.T) {
 			t.Fatalf("tenant %s: TryAcquire(n) = %+v, %v; want it held (another tenant's holder is not its)", tenant, held, err)
 		}
 		t.Cleanup(func() { _, _ = e.Release(testCtx(t), held.Grant.Handle, held.Grant.Token()) })
+		// The tenant's keys are where they always were: under
+		// <prefix>/t/<tenant>, in the engine's layout.
+		key := cfg.Prefix + "/t/" + tenant + "/locks/n/" + queue.WaiterID("holder")
+		if resp, err := cli.Get(ctx, key, clientv3.WithCountOnly()); err != nil || resp.Count != 1 {
+			t.Fatalf("tenant %s's holder key %s: %v, %v; want it there", tenant, key, resp, err)
+		}
 		s, err := e.OpenSession(ctx, "c", 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
