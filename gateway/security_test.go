@@ -83,6 +83,24 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	denied("ExtendSession", err)
 	_, err = b.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", SessionId: sess.Msg.SessionId}))
 	denied("TryAcquire on a's session", err)
+	if hold, err := b.WatchHold(ctx, connect.NewRequest(&v1.WatchHoldRequest{LockId: lock.LockId, FencingToken: lock.FencingToken})); err == nil {
+		for hold.Receive() {
+		}
+		denied("WatchHold", hold.Err())
+	} else {
+		denied("WatchHold", err)
+	}
+	// A leader id is a lock id: another tenant proclaims and resigns
+	// nothing with it.
+	ea, eb := electionClient(g, gwtest.Bearer(tokenA)), electionClient(g, gwtest.Bearer(tokenB))
+	el := campaign(t, ea, &v1.CampaignRequest{Name: "leader", Value: []byte("a"), TtlMs: 10000, ClientId: "a1"})
+	_, err = eb.Proclaim(ctx, connect.NewRequest(&v1.ProclaimRequest{LeaderId: el.LeaderId, Value: []byte("b")}))
+	denied("Proclaim", err)
+	_, err = eb.Resign(ctx, connect.NewRequest(&v1.ResignRequest{LeaderId: el.LeaderId}))
+	denied("Resign", err)
+	if _, err := eb.Leader(ctx, connect.NewRequest(&v1.LeaderRequest{Name: "leader"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("tenant b Leader of a's election = %v; want not_found: nobody leads in b", err)
+	}
 	for _, path := range []string{"/api/v1/locks/renew", "/api/v1/locks/release"} {
 		body := fmt.Sprintf(`{"lockId":%q,"fencingToken":%d}`, lock.LockId, lock.FencingToken)
 		req, _ := http.NewRequest(http.MethodPost, g.URL+path, strings.NewReader(body))
@@ -108,6 +126,9 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	if err != nil || cf.Msg.Live || cf.Msg.CurrentToken != 0 {
 		t.Errorf("tenant b CheckFence = %v, %v; want not live", cf, err)
 	}
+	if ll, err := b.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{})); err != nil || len(ll.Msg.Locks) != 0 {
+		t.Errorf("tenant b ListLocks = %v, %v; want none of a's", ll, err)
+	}
 	bs, err := b.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "orders/42", TtlMs: 10000, RequestId: "a-waiter"}))
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +150,9 @@ func TestCrossTenantCallsAreDenied(t *testing.T) {
 	}
 	if _, err := a.KeepAliveSession(ctx, connect.NewRequest(&v1.KeepAliveSessionRequest{SessionId: sess.Msg.SessionId})); err != nil {
 		t.Errorf("tenant a KeepAliveSession = %v", err)
+	}
+	if lr, err := ea.Leader(ctx, connect.NewRequest(&v1.LeaderRequest{Name: "leader"})); err != nil || string(lr.Msg.Leader.GetValue()) != "a" || lr.Msg.Leader.GetFencingToken() != el.FencingToken {
+		t.Errorf("tenant a Leader after the attempts = %v, %v; want its leader, value a", lr, err)
 	}
 	stream.Close()
 }

@@ -17,12 +17,12 @@ type Names struct{}
 
 var _ shard.NameLister = Names{}
 
-// ListNames lists the names with a holder or waiter key in any engine of
-// the cluster at prefix: its own and every tenant's (TenantPrefix). Each
-// key is parsed from the cluster's root down (engineOf, then
-// queue.SplitWaiterKey), so no other record of an engine — a session's, a
-// holds or delay record, an audit entry — passes for a waiter's, whatever
-// a tenant is called.
+// ListNames lists the names with a holder or waiter key in any key space
+// of the cluster at prefix: the unnamed tenant's and every tenant's
+// (TenantPrefix). Each key is parsed from the cluster's root down
+// (engineOf, then queue.SplitWaiterKey), so no other record of a space — a
+// session's, a holds or delay record, an audit entry — passes for a
+// waiter's, whatever a tenant is called.
 func (Names) ListNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]string, error) {
 	resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {

@@ -31,7 +31,7 @@ func TestListNamesParsesKeysFromTheRoot(t *testing.T) {
 	b, _ := r.Backend("a")
 	var want []string
 	for _, tenant := range []string{"", "locks", "acme"} {
-		e, err := b.TenantEngine(tenant)
+		e, err := b.Space(tenant)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,25 +38,21 @@ type RouterConfig struct {
 	Watch bool
 	// Log receives routing events; nil discards them.
 	Log *slog.Logger
-	// MaxTenantEngines bounds the tenant engines each cluster's backend
-	// caches (see Backend.TenantEngine). Default 10,000; 0 is unbounded.
-	MaxTenantEngines int
 }
 
 // DefaultRouterConfig returns the documented defaults.
 func DefaultRouterConfig() RouterConfig {
 	return RouterConfig{
-		Prefix:           shard.DefaultPrefix,
-		Queue:            queue.DefaultConfig(),
-		Breaker:          shard.DefaultBreakerConfig(),
-		Watch:            true,
-		MaxTenantEngines: 10_000,
+		Prefix:  shard.DefaultPrefix,
+		Queue:   queue.DefaultConfig(),
+		Breaker: shard.DefaultBreakerConfig(),
+		Watch:   true,
 	}
 }
 
 // Router routes lock names to the engines of the clusters that own them,
 // by the shard map stored in the home cluster, and follows the map as it
-// changes. It owns every cluster's client, engines and breaker. It is safe
+// changes. It owns every cluster's client, engine and breaker. It is safe
 // for concurrent use.
 type Router struct {
 	cfg   RouterConfig
@@ -183,7 +179,7 @@ func (r *Router) dial(c shard.Cluster) (*Backend, error) {
 		cli.Close()
 		return nil, err
 	}
-	b := &Backend{Name: c.Name, Client: cli, Engine: eng, qcfg: qc, maxTenants: r.cfg.MaxTenantEngines}
+	b := &Backend{Name: c.Name, Client: cli, Engine: eng}
 	rc := r.cfg.Reach
 	rc.Probe = b.answers
 	b.Reach = shard.NewReach(c.Name, cli.ActiveConnection(), rc)
@@ -204,7 +200,8 @@ func (r *Router) dial(c shard.Cluster) (*Backend, error) {
 }
 
 // Route returns where name's calls go under the map in force, with the
-// engine for tenant's keys ("" is the unnamed tenant): the cluster that
+// cluster's engine acting in tenant's key space ("" is the unnamed
+// tenant): the cluster that
 // owns the name, the epoch and guard new waiters enqueue under, and, while
 // the name drains from the cluster that owned it before a resharding, that
 // cluster as Previous.
@@ -238,7 +235,8 @@ func (r *Router) Route(name, tenant string) (Target, error) {
 }
 
 // Lookup returns the cluster called name, including clusters the map in
-// force keeps only while they drain, with the engine for tenant's keys:
+// force keeps only while they drain, with its engine acting in tenant's
+// key space:
 // for ids that name their shard. A name this router does not know is
 // ErrUnknownShard.
 func (r *Router) Lookup(name, tenant string) (Target, error) {
@@ -249,8 +247,9 @@ func (r *Router) Lookup(name, tenant string) (Target, error) {
 	return b.target(tenant)
 }
 
-// All returns every cluster names are hashed over, in map order, with the
-// engines for tenant's keys: for sessions, which hold a lease on each.
+// All returns every cluster names are hashed over, in map order, with
+// their engines acting in tenant's key space: for sessions, which hold a
+// lease on each.
 func (r *Router) All(tenant string) ([]Target, error) {
 	var out []Target
 	for _, b := range r.Backends() {

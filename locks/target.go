@@ -14,7 +14,8 @@ import (
 type Target struct {
 	// Shard names the etcd cluster.
 	Shard string
-	// Engine is the lock engine for the call's tenant on that cluster.
+	// Engine is the cluster's lock engine, acting in the call's tenant's
+	// key space.
 	Engine *queue.Engine
 	// Backend is the cluster: its client and circuit breaker.
 	Backend *Backend

@@ -537,13 +537,12 @@ func (e *Engine) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
 }
 
 // Waiter is an enqueued acquire that has not been granted yet. Call Wait
-// (or Try) once: until then the engine counts it as in use.
+// (or Try) once.
 type Waiter struct {
 	e     *Engine
 	r     AcquireRequest
 	q     *enqueued
 	began time.Time // when the attempt began, on the engine's clock
-	exit  func()    // ends the engine's count of this wait
 	// reentered is the grant of a re-entrant acquire that added a hold to
 	// a lock its session held: Wait and Try return it.
 	reentered *Grant
@@ -554,36 +553,31 @@ type Waiter struct {
 // callers that treat the bounded enqueue and the unbounded wait differently
 // (a circuit breaker must not count a long wait against its cluster).
 func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
-	exit := e.enter()
 	began := e.cfg.Clock.Now()
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
-		exit()
 		return nil, err
 	}
 	if r.Reentrant {
 		g, err := e.reenter(ctx, &r)
 		if err != nil || g != nil {
 			if err != nil {
-				exit()
 				return nil, err
 			}
-			return &Waiter{e: e, r: r, began: began, exit: exit, reentered: g}, nil
+			return &Waiter{e: e, r: r, began: began, reentered: g}, nil
 		}
 	}
 	sctx, sp := e.traceEnqueue(ctx, &r, false)
 	q, err := e.enqueue(sctx, &r, ttlSec, false)
 	sp.endEnqueue(q, err)
 	if err != nil {
-		exit()
 		return nil, err
 	}
-	return &Waiter{e: e, r: r, q: q, began: began, exit: exit}, nil
+	return &Waiter{e: e, r: r, q: q, began: began}, nil
 }
 
 // Wait blocks until the waiter holds the lock; see Acquire.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
-	defer w.exit()
 	if w.reentered != nil {
 		return *w.reentered, nil
 	}
@@ -602,7 +596,6 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 // It is TryAcquire for a waiter found by Resume: a TryAcquire retried after
 // its name moved to another cluster finds its grant where it was made.
 func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
-	defer w.exit()
 	if w.reentered != nil {
 		return TryResult{Acquired: true, Grant: *w.reentered}, nil
 	}
@@ -651,7 +644,6 @@ type TryResult struct {
 // waits. A retry with the request id of an earlier successful TryAcquire,
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
-	defer e.enter()()
 	began := e.cfg.Clock.Now()
 	r.WaitTimeout, r.OnQueued = 0, nil
 	ttlSec, err := r.validate(e.cfg)

@@ -23,7 +23,7 @@ const (
 )
 
 // DefaultMaxWatchKeys is Config.MaxWatchKeys' default: at about 100 bytes
-// a key (docs/security.md, "Limits"), some 10 MiB of views per engine.
+// a key (docs/security.md, "Limits"), some 10 MiB of views per key space.
 const DefaultMaxWatchKeys = 100_000
 
 // MaxLeasePool is the largest Config.LeasePool.
@@ -31,8 +31,9 @@ const MaxLeasePool = 4096
 
 // Config configures an Engine.
 type Config struct {
-	// Prefix is the etcd key prefix of every key the engine writes.
-	// Default DefaultPrefix. It must start with '/' and not end with one.
+	// Prefix is the etcd key prefix of the engine's own key space; Space
+	// serves others. Default DefaultPrefix. It must start with '/' and not
+	// end with one.
 	Prefix string
 	// MinTTL is the shortest lease a caller may ask for. Default and
 	// lowest MinLeaseTTL (1 s).
@@ -62,9 +63,9 @@ type Config struct {
 	// holder may still believe it holds (loss.go). Default true; false
 	// frees the name as soon as the key goes, relying on fencing alone.
 	LossWait bool
-	// MaxWatchKeys bounds the keys the engine's WatchLocks views hold in
-	// memory together (watchview.go): watchers of one prefix share a
-	// view, and a view whose keys would pass the bound is refused with
+	// MaxWatchKeys bounds the keys the engine's WatchLocks views of one
+	// key space hold in memory together (watchview.go): watchers of one
+	// prefix share a view, and a view whose keys would pass the bound is refused with
 	// ErrWatchBudget before it is read (one that grows past it ends with
 	// it). Default DefaultMaxWatchKeys; 0 disables the bound.
 	MaxWatchKeys int

@@ -65,7 +65,7 @@ func validateLockDelay(d time.Duration) error {
 	return nil
 }
 
-func (k keys) delayPrefix(name string) string { return k.prefix + "/delays/" + escapeName(name) + "/" }
+func (k keys) delayPrefix(name string) string { return k.delays() + escapeName(name) + "/" }
 
 func (k keys) delay(name, waiterID string) string { return k.delayPrefix(name) + waiterID }
 

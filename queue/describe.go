@@ -37,7 +37,6 @@ type Description struct {
 // Describe reads a name's holders, limit and queue length. The first key
 // names the limit; a semaphore's holders are read at the same revision.
 func (e *Engine) Describe(ctx context.Context, name string) (Description, error) {
-	defer e.enter()()
 	if err := ValidateName(name); err != nil {
 		return Description{}, err
 	}
@@ -132,7 +131,6 @@ func (e *Engine) holderInfo(ctx context.Context, kv *mvccpb.KeyValue) (*Holder, 
 // be stale by the time a write that relies on it lands; a resource that can
 // store the highest token it accepted should check that instead.
 func (e *Engine) CheckFence(ctx context.Context, name string, token int64) (live bool, current int64, err error) {
-	defer e.enter()()
 	if err := ValidateName(name); err != nil {
 		return false, 0, err
 	}

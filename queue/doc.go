@@ -278,6 +278,21 @@
 // in between is never deleted — and writes the audit record in the same
 // transaction; the explorer's evictor breaks when that compare is gone.
 //
+// # Key spaces
+//
+// One engine serves every key space of its cluster (Engine.Space): a
+// space is a prefix with the whole layout above under it, and a call
+// reads, writes, compares and watches only keys of its own space — its
+// hubs are kept by the name's full key prefix, its session, end and watch
+// views per space. What spaces share is what nothing acts on by identity
+// alone: the attempt lease, the lease pool, the keepalive streams. So
+// every argument above holds per space unchanged: a handle, a session or a
+// request id of one space names no key of another, and a lease recycled
+// from one space's lock to another's is the recycling case above, whose
+// compares never looked at a space. The caller picks the space (the
+// gateway, from the caller's authentication); the engine never reads one
+// from an id.
+//
 // docs/safety.md takes every transaction in turn: what it compares, and
 // what a forged, stale, replayed or racing input can make it do. The
 // interleaving explorer (explore_test.go) runs actors against a real etcd

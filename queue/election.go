@@ -105,7 +105,6 @@ func leaderOf(kv *mvccpb.KeyValue) (*Leader, error) {
 // renewed, or moved onto its session) is reported as the leader: nothing
 // can come before it any more.
 func (e *Engine) Leader(ctx context.Context, election string) (*Leader, error) {
-	defer e.enter()()
 	if err := ValidateName(election); err != nil {
 		return nil, err
 	}
@@ -139,7 +138,6 @@ func (e *Engine) Leader(ctx context.Context, election string) (*Leader, error) {
 // the attempt that wrote it last: see "Proclaim and attempt identity" in
 // doc.go for why no attempt's compare misfires on it.
 func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
-	defer e.enter()()
 	if _, ok := ElectionOf(h.Name); !ok {
 		return fmt.Errorf("%w: the id names a lock, not an election's leader", ErrInvalidArgument)
 	}
@@ -206,7 +204,6 @@ var errRewatch = errors.New("rewatch")
 // revision, before the watch from that revision opens (tests compact
 // history there).
 func (e *Engine) observeLeader(ctx context.Context, election string, fn func(*Leader) error, beforeWatch func(rev int64)) error {
-	defer e.enter()()
 	if err := ValidateName(election); err != nil {
 		return err
 	}

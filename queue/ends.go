@@ -19,9 +19,9 @@ import (
 // ended as soon as this engine learns of it. An eviction writes its audit
 // record, and the first gateway to see an unclean loss writes its wait
 // record (loss.go); both are rare, so the engine keeps one watch over each
-// of the two prefixes while any AwaitEnd runs, whichever gateway wrote
-// them, and wakes the awaiters of the key they concern, which then read
-// how the key ended (endOf). A failed watch wakes every awaiter, which
+// of the two prefixes of a key space while any AwaitEnd of that space
+// runs, whichever gateway wrote them, and wakes the awaiters of the key
+// they concern, which then read how the key ended (endOf). A failed watch wakes every awaiter, which
 // proves its lock again. A lock released by its holder is not waited on:
 // the holder ends its AwaitEnd itself.
 
@@ -48,10 +48,17 @@ type End struct {
 	Audit *AuditRecord
 }
 
-// endWatch is an engine's watch over audit and wait records for AwaitEnd.
+// endWatch is an engine's watches over audit and wait records for
+// AwaitEnd: two watches per space while the space has an awaiter.
 type endWatch struct {
 	e      *Engine
 	mu     sync.Mutex
+	spaces map[string]*endSpace // by space prefix
+}
+
+// endSpace is one space's awaiters and watches.
+type endSpace struct {
+	keys   keys
 	subs   map[string]map[*endSub]struct{} // by waiter key
 	cancel context.CancelFunc
 }
@@ -69,43 +76,50 @@ func (s *endSub) signal() {
 }
 
 func newEndWatch(e *Engine) *endWatch {
-	return &endWatch{e: e, subs: map[string]map[*endSub]struct{}{}}
+	return &endWatch{e: e, spaces: map[string]*endSpace{}}
 }
 
-// subscribe registers an awaiter of key, created at rev, starting the
-// watches with the first.
-func (w *endWatch) subscribe(key string, rev int64) (*endSub, func()) {
+// subscribe registers an awaiter of key, a key of the space ks created at
+// rev, starting the space's watches with its first.
+func (w *endWatch) subscribe(ks keys, key string, rev int64) (*endSub, func()) {
 	sub := &endSub{rev: rev, wake: make(chan struct{}, 1)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.subs[key] == nil {
-		w.subs[key] = map[*endSub]struct{}{}
-	}
-	w.subs[key][sub] = struct{}{}
-	if w.cancel == nil && w.e.ctx.Err() == nil {
-		ctx, cancel := context.WithCancel(w.e.ctx)
-		w.cancel = cancel
-		for _, prefix := range []string{w.e.keys.auditPrefix(), w.e.cfg.Prefix + "/delays/"} {
-			w.e.wg.Add(1)
-			go w.run(ctx, prefix)
+	sp := w.spaces[ks.prefix]
+	if sp == nil {
+		sp = &endSpace{keys: ks, subs: map[string]map[*endSub]struct{}{}}
+		w.spaces[ks.prefix] = sp
+		if w.e.ctx.Err() == nil {
+			ctx, cancel := context.WithCancel(w.e.ctx)
+			sp.cancel = cancel
+			for _, prefix := range []string{ks.auditPrefix(), ks.delays()} {
+				w.e.wg.Add(1)
+				go w.run(ctx, sp, prefix)
+			}
 		}
 	}
+	if sp.subs[key] == nil {
+		sp.subs[key] = map[*endSub]struct{}{}
+	}
+	sp.subs[key][sub] = struct{}{}
 	return sub, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		delete(w.subs[key], sub)
-		if len(w.subs[key]) == 0 {
-			delete(w.subs, key)
+		delete(sp.subs[key], sub)
+		if len(sp.subs[key]) == 0 {
+			delete(sp.subs, key)
 		}
-		if len(w.subs) == 0 && w.cancel != nil {
-			w.cancel()
-			w.cancel = nil
+		if len(sp.subs) == 0 && w.spaces[ks.prefix] == sp {
+			delete(w.spaces, ks.prefix)
+			if sp.cancel != nil {
+				sp.cancel()
+			}
 		}
 	}
 }
 
-// run follows the puts under prefix until ctx ends.
-func (w *endWatch) run(ctx context.Context, prefix string) {
+// run follows the puts under prefix, of sp's space, until ctx ends.
+func (w *endWatch) run(ctx context.Context, sp *endSpace, prefix string) {
 	defer w.e.wg.Done()
 	b := newBackoff(w.e.cfg.Clock)
 	for ctx.Err() == nil {
@@ -115,57 +129,59 @@ func (w *endWatch) run(ctx context.Context, prefix string) {
 			// The watch starts where etcd confirmed it, not where an
 			// awaiter that subscribed before proved its lock: every
 			// awaiter proves it again, so an end in between is seen.
-			w.wakeAll()
+			w.wakeAll(sp)
 			for wr := range wch {
 				if wr.Err() != nil {
 					break
 				}
 				b.reset()
 				for _, ev := range wr.Events {
-					w.put(ev.Kv)
+					w.put(sp, ev.Kv)
 				}
 			}
 			stop()
 		}
 		// Whatever the gap held, every awaiter proves its lock again.
-		w.wakeAll()
+		w.wakeAll(sp)
 		if b.wait(ctx) != nil {
 			return
 		}
 	}
 }
 
-// put wakes the awaiters of the key an audit or wait record concerns.
-func (w *endWatch) put(kv *mvccpb.KeyValue) {
+// put wakes the awaiters of the key an audit or wait record of sp's space
+// concerns.
+func (w *endWatch) put(sp *endSpace, kv *mvccpb.KeyValue) {
+	ks := sp.keys
 	key, rev := "", int64(0)
-	if k := string(kv.Key); strings.HasPrefix(k, w.e.keys.auditPrefix()) {
+	if k := string(kv.Key); strings.HasPrefix(k, ks.auditPrefix()) {
 		var rec AuditRecord
 		if json.Unmarshal(kv.Value, &rec) != nil {
 			return
 		}
-		key = LocksPrefix(w.e.cfg.Prefix) + rec.Key
+		key = ks.locks() + rec.Key
 		_, rev, _ = SplitToken(rec.EvictedToken)
 	} else {
 		rec, ok := parseDelay(kv)
 		if !ok || rec.expired.IsZero() {
 			return // a record of a live holder, not a loss
 		}
-		key = LocksPrefix(w.e.cfg.Prefix) + strings.TrimSuffix(strings.TrimPrefix(k, w.e.cfg.Prefix+"/delays/"), ".h")
+		key = ks.locks() + strings.TrimSuffix(strings.TrimPrefix(k, ks.delays()), ".h")
 		rev = rec.rev
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for sub := range w.subs[key] {
+	for sub := range sp.subs[key] {
 		if sub.rev == rev {
 			sub.signal()
 		}
 	}
 }
 
-func (w *endWatch) wakeAll() {
+func (w *endWatch) wakeAll(sp *endSpace) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, m := range w.subs {
+	for _, m := range sp.subs {
 		for sub := range m {
 			sub.signal()
 		}
@@ -178,12 +194,11 @@ func (w *endWatch) wakeAll() {
 // caller that releases the lock ends its AwaitEnd itself. The token must
 // be the lock's (ErrNotOwner otherwise), and so must the secret.
 func (e *Engine) AwaitEnd(ctx context.Context, h Handle, token int64) (End, error) {
-	defer e.enter()()
 	if err := checkToken(h, token); err != nil {
 		return End{}, err
 	}
 	key := e.keys.waiter(h.Name, h.WaiterID)
-	sub, stop := e.ends.subscribe(key, h.Revision)
+	sub, stop := e.ends.subscribe(e.keys, key, h.Revision)
 	defer stop()
 	for {
 		// Proven after subscribing: an end before the watch began is
@@ -298,14 +313,14 @@ func (e *Engine) readEnd(ctx context.Context, key string, h Handle) (endFacts, e
 // gaveUp reports whether the mark at rev is a give-up's of key (rather
 // than its release or a session close).
 func (e *Engine) gaveUp(ctx context.Context, key string, rev int64) (bool, error) {
-	resp, err := e.cli.Get(ctx, e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(rev))
+	resp, err := e.cli.Get(ctx, e.keys.mark(), clientv3.WithRev(rev))
 	if err != nil {
 		return false, err
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
 		return false, nil
 	}
-	return string(resp.Kvs[0].Value) == markGiveUp+strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)), nil
+	return string(resp.Kvs[0].Value) == markGiveUp+e.keys.rel(key), nil
 }
 
 // auditAt reads the audit record written at rev, nil when there is none

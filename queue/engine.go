@@ -3,20 +3,35 @@ package queue
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Engine grants named locks over one etcd cluster. It is safe for
-// concurrent use and keeps no state that a restart loses: everything a lock
-// is lives in etcd and in its Handle.
+// Engine grants named locks over one etcd cluster, in any number of key
+// spaces. It is safe for concurrent use and keeps no state that a restart
+// loses: everything a lock is lives in etcd and in its Handle.
+//
+// An Engine value acts in one key space: the one New returns in
+// Config.Prefix, the one Space returns in the prefix it is given. Every
+// space of an engine shares one core — one attempt lease, one lease pool,
+// one set of keepalive streams, the name hubs, the session, end and watch
+// views (each kept by space and name), the caches and the background
+// tasks — so a cluster needs one engine however many spaces it serves. A
+// call acts on the keys of its own space alone: every key it reads,
+// writes, compares or watches is under that space's prefix, so a handle,
+// a session or a request id of one space means nothing in another.
 type Engine struct {
+	*core
+	// keys is the layout of the space this value acts in.
+	keys keys
+}
+
+// core is what every space of an engine shares.
+type core struct {
 	cli  *clientv3.Client
 	cfg  Config
-	keys keys
 	ka   *keepAliver
 	hubs *hubSet
 	sess *sessionWatch
@@ -29,18 +44,17 @@ type Engine struct {
 	// id names the engine in the stamps it writes (delay.go).
 	id string
 	// sessTTLs remembers the TTLs of sessions seen (loss.go).
-	sessTTLs *lru.Cache[clientv3.LeaseID, time.Duration]
+	sessTTLs *lru.Cache[sessionRef, time.Duration]
 	// endFacts remembers the ends of deleted keys (ends.go).
 	endFacts *lru.Cache[endKey, endFacts]
+	// spaces are the spaces other than Config.Prefix that calls used
+	// lately, the most recent spacesKept of them: the record sweep
+	// (sweep.go) and CountAllLocks cover them beside Config.Prefix.
+	spaces *lru.Cache[string, struct{}]
 
 	// hooks order the engine's interleaving points in the explorer's
 	// tests; nil in production.
 	hooks hooks
-
-	// busy counts calls, waits and background tasks in progress; lastUsed
-	// is when the engine was last entered or touched (Unix nanoseconds).
-	busy     atomic.Int64
-	lastUsed atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -61,86 +75,92 @@ type Engine struct {
 	testHookBeforeViewRead func()
 }
 
-// New returns an engine over cli. The engine does not own cli: Close leaves
-// it open.
+// spacesKept bounds the spaces an engine remembers for its sweep and
+// CountAllLocks. A space forgotten is still served; only its sweep waits
+// for its next call.
+const spacesKept = 10_000
+
+// New returns an engine over cli, acting in Config.Prefix. The engine does
+// not own cli: Close leaves it open.
 func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	bg, bgCancel := context.WithCancel(context.Background())
-	e := &Engine{
+	c := &core{
 		bg:       bg,
 		bgCancel: bgCancel,
 		cli:      cli,
 		cfg:      cfg,
-		keys:     keys{prefix: cfg.Prefix},
 		ka:       newKeepAliver(cli, cfg.Clock.Now),
 		tel:      newEngineTel(cfg.Telemetry),
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	e.hubs, e.sess, e.watches, e.ends = newHubSet(e), newSessionWatch(e), newWatchSet(e), newEndWatch(e)
-	e.att.e = e
-	e.pool = newLeasePool(e, cfg.LeasePool)
-	e.sessTTLs, _ = lru.New[clientv3.LeaseID, time.Duration](sessionTTLs)
-	e.endFacts, _ = lru.New[endKey, endFacts](endFactsCached)
-	e.id = newAttempt()
-	e.wg.Add(1)
+	e := &Engine{core: c, keys: keys{prefix: cfg.Prefix}}
+	c.hubs, c.sess, c.watches, c.ends = newHubSet(e), newSessionWatch(e), newWatchSet(e), newEndWatch(e)
+	c.att.e = e
+	c.pool = newLeasePool(e, cfg.LeasePool)
+	c.sessTTLs, _ = lru.New[sessionRef, time.Duration](sessionTTLs)
+	c.endFacts, _ = lru.New[endKey, endFacts](endFactsCached)
+	c.spaces, _ = lru.New[string, struct{}](spacesKept)
+	c.id = newAttempt()
+	c.wg.Add(1)
 	go e.sweepRecords(ctx)
-	e.Touch()
 	return e, nil
 }
 
-// enter counts a call, wait or background task in progress until the
-// returned func runs, and marks the engine used both when it starts and
-// when it ends: a wait that lasted longer than a cache's idle bound leaves
-// the engine fresh, so it is not closed under its caller's next step (a
-// grant's Abandon, a release).
-func (e *Engine) enter() func() {
-	e.Touch()
-	exit := e.observe()
-	return func() {
-		e.Touch() // before busy drops, so Idle never sees the old time
-		exit()
+// Space returns the engine acting in the key space under prefix: the same
+// engine (Close of any space closes it for all), whose calls read and
+// write only keys under prefix, in the layout of every space. prefix must
+// start with '/' and not end with one, like Config.Prefix; a space nested
+// in Config.Prefix must not begin with a segment of the engine's own
+// layout (a tenant space under "/t/" never does), so that no key of one
+// space is ever a key of another. Space blocks on nothing.
+func (e *Engine) Space(prefix string) (*Engine, error) {
+	if err := validSpace(e.cfg.Prefix, prefix); err != nil {
+		return nil, err
 	}
+	if prefix != e.cfg.Prefix {
+		e.spaces.Add(prefix, struct{}{})
+	}
+	return e.in(prefix), nil
 }
 
-// observe counts work in progress without marking the engine used: for
-// the metrics poller's counts, which must not keep an idle engine alive.
-func (e *Engine) observe() func() {
-	e.busy.Add(1)
-	var once sync.Once
-	return func() { once.Do(func() { e.busy.Add(-1) }) }
+// in is the engine acting in the space under prefix, which is valid.
+func (e *Engine) in(prefix string) *Engine {
+	if prefix == e.keys.prefix {
+		return e
+	}
+	return &Engine{core: e.core, keys: keys{prefix: prefix}}
 }
 
-// Touch marks the engine as used now, so Idle does not report it for a
-// while: a cache that hands the engine out touches it first.
-func (e *Engine) Touch() { e.lastUsed.Store(time.Now().UnixNano()) }
+// Prefix is the prefix of the key space e acts in.
+func (e *Engine) Prefix() string { return e.keys.prefix }
 
-// Idle reports whether nothing runs in the engine — no call, wait or
-// background task, no attempt lease in use — and nothing has for at least
-// d. A cache of engines may close an idle one.
-func (e *Engine) Idle(d time.Duration) bool {
-	if e.busy.Load() > 0 {
-		return false
-	}
-	e.att.mu.Lock()
-	refs := e.att.refs
-	e.att.mu.Unlock()
-	return refs == 0 && time.Since(time.Unix(0, e.lastUsed.Load())) >= d
+// servedSpaces lists the prefixes of the spaces the sweep covers:
+// Config.Prefix and the spaces remembered.
+func (e *Engine) servedSpaces() []string {
+	return append([]string{e.cfg.Prefix}, e.spaces.Keys()...)
 }
 
 // Client is the etcd client the engine uses.
 func (e *Engine) Client() *clientv3.Client { return e.cli }
 
-// Config is the engine's configuration.
-func (e *Engine) Config() Config { return e.cfg }
+// Config is the engine's configuration, with the Prefix of the space e
+// acts in.
+func (e *Engine) Config() Config {
+	c := e.cfg
+	c.Prefix = e.keys.prefix
+	return c
+}
 
 // closeGrace bounds how long Close lets background tasks in flight finish.
 const closeGrace = 2 * time.Second
 
-// Close stops background work and blocks until it has stopped. Cleanups,
+// Close stops background work, in every space of the engine, and blocks
+// until it has stopped. Cleanups,
 // give-ups and revocations already started get up to closeGrace (bounded
 // by RequestTimeout) to finish, because a session key whose give-up is cut
 // short stays for as long as its session lives; past it they are

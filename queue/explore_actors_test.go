@@ -16,14 +16,22 @@ import (
 	"github.com/leasegate/leasegate/internal/clock"
 )
 
-// world is one schedule's actors, the lock name they contend for and what
-// the checkers know of their beliefs.
+// world is one schedule's actors of one key space, the lock name they
+// contend for and what the checkers know of their beliefs. A schedule
+// runs one world, or several on the same engines, each in a key space of
+// its own (TestExploreTenants).
 type world struct {
 	sch     *scheduler
-	engines []*Engine
-	prefix  string
+	engines []*Engine // the gateways, acting in the world's key space
+	prefix  string    // the engines' own prefix: every world's keys are under it
 	name    string
 	rng     *rand.Rand
+	// tag begins the scheduler's names of the world's actors: a schedule's
+	// worlds may cast actors of the same names (clients and request ids
+	// alike), which the scheduler must tell apart.
+	tag string
+	// peers are the schedule's worlds, this one among them.
+	peers []*world
 	// election is set when name is an election's (ElectionName): every
 	// holder proclaims before it lets go, and the checker follows values.
 	election   bool
@@ -55,9 +63,9 @@ type world struct {
 	killed     map[string]bool
 	ctxs       []context.CancelFunc
 	after      []func() // run once the schedule has ended
-	// takenAt is, per lease, the etcd revision when an acquire last took
-	// it from a pool: a key created before it no longer owns the lease.
-	takenAt map[clientv3.LeaseID]int64
+	// leases are what the schedule's worlds know of pooled leases, which
+	// every world's acquires share.
+	leases *leaseBook
 	// leftForTTL are the leases callers that vanished left holding (a
 	// lock they could not release, a session they could not close): the
 	// end of a run expires them, as their TTL would.
@@ -83,8 +91,15 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
 		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, earlyUntil: map[int64]time.Time{}, proclaimed: map[int64]string{}, limitOf: map[int64]int{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
-		takenAt: map[clientv3.LeaseID]int64{},
+		leases: &leaseBook{takenAt: map[clientv3.LeaseID]int64{}},
 	}
+}
+
+// leaseBook is, per lease, the etcd revision when an acquire last took it
+// from a pool: a key created before it no longer owns the lease.
+type leaseBook struct {
+	mu      sync.Mutex
+	takenAt map[clientv3.LeaseID]int64
 }
 
 func (w *world) violate(format string, args ...any) {
@@ -150,10 +165,13 @@ func (w *world) cast() {
 
 func (w *world) add(s actorSpec) { w.specs = append(w.specs, s) }
 
+// actor is the scheduler's name of the world's actor called name.
+func (w *world) actor(name string) string { return w.tag + name }
+
 func (w *world) castNames() []string {
 	var out []string
 	for _, s := range w.specs {
-		out = append(out, s.name)
+		out = append(out, w.actor(s.name))
 	}
 	return out
 }
@@ -569,7 +587,7 @@ func (w *world) addRetrier(name string) {
 		w.mu.Unlock()
 		if cancel != nil {
 			cancel(context.Canceled)
-			w.sch.markWake(name)
+			w.sch.markWake(w.actor(name))
 		}
 	}})
 }
@@ -580,7 +598,7 @@ func (w *world) addRetrier(name string) {
 // waiters behind it must then wait out in its stead.
 func (w *world) addQuitter(name string) {
 	e := w.engine()
-	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
+	actx, cancel := context.WithCancelCause(withActor(context.Background(), w.actor(name)))
 	var delivered, quit bool
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		defer cancel(nil)
@@ -611,7 +629,7 @@ func (w *world) addQuitter(name string) {
 		quit = true
 		w.mu.Unlock()
 		cancel(context.Canceled)
-		w.sch.markWake(name)
+		w.sch.markWake(w.actor(name))
 	}})
 }
 
@@ -642,7 +660,7 @@ func (w *world) addImpatient(name string) {
 		return
 	}
 	var delivered, killed bool
-	actx, cancel := context.WithCancelCause(withActor(context.Background(), name))
+	actx, cancel := context.WithCancelCause(withActor(context.Background(), w.actor(name)))
 	retry := w.retrier(name, second, r)
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		defer cancel(nil)
@@ -674,7 +692,7 @@ func (w *world) addImpatient(name string) {
 		killed = true
 		w.mu.Unlock()
 		cancel(context.Canceled)
-		w.sch.markWake(name)
+		w.sch.markWake(w.actor(name))
 		w.start(retry)
 	}})
 }
@@ -863,35 +881,51 @@ func (w *world) earlyRevoker(name string) actorSpec {
 }
 
 // expire revokes lease as its expiry would end it, noting the keys it
-// takes and, for a holder that asked for one, the lock-delay that starts.
+// takes and, for a holder that asked for one, the lock-delay that starts,
+// in the world whose key space each key is in: a lease (the attempt
+// lease, a recycled one) may carry keys of several worlds.
 func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
 	// Leases are not in keys-only answers: read the values too.
 	all, err := w.sch.cli.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
 	if err != nil {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delayed := false
+	peers := w.peers
+	if len(peers) == 0 {
+		peers = []*world{w}
+	}
+	// Every world's lock, always in the same order: no grant is believed
+	// in any of them between the revocation and the note of its keys.
+	for _, p := range peers {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	delayed := map[*world]bool{}
 	for _, kv := range all.Kvs {
-		if clientv3.LeaseID(kv.Lease) == lease {
-			w.expiredRev[kv.CreateRevision] = true
-			if _, m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && w.limitOf[kv.CreateRevision] > 0 {
+		if clientv3.LeaseID(kv.Lease) != lease {
+			continue
+		}
+		for _, p := range peers {
+			if !strings.HasPrefix(string(kv.Key), p.engines[0].keys.locks()) {
+				continue
+			}
+			p.expiredRev[kv.CreateRevision] = true
+			if _, m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && p.limitOf[kv.CreateRevision] > 0 {
 				// A holder that was granted expires now: nobody may be
 				// granted before its lock-delay has passed. (A waiter
 				// that expires before its grant was never told it held.)
-				end := w.clocks[0].Now().Add(time.Duration(m.Delay) * time.Millisecond)
-				if end.After(w.delayEnd) {
-					w.delayEnd = end
+				end := p.clocks[0].Now().Add(time.Duration(m.Delay) * time.Millisecond)
+				if end.After(p.delayEnd) {
+					p.delayEnd = end
 				}
-				delayed = true
+				delayed[p] = true
 			}
 		}
 	}
-	// Under w.mu: no grant is believed between the revocation and the
-	// note of its revision.
-	if resp, err := w.sch.cli.Revoke(ctx, lease); err == nil && delayed {
-		w.delayRev = resp.Header.Revision
+	if resp, err := w.sch.cli.Revoke(ctx, lease); err == nil {
+		for p := range delayed {
+			p.delayRev = resp.Header.Revision
+		}
 	}
 }
 
@@ -1075,6 +1109,7 @@ func (w *world) delayer(name string) actorSpec {
 
 // start lets an actor go; it runs until its first point.
 func (w *world) start(s actorSpec) {
+	s.name = w.actor(s.name)
 	ctx, cancel := context.WithCancel(withActor(context.Background(), s.name))
 	w.mu.Lock()
 	w.ctxs = append(w.ctxs, cancel)
@@ -1093,51 +1128,84 @@ func (w *world) start(s actorSpec) {
 }
 
 // run lets every actor go and schedules them to the end.
-func (w *world) run() error {
-	for _, s := range w.specs {
-		w.start(s)
+func (w *world) run() error { return runWorlds([]*world{w}) }
+
+// runWorlds lets every actor of the worlds, one schedule's, go and
+// schedules them to the end, checking each world after every step.
+func runWorlds(ws []*world) error {
+	sch := ws[0].sch
+	for _, w := range ws {
+		for _, s := range w.specs {
+			w.start(s)
+		}
 	}
 	for {
-		if err := w.sch.settle(); err != nil {
+		if err := sch.settle(); err != nil {
 			return err
 		}
-		if err := w.check(); err != nil {
-			return err
+		for _, w := range ws {
+			if err := w.check(); err != nil {
+				return w.in(ws, err)
+			}
+			if err := w.checkViews(); err != nil {
+				return w.in(ws, err)
+			}
 		}
-		if err := w.checkViews(); err != nil {
-			return err
-		}
-		if _, ok := w.sch.next(); ok {
+		if _, ok := sch.next(); ok {
 			continue
 		}
-		if w.expireLeft() {
+		expired := false
+		for _, w := range ws {
+			expired = w.expireLeft() || expired
+		}
+		if expired {
 			continue // what vanished callers left ends: hubs and waiters act on it
 		}
-		if at := w.sch.delayedUntil(); !at.IsZero() {
+		if at := sch.delayedUntil(); !at.IsZero() {
 			// Only a lock-delay is left to wait out: time passes.
 			delaysWaited.Add(1)
-			for _, c := range w.clocks {
+			for _, c := range ws[0].clocks {
 				if d := at.Sub(c.Now()); d > 0 {
 					c.Advance(d)
 				}
 			}
 			continue
 		}
-		if left := w.sch.unfinished(); len(left) > 0 {
-			return fmt.Errorf("stuck: nobody can move, and %s still wait; keys: %s%s", strings.Join(left, ", "), w.keys(), w.sch.describe())
+		if left := sch.unfinished(); len(left) > 0 {
+			var keys []string
+			for _, w := range ws {
+				keys = append(keys, w.in(ws, errors.New(w.keys())).Error())
+			}
+			return fmt.Errorf("stuck: nobody can move, and %s still wait; keys: %s%s", strings.Join(left, ", "), strings.Join(keys, "; "), sch.describe())
 		}
 		break
 	}
-	w.wg.Wait()
-	if keys := w.keys(); keys != "none" {
-		return fmt.Errorf("a finished run left keys behind: %s", keys)
+	for _, w := range ws {
+		w.wg.Wait()
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.violations) > 0 {
-		return errors.New(strings.Join(w.violations, "\n"))
+	var errs []string
+	for _, w := range ws {
+		if keys := w.keys(); keys != "none" {
+			errs = append(errs, w.in(ws, fmt.Errorf("a finished run left keys behind: %s", keys)).Error())
+		}
+		w.mu.Lock()
+		for _, v := range w.violations {
+			errs = append(errs, w.in(ws, errors.New(v)).Error())
+		}
+		w.mu.Unlock()
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n"))
 	}
 	return nil
+}
+
+// in names w's key space in err when the schedule has several worlds.
+func (w *world) in(ws []*world, err error) error {
+	if len(ws) == 1 {
+		return err
+	}
+	return fmt.Errorf("in key space %s: %w", w.engines[0].Prefix(), err)
 }
 
 // expireLeft expires the leases callers that vanished left holding, as

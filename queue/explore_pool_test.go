@@ -64,16 +64,16 @@ func (w *world) leaseEvent(ctx context.Context, event string, id clientv3.LeaseI
 			w.violate("read the revision at a pool take: %v", err)
 			return
 		}
-		w.mu.Lock()
-		if w.takenAt[id] != 0 {
+		w.leases.mu.Lock()
+		if w.leases.takenAt[id] != 0 {
 			exploreRecycled.Add(1)
 		}
-		w.takenAt[id] = resp.Header.Revision
-		w.mu.Unlock()
+		w.leases.takenAt[id] = resp.Header.Revision
+		w.leases.mu.Unlock()
 	case leaseRenewProof, leaseWaitKeep:
-		w.mu.Lock()
-		at := w.takenAt[id]
-		w.mu.Unlock()
+		w.leases.mu.Lock()
+		at := w.leases.takenAt[id]
+		w.leases.mu.Unlock()
 		if at != 0 && at < rev {
 			exploreRenewedRecycled.Add(1)
 		}

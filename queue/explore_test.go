@@ -41,7 +41,8 @@ var delaysWaited atomic.Int64
 // at most one actor holds a name, and its key is the first; a holder's key
 // is never deleted by anyone but itself or an expiry; tokens only grow;
 // when nobody can move, nobody is left waiting; and a finished run leaves
-// no key behind.
+// no key behind. TestExploreTenants runs two worlds at once, each in a key
+// space of its own on the same engines, and checks each.
 //
 // `go test ./queue -run TestExplore` runs the quick mode; LEASEGATE_EXPLORE=long
 // (or -explore.long) runs at least 10,000 schedules; -explore.seed replays one.
@@ -538,6 +539,10 @@ func (s *scheduler) trace() string {
 type exploreConfig struct {
 	schedules int
 	workers   int
+	// spaces are the key spaces of a schedule's worlds, relative to the
+	// engines' prefix: one world each, on the same engines. None is one
+	// world in the engines' own space.
+	spaces []string
 }
 
 func exploreMode() exploreConfig {
@@ -559,6 +564,33 @@ func TestExploreSemaphore(t *testing.T) {
 	cfg := exploreMode()
 	cfg.schedules /= 4
 	explore(t, cfg, 2, (*world).cast)
+}
+
+// TestExploreTenants runs the explorer with two tenants on the same
+// engines: a world in the engines' own key space and one in a tenant's
+// space nested under it, each cast from the usual menu, contending for
+// the same name with the same client names and request ids, every world
+// checked after every step by the checkers above. The worlds share the
+// engines' attempt lease, lease pools (the lease checks span both) and
+// hubs' engine, so a call that strays into the other space, a lease
+// recycled across them, a session or an end heard in the wrong space
+// breaks one world's beliefs. A quarter of the mode's schedules, a lock
+// or a semaphore world by seed.
+func TestExploreTenants(t *testing.T) {
+	cfg := exploreMode()
+	cfg.schedules /= 4
+	cfg.spaces = []string{"", "/t/b"}
+	explore(t, cfg, 0, (*world).castTenant)
+}
+
+// castTenant casts a world of TestExploreTenants: the usual menu, or, for
+// one seed in three, a semaphore of limit 2 (a world's limit is its own:
+// the other space's name may be a lock).
+func (w *world) castTenant() {
+	if w.rng.IntN(3) == 0 {
+		w.limit = 2
+	}
+	w.cast()
 }
 
 // explore runs cfg's schedules of the actors cast picks; limit 0 runs lock
@@ -591,7 +623,7 @@ func explore(t *testing.T, cfg exploreConfig, limit int, cast func(*world)) {
 					return
 				}
 				seed := base + uint64(i)
-				n, err := runSchedule(t, seed, limit, cast)
+				n, err := runSchedule(t, seed, limit, cfg.spaces, cast)
 				steps.Add(int64(n))
 				if err != nil {
 					failed.Add(1)
@@ -607,9 +639,10 @@ func explore(t *testing.T, cfg exploreConfig, limit int, cast func(*world)) {
 		exploreRecycled.Load(), exploreRenewedRecycled.Load(), exploreStaleSends.Load())
 }
 
-// runSchedule runs one seeded schedule of the actors cast picks and
-// returns its step count.
-func runSchedule(t *testing.T, seed uint64, limit int, cast func(*world)) (int, error) {
+// runSchedule runs one seeded schedule of the actors cast picks, a world
+// in each of spaces (none: one in the engines' own), and returns its step
+// count.
+func runSchedule(t *testing.T, seed uint64, limit int, spaces []string, cast func(*world)) (int, error) {
 	// Clients live as long as the schedule: thousands of schedules must not
 	// pile up connections.
 	var clients []*clientv3.Client
@@ -658,27 +691,52 @@ func runSchedule(t *testing.T, seed uint64, limit int, cast func(*world)) (int, 
 		e.hooks = sch
 		engines = append(engines, e)
 	}
-	w := newWorld(sch, engines, prefix, seed)
-	w.clock = clk
-	sch.onLease = w.leaseEvent
-	// Both engines share clk: the world moves it once.
-	w.clocks = []*clock.Fake{clk}
-	if limit > 0 {
-		w.limit = limit + w.rng.IntN(2)
+	if len(spaces) == 0 {
+		spaces = []string{""}
 	}
+	var ws []*world
+	for i, sp := range spaces {
+		views := make([]*Engine, len(engines))
+		for j, e := range engines {
+			if views[j], err = e.Space(prefix + sp); err != nil {
+				return 0, err
+			}
+		}
+		w := newWorld(sch, views, prefix, seed)
+		if i > 0 {
+			w.rng = rand.New(rand.NewPCG(seed, 0xac7025+uint64(i)))
+			w.tag = strings.TrimPrefix(sp, "/t/") + "."
+			w.leases = ws[0].leases
+		}
+		w.clock = clk
+		// Both engines share clk: the world moves it once.
+		w.clocks = []*clock.Fake{clk}
+		if limit > 0 {
+			w.limit = limit + w.rng.IntN(2)
+		}
+		ws = append(ws, w)
+	}
+	sch.onLease = ws[0].leaseEvent
 	defer func() {
-		w.cancelAll()
-		for _, f := range w.after {
-			f()
+		for _, w := range ws {
+			w.cancelAll()
+			for _, f := range w.after {
+				f()
+			}
 		}
 		for _, e := range engines {
 			e.Close()
 		}
 	}()
-	cast(w)
-	err = w.run()
+	var names []string
+	for _, w := range ws {
+		w.peers = ws
+		cast(w)
+		names = append(names, w.castNames()...)
+	}
+	err = runWorlds(ws)
 	if err != nil {
-		return len(sch.steps), fmt.Errorf("%v\nactors: %s\nsteps: %s", err, strings.Join(w.castNames(), ", "), sch.trace())
+		return len(sch.steps), fmt.Errorf("%v\nactors: %s\nsteps: %s", err, strings.Join(names, ", "), sch.trace())
 	}
 	return len(sch.steps), nil
 }

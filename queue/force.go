@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -28,7 +27,7 @@ import (
 //
 // Audit records live at <prefix>/audit/<id>, where the id is the time in
 // Unix nanoseconds (20 digits) and a random suffix, so key order is time
-// order. Retention is per engine prefix (tenant) and shard: at most
+// order. Retention is per key space (tenant) and shard: at most
 // AuditRetention.MaxRecords records (the oldest beyond are deleted after
 // the write that passed the bound) and none older than MaxAge (deleted by
 // the next force-release's transaction). Both are enforced only when a
@@ -43,7 +42,7 @@ const (
 // ActionForceRelease is the audit action of ForceRelease.
 const ActionForceRelease = "force_release"
 
-// AuditRetention bounds the audit records kept under one engine prefix.
+// AuditRetention bounds the audit records kept in one key space.
 type AuditRetention struct {
 	// MaxRecords is the most records kept; 0 means DefaultAuditMaxRecords.
 	MaxRecords int
@@ -89,7 +88,7 @@ type ForceReleaseResult struct {
 
 // AuditRecord is one administrative action, as stored.
 type AuditRecord struct {
-	// ID orders records by time within an engine prefix and shard.
+	// ID orders records by time within a key space and shard.
 	ID string `json:"id"`
 	// Action is ActionForceRelease.
 	Action string `json:"action"`
@@ -114,7 +113,7 @@ type AuditRecord struct {
 // MaxReasonBytes is the longest force-release reason.
 const MaxReasonBytes = 512
 
-func (k keys) auditPrefix() string { return k.prefix + "/audit/" }
+func (k keys) auditPrefix() string { return k.prefix + auditSeg }
 
 // auditID is the record id for time t: key order is time order.
 func auditID(t time.Time) string {
@@ -141,7 +140,6 @@ func validateReason(r string) error {
 // records nothing. A holder that changed between the read and the delete,
 // or whose token is not r.Token, is ErrHolderChanged.
 func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (ForceReleaseResult, error) {
-	defer e.enter()()
 	if err := ValidateName(r.Name); err != nil {
 		return ForceReleaseResult{}, err
 	}
@@ -166,7 +164,7 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 	rec := AuditRecord{
 		ID: auditID(now), Action: ActionForceRelease, Name: r.Name, Actor: r.Actor, Reason: r.Reason,
 		At: now, EvictedToken: held.Token, EvictedClientID: held.ClientID,
-		Key: strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)),
+		Key: e.keys.rel(key),
 	}
 	val, _ := json.Marshal(rec)
 	ap := e.keys.auditPrefix()
@@ -246,7 +244,6 @@ func (e *Engine) trimAudit(ctx context.Context, n int64) {
 // ListAudit reads up to limit audit records, newest first, with ids below
 // before ("" for the newest).
 func (e *Engine) ListAudit(ctx context.Context, before string, limit int) (recs []AuditRecord, more bool, err error) {
-	defer e.enter()()
 	if limit <= 0 {
 		return nil, false, fmt.Errorf("%w: audit limit %d must be positive", ErrInvalidArgument, limit)
 	}

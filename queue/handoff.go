@@ -49,7 +49,7 @@ type handoffValue struct {
 	Waiter string `json:"w"`
 }
 
-func (k keys) handoff(name string) string { return k.prefix + "/handoff/" + escapeName(name) }
+func (k keys) handoff(name string) string { return k.prefix + handoffSeg + escapeName(name) }
 
 // handoffLease is the engine's current record lease.
 type handoffLease struct {
@@ -106,7 +106,7 @@ func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
 //
 // An etcd delete looks the same whether a release or a lease expiry caused
 // it. So that a watcher can tell them apart exactly, the release
-// transaction also overwrites one key per engine prefix,
+// transaction also overwrites one key per key space,
 // <prefix>/locks-released, with the released key (relative to the locks
 // prefix): a delete of a key at the revision where the mark names it is a
 // release. The mark is an unconditional put beside the delete in the same
@@ -122,7 +122,7 @@ func (e *Engine) releaseMark(key string) clientv3.Op { return e.endMark("", key)
 // endMark is the mark of another clean end of key (loss.go): the key
 // after kind, which a watcher does not take for a release.
 func (e *Engine) endMark(kind, key string) clientv3.Op {
-	return clientv3.OpPut(e.cfg.Prefix+releaseMarkKey, kind+strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix)))
+	return clientv3.OpPut(e.keys.mark(), kind+e.keys.rel(key))
 }
 
 // releaseCommit runs the release transaction of h's key under cmps: the

@@ -114,10 +114,8 @@ func (e *Engine) background(parent context.Context, task string, d time.Duration
 		vals = e.hooks.spawn(parent, task)
 	}
 	e.tasks.Add(1)
-	exit := e.enter()
 	go func() {
 		defer e.tasks.Done()
-		defer exit()
 		var ctx context.Context = valuesOf{Context: e.bg, vals: vals}
 		if d > 0 {
 			var cancel context.CancelFunc

@@ -14,8 +14,9 @@ import (
 
 // Name hubs.
 //
-// An engine keeps one hub per name that has local waiters: one prefix
-// watch over the name's keys and, in memory, an ordered view of its queue
+// An engine keeps one hub per name that has local waiters, in each key
+// space (hubs are kept by the name's key prefix, which names the space):
+// one prefix watch over the name's keys and, in memory, an ordered view of its queue
 // — every key with its create revision, mod revision and lease — that is
 // exactly etcd's state of the prefix at a known revision. The view is
 // built from a read at revision R0 and the watch's events from R0+1 on:

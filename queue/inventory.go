@@ -12,7 +12,6 @@ import (
 
 // Occupied reports whether any waiter or holder key exists for name.
 func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
-	defer e.enter()()
 	resp, err := e.cli.Get(ctx, e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return false, fmt.Errorf("queue: count keys: %w", err)
@@ -25,7 +24,6 @@ func (e *Engine) Occupied(ctx context.Context, name string) (bool, error) {
 // stamped yet (their first sighting); zero when none is pending. A name
 // that moved to another cluster is withheld there as long as here.
 func (e *Engine) PendingDelay(ctx context.Context, name string) (time.Time, error) {
-	defer e.enter()()
 	return e.awaitLockDelays(ctx, name, false)
 }
 
@@ -36,7 +34,6 @@ func (e *Engine) PendingDelay(ctx context.Context, name string) (time.Time, erro
 // where no new keys can appear (a cluster draining a name that moved away).
 // onCount, when set, receives the number of keys left whenever it changes.
 func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)) error {
-	defer e.enter()()
 	last := int64(-1)
 	prefix := e.keys.namePrefix(name)
 	b := newBackoff(e.cfg.Clock)
@@ -78,23 +75,37 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 	}
 }
 
-// CountLocks counts every waiter and holder key of this engine's prefix.
-func (e *Engine) CountLocks(ctx context.Context) (int64, error) {
-	defer e.observe()() // a metrics poll is not use: it must not keep the engine from idling
-	resp, err := e.cli.Get(ctx, LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return 0, fmt.Errorf("queue: count keys: %w", err)
+// CountAllLocks counts every waiter and holder key of the engine's
+// Config.Prefix and of the spaces it served lately (Space): every space
+// of the cluster this engine knows of. It does not count as a use of a
+// space.
+func (e *Engine) CountAllLocks(ctx context.Context) (int64, error) {
+	spaces := e.servedSpaces()
+	const chunk = 100 // below etcd's default limit of operations per transaction
+	var total int64
+	for i := 0; i < len(spaces); i += chunk {
+		part := spaces[i:min(i+chunk, len(spaces))]
+		ops := make([]clientv3.Op, len(part))
+		for j, p := range part {
+			ops[j] = clientv3.OpGet(LocksPrefix(p), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		}
+		resp, err := e.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("queue: count keys: %w", err)
+		}
+		for _, r := range resp.Responses {
+			total += r.GetResponseRange().Count
+		}
 	}
-	return resp.Count, nil
+	return total, nil
 }
 
 // CountKeys counts every waiter, holder and session record of this
-// engine's prefix: everything a caller can make it store.
+// engine's space: everything a caller can make it store.
 func (e *Engine) CountKeys(ctx context.Context) (int64, error) {
-	defer e.enter()()
 	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(LocksPrefix(e.cfg.Prefix), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(e.cfg.Prefix+"/sessions/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.keys.locks(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.keys.sessions(), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("queue: count keys: %w", err)

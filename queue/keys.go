@@ -56,9 +56,46 @@ func WaiterID(requestID string) string {
 	return hex.EncodeToString(h[:16])
 }
 
+// The layout of a key space: every record of the space is under its
+// prefix, in one of these ranges (or is its release mark, handoff.go).
+const (
+	locksSeg    = "/locks/"    // waiter and holder keys, by name
+	sessionsSeg = "/sessions/" // session records
+	holdsSeg    = "/holds/"    // the holds of re-entered locks (reenter.go)
+	delaysSeg   = "/delays/"   // lock-delay and holder records (delay.go, loss.go)
+	auditSeg    = "/audit/"    // force-release audit records (force.go)
+	handoffSeg  = "/handoff/"  // handoff records (handoff.go)
+)
+
+// layoutRoots are the beginnings of every record of a space, relative to
+// its prefix.
+var layoutRoots = [...]string{locksSeg, releaseMarkKey, sessionsSeg, holdsSeg, delaysSeg, auditSeg, handoffSeg}
+
+// validSpace checks prefix as the prefix of a key space of an engine
+// whose own space is root: it is a Config.Prefix, and neither prefix is
+// nested in the other under a record of the other's layout, so that no key
+// of one space is a key of the other.
+func validSpace(root, prefix string) error {
+	if !strings.HasPrefix(prefix, "/") || strings.HasSuffix(prefix, "/") {
+		return fmt.Errorf("%w: key space %q must start with '/' and not end with one", ErrInvalidArgument, prefix)
+	}
+	for _, p := range [2][2]string{{root, prefix}, {prefix, root}} {
+		rest, ok := strings.CutPrefix(p[1], p[0])
+		if !ok || !strings.HasPrefix(rest, "/") {
+			continue
+		}
+		for _, r := range layoutRoots {
+			if strings.HasPrefix(rest+"/", r) {
+				return fmt.Errorf("%w: key space %q overlaps the %q records of key space %q", ErrInvalidArgument, p[1], r, p[0])
+			}
+		}
+	}
+	return nil
+}
+
 // LocksPrefix is the range holding every waiter key of every name under an
 // engine's prefix; NamePrefix follows it.
-func LocksPrefix(prefix string) string { return prefix + "/locks/" }
+func LocksPrefix(prefix string) string { return prefix + locksSeg }
 
 // NamePrefix is the range holding every waiter key of name under an
 // engine's prefix (Config.Prefix); it ends in '/', which escaped names
@@ -94,11 +131,27 @@ func SplitWaiterKey(prefix, key string) (name, waiterID string, ok bool) {
 // SessionKey is the key, under an engine's prefix, of the record that
 // proves a session lease: ValueHeader of the session's secret, then JSON.
 func SessionKey(prefix string, lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s/sessions/%016x", prefix, int64(lease))
+	return fmt.Sprintf("%s%s%016x", prefix, sessionsSeg, int64(lease))
 }
 
-// keys builds the key layout of one engine.
+// keys builds the key layout of one space.
 type keys struct{ prefix string }
+
+// locks is the range of the space's waiter keys (LocksPrefix).
+func (k keys) locks() string { return LocksPrefix(k.prefix) }
+
+// sessions is the range of the space's session records.
+func (k keys) sessions() string { return k.prefix + sessionsSeg }
+
+// delays is the range of the space's lock-delay and holder records.
+func (k keys) delays() string { return k.prefix + delaysSeg }
+
+// mark is the space's release mark (handoff.go).
+func (k keys) mark() string { return k.prefix + releaseMarkKey }
+
+// rel is a waiter key relative to the space's locks range, as release
+// marks and audit records name it.
+func (k keys) rel(key string) string { return strings.TrimPrefix(key, k.locks()) }
 
 func (k keys) namePrefix(name string) string { return NamePrefix(k.prefix, name) }
 
@@ -118,7 +171,7 @@ func (k keys) holds(name, waiterID string, rev int64) string {
 // holdsOf is the range of the holds records of every key of name's
 // waiterID.
 func (k keys) holdsOf(name, waiterID string) string {
-	return k.prefix + "/holds/" + escapeName(name) + "/" + waiterID + "/"
+	return k.prefix + holdsSeg + escapeName(name) + "/" + waiterID + "/"
 }
 
 // escapeName maps a valid name to a key segment that never contains '/', so

@@ -173,11 +173,10 @@ const listBatch = 64
 // prefix first, then the locks. Holders' Expires are left zero: a caller
 // that merges pages fills them with FillExpiry for the locks it keeps.
 func (e *Engine) ListLocks(ctx context.Context, prefix, after string, limit int) (ListPage, error) {
-	defer e.enter()()
 	if limit <= 0 {
 		return ListPage{}, fmt.Errorf("%w: list limit %d must be positive", ErrInvalidArgument, limit)
 	}
-	base := LocksPrefix(e.cfg.Prefix)
+	base := e.keys.locks()
 	ranges := nameRanges(base, prefix)
 	if after != "" {
 		if !CursorInPrefix(after, prefix) {
@@ -262,7 +261,6 @@ func (e *Engine) listRange(ctx context.Context, page *ListPage, base string, r s
 // DescribeQueue reads name's whole queue at one revision, its holders'
 // expiry included. name is a lock's name or ElectionName of an election's.
 func (e *Engine) DescribeQueue(ctx context.Context, name string) (LockInfo, error) {
-	defer e.enter()()
 	if err := ValidateKeyName(name); err != nil {
 		return LockInfo{}, err
 	}
@@ -272,7 +270,7 @@ func (e *Engine) DescribeQueue(ctx context.Context, name string) (LockInfo, erro
 	}
 	info := LockInfo{Revision: resp.Header.Revision, Cursor: escapeName(name)}
 	info.Name, info.Election = nameOf(name)
-	if gs := groupByName(LocksPrefix(e.cfg.Prefix), resp.Kvs); len(gs) == 1 {
+	if gs := groupByName(e.keys.locks(), resp.Kvs); len(gs) == 1 {
 		if info, err = gs[0].info(resp.Header.Revision); err != nil {
 			return LockInfo{}, err
 		}
@@ -360,7 +358,6 @@ const expiryLookups = 16
 // per lease, so a page of locks with leases of their own costs one per
 // lock.
 func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
-	defer e.enter()()
 	var ids []clientv3.LeaseID
 	seen := map[clientv3.LeaseID]bool{}
 	for _, l := range locks {

@@ -79,15 +79,22 @@ func holderRecordValue(d, ttl time.Duration, nonce string) string {
 	return fmt.Sprintf("0 %d 0 %d %s", d.Milliseconds(), ttl.Milliseconds(), nonce)
 }
 
-// sessionTTL is lease's TTL as last seen, 0 when unknown.
+// sessionRef names a session by its space and lease: a TTL learned from
+// one space's record is never taken for another space's session.
+type sessionRef struct {
+	space string
+	lease clientv3.LeaseID
+}
+
+// sessionTTL is lease's TTL as last seen in e's space, 0 when unknown.
 func (e *Engine) sessionTTL(lease clientv3.LeaseID) time.Duration {
-	ttl, _ := e.sessTTLs.Get(lease)
+	ttl, _ := e.sessTTLs.Get(sessionRef{e.keys.prefix, lease})
 	return ttl
 }
 
 func (e *Engine) learnSessionTTL(lease clientv3.LeaseID, ttl time.Duration) {
 	if ttl > 0 {
-		e.sessTTLs.Add(lease, ttl)
+		e.sessTTLs.Add(sessionRef{e.keys.prefix, lease}, ttl)
 	}
 }
 
@@ -146,7 +153,7 @@ func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk vie
 			return lossUnclean, vk.ttl, nil
 		}
 	}
-	ops := []clientv3.Op{clientv3.OpGet(e.cfg.Prefix+releaseMarkKey, clientv3.WithRev(rev))}
+	ops := []clientv3.Op{clientv3.OpGet(e.keys.mark(), clientv3.WithRev(rev))}
 	if vk.session {
 		ops = append(ops, clientv3.OpGet(e.keys.session(clientv3.LeaseID(vk.lease)), clientv3.WithRev(rev-1)))
 	}
@@ -154,7 +161,7 @@ func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk vie
 	if err != nil {
 		return lossUnclean, vk.ttl, fmt.Errorf("queue: read how a holder ended: %w", err)
 	}
-	rel := strings.TrimPrefix(key, LocksPrefix(e.cfg.Prefix))
+	rel := e.keys.rel(key)
 	if m := firstKV(resp.Responses[0]); m != nil && m.ModRevision == rev {
 		switch string(m.Value) {
 		case rel, markGiveUp + rel:
@@ -186,7 +193,7 @@ func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int
 	defer cancel()
 	from := create + 1
 	for try := 0; ; try++ {
-		rev, prev, compacted, err := e.watchDeletion(ctx, key, from)
+		rev, prev, compacted, err := e.watchDeletion(ctx, key, create, from)
 		if compacted == 0 || try == 2 {
 			return rev, prev, err
 		}
@@ -201,9 +208,13 @@ func (e *Engine) deletionRev(ctx context.Context, key string, create int64) (int
 	}
 }
 
-// watchDeletion watches key from revision from for its deletion. It
-// reports the compaction's revision when etcd compacted past from.
-func (e *Engine) watchDeletion(ctx context.Context, key string, from int64) (rev int64, prev *mvccpb.KeyValue, compacted int64, err error) {
+// watchDeletion watches key, created at create, from revision from for
+// its deletion. It reports the compaction's revision when etcd compacted
+// past from. A write or deletion of another incarnation of key before the
+// key's own deletion says the key created at create was never there (a
+// handle of another key space names the same path): it ends the watch at
+// once, with an error.
+func (e *Engine) watchDeletion(ctx context.Context, key string, create, from int64) (rev int64, prev *mvccpb.KeyValue, compacted int64, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for wr := range e.cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(from), clientv3.WithPrevKV()) {
@@ -211,8 +222,11 @@ func (e *Engine) watchDeletion(ctx context.Context, key string, from int64) (rev
 			return 0, nil, wr.CompactRevision, err
 		}
 		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
+			switch {
+			case ev.Type == mvccpb.DELETE && (ev.PrevKv == nil || ev.PrevKv.CreateRevision == create):
 				return ev.Kv.ModRevision, ev.PrevKv, 0, nil
+			case ev.Type == mvccpb.DELETE, ev.Kv.CreateRevision != create:
+				return 0, nil, 0, fmt.Errorf("queue: the holder key created at %d was not there at %d", create, ev.Kv.ModRevision)
 			}
 		}
 	}

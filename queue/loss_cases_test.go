@@ -54,7 +54,7 @@ func TestLossWaitSurvivesTheNextWaiterLeaving(t *testing.T) {
 
 // TestLossWaitOutlivesTheGrantingGateway: a holder granted after a wait has its record in etcd, so a loss is waited
 // out also when the gateway that granted it has gone away (a rolling
-// restart, an idle tenant engine closed) and the holder renewed through
+// restart) and the holder renewed through
 // another one: the next TryAcquire, on any gateway, is refused for the
 // holder's TTL.
 func TestLossWaitOutlivesTheGrantingGateway(t *testing.T) {

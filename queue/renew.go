@@ -54,7 +54,6 @@ func checkToken(h Handle, token int64) error {
 // holds it now (ends.go tells them apart), and ErrNotOwner when the
 // secret, lease or fencing token does not match.
 func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, err error) {
-	defer e.enter()()
 	began := e.cfg.Clock.Now()
 	ctx, sp := e.traceHandle(ctx, spanRenew, h)
 	defer func() { sp.end("renewed", err) }()
@@ -164,7 +163,6 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 // another tenant's session. That lease is given back to the engine's lease
 // pool instead when the pool may reuse it (leasepool.go).
 func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released bool, err error) {
-	defer e.enter()()
 	ctx, sp := e.traceHandle(ctx, spanRelease, h)
 	defer func() { sp.endRelease(released, err) }()
 	if err := checkToken(h, token); err != nil {

@@ -163,21 +163,17 @@ func (e *Engine) takeoverTTL(ctx context.Context, r *AcquireRequest, meta waiter
 // uses it to let a client resume its place on the cluster a name is moving
 // away from.
 func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) {
-	exit := e.enter()
 	began := e.cfg.Clock.Now()
 	if _, err := r.validate(e.cfg); err != nil {
-		exit()
 		return nil, err
 	}
 	key := e.keys.waiter(r.Name, WaiterID(r.RequestID))
 	for try := 0; ; try++ {
 		resp, err := e.cli.Get(ctx, key)
 		if err != nil {
-			exit()
 			return nil, fmt.Errorf("queue: look up waiter: %w", err)
 		}
 		if len(resp.Kvs) == 0 {
-			exit()
 			return nil, nil
 		}
 		q, err := e.takeOver(ctx, &r, resp.Kvs[0])
@@ -185,9 +181,8 @@ func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) 
 			continue
 		}
 		if err != nil {
-			exit()
 			return nil, err
 		}
-		return &Waiter{e: e, r: r, q: q, began: began, exit: exit}, nil
+		return &Waiter{e: e, r: r, q: q, began: began}, nil
 	}
 }

@@ -42,7 +42,6 @@ func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Dura
 // OpenSessionWithSecret is OpenSession with a caller-chosen secret, so one
 // secret can prove a session that spans several clusters.
 func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
-	defer e.enter()()
 	if err := ValidateClientID(clientID); err != nil {
 		return Session{}, err
 	}
@@ -69,7 +68,6 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 // KeepAliveSession proves ownership of a session and renews its lease, and
 // with it every lock attached.
 func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) (Renewal, error) {
-	defer e.enter()()
 	began := e.cfg.Clock.Now()
 	if err := e.proveSession(ctx, lease, secret); err != nil {
 		return Renewal{}, err
@@ -89,7 +87,6 @@ func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, s
 // record, proving the secret, before it revokes the lease: a lock that goes
 // after its session's record went is a clean end, not a loss (loss.go).
 func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
-	defer e.enter()()
 	key := e.keys.session(lease)
 	resp, err := e.cli.Txn(ctx).If(OwnerCmps(key, secret)...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
@@ -126,7 +123,7 @@ func (e *Engine) clearSessionRecords(ctx context.Context, lease clientv3.LeaseID
 		}
 		return fmt.Errorf("queue: close session: list its locks: %w", err)
 	}
-	locks := LocksPrefix(e.cfg.Prefix)
+	locks := e.keys.locks()
 	var keys []string
 	for _, k := range ttl.Keys {
 		if seg, wid, ok := strings.Cut(strings.TrimPrefix(string(k), locks), "/"); ok && strings.HasPrefix(string(k), locks) && seg != "" && !strings.Contains(wid, "/") {

@@ -20,10 +20,11 @@ import (
 // the record's watch buys is promptness — a waiter deep in a queue learns
 // at once that its session ended, not when it reaches the head.
 //
-// So the engine keeps one delete-only watch over every session record
-// (<prefix>/sessions/) while it has session waiters, not one per waiter.
-// A waiter registers with the revision its session was last proven at
-// (its enqueue or takeover, which compared the record's secret). The
+// So the engine keeps one delete-only watch over every session record of
+// a key space (<prefix>/sessions/) while the space has session waiters,
+// not one per waiter. A waiter registers with the revision its session
+// was last proven at (its enqueue or takeover, which compared the
+// record's secret). The
 // watch started for the first waiter starts right after that revision;
 // for a later one, the deletions already delivered since its revision are
 // remembered (the last sessionMemory of them), so none is missed; a
@@ -41,45 +42,59 @@ type sessionSub struct {
 
 func (s *sessionSub) end() { s.once.Do(func() { close(s.gone) }) }
 
+// sessionWatch is an engine's watches of session records: one per space
+// while the space has session waiters.
 type sessionWatch struct {
-	e  *Engine
-	mu sync.Mutex
+	e      *Engine
+	mu     sync.Mutex
+	spaces map[string]*sessionSpace // by space prefix
+	wg     sync.WaitGroup
+}
+
+// sessionSpace is one space's watch and its waiters, guarded by the
+// sessionWatch's mu.
+type sessionSpace struct {
+	keys keys
 	// subs are the registered waiters, by session lease.
 	subs   map[clientv3.LeaseID]map[*sessionSub]struct{}
 	n      int
-	cancel context.CancelFunc // nil when no watch runs
+	cancel context.CancelFunc
 	// Every deletion with a revision in (floor, seen] is in dead.
 	floor, seen int64
 	dead        map[clientv3.LeaseID]int64
 	deadOrder   []clientv3.LeaseID
-	wg          sync.WaitGroup
 }
 
 func newSessionWatch(e *Engine) *sessionWatch {
-	return &sessionWatch{e: e, subs: map[clientv3.LeaseID]map[*sessionSub]struct{}{}}
+	return &sessionWatch{e: e, spaces: map[string]*sessionSpace{}}
 }
 
-// watch returns a channel closed once lease's session record is gone, for
-// a waiter that saw it alive at revision aliveAt, and the func that ends
-// the registration.
-func (s *sessionWatch) watch(lease clientv3.LeaseID, aliveAt int64) (<-chan struct{}, func()) {
+// watch returns a channel closed once the record of lease's session in
+// the space ks is gone, for a waiter that saw it alive at revision
+// aliveAt, and the func that ends the registration.
+func (s *sessionWatch) watch(ks keys, lease clientv3.LeaseID, aliveAt int64) (<-chan struct{}, func()) {
 	sub := &sessionSub{gone: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.subs[lease] == nil {
-		s.subs[lease] = map[*sessionSub]struct{}{}
+	sp := s.spaces[ks.prefix]
+	if sp == nil {
+		sp = &sessionSpace{keys: ks, subs: map[clientv3.LeaseID]map[*sessionSub]struct{}{}}
+		s.spaces[ks.prefix] = sp
 	}
-	s.subs[lease][sub] = struct{}{}
-	s.n++
+	if sp.subs[lease] == nil {
+		sp.subs[lease] = map[*sessionSub]struct{}{}
+	}
+	sp.subs[lease][sub] = struct{}{}
+	sp.n++
 	switch {
-	case s.cancel == nil:
+	case sp.cancel == nil:
 		ctx, cancel := context.WithCancel(s.e.ctx)
-		s.cancel = cancel
-		s.floor, s.seen, s.dead, s.deadOrder = aliveAt, aliveAt, map[clientv3.LeaseID]int64{}, nil
+		sp.cancel = cancel
+		sp.floor, sp.seen, sp.dead, sp.deadOrder = aliveAt, aliveAt, map[clientv3.LeaseID]int64{}, nil
 		s.wg.Add(1)
-		go s.run(ctx, aliveAt+1)
-	case aliveAt >= s.floor:
-		if rev, ok := s.dead[lease]; ok && rev > aliveAt {
+		go s.run(ctx, sp, aliveAt+1)
+	case aliveAt >= sp.floor:
+		if rev, ok := sp.dead[lease]; ok && rev > aliveAt {
 			sub.end()
 		}
 	default:
@@ -90,37 +105,39 @@ func (s *sessionWatch) watch(lease clientv3.LeaseID, aliveAt int64) (<-chan stru
 			defer s.wg.Done()
 			ctx, cancel := s.e.opCtx()
 			defer cancel()
-			if resp, err := s.e.cli.Get(ctx, s.e.keys.session(lease), clientv3.WithCountOnly()); err == nil && resp.Count == 0 {
+			if resp, err := s.e.cli.Get(ctx, ks.session(lease), clientv3.WithCountOnly()); err == nil && resp.Count == 0 {
 				sub.end()
 			}
 		}()
 	}
-	return sub.gone, func() { s.unregister(lease, sub) }
+	return sub.gone, func() { s.unregister(sp, lease, sub) }
 }
 
-func (s *sessionWatch) unregister(lease clientv3.LeaseID, sub *sessionSub) {
+func (s *sessionWatch) unregister(sp *sessionSpace, lease clientv3.LeaseID, sub *sessionSub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.subs[lease]
+	m := sp.subs[lease]
 	if _, ok := m[sub]; !ok {
 		return
 	}
 	delete(m, sub)
 	if len(m) == 0 {
-		delete(s.subs, lease)
+		delete(sp.subs, lease)
 	}
-	if s.n--; s.n == 0 && s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
+	if sp.n--; sp.n == 0 {
+		sp.cancel()
+		if s.spaces[sp.keys.prefix] == sp {
+			delete(s.spaces, sp.keys.prefix)
+		}
 	}
 }
 
-// run follows deletions of session records from rev until ctx ends,
-// starting over from a fresh revision (and checking every registered
-// session there) when the watch fails.
-func (s *sessionWatch) run(ctx context.Context, rev int64) {
+// run follows deletions of the session records of sp's space from rev
+// until ctx ends, starting over from a fresh revision (and checking every
+// registered session there) when the watch fails.
+func (s *sessionWatch) run(ctx context.Context, sp *sessionSpace, rev int64) {
 	defer s.wg.Done()
-	prefix := s.e.cfg.Prefix + "/sessions/"
+	prefix := sp.keys.sessions()
 	b := newBackoff(s.e.cfg.Clock)
 	for ctx.Err() == nil {
 		wch, _, stop, err := s.e.openWatch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithFilterPut())
@@ -132,7 +149,7 @@ func (s *sessionWatch) run(ctx context.Context, rev int64) {
 				b.reset()
 				for _, ev := range wr.Events {
 					if ev.Type == mvccpb.DELETE {
-						s.deleted(strings.TrimPrefix(string(ev.Kv.Key), prefix), ev.Kv.ModRevision)
+						s.deleted(sp, strings.TrimPrefix(string(ev.Kv.Key), prefix), ev.Kv.ModRevision)
 					}
 				}
 			}
@@ -141,16 +158,16 @@ func (s *sessionWatch) run(ctx context.Context, rev int64) {
 		if ctx.Err() != nil || b.wait(ctx) != nil {
 			return
 		}
-		next, err := s.recheck(ctx, prefix)
+		next, err := s.recheck(ctx, sp)
 		if err == nil {
 			rev = next
 		}
 	}
 }
 
-// deleted records the deletion of the record of the session with hex id
-// at rev and ends its waiters.
-func (s *sessionWatch) deleted(id string, rev int64) {
+// deleted records the deletion of the record of the session with hex id,
+// in sp's space, at rev and ends its waiters.
+func (s *sessionWatch) deleted(sp *sessionSpace, id string, rev int64) {
 	v, err := strconv.ParseUint(id, 16, 64)
 	if err != nil {
 		return
@@ -158,31 +175,31 @@ func (s *sessionWatch) deleted(id string, rev int64) {
 	lease := clientv3.LeaseID(v)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seen = max(s.seen, rev)
-	s.dead[lease] = rev
-	s.deadOrder = append(s.deadOrder, lease)
-	if len(s.deadOrder) > sessionMemory {
-		old := s.deadOrder[0]
-		s.deadOrder = s.deadOrder[1:]
-		s.floor = max(s.floor, s.dead[old])
-		delete(s.dead, old)
+	sp.seen = max(sp.seen, rev)
+	sp.dead[lease] = rev
+	sp.deadOrder = append(sp.deadOrder, lease)
+	if len(sp.deadOrder) > sessionMemory {
+		old := sp.deadOrder[0]
+		sp.deadOrder = sp.deadOrder[1:]
+		sp.floor = max(sp.floor, sp.dead[old])
+		delete(sp.dead, old)
 	}
-	for sub := range s.subs[lease] {
+	for sub := range sp.subs[lease] {
 		sub.end()
 	}
 }
 
-// recheck reads every registered session's record at one revision, ends
-// the waiters of those that are gone, and returns the revision to watch
-// from.
-func (s *sessionWatch) recheck(ctx context.Context, prefix string) (int64, error) {
+// recheck reads every registered session's record of sp's space at one
+// revision, ends the waiters of those that are gone, and returns the
+// revision to watch from.
+func (s *sessionWatch) recheck(ctx context.Context, sp *sessionSpace) (int64, error) {
 	s.mu.Lock()
-	leases := make([]clientv3.LeaseID, 0, len(s.subs))
-	for l := range s.subs {
+	leases := make([]clientv3.LeaseID, 0, len(sp.subs))
+	for l := range sp.subs {
 		leases = append(leases, l)
 	}
 	s.mu.Unlock()
-	resp, err := s.e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := s.e.cli.Get(ctx, sp.keys.sessions(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
@@ -192,7 +209,7 @@ func (s *sessionWatch) recheck(ctx context.Context, prefix string) (int64, error
 		part := leases[i:min(i+chunk, len(leases))]
 		ops := make([]clientv3.Op, len(part))
 		for j, l := range part {
-			ops[j] = clientv3.OpGet(s.e.keys.session(l), clientv3.WithCountOnly(), clientv3.WithRev(at))
+			ops[j] = clientv3.OpGet(sp.keys.session(l), clientv3.WithCountOnly(), clientv3.WithRev(at))
 		}
 		tr, err := s.e.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
@@ -200,13 +217,13 @@ func (s *sessionWatch) recheck(ctx context.Context, prefix string) (int64, error
 		}
 		for j, l := range part {
 			if tr.Responses[j].GetResponseRange().Count == 0 {
-				s.deleted(strconv.FormatUint(uint64(l), 16), at)
+				s.deleted(sp, strconv.FormatUint(uint64(l), 16), at)
 			}
 		}
 	}
 	s.mu.Lock()
-	s.floor, s.seen = at, at
-	s.dead, s.deadOrder = map[clientv3.LeaseID]int64{}, nil
+	sp.floor, sp.seen = at, at
+	sp.dead, sp.deadOrder = map[clientv3.LeaseID]int64{}, nil
 	s.mu.Unlock()
 	return at + 1, nil
 }

@@ -15,7 +15,8 @@ import (
 // clean end waits for the next acquire of its name to see it and stamp it,
 // and a stamped one goes with its lease once its wait is over. A name that
 // is never acquired again would keep an unstamped record forever; so each
-// engine pages through its prefix's records every sweepEvery, a page of
+// engine pages through the records of its Config.Prefix and of every
+// space it served lately (Space) every sweepEvery, a page of
 // sweepPage records per sweepPause, and stamps the ones whose key is gone
 // (their first sighting) and deletes those whose wait is over. Every write
 // compares the record's mod revision, so a sweep never undoes what an
@@ -26,7 +27,8 @@ const (
 	sweepPause = time.Second
 )
 
-// sweepRecords runs the sweep until the engine closes.
+// sweepRecords runs the sweep, over every space served, until the engine
+// closes.
 func (e *Engine) sweepRecords(ctx context.Context) {
 	defer e.wg.Done()
 	t := time.NewTicker(sweepEvery)
@@ -37,13 +39,21 @@ func (e *Engine) sweepRecords(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		e.sweepOnce(ctx, sweepPause)
+		e.sweepAll(ctx, sweepPause)
 	}
 }
 
-// sweepOnce is one pass over the records, pausing pause between pages.
+// sweepAll is one pass over the records of every space served.
+func (e *Engine) sweepAll(ctx context.Context, pause time.Duration) {
+	for _, p := range e.servedSpaces() {
+		e.in(p).sweepOnce(ctx, pause)
+	}
+}
+
+// sweepOnce is one pass over the records of e's space, pausing pause
+// between pages.
 func (e *Engine) sweepOnce(ctx context.Context, pause time.Duration) {
-	root := e.cfg.Prefix + "/delays/"
+	root := e.keys.delays()
 	from, end := root, clientv3.GetPrefixRangeEnd(root)
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.RequestTimeout)
@@ -67,7 +77,7 @@ func (e *Engine) sweepOnce(ctx context.Context, pause time.Duration) {
 
 // sweepPage stamps or deletes, among kvs, the records whose key is gone.
 func (e *Engine) sweepPage(ctx context.Context, kvs []*mvccpb.KeyValue) {
-	delays, locks := e.cfg.Prefix+"/delays/", LocksPrefix(e.cfg.Prefix)
+	delays, locks := e.keys.delays(), e.keys.locks()
 	const batch = 100 // below etcd's limit of operations per transaction
 	for i := 0; i < len(kvs); i += batch {
 		part := kvs[i:min(i+batch, len(kvs))]

@@ -195,7 +195,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	if q.h.Session {
 		// The session was proven in the transaction that wrote the
 		// attempt's key (enqueue or takeover), at q.modRev.
-		gone, stop := e.sess.watch(q.h.Lease, q.modRev)
+		gone, stop := e.sess.watch(e.keys, q.h.Lease, q.modRev)
 		defer stop()
 		sessGone, sessKey = gone, e.keys.session(q.h.Lease)
 	}

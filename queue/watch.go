@@ -158,6 +158,7 @@ func (k watchKey) entry(i, held int) QueueEntry {
 type viewState struct {
 	set                 *watchSet // counts the keys the state holds
 	base, mark, audit   string
+	id                  viewID // its space and prefix
 	prefix              string
 	queues              map[string][]watchKey // by escaped segment, in create order
 	keys                int64                 // keys in queues
@@ -165,15 +166,16 @@ type viewState struct {
 	testHookBeforeApply func()
 }
 
-func (s *watchSet) newState(prefix string) *viewState {
-	e := s.e
-	return &viewState{set: s, base: LocksPrefix(e.cfg.Prefix), mark: e.cfg.Prefix + releaseMarkKey,
-		audit: e.keys.auditPrefix(), prefix: prefix, queues: map[string][]watchKey{}}
+// newState is a state of the view id, of the space ks, with nothing read
+// yet.
+func (s *watchSet) newState(ks keys, id viewID) *viewState {
+	return &viewState{set: s, base: ks.locks(), mark: ks.mark(),
+		audit: ks.auditPrefix(), id: id, prefix: id.prefix, queues: map[string][]watchKey{}}
 }
 
 // drop gives the state's keys back to the budget.
 func (st *viewState) drop() {
-	st.set.keys.Add(-st.keys)
+	st.set.count(st.id.space, -st.keys)
 	st.keys, st.queues = 0, nil
 }
 
@@ -198,7 +200,7 @@ func (st *viewState) load(ctx context.Context, cli *clientv3.Client, from int64)
 		}
 		count += resp.Count
 	}
-	if err := st.set.reserve(st.prefix, count); err != nil {
+	if err := st.set.reserve(st.id, count); err != nil {
 		return err
 	}
 	st.keys = count // reserved: st.keys and the budget move together from here on
@@ -226,7 +228,7 @@ func (st *viewState) load(ctx context.Context, cli *clientv3.Client, from int64)
 			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
-	st.set.keys.Add(loaded - count)
+	st.set.count(st.id.space, loaded-count)
 	st.keys = loaded
 	for _, ks := range st.queues {
 		slices.SortFunc(ks, func(a, b watchKey) int { return cmp.Compare(a.create, b.create) })
@@ -328,7 +330,7 @@ func (st *viewState) batchOf(wr clientv3.WatchResponse) (WatchBatch, error) {
 		out = append(out, evs...)
 		st.rev = r
 		i = j
-		if err := st.set.grow(st.prefix, grew); err != nil {
+		if err := st.set.grow(st.id, grew); err != nil {
 			return WatchBatch{}, err
 		}
 	}

@@ -90,7 +90,7 @@ func TestWatchersOfAPrefixShareOneView(t *testing.T) {
 	if perKey := first / keys; perKey > 250 {
 		t.Errorf("the view took %d bytes a key; docs/security.md says about 175", perKey)
 	}
-	if n := e.watches.keys.Load(); n != keys {
+	if n := e.watches.held(e.keys.prefix); n != keys {
 		t.Errorf("the budget counts %d keys for one view of %d", n, keys)
 	}
 }
@@ -115,7 +115,7 @@ func TestWatchBudgetBoundsWhatViewsHold(t *testing.T) {
 	if !errors.Is(err, ErrWatchBudget) {
 		t.Fatalf("a second prefix past the budget: %v; want ErrWatchBudget", err)
 	}
-	if n := e.watches.keys.Load(); n != 6 {
+	if n := e.watches.held(e.keys.prefix); n != 6 {
 		t.Fatalf("the budget counts %d keys; want the 6 of a/'s view", n)
 	}
 	ch, errc := watchEvents(t, e, "c/", 0)
@@ -129,7 +129,14 @@ func TestWatchBudgetBoundsWhatViewsHold(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a view grown past the budget goes on")
 	}
-	waitFor(t, func() bool { return e.watches.keys.Load() == 6 }, "the ended view's keys given back")
+	waitFor(t, func() bool { return e.watches.held(e.keys.prefix) == 6 }, "the ended view's keys given back")
+}
+
+// held is the keys the views of space hold.
+func (s *watchSet) held(space string) int64 {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	return s.budget[space]
 }
 
 // waitFor polls cond until it holds.
@@ -273,7 +280,9 @@ func TestASlowWatcherIsDroppedAlone(t *testing.T) {
 	// The slow one is blocked in emit; its subscription is gone from the
 	// view, and so is what it did not take.
 	waitFor(t, func() bool {
-		v := e.watches.views["s/"]
+		e.watches.mu.Lock()
+		v := e.watches.views[viewID{e.keys.prefix, "s/"}]
+		e.watches.mu.Unlock()
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		return len(v.subs) == 1

@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Shared watch views.
 //
-// Every WatchLocks of one prefix on an engine shares one view (viewState):
+// Every WatchLocks of one prefix of one key space on an engine shares one
+// view (viewState):
 // one etcd watch, one copy of the queues, whatever the number of
 // watchers. A watcher is a subscriber: the view applies each etcd
 // response once, under its lock, and hands the same batch to every
@@ -46,8 +46,9 @@ import (
 //     revision; history compacted under it ends the view and every
 //     subscriber with ErrCompacted. The last subscriber to leave ends it.
 //
-// Every view (shared or catching up) counts its keys against the engine's
-// budget, Config.MaxWatchKeys: a view is refused before it is read when
+// Every view (shared or catching up) counts its keys against its key
+// space's budget on the engine, Config.MaxWatchKeys (one space's watches
+// never take another's): a view is refused before it is read when
 // its keys would pass it (one count read), and a view that grows past it
 // ends with ErrWatchBudget.
 
@@ -66,18 +67,41 @@ var errWatchLagging = errors.New("queue: watch: the watcher fell behind; resume 
 // errViewEnded ends a view whose last subscriber left.
 var errViewEnded = errors.New("queue: watch view ended")
 
-// watchSet is an engine's shared views, by prefix.
+// watchSet is an engine's shared views, by space and prefix.
 type watchSet struct {
 	e     *Engine
 	mu    sync.Mutex
-	views map[string]*watchView
-	keys  atomic.Int64 // keys every view of the engine holds
+	views map[viewID]*watchView
 	wg    sync.WaitGroup
 	// closed: the engine is closing, no view starts (guarded by mu).
 	closed bool
+
+	// budget is the keys every view of each space holds, by space
+	// prefix; a space whose views hold none has no entry.
+	bmu    sync.Mutex
+	budget map[string]int64
 }
 
-func newWatchSet(e *Engine) *watchSet { return &watchSet{e: e, views: map[string]*watchView{}} }
+// viewID names a view: the prefix of the names it follows, in a space.
+type viewID struct{ space, prefix string }
+
+func newWatchSet(e *Engine) *watchSet {
+	return &watchSet{e: e, views: map[viewID]*watchView{}, budget: map[string]int64{}}
+}
+
+// count adds n keys (fewer, for n < 0) to space's budget and returns what
+// its views hold now.
+func (s *watchSet) count(space string, n int64) int64 {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	have := s.budget[space] + n
+	if have == 0 {
+		delete(s.budget, space)
+	} else {
+		s.budget[space] = have
+	}
+	return have
+}
 
 // close waits for the views to end; the engine's context, which every
 // view's follows, has ended.
@@ -88,23 +112,24 @@ func (s *watchSet) close() {
 	s.wg.Wait()
 }
 
-// reserve takes n keys from the budget for a view of prefix, or refuses.
-func (s *watchSet) reserve(prefix string, n int64) error {
+// reserve takes n keys from the budget of id's space for a view of id,
+// or refuses.
+func (s *watchSet) reserve(id viewID, n int64) error {
 	lim := int64(s.e.cfg.MaxWatchKeys)
-	if have := s.keys.Add(n); lim > 0 && have > lim {
-		s.keys.Add(-n)
+	if have := s.count(id.space, n); lim > 0 && have > lim {
+		s.count(id.space, -n)
 		return fmt.Errorf("%w: watching prefix %q follows %d keys, and this tenant's watches on this shard may follow %d at most (%d followed now): watch a narrower prefix",
-			ErrWatchBudget, prefix, n, lim, have-n)
+			ErrWatchBudget, id.prefix, n, lim, have-n)
 	}
 	return nil
 }
 
-// grow counts n more keys (fewer, for n < 0) of a live view of prefix and
-// reports ErrWatchBudget when the budget is passed.
-func (s *watchSet) grow(prefix string, n int64) error {
+// grow counts n more keys (fewer, for n < 0) of a live view of id and
+// reports ErrWatchBudget when its space's budget is passed.
+func (s *watchSet) grow(id viewID, n int64) error {
 	lim := int64(s.e.cfg.MaxWatchKeys)
-	if have := s.keys.Add(n); n > 0 && lim > 0 && have > lim {
-		return fmt.Errorf("%w: the keys under prefix %q grew past the %d this tenant's watches on this shard may follow", ErrWatchBudget, prefix, lim)
+	if have := s.count(id.space, n); n > 0 && lim > 0 && have > lim {
+		return fmt.Errorf("%w: the keys under prefix %q grew past the %d this tenant's watches on this shard may follow", ErrWatchBudget, id.prefix, lim)
 	}
 	return nil
 }
@@ -112,7 +137,7 @@ func (s *watchSet) grow(prefix string, n int64) error {
 // watchView is one prefix's shared view and its subscribers.
 type watchView struct {
 	set    *watchSet
-	prefix string
+	id     viewID
 	ready  chan struct{}   // closed once the view is loaded or has failed
 	ctx    context.Context // its run's: set by start
 	cancel context.CancelFunc
@@ -158,9 +183,9 @@ func (sub *watchSub) take() ([]WatchBatch, error) {
 	return q, sub.err
 }
 
-// newView is a view of prefix with no state yet.
-func (s *watchSet) newView(prefix string) *watchView {
-	v := &watchView{set: s, prefix: prefix, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
+// newView is a view of id with no state yet.
+func (s *watchSet) newView(id viewID) *watchView {
+	v := &watchView{set: s, id: id, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
 	v.drained.L = &v.mu
 	return v
 }
@@ -241,8 +266,8 @@ func (v *watchView) endLocked(err error) {
 // end removes v from the set and ends it with err.
 func (s *watchSet) end(v *watchView, err error) {
 	s.mu.Lock()
-	if s.views[v.prefix] == v {
-		delete(s.views, v.prefix)
+	if s.views[v.id] == v {
+		delete(s.views, v.id)
 	}
 	s.mu.Unlock()
 	v.mu.Lock()
@@ -323,20 +348,21 @@ func (v *watchView) run(ctx context.Context) {
 // snapshot, which it returns) and returns the revision the subscriber's
 // batches start after. A resume the shared view cannot serve yet catches
 // up first, emitting through emit.
-func (s *watchSet) join(ctx context.Context, prefix string, from int64, emit func(WatchBatch) error) (*watchSub, *watchSnapshot, int64, error) {
+func (s *watchSet) join(ctx context.Context, ks keys, prefix string, from int64, emit func(WatchBatch) error) (*watchSub, *watchSnapshot, int64, error) {
+	id := viewID{ks.prefix, prefix}
 	for {
 		if s.e.ctx.Err() != nil {
 			return nil, nil, 0, fmt.Errorf("%w: the engine is closed", ErrClosed)
 		}
 		s.mu.Lock()
-		v := s.views[prefix]
+		v := s.views[id]
 		if v == nil {
 			// The first watcher of the prefix loads its view.
-			v = s.newView(prefix)
+			v = s.newView(id)
 			sub := v.addLocked(false)
-			s.views[prefix] = v
+			s.views[id] = v
 			s.mu.Unlock()
-			st := s.newState(prefix)
+			st := s.newState(ks, id)
 			if err := st.load(ctx, s.e.cli, from); err != nil {
 				st.drop()
 				s.end(v, err)
@@ -375,14 +401,14 @@ func (s *watchSet) join(ctx context.Context, prefix string, from int64, emit fun
 			return sub, nil, from, nil
 		}
 		v.mu.Unlock()
-		return s.catchUp(ctx, prefix, from, emit)
+		return s.catchUp(ctx, ks, id, from, emit)
 	}
 }
 
 // catchUp serves a resume from revision from on a view of its own until it
 // can join the shared view (see the comment above).
-func (s *watchSet) catchUp(ctx context.Context, prefix string, from int64, emit func(WatchBatch) error) (*watchSub, *watchSnapshot, int64, error) {
-	st := s.newState(prefix)
+func (s *watchSet) catchUp(ctx context.Context, ks keys, id viewID, from int64, emit func(WatchBatch) error) (*watchSub, *watchSnapshot, int64, error) {
+	st := s.newState(ks, id)
 	if err := st.load(ctx, s.e.cli, from); err != nil {
 		st.drop()
 		return nil, nil, 0, err
@@ -420,11 +446,11 @@ func (s *watchSet) catchUp(ctx context.Context, prefix string, from int64, emit 
 // shared view, st becomes it.
 func (s *watchSet) tryJoin(st *viewState) (*watchSub, bool) {
 	s.mu.Lock()
-	v := s.views[st.prefix]
+	v := s.views[st.id]
 	if v == nil {
-		v = s.newView(st.prefix)
+		v = s.newView(st.id)
 		sub := v.addLocked(false)
-		s.views[st.prefix] = v
+		s.views[st.id] = v
 		s.mu.Unlock()
 		s.start(v, st)
 		return sub, true
@@ -459,8 +485,8 @@ func (s *watchSet) leave(sub *watchSub) {
 	sub.queue = nil
 	v.drained.Broadcast()
 	if len(v.subs) == 0 && v.err == nil {
-		if s.views[v.prefix] == v {
-			delete(s.views, v.prefix)
+		if s.views[v.id] == v {
+			delete(s.views, v.id)
 		}
 		v.endLocked(errViewEnded)
 	}
@@ -469,8 +495,8 @@ func (s *watchSet) leave(sub *watchSub) {
 // watch runs one watcher: its snapshot or catch-up, then its view's
 // batches after the revision it joined at, until ctx ends, emit fails or
 // the subscription ends.
-func (s *watchSet) watch(ctx context.Context, prefix string, from int64, emit func(WatchBatch) error) error {
-	sub, snap, skip, err := s.join(ctx, prefix, from, emit)
+func (s *watchSet) watch(ctx context.Context, ks keys, prefix string, from int64, emit func(WatchBatch) error) error {
+	sub, snap, skip, err := s.join(ctx, ks, prefix, from, emit)
 	if err != nil {
 		return err
 	}
@@ -567,9 +593,8 @@ func (snap *watchSnapshot) emit(emit func(WatchBatch) error) error {
 // prefix's keys pass Config.MaxWatchKeys, another error for a watch that
 // broke or fell behind (resume from the last batch's Revision).
 func (e *Engine) WatchLocks(ctx context.Context, prefix string, from int64, emit func(WatchBatch) error) error {
-	defer e.enter()()
 	if from < 0 {
 		return fmt.Errorf("%w: watch revision %d is negative", ErrInvalidArgument, from)
 	}
-	return e.watches.watch(ctx, prefix, from, emit)
+	return e.watches.watch(ctx, e.keys, prefix, from, emit)
 }

@@ -163,7 +163,8 @@ func (sc scope) prefix(b *locks.Backend) string {
 	if sc.own {
 		return queue.LocksPrefix(b.TenantPrefix(sc.tenant))
 	}
-	// Every engine's, the shard's and each tenant's nested below it.
+	// Every key space's: the unnamed tenant's and each tenant's nested
+	// below it.
 	return b.TenantPrefix("") + "/"
 }
 
@@ -223,7 +224,7 @@ func (c *Console) counts(ctx context.Context, backends []*locks.Backend, sc scop
 
 // count fills s's held and waiting counts for sc from one keys-only read
 // of sc's range on b. Each key is parsed by the key layout from the
-// engine's root down (queue.SplitWaiterKey, under the engine
+// cluster's root down (queue.SplitWaiterKey, under the key space
 // locks.Backend.EngineOf names), and each name's holders are judged by the
 // engine's grant rule (queue.HeldCounts), which reads at the same
 // revision the few values it needs: a semaphore of limit N has up to N

@@ -219,7 +219,7 @@ func TestSecondGatewayOnADataDirectory(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := first.Engines()[0].CountLocks(ctx); err != nil {
+	if _, err := first.Engines()[0].CountAllLocks(ctx); err != nil {
 		t.Fatalf("the first gateway's engine after the refusal: %v", err)
 	}
 }
