@@ -147,7 +147,13 @@ func TestExpiredLeaseRenewalDoesNotHoldUpOthers(t *testing.T) {
 		stuck <- answer{time.Now(), err}
 	}()
 	for !e.ka.inFlight(last) {
-		time.Sleep(time.Millisecond)
+		select {
+		case x := <-stuck:
+			// etcd had revoked the backlog before the renewal was sent (a
+			// loaded machine): there is no stuck stream to test here.
+			t.Skipf("the expired lease's renewal was answered at once (%v): etcd revoked the backlog before it was sent", x.err)
+		case <-time.After(time.Millisecond):
+		}
 	}
 	// One renewal queued right behind it on the same stream (it is sent
 	// again elsewhere once it has waited stuckAfter), one sent once the
