@@ -680,8 +680,9 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		// semaphore's TryAcquire put its key and found no free slot); a
 		// TryAcquire must not leave it queued behind the caller's back.
 		// The takeover or the put made this attempt the key's owner, so
-		// the removal cannot touch anything a later attempt wrote.
-		e.removeWaiterLater(ctx, q)
+		// the removal cannot touch anything a later attempt wrote. The
+		// refusal is answered once the key is gone (takeBack).
+		e.takeBack(ctx, q)
 	}
 	if q.h.Revision != 0 && q.first.GetCreateRevision() == q.h.Revision {
 		return TryResult{DelayedUntil: until}, nil // first, but a lock-delay is pending: no holder to report

@@ -75,6 +75,14 @@ func TestRefusalAnsweredOnceItsKeyIsGone(t *testing.T) {
 	if n := keyCount(t, e, cli, "m"); n != 1 {
 		t.Fatalf("%d keys when the queue-full refusal is answered; want the holder's alone", n)
 	}
+	mustAcquire(t, e, semReq("s", 2))
+	mustAcquire(t, e, semReq("s", 2))
+	if res, err := e.TryAcquire(testCtx(t), semReq("s", 2)); err != nil || res.Acquired {
+		t.Fatalf("TryAcquire of a full semaphore = %+v, %v; want refused", res, err)
+	}
+	if n := keyCount(t, e, cli, "s"); n != 2 {
+		t.Fatalf("%d keys when a full semaphore's TryAcquire is answered; want the two holders' alone", n)
+	}
 }
 
 // TestDetachedWaiterGoesWithinAttemptTTL: a waiter detached from its
