@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -21,13 +20,7 @@ func TestLockDelayOutlivesAMove(t *testing.T) {
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)
 	g := f.gateway(t, nil, 0, 1, 2)
-	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
-	var moved string
-	for i := 0; moved == ""; i++ {
-		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
-			moved = n
-		}
-	}
+	moved := nameMovingToC2()
 	first, err := g0.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 10000, ClientId: "slow", LockDelayMs: 60000}))
 	if err != nil || !first.Msg.Acquired {
 		t.Fatalf("TryAcquire = %v, %v", first, err)

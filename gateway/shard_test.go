@@ -284,13 +284,7 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	// refuses its enqueue.
 	stale := f.gateway(t, func(c *server.Config) { c.NoMapWatch = true }, 0, 1)
 	fresh := f.gateway(t, nil, 0, 1, 2)
-	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
-	var moved string
-	for i := 0; moved == ""; i++ {
-		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
-			moved = n
-		}
-	}
+	moved := nameMovingToC2()
 	holder := tryAcquire(t, stale, moved) // on its old cluster, epoch 1
 	rs := f.resharder(t)
 	m, err := rs.Apply(ctxT(t), []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
@@ -362,13 +356,7 @@ func TestTryAcquireRetryAfterReshardFindsItsGrant(t *testing.T) {
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)   // stores the map: c0, c1
 	g := f.gateway(t, nil, 0, 1, 2) // knows c2's endpoints for when it joins
-	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
-	var moved string
-	for i := 0; moved == ""; i++ {
-		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
-			moved = n
-		}
-	}
+	moved := nameMovingToC2()
 	// Before c2 joins: granted on the name's old cluster; the answer is lost.
 	req := &v1.TryAcquireRequest{Name: moved, TtlMs: 10000, ClientId: "w", RequestId: "try-once"}
 	first, err := g0.Client.TryAcquire(ctxT(t), connect.NewRequest(req))
@@ -396,13 +384,7 @@ func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
 	f := startFleet(t, 3)
 	g0 := f.gateway(t, nil, 0, 1)
 	g := f.gateway(t, nil, 0, 1, 2)
-	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
-	var moved string
-	for i := 0; moved == ""; i++ {
-		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
-			moved = n
-		}
-	}
+	moved := nameMovingToC2()
 	holder := tryAcquire(t, g0, moved)
 	sess, err := g0.Client.OpenSession(ctxT(t), connect.NewRequest(&v1.OpenSessionRequest{ClientId: "w", TtlMs: 10000}))
 	if err != nil {
@@ -443,4 +425,15 @@ func TestSessionWaiterResumesOnDrainingCluster(t *testing.T) {
 		t.Fatalf("granted on %s; want the resumed waiter's own cluster", gr.Shard)
 	}
 	release(t, g, gr)
+}
+
+// nameMovingToC2 is the first name "moving-<i>" that the ring of c0, c1
+// and c2 places on c2: one that moves when c2 joins c0 and c1.
+func nameMovingToC2() string {
+	next, _ := shard.NewRing([]string{"c0", "c1", "c2"})
+	for i := 0; ; i++ {
+		if n := fmt.Sprintf("moving-%d", i); next.Locate(n) == "c2" {
+			return n
+		}
+	}
 }
