@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
@@ -22,7 +23,10 @@ import (
 // failure: the waiter's key then lapses on its own — within one TTL for a
 // lock with a lease of its own, within the gateway's attempt TTL (10 s by
 // default) for a lock in a session, whose waiting key rides on a lease of
-// the gateway's until it is granted.
+// the gateway's until it is granted. A session call that ends without a
+// lock after an attempt whose answer was lost (it may have been granted)
+// gives that grant up in the background, so it never holds the name for
+// the session's life: see WithRequestID.
 //
 // Each call draws a random 128-bit request id unless WithRequestID sets
 // one. A request id is a retry key: the gateway lets only the same caller
@@ -87,7 +91,38 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
 	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (*v1.Granted, bool, error) {
 		return acquireOnce(ctx, ep.rpc, req, onQueued)
+	}, func(req *v1.AcquireRequest) settleAgain {
+		return tryAgain(&v1.TryAcquireRequest{Name: req.Name, TtlMs: req.TtlMs, ClientId: req.ClientId, RequestId: req.RequestId,
+			Limit: req.Limit, Reentrant: req.Reentrant, LockDelayMs: req.LockDelayMs})
 	})
+}
+
+// tryAgain settles a lock's request id with a TryAcquire, which never
+// waits: it answers the grant or hold made under the id while it is held,
+// and takes a key still waiting back.
+func tryAgain(req *v1.TryAcquireRequest) settleAgain {
+	return func(ctx context.Context, ep endpoint, sessionID string) (*v1.Granted, error) {
+		r := proto.CloneOf(req)
+		r.SessionId = sessionID
+		resp, err := ep.rpc.TryAcquire(ctx, connect.NewRequest(r))
+		if err != nil || !resp.Msg.Acquired {
+			return nil, err
+		}
+		return resp.Msg.Granted, nil
+	}
+}
+
+// streamAgain settles a streaming acquire's request id with the stream
+// itself, waiting at most the request timeout: it answers the grant made
+// under the id while it is held, or the gateway takes the waiting key
+// back as the wait times out.
+func (c *Client) streamAgain(req *v1.AcquireRequest, once streamOnce) settleAgain {
+	return func(ctx context.Context, ep endpoint, sessionID string) (*v1.Granted, error) {
+		r := proto.CloneOf(req)
+		r.SessionId, r.WaitTimeoutMs = sessionID, c.cfg.requestTimeout.Milliseconds()
+		g, _, err := once(ctx, ep, r, nil)
+		return g, err
+	}
 }
 
 // streamOnce runs one attempt of a streaming acquire (LockService.Acquire,
@@ -97,8 +132,10 @@ type streamOnce func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, o
 
 // acquireStream is Acquire's retry loop around once: the same request id
 // on every endpoint in turn, the wait timeout, session recovery, and the
-// grant turned into a Lock renewed in the background.
-func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session, opts []AcquireOption, once streamOnce) (*Lock, error) {
+// grant turned into a Lock renewed in the background. A session call that
+// ends without a Lock after an attempt in doubt settles its request id
+// with the settleAgain again makes of it (nil: the stream itself).
+func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session, opts []AcquireOption, once streamOnce, again func(*v1.AcquireRequest) settleAgain) (l *Lock, err error) {
 	if err := c.checkOpen(op); err != nil {
 		return nil, err
 	}
@@ -111,7 +148,19 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 	}
 	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
 		LockDelayMs: cfg.lockDelay.Milliseconds()}
+	var doubted *v1.AcquireRequest // the last attempt in doubt, if any
 	if s != nil {
+		defer func() {
+			switch {
+			case l != nil:
+				s.claim(l, l.rid)
+			case doubted == nil:
+			case again != nil:
+				s.settleLater(doubted.RequestId, again(doubted))
+			default:
+				s.settleLater(doubted.RequestId, c.streamAgain(doubted, once))
+			}
+		}()
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -125,6 +174,15 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 	var waitUntil time.Time
 	if cfg.wait > 0 {
 		waitUntil = anchor.Add(cfg.wait)
+	}
+	if s != nil {
+		took, err := s.takeOver(ctx, waitUntil, req.RequestId)
+		if took {
+			doubted = proto.CloneOf(req) // the settlement is this call's now
+		}
+		if err != nil {
+			return nil, &opError{op: op, kind: err}
+		}
 	}
 	bo := c.newBackoff()
 	var last error
@@ -155,6 +213,9 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		sent := clk.Now()
 		g, queued, err := once(actx, ep, req, cfg.onQueued)
 		cancelAttempt()
+		if err != nil && inDoubt(err) {
+			doubted = proto.CloneOf(req)
+		}
 		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
 			c.letGo(ctx, g, waitUntil)
 			err = sessionLeaseLost(g.Shard)
@@ -177,7 +238,11 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 			cancelRecover()
 			if handled {
 				recoveries++
-				req.RequestId = s.requestIDAfter(err, req.RequestId)
+				if rid := s.requestIDAfter(err, req.RequestId); rid != req.RequestId {
+					// The key an attempt left under the old id died
+					// with the old lease.
+					req.RequestId, doubted = rid, nil
+				}
 				if rerr == nil {
 					continue // the session covers the shard now: retry at once
 				}
@@ -272,7 +337,7 @@ func receiveGrant[M any](stream *connect.ServerStreamForClient[M], onQueued func
 	return nil, queued, errStreamEnded
 }
 
-func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
+func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (l *Lock, err error) {
 	op := fmt.Sprintf("try acquire %q", name)
 	if err := c.checkOpen(op); err != nil {
 		return nil, err
@@ -287,6 +352,24 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
 		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	anchor := c.cfg.clock.Now()
+	var doubted *v1.TryAcquireRequest // the last attempt in doubt, if any
+	if s != nil {
+		defer func() {
+			switch {
+			case l != nil:
+				s.claim(l, l.rid)
+			case doubted != nil:
+				s.settleLater(doubted.RequestId, tryAgain(doubted))
+			}
+		}()
+		took, err := s.takeOver(ctx, time.Time{}, req.RequestId)
+		if took {
+			doubted = proto.CloneOf(req) // the settlement is this call's now
+		}
+		if err != nil {
+			return nil, &opError{op: op, kind: err}
+		}
+	}
 	for recoveries := 0; ; recoveries++ {
 		var view *sessionView
 		if s != nil {
@@ -303,6 +386,8 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			r, err := rpc.TryAcquire(ctx, connect.NewRequest(req))
 			if err == nil {
 				resp = r.Msg
+			} else if inDoubt(err) {
+				doubted = proto.CloneOf(req)
 			}
 			return err
 		})
@@ -313,7 +398,9 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		if err != nil {
 			if s != nil && recoveries < maxSessionRecoveries {
 				if handled, rerr := s.recover(ctx, op, err, view); handled {
-					req.RequestId = s.requestIDAfter(err, req.RequestId)
+					if rid := s.requestIDAfter(err, req.RequestId); rid != req.RequestId {
+						req.RequestId, doubted = rid, nil
+					}
 					if rerr != nil {
 						return nil, rerr
 					}

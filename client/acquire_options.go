@@ -79,6 +79,12 @@ func WithOnQueued(fn func(position int64)) AcquireOption {
 // Retries reuse it, on any gateway, so a waiter keeps its queue place and a
 // grant whose answer was lost is collected again. Default: 128 random bits
 // in hex, drawn once per call.
+//
+// A session call that returns an error after an attempt whose answer was
+// lost gives up, in the background, whatever the gateway made under its
+// request id — unless a held Lock of the session was granted under it (a
+// retry of a delivered hold). A later call of the session with that id
+// waits until the give-up is done and then queues anew.
 func WithRequestID(id string) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.requestID = id })
 }

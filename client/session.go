@@ -39,6 +39,8 @@ type Session struct {
 
 	extending chan struct{} // holds a token while an extension runs: one at a time, so none is wasted
 
+	settle settleState // request ids of held Locks and of abandoned calls (settle.go)
+
 	kick     chan struct{} // wakes the renewer when the leases change
 	stopOnce sync.Once
 	stopc    chan struct{}

@@ -1,0 +1,203 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
+)
+
+// Settling an abandoned session acquire.
+//
+// An attempt whose answer never reached the caller — the caller's context
+// ended while the gateway answered, or the connection broke after the
+// gateway sent the grant and no retry followed before the wait deadline —
+// may have been granted. A lock of its own lapses at its TTL, unrenewed;
+// a session's grant rides on the session's lease and would live as long
+// as the session: a holder nobody serves. So a session call that ends
+// without a Lock after such an attempt settles its request id: in the
+// background, it asks again with the same id — which answers the same
+// grant (or the same re-entrant hold) while it is held, or takes a key
+// still waiting back — and releases what it is handed. It retries
+// transient failures until a gateway answers or the session ends.
+//
+// A request id already granted to a Lock of the session that is still
+// held (a retry of a delivered hold's acquire) is never settled: that
+// grant is the Lock's. A later call of the session with a request id being
+// settled takes the settlement over: it stops it — cutting short an ask in
+// flight, which gives up nothing the call cannot find again (the engine's
+// cleanups compare the attempt they own), but waiting out a release in
+// flight, which could otherwise land after the call's grant — and asks
+// under the id itself, as a retry, keeping whatever the lost attempt had
+// (its queue place, its grant). Should it end without a lock in its turn,
+// it settles the id again.
+
+// settleState is a session's record of request ids: which its held Locks
+// were granted under, and which are being settled.
+type settleState struct {
+	mu       sync.Mutex
+	claims   map[string]int         // request id → held Locks granted under it
+	settling map[string]*settlement // request id → its settlement
+}
+
+// settlement is the give-up of one request id, run by settleNow.
+type settlement struct {
+	done     chan struct{} // closed when it ends
+	handover bool          // a call asks to take it over
+	stopAsk  func()        // cuts the ask in flight short; nil between asks
+	ended    bool          // done is closed
+}
+
+// settleAgain asks once more for the grant of request id rid on ep, in
+// session sessionID; it returns the grant, nil when there is none.
+type settleAgain func(ctx context.Context, ep endpoint, sessionID string) (*v1.Granted, error)
+
+// claim records l, a Lock of s granted under rid, until it is released
+// or lost.
+func (s *Session) claim(l *Lock, rid string) {
+	st := &s.settle
+	st.mu.Lock()
+	if st.claims == nil {
+		st.claims = make(map[string]int)
+	}
+	st.claims[rid]++
+	st.mu.Unlock()
+	context.AfterFunc(l.ctx, func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.claims[rid]--; st.claims[rid] <= 0 {
+			delete(st.claims, rid)
+		}
+	})
+}
+
+// takeOver takes over the settlement of request id rid, if one runs: it
+// stops it and waits until it has, for at most until (zero: no bound) or
+// ctx. It reports whether it took one over; the caller then owes rid's
+// settlement if it ends without a lock. A wait cut short leaves the
+// settlement running, unless it ended meanwhile.
+func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (took bool, err error) {
+	st := &s.settle
+	st.mu.Lock()
+	m := st.settling[rid]
+	if m == nil {
+		st.mu.Unlock()
+		return false, nil
+	}
+	m.handover = true
+	if m.stopAsk != nil {
+		m.stopAsk()
+	}
+	st.mu.Unlock()
+	var bound <-chan time.Time
+	if !until.IsZero() {
+		t := s.c.cfg.clock.NewTimer(max(until.Sub(s.c.cfg.clock.Now()), 0))
+		defer t.Stop()
+		bound = t.C()
+	}
+	select {
+	case <-m.done:
+		return true, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-bound:
+		err = ErrWaitTimeout
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if m.ended {
+		return true, err
+	}
+	m.handover = false
+	return false, err
+}
+
+// settleLater settles request id rid in the background (see above) with
+// again, unless a held Lock of the session was granted under it.
+func (s *Session) settleLater(rid string, again settleAgain) {
+	st := &s.settle
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.claims[rid] > 0 || st.settling[rid] != nil || s.ctx.Err() != nil {
+		return
+	}
+	if st.settling == nil {
+		st.settling = make(map[string]*settlement)
+	}
+	m := &settlement{done: make(chan struct{})}
+	st.settling[rid] = m
+	go func() {
+		s.settleNow(rid, m, again)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		s.endSettlement(rid, m)
+	}()
+}
+
+// endSettlement ends m, the settlement of rid; st.mu is held.
+func (s *Session) endSettlement(rid string, m *settlement) {
+	if !m.ended {
+		m.ended = true
+		delete(s.settle.settling, rid)
+		close(m.done)
+	}
+}
+
+// nextAsk returns the context of m's next ask, or false when m is to end:
+// a call took it over (rid's settlement then ends here, under the lock, so
+// the call can rely on it), or the session ended.
+func (s *Session) nextAsk(rid string, m *settlement) (context.Context, bool) {
+	st := &s.settle
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if m.handover || s.ctx.Err() != nil {
+		s.endSettlement(rid, m)
+		return nil, false
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	m.stopAsk = cancel
+	return ctx, true
+}
+
+// settleNow asks again until a gateway answers and releases the grant it
+// is handed; it ends with the session, or when a call takes it over.
+func (s *Session) settleNow(rid string, m *settlement, again settleAgain) {
+	c, clk := s.c, s.c.cfg.clock
+	bo := c.newBackoff()
+	for {
+		ctx, ok := s.nextAsk(rid, m)
+		if !ok {
+			return
+		}
+		i, ep := c.pick()
+		actx, cancel := withTimeout(ctx, clk, c.cfg.requestTimeout+waitGrace)
+		g, err := again(actx, ep, s.current().id)
+		cancel()
+		if err == nil && g == nil {
+			return
+		}
+		if err == nil {
+			// Not cut short by a takeover: the call taking over waits
+			// for it, so it cannot land after that call's grant.
+			rctx, cancel := withTimeout(s.ctx, clk, c.cfg.requestTimeout)
+			_, err = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
+			cancel()
+		}
+		if err == nil || !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {
+			return // released, or a gateway answered that nothing is left to release
+		}
+		if ctx.Err() == nil {
+			c.failed(i)
+		}
+		_ = sleep(ctx, clk, bo.next())
+	}
+}
+
+// inDoubt reports whether an attempt that failed with err may have been
+// granted all the same: its answer was lost on the way, so no gateway
+// told the caller what became of it. A refusal the gateway sent, with its
+// reason, is an answer.
+func inDoubt(err error) bool {
+	return Reason(err) == v1.ErrorReason_ERROR_REASON_UNSPECIFIED
+}
