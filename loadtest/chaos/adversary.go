@@ -245,6 +245,11 @@ func (h *Harness) runAdversaries(ctx context.Context, wg *sync.WaitGroup, seed u
 		return err
 	}
 	wg.Go(func() { h.runResumer(ctx, resumeSDK, rng(104)) })
+	abandonSDK, err := h.newSDK("adv-abandon", nil)
+	if err != nil {
+		return err
+	}
+	wg.Go(func() { h.runAbandoner(ctx, abandonSDK, "adv-abandon", rng(105)) })
 	for i := range h.cfg.StableWorkers {
 		who := fmt.Sprintf("s%d", i)
 		s, err := h.newSDK(who, nil)

@@ -41,7 +41,10 @@
 //     the moment they release, one of them in a session;
 //   - resume aborts its queued Acquire stream on one gateway and retries it
 //     with the same request id on the other, driving the Connect API itself
-//     and forming its beliefs (deadline from valid_for_ms) as the SDK does.
+//     and forming its beliefs (deadline from valid_for_ms) as the SDK does;
+//   - abandon (adv_abandon.go) gives its session acquires up at random
+//     moments, racing the wait, the grant and the grant's answer, and at
+//     the end checks that no name it abandoned is held by its session.
 //
 // Each adversary call is recorded with what would be correct (refused with
 // a given code, or a no-op) and what came back.
