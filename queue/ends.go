@@ -242,7 +242,7 @@ func (e *Engine) endOf(ctx context.Context, h Handle, gone error) End {
 	if !ok {
 		var err error
 		if f, err = e.readEnd(ctx, key, h); err != nil {
-			return End{Kind: EndLost, Err: gone}
+			return e.evictedByAudit(ctx, key, h, gone)
 		}
 		e.endFacts.Add(ck, f)
 	}
@@ -262,6 +262,29 @@ func (e *Engine) endOf(ctx context.Context, h Handle, gone error) End {
 			msg = fmt.Sprintf("an administrator force-released it at %s (audit record %s): %s", rec.At.UTC().Format("2006-01-02T15:04:05.000Z"), rec.ID, rec.Reason)
 		}
 		return End{Kind: EndEvicted, Err: fmt.Errorf("%w: %s", ErrEvicted, msg), Audit: f.audit}
+	}
+	return End{Kind: EndLost, Err: gone}
+}
+
+// evictedByAudit is the end of h's key when etcd's history no longer
+// tells it (compacted past the deletion): an eviction still has its audit
+// record, which names the key and its fencing token and is written after
+// the key's creation, so a current read of the records since then finds
+// it. Without the key's last value the lock id's secret is unproven, so
+// the end names the record but not its reason; anything else is gone as
+// it is (a loss).
+func (e *Engine) evictedByAudit(ctx context.Context, key string, h Handle, gone error) End {
+	resp, err := e.cli.Get(ctx, e.keys.auditPrefix(), clientv3.WithPrefix(), clientv3.WithMinModRev(h.Revision))
+	if err != nil {
+		return End{Kind: EndLost, Err: gone}
+	}
+	rel, token := e.keys.rel(key), h.Token()
+	for _, kv := range resp.Kvs {
+		var rec AuditRecord
+		if json.Unmarshal(kv.Value, &rec) != nil || rec.Key != rel || rec.EvictedToken != token {
+			continue
+		}
+		return End{Kind: EndEvicted, Err: fmt.Errorf("%w: an administrator force-released it at %s (audit record %s)", ErrEvicted, rec.At.UTC().Format("2006-01-02T15:04:05.000Z"), rec.ID)}
 	}
 	return End{Kind: EndLost, Err: gone}
 }

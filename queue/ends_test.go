@@ -197,8 +197,8 @@ func TestEndOfALostLockIsReadOnce(t *testing.T) {
 // past the key's creation — an operator compacts every few minutes — is
 // still told how it ended, evicted or released: the deletion and the
 // key's last value are kept by any compaction that came before the
-// deletion. Only a compaction past the deletion itself leaves the end
-// unknown (lost).
+// deletion. A compaction past the deletion itself leaves an eviction told
+// by its audit record, and any other end unknown (lost).
 func TestEndsAfterCompaction(t *testing.T) {
 	e, cli := newEngine(t)
 	ctx := testCtx(t)
@@ -235,15 +235,27 @@ func TestEndsAfterCompaction(t *testing.T) {
 	if _, err := e.Renew(ctx, r.Handle, r.Token()); !errors.Is(err, ErrReleased) {
 		t.Fatalf("Renew of a lock released after a compaction = %v; want ErrReleased", err)
 	}
-	// The deletion compacted away: the end is unknown, answered as a loss
-	// at once (not after a watch that waits for a deletion long gone).
+	// The deletion of an evicted key compacted away: its audit record
+	// still tells it.
 	c := mustAcquire(t, e, req("gone-compacted"))
 	if _, err := e.ForceRelease(ctx, ForceReleaseRequest{Name: "gone-compacted", Reason: "stuck job", Actor: "op", Token: c.Token()}); err != nil {
 		t.Fatal(err)
 	}
 	compactNow()
+	if _, err := e.Renew(ctx, c.Handle, c.Token()); !errors.Is(err, ErrEvicted) {
+		t.Fatalf("Renew of an evicted lock whose deletion was compacted away = %v; want ErrEvicted", err)
+	}
+	// A later lock of the name that expires: the eviction's record names
+	// another token and tells nothing of it.
+	d := mustAcquire(t, e, req("gone-compacted"))
+	if _, err := cli.Revoke(ctx, d.Lease); err != nil {
+		t.Fatal(err)
+	}
+	compactNow()
+	// Any other end compacted away is unknown, answered as a loss at once
+	// (not after a watch that waits for a deletion long gone).
 	began := time.Now()
-	_, err := e.Renew(ctx, c.Handle, c.Token())
+	_, err := e.Renew(ctx, d.Handle, d.Token())
 	if took := time.Since(began); !errors.Is(err, ErrExpired) && !errors.Is(err, ErrStolen) || took >= e.Config().RequestTimeout {
 		t.Fatalf("Renew of a lock whose deletion was compacted away = %v after %s; want a loss, before the request timeout %s", err, took, e.Config().RequestTimeout)
 	}
