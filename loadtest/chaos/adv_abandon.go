@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
@@ -14,8 +15,9 @@ import (
 )
 
 // runAbandoner is a session worker that gives its acquires up at random
-// moments: each call's context ends up to 300 ms after the call began, so
-// the wait, the enqueue, the grant and the grant's answer all race it —
+// moments: each call's context ends soon after the call began (within
+// 300 ms on the contended names, within 40 ms on quiet names of its own),
+// so the wait, the enqueue, the grant and the grant's answer all race it —
 // under every injection, with lost answers among them. Its acquires are
 // recorded like the workers' (the grant checkers judge what it is handed),
 // and a lock it is handed it holds briefly and releases.
@@ -48,8 +50,15 @@ func (h *Harness) runAbandoner(ctx context.Context, s *sdk, who string, rng *mra
 				continue
 			}
 		}
-		name := h.names[rng.IntN(len(h.names))]
-		actx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(300*time.Millisecond))+1))
+		// Half the calls wait on the contended names and end while
+		// waiting or as they are granted; half take a quiet name of the
+		// abandoner's own and end within the time a grant takes to come
+		// back, racing its answer.
+		name, within := h.names[rng.IntN(len(h.names))], 300*time.Millisecond
+		if rng.IntN(2) == 0 {
+			name, within = fmt.Sprintf("abandoned-%d", rng.IntN(4)), 40*time.Millisecond
+		}
+		actx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(within)))+time.Millisecond)
 		l, op := h.acquireWith(actx, s, acquireSpec{who: who, role: "abandoner", name: name, session: sess, wait: 3 * time.Second})
 		cancel()
 		if l == nil {
@@ -86,28 +95,37 @@ func (h *Harness) checkAbandoned(s *sdk, who string, abandoned map[string]bool, 
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	// The verdict is the last round of reads that ended before the bound.
 	var left []string
-	var lastErr error
+	lastErr := errors.New("no round of reads ended within " + abandonSettle.String())
 	for {
-		left, lastErr = left[:0], nil
+		var round []string
+		var roundErr error
 		for _, n := range names {
 			q, err := s.base.DescribeQueue(ctx, n)
 			if err != nil {
-				lastErr = err
+				roundErr = err
 				continue
 			}
 			for _, e := range q.Entries {
 				if e.Holder && e.ClientID == who && !slices.Contains(kept, e.Token) {
-					left = append(left, fmt.Sprintf("%s token %d", n, e.Token))
+					round = append(round, fmt.Sprintf("%s token %d", n, e.Token))
 				}
 			}
 		}
-		if len(left) == 0 && lastErr == nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			break
+		}
+		left, lastErr = round, roundErr
+		if len(left) == 0 && lastErr == nil {
 			break
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	op := AdversaryOp{Adversary: "abandoner", Action: fmt.Sprintf("%d abandoned names left unheld by its session", len(names)),
