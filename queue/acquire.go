@@ -346,6 +346,14 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	// first waiter still waits for the previous cluster): a nested
 	// transaction decides it atomically, so an uncontested session acquire
 	// stays one round trip.
+	// The session's TTL is read first: every return between the attempt
+	// lease's reference and the transaction must give the reference back.
+	recTTL := leaseTTL
+	if r.Session != 0 {
+		if recTTL, err = e.knownSessionTTL(ctx, r.Session); err != nil {
+			return nil, nil, err
+		}
+	}
 	var att attemptRef
 	if r.Session != 0 {
 		if att, err = e.att.acquire(ctx); err != nil {
@@ -360,12 +368,6 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	// with it (loss.go).
 	var firstOps []clientv3.Op
 	var hval string // the holder record's value, when one goes in
-	recTTL := leaseTTL
-	if r.Session != 0 {
-		if recTTL, err = e.knownSessionTTL(ctx, r.Session); err != nil {
-			return nil, nil, err
-		}
-	}
 	hrec := e.keys.holderRecord(r.Name, wid)
 	if e.cfg.LossWait {
 		// Only a record of no other key of this waiter id: one an earlier

@@ -150,3 +150,31 @@ func TestDetachedWaiterGoesWithinAttemptTTL(t *testing.T) {
 	default:
 	}
 }
+
+// TestSessionEnqueueEndingEarlyGivesItsAttemptLeaseBack: a session enqueue
+// whose caller goes before its transaction leaves no reference on the
+// attempt lease, which would keep it alive as long as the engine runs.
+func TestSessionEnqueueEndingEarlyGivesItsAttemptLeaseBack(t *testing.T) {
+	e, _ := newEngine(t)
+	s := mustSession(t, e)
+	e.sessTTLs.Remove(sessionRef{e.keys.prefix, s.Lease}) // met for the first time: its TTL is read
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	e.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p == pointSessionRead {
+			cancel()
+		}
+	}}
+	r := req("early")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	if _, err := e.Enqueue(ctx, r); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Enqueue = %v; want context.Canceled", err)
+	}
+	e.hooks = nil
+	e.att.mu.Lock()
+	refs := e.att.refs
+	e.att.mu.Unlock()
+	if refs != 0 {
+		t.Fatalf("%d references on the attempt lease after the caller went; want 0", refs)
+	}
+}

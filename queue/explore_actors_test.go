@@ -1184,6 +1184,16 @@ func runWorlds(ws []*world) error {
 		w.wg.Wait()
 	}
 	var errs []string
+	for i, e := range ws[0].engines {
+		// Every attempt gave its reference on the attempt lease back: one
+		// kept would keep the lease alive as long as the engine runs.
+		e.att.mu.Lock()
+		refs := e.att.refs
+		e.att.mu.Unlock()
+		if refs != 0 {
+			errs = append(errs, fmt.Sprintf("a finished run left %d references on gateway %d's attempt lease", refs, i))
+		}
+	}
 	for _, w := range ws {
 		if keys := w.keys(); keys != "none" {
 			errs = append(errs, w.in(ws, fmt.Errorf("a finished run left keys behind: %s", keys)).Error())

@@ -16,30 +16,31 @@ import (
 // and chooses who goes next, so the orders that reviews find by luck are
 // enumerated on purpose against a real etcd.
 const (
-	pointEnqueue  = "enqueue.txn"       // before the acquire transaction
-	pointTakeover = "resume.takeover"   // before an attempt takes over its waiter key
-	pointRegister = "wait.register"     // enqueued, before the waiter registers with its name's hub
-	pointHubEvent = "hub.event"         // a name hub has a revision's watch events, before it applies them to its view
-	pointGrant    = "grant"             // first in the queue, before the grant is made
-	pointCleanup  = "cleanup.txn"       // before a waiter's key is removed
-	pointCleaned  = "cleanup.done"      // a removal ended (deleted or found the key not its own)
-	pointRelease  = "release.txn"       // before the release transaction
-	pointProve    = "renew.prove"       // before a renewal proves the holder
-	pointKeep     = "renew.keepalive"   // proven, before the keepalive
-	pointAbandon  = "abandon.txn"       // before an undelivered grant is given up
-	pointReenter  = "reenter.txn"       // before a re-entrant acquire adds a hold
-	pointDropHold = "drophold.txn"      // before a release drops a re-entered hold
-	pointDelay    = "delay.wait"        // before a grant waits out an expired holder's lock-delay
-	pointLeaseGet = "attempt.lease"     // before the attempt lease is granted
-	pointSpawned  = "background.start"  // a background task of the caller begins
-	pointProclaim = "election.proclaim" // read the leader's key, before the proclaim transaction
-	pointPoolTake = "pool.take"         // before an acquire takes a pooled lease
-	pointPoolKeep = "pool.keepalive"    // before the enqueue and the keepalive beside it of a pooled lease
-	pointPoolBack = "pool.return"       // before a released key's lease is given back to the pool
-	pointPoolFill = "pool.fill"         // before the pool's pass grants and refreshes leases
-	pointForce    = "force.txn"         // a force-release read the holder, before its delete
-	pointEndProof = "ends.proof"        // AwaitEnd found the lock held (or could not tell), before it waits to be woken
-	pointEndWatch = "ends.watch"        // before the watch of audit or wait records for AwaitEnd opens
+	pointEnqueue     = "enqueue.txn"       // before the acquire transaction
+	pointTakeover    = "resume.takeover"   // before an attempt takes over its waiter key
+	pointRegister    = "wait.register"     // enqueued, before the waiter registers with its name's hub
+	pointHubEvent    = "hub.event"         // a name hub has a revision's watch events, before it applies them to its view
+	pointGrant       = "grant"             // first in the queue, before the grant is made
+	pointCleanup     = "cleanup.txn"       // before a waiter's key is removed
+	pointCleaned     = "cleanup.done"      // a removal ended (deleted or found the key not its own)
+	pointRelease     = "release.txn"       // before the release transaction
+	pointProve       = "renew.prove"       // before a renewal proves the holder
+	pointKeep        = "renew.keepalive"   // proven, before the keepalive
+	pointAbandon     = "abandon.txn"       // before an undelivered grant is given up
+	pointReenter     = "reenter.txn"       // before a re-entrant acquire adds a hold
+	pointDropHold    = "drophold.txn"      // before a release drops a re-entered hold
+	pointDelay       = "delay.wait"        // before a grant waits out an expired holder's lock-delay
+	pointLeaseGet    = "attempt.lease"     // before the attempt lease is granted
+	pointSessionRead = "session.read"      // before a session's record is read for its TTL
+	pointSpawned     = "background.start"  // a background task of the caller begins
+	pointProclaim    = "election.proclaim" // read the leader's key, before the proclaim transaction
+	pointPoolTake    = "pool.take"         // before an acquire takes a pooled lease
+	pointPoolKeep    = "pool.keepalive"    // before the enqueue and the keepalive beside it of a pooled lease
+	pointPoolBack    = "pool.return"       // before a released key's lease is given back to the pool
+	pointPoolFill    = "pool.fill"         // before the pool's pass grants and refreshes leases
+	pointForce       = "force.txn"         // a force-release read the holder, before its delete
+	pointEndProof    = "ends.proof"        // AwaitEnd found the lock held (or could not tell), before it waits to be woken
+	pointEndWatch    = "ends.watch"        // before the watch of audit or wait records for AwaitEnd opens
 )
 
 // Lease events: what the explorer learns about a lease's users, beyond the

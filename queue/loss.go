@@ -106,6 +106,7 @@ func (e *Engine) knownSessionTTL(ctx context.Context, lease clientv3.LeaseID) (t
 	if ttl := e.sessionTTL(lease); ttl > 0 {
 		return ttl, nil
 	}
+	e.at(ctx, pointSessionRead)
 	resp, err := e.cli.Get(ctx, e.keys.session(lease))
 	if err != nil {
 		return 0, fmt.Errorf("queue: read the session: %w", err)
