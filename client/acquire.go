@@ -149,16 +149,19 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
 		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	var doubted *v1.AcquireRequest // the last attempt in doubt, if any
+	var prev settleAgain           // the ask of a settlement this call took over
 	if s != nil {
 		defer func() {
 			switch {
 			case l != nil:
-				s.claim(l, l.rid)
+				s.claim(l, settleKey(again == nil, name, l.rid))
 			case doubted == nil:
+			case prev != nil && doubted.RequestId == req.RequestId:
+				s.settleLater(settleKey(again == nil, name, doubted.RequestId), prev)
 			case again != nil:
-				s.settleLater(doubted.RequestId, again(doubted))
+				s.settleLater(settleKey(again == nil, name, doubted.RequestId), again(doubted))
 			default:
-				s.settleLater(doubted.RequestId, c.streamAgain(doubted, once))
+				s.settleLater(settleKey(again == nil, name, doubted.RequestId), c.streamAgain(doubted, once))
 			}
 		}()
 		var cancel context.CancelCauseFunc
@@ -176,7 +179,8 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		waitUntil = anchor.Add(cfg.wait)
 	}
 	if s != nil {
-		took, err := s.takeOver(ctx, waitUntil, req.RequestId)
+		took, p, err := s.takeOver(ctx, waitUntil, settleKey(again == nil, name, req.RequestId))
+		prev = p
 		if took {
 			doubted = proto.CloneOf(req) // the settlement is this call's now
 		}
@@ -353,16 +357,22 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	anchor := c.cfg.clock.Now()
 	var doubted *v1.TryAcquireRequest // the last attempt in doubt, if any
+	var prev settleAgain              // the ask of a settlement this call took over
 	if s != nil {
 		defer func() {
 			switch {
 			case l != nil:
-				s.claim(l, l.rid)
+				s.claim(l, settleKey(false, name, l.rid))
+			case doubted != nil && prev != nil && doubted.RequestId == req.RequestId:
+				s.settleLater(settleKey(false, name, doubted.RequestId), prev)
 			case doubted != nil:
-				s.settleLater(doubted.RequestId, tryAgain(doubted))
+				s.settleLater(settleKey(false, name, doubted.RequestId), tryAgain(doubted))
 			}
 		}()
-		took, err := s.takeOver(ctx, time.Time{}, req.RequestId)
+		// A try blocks for a call's time at most: a settlement's release in
+		// flight is answered within it.
+		took, p, err := s.takeOver(ctx, c.cfg.clock.Now().Add(c.cfg.requestTimeout), settleKey(false, name, req.RequestId))
+		prev = p
 		if took {
 			doubted = proto.CloneOf(req) // the settlement is this call's now
 		}

@@ -83,8 +83,9 @@ func WithOnQueued(fn func(position int64)) AcquireOption {
 // A session call that returns an error after an attempt whose answer was
 // lost gives up, in the background, whatever the gateway made under its
 // request id — unless a held Lock of the session was granted under it (a
-// retry of a delivered hold). A later call of the session with that id
-// waits until the give-up is done and then queues anew.
+// retry of a delivered hold). A later call of the session on the same name
+// with that id stops the give-up and is a retry: it keeps the lost
+// attempt's queue place or grant.
 func WithRequestID(id string) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.requestID = id })
 }

@@ -22,16 +22,32 @@ import (
 // still waiting back — and releases what it is handed. It retries
 // transient failures until a gateway answers or the session ends.
 //
-// A request id already granted to a Lock of the session that is still
-// held (a retry of a delivered hold's acquire) is never settled: that
-// grant is the Lock's. A later call of the session with a request id being
-// settled takes the settlement over: it stops it — cutting short an ask in
-// flight, which gives up nothing the call cannot find again (the engine's
-// cleanups compare the attempt they own), but waiting out a release in
-// flight, which could otherwise land after the call's grant — and asks
-// under the id itself, as a retry, keeping whatever the lost attempt had
-// (its queue place, its grant). Should it end without a lock in its turn,
-// it settles the id again.
+// Claims and settlements are kept by the gateway's waiter: kind (lock or
+// election), name and request id. A waiter that a held Lock of the session
+// was granted under (a retry of a delivered hold's acquire) is never
+// settled: that grant is the Lock's. A later call of the session on a
+// waiter being settled takes the settlement over: it stops it — cutting
+// short an ask in flight, but never a release, which is retried until a
+// gateway answers (a copy that lands later finds the key gone, or another
+// incarnation of it) — and asks under the id itself, as a retry, keeping
+// whatever the lost attempt had (its queue place, its grant). Should it
+// end without a lock in its turn, it settles with the lost call's ask.
+//
+// The ask is not free of effects (docs/safety.md, "What remains"): a
+// TryAcquire finding the name free is granted, for a moment, what the
+// settlement then releases; a campaign's ask waits its turn and may lead
+// until its release; and an ask cut short by a takeover can still reach a
+// gateway after the call that took over queued, and take its key back.
+
+// settleKey is what claims and settlements are kept by: the gateway's
+// waiter, a lock's or an election's name and the request id.
+func settleKey(election bool, name, rid string) string {
+	kind := "lock"
+	if election {
+		kind = "election"
+	}
+	return kind + "\x00" + name + "\x00" + rid
+}
 
 // settleState is a session's record of request ids: which its held Locks
 // were granted under, and which are being settled.
@@ -47,6 +63,7 @@ type settlement struct {
 	handover bool          // a call asks to take it over
 	stopAsk  func()        // cuts the ask in flight short; nil between asks
 	ended    bool          // done is closed
+	again    settleAgain
 }
 
 // settleAgain asks once more for the grant of request id rid on ep, in
@@ -77,14 +94,15 @@ func (s *Session) claim(l *Lock, rid string) {
 // ctx. It reports whether it took one over; the caller then owes rid's
 // settlement if it ends without a lock. A wait cut short leaves the
 // settlement running, unless it ended meanwhile.
-func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (took bool, err error) {
+func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (took bool, prev settleAgain, err error) {
 	st := &s.settle
 	st.mu.Lock()
 	m := st.settling[rid]
 	if m == nil {
 		st.mu.Unlock()
-		return false, nil
+		return false, nil, nil
 	}
+	prev = m.again
 	m.handover = true
 	if m.stopAsk != nil {
 		m.stopAsk()
@@ -98,7 +116,7 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 	}
 	select {
 	case <-m.done:
-		return true, nil
+		return true, prev, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-bound:
@@ -107,10 +125,10 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if m.ended {
-		return true, err
+		return true, prev, err
 	}
 	m.handover = false
-	return false, err
+	return false, nil, err
 }
 
 // settleLater settles request id rid in the background (see above) with
@@ -125,7 +143,7 @@ func (s *Session) settleLater(rid string, again settleAgain) {
 	if st.settling == nil {
 		st.settling = make(map[string]*settlement)
 	}
-	m := &settlement{done: make(chan struct{})}
+	m := &settlement{done: make(chan struct{}), again: again}
 	st.settling[rid] = m
 	go func() {
 		s.settleNow(rid, m, again)
@@ -137,6 +155,10 @@ func (s *Session) settleLater(rid string, again settleAgain) {
 
 // endSettlement ends m, the settlement of rid; st.mu is held.
 func (s *Session) endSettlement(rid string, m *settlement) {
+	if m.stopAsk != nil {
+		m.stopAsk()
+		m.stopAsk = nil
+	}
 	if !m.ended {
 		m.ended = true
 		delete(s.settle.settling, rid)
@@ -154,6 +176,9 @@ func (s *Session) nextAsk(rid string, m *settlement) (context.Context, bool) {
 	if m.handover || s.ctx.Err() != nil {
 		s.endSettlement(rid, m)
 		return nil, false
+	}
+	if m.stopAsk != nil {
+		m.stopAsk() // the last ask's context
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	m.stopAsk = cancel
@@ -180,9 +205,16 @@ func (s *Session) settleNow(rid string, m *settlement, again settleAgain) {
 		if err == nil {
 			// Not cut short by a takeover: the call taking over waits
 			// for it, so it cannot land after that call's grant.
-			rctx, cancel := withTimeout(s.ctx, clk, c.cfg.requestTimeout)
-			_, err = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
-			cancel()
+			for {
+				rctx, cancel := withTimeout(s.ctx, clk, c.cfg.requestTimeout)
+				_, err = c.ReleaseByID(rctx, g.LockId, g.FencingToken)
+				cancel()
+				if err == nil || !retryable(err) && rateLimited(err) == nil || s.ctx.Err() != nil {
+					break
+				}
+				_ = sleep(s.ctx, clk, bo.next())
+			}
+			return
 		}
 		if err == nil || !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {
 			return // released, or a gateway answered that nothing is left to release
