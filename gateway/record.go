@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"sync"
+
+	"github.com/leasegate/leasegate/locks"
 )
 
 // callRecord is what a call learned that its telemetry is labelled by.
@@ -22,9 +24,11 @@ type callRecord struct {
 
 type recordKey struct{}
 
-// withRecord returns ctx carrying a new record.
-func withRecord(ctx context.Context) (context.Context, *callRecord) {
+// withRecord returns ctx carrying a new record, which the fleet fills in
+// as it routes the call (routeObserver), as does t's trace of the route.
+func withRecord(ctx context.Context, t *telemetry) (context.Context, *callRecord) {
 	r := &callRecord{}
+	ctx = locks.WithObserver(ctx, routeObserver{tel: t, rec: r})
 	return context.WithValue(ctx, recordKey{}, r), r
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
-	"github.com/leasegate/leasegate/shard"
 )
 
 // Telemetry configures the service's traces and metrics. The zero value
@@ -213,24 +212,6 @@ func (t *telemetry) traceRoute(ctx context.Context, tg locks.Target, err error) 
 	span.SetAttributes(attrs...)
 }
 
-// noteBreaker adds a "breaker" event to ctx's span when a shard's breaker
-// refused a call or let a half-open probe through.
-func noteBreaker(ctx context.Context, b *locks.Backend, err error) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	st := b.Breaker.State()
-	decision := "allowed"
-	if errors.Is(err, shard.ErrShardUnavailable) {
-		decision = "refused"
-	} else if st == shard.StateClosed {
-		return
-	}
-	span.AddEvent("breaker", trace.WithAttributes(attribute.String("leasegate.shard", b.Name),
-		attribute.String("leasegate.breaker.state", st.String()), attribute.String("leasegate.breaker.decision", decision)))
-}
-
 // outcomeOf names a call's result: "ok" or the Connect code.
 func outcomeOf(err error) string {
 	if err == nil {
@@ -295,7 +276,7 @@ func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, rec := withRecord(ctx)
+		ctx, rec := withRecord(ctx, t)
 		start := time.Now()
 		resp, err := next(ctx, req)
 		t.unaryDone(ctx, rec, req, resp, err, time.Since(start))
@@ -354,9 +335,10 @@ func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		proc := conn.Spec().Procedure
 		if proc != leasegatev1connect.LockServiceAcquireProcedure && proc != leasegatev1connect.ElectionServiceCampaignProcedure {
-			return next(ctx, conn)
+			// No record, but the route is traced all the same.
+			return next(locks.WithObserver(ctx, routeObserver{tel: t}), conn)
 		}
-		ctx, rec := withRecord(ctx)
+		ctx, rec := withRecord(ctx, t)
 		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, rec: rec, start: time.Now(), procedure: proc}
 		err := next(ctx, a)
 		a.done(err)

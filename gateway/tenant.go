@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -18,22 +17,6 @@ func (s *Service) caller(ctx context.Context) (Identity, error) {
 		return Identity{Method: "none"}, nil
 	}
 	return id, err
-}
-
-// checkKeys applies the per-tenant key cap on the target shard. Its count
-// is one bounded etcd read: an Acquire's own context may wait for hours.
-func (s *Service) checkKeys(ctx context.Context, id Identity, t locks.Target) error {
-	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, func(ctx context.Context) (int64, error) {
-		var n int64
-		cctx, cancel := s.storeTimeout(ctx)
-		defer cancel()
-		err := call(cctx, t, func(ctx context.Context) error {
-			var err error
-			n, err = t.Engine.CountKeys(ctx)
-			return err
-		})
-		return n, err
-	})
 }
 
 // sessionFor decodes a session id and checks it belongs to the caller.

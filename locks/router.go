@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -36,6 +37,13 @@ type RouterConfig struct {
 	// Watch follows the stored map; without it the router only reloads
 	// when asked. Default true through DefaultRouterConfig.
 	Watch bool
+	// RequestTimeout bounds each call's work against a cluster (Bound):
+	// an enqueue, a read, a renewal, one shard's part of a fan-out. A wait
+	// for a grant is not bounded by it. Default (and 0) 10 s.
+	RequestTimeout time.Duration
+	// Clock times RequestTimeout and the wait for a newer map. Default
+	// the wall clock.
+	Clock clock.Clock
 	// Log receives routing events; nil discards them.
 	Log *slog.Logger
 }
@@ -43,10 +51,11 @@ type RouterConfig struct {
 // DefaultRouterConfig returns the documented defaults.
 func DefaultRouterConfig() RouterConfig {
 	return RouterConfig{
-		Prefix:  shard.DefaultPrefix,
-		Queue:   queue.DefaultConfig(),
-		Breaker: shard.DefaultBreakerConfig(),
-		Watch:   true,
+		Prefix:         shard.DefaultPrefix,
+		Queue:          queue.DefaultConfig(),
+		Breaker:        shard.DefaultBreakerConfig(),
+		Watch:          true,
+		RequestTimeout: 10 * time.Second,
 	}
 }
 
@@ -83,6 +92,15 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cf
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
+	}
+	switch {
+	case cfg.RequestTimeout == 0:
+		cfg.RequestTimeout = DefaultRouterConfig().RequestTimeout
+	case cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("locks: RequestTimeout %s is negative; want a positive duration, or 0 for the default", cfg.RequestTimeout)
 	}
 	if err := cfg.Queue.Validate(); err != nil {
 		return nil, err

@@ -593,6 +593,8 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 	rc.Log = s.log
 	rc.Watch = !s.cfg.NoMapWatch
 	rc.Dial = dial
+	rc.RequestTimeout = s.cfg.Gateway.RequestTimeout
+	rc.Clock = s.cfg.Gateway.Clock
 	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
 	rc.Queue.LeasePool = s.cfg.LeasePool
 	rc.Queue.LossWait = !s.cfg.NoLossWait
