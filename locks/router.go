@@ -59,6 +59,24 @@ func DefaultRouterConfig() RouterConfig {
 	}
 }
 
+// Validate reports the first invalid field: a negative RequestTimeout,
+// or what the engine's (queue.Config.Validate, its Prefix taken from
+// Prefix) or the breaker's (shard.BreakerConfig.Validate) validation
+// reports. Zero fields that have a default are valid.
+func (c RouterConfig) Validate() error {
+	if c.RequestTimeout < 0 {
+		return fmt.Errorf("locks: RequestTimeout %s is negative; want a positive duration, or 0 for the default", c.RequestTimeout)
+	}
+	q := c.Queue
+	if q.Prefix = strings.TrimSuffix(c.Prefix, "/"); q.Prefix == "" {
+		q.Prefix = shard.DefaultPrefix
+	}
+	if err := q.Validate(); err != nil {
+		return err
+	}
+	return c.Breaker.Validate()
+}
+
 // Router routes lock names to the engines of the clusters that own them,
 // by the shard map stored in the home cluster, and follows the map as it
 // changes. It owns every cluster's client, engine and breaker. It is safe
@@ -96,16 +114,10 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cf
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real
 	}
-	switch {
-	case cfg.RequestTimeout == 0:
+	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRouterConfig().RequestTimeout
-	case cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("locks: RequestTimeout %s is negative; want a positive duration, or 0 for the default", cfg.RequestTimeout)
 	}
-	if err := cfg.Queue.Validate(); err != nil {
-		return nil, err
-	}
-	if err := cfg.Breaker.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, store: shard.NewStore(home, cfg.Prefix), backends: map[string]*Backend{}, changed: make(chan struct{})}
