@@ -21,11 +21,12 @@
 //     Connect codes, ErrorInfo reasons and details (toConnect), and the REST
 //     API maps the same translation onto its statuses and bodies.
 //   - telemetry: the Connect interceptor and the REST wrapper put a record
-//     in the call's context, and with it a [locks.Observer] through which
-//     the fleet writes the shard it routed to (and the leasegate.route
-//     span); the handler adds the shard that granted and any outcome that
-//     is not an error (busy, not_held, a lost lease), and the wrapper
-//     labels the metrics, span and log line by it when the call returns.
+//     in the call's context, and with it a [locks.Note] into which the
+//     fleet writes the shard it routed to (it traces the route itself, a
+//     leasegate.route span); the handler adds the shard that granted and
+//     any outcome that is not an error (busy, not_held, a lost lease), and
+//     the wrapper labels the metrics, span and log line by it when the
+//     call returns.
 //     Nothing re-routes a name, re-parses a body or reads a response's
 //     bytes.
 //

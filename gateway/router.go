@@ -22,20 +22,3 @@ func (s *Service) admit(id Identity) locks.Admit {
 		return s.lim.checkKeys(ctx, id.Tenant+"@"+shard, count)
 	}
 }
-
-// routeObserver is a call's locks.Observer: it traces the fleet's route
-// (a leasegate.route span) and records the call's shard as the fleet
-// routes it.
-type routeObserver struct {
-	tel *telemetry
-	rec *callRecord
-}
-
-func (o routeObserver) Routed(ctx context.Context, t locks.Target, err error) {
-	o.tel.traceRoute(ctx, t, err)
-	if err == nil {
-		o.rec.setShard(t.Shard)
-	}
-}
-
-func (o routeObserver) Found(_ context.Context, shard string) { o.rec.setShard(shard) }

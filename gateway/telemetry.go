@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -192,26 +191,6 @@ func (t *telemetry) handlerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{connect.WithInterceptors(ics...)}
 }
 
-// traceRoute records the router's choice, t or err, as a leasegate.route
-// span under ctx's span. The handler calls it where it routes.
-func (t *telemetry) traceRoute(ctx context.Context, tg locks.Target, err error) {
-	if t == nil || t.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
-		return
-	}
-	_, span := t.tracer.Start(ctx, "leasegate.route")
-	defer span.End()
-	if err != nil {
-		span.SetAttributes(attribute.String("leasegate.outcome", "unroutable"))
-		return
-	}
-	attrs := []attribute.KeyValue{attribute.String("leasegate.shard", tg.Shard), attribute.Int("leasegate.epoch", int(tg.Epoch))}
-	if tg.Previous != nil {
-		attrs = append(attrs, attribute.String("leasegate.draining_from", tg.Previous.Shard))
-	}
-	attrs = append(attrs, attribute.String("leasegate.breaker.state", tg.Backend.Breaker.State().String()))
-	span.SetAttributes(attrs...)
-}
-
 // outcomeOf names a call's result: "ok" or the Connect code.
 func outcomeOf(err error) string {
 	if err == nil {
@@ -276,7 +255,7 @@ func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, rec := withRecord(ctx, t)
+		ctx, rec := withRecord(ctx)
 		start := time.Now()
 		resp, err := next(ctx, req)
 		t.unaryDone(ctx, rec, req, resp, err, time.Since(start))
@@ -335,10 +314,9 @@ func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		proc := conn.Spec().Procedure
 		if proc != leasegatev1connect.LockServiceAcquireProcedure && proc != leasegatev1connect.ElectionServiceCampaignProcedure {
-			// No record, but the route is traced all the same.
-			return next(locks.WithObserver(ctx, routeObserver{tel: t}), conn)
+			return next(ctx, conn)
 		}
-		ctx, rec := withRecord(ctx, t)
+		ctx, rec := withRecord(ctx)
 		a := &acquireConn{StreamingHandlerConn: conn, t: t, ctx: ctx, rec: rec, start: time.Now(), procedure: proc}
 		err := next(ctx, a)
 		a.done(err)

@@ -68,7 +68,7 @@ func (t *telemetry) restCall(op string, next http.Handler) http.Handler {
 
 // serveREST runs one REST lock call inside otelhttp's span.
 func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path string, hist metric.Float64Histogram, mode string, next http.Handler) {
-	ctx, rec := withRecord(r.Context(), t)
+	ctx, rec := withRecord(r.Context())
 	start := time.Now()
 	next.ServeHTTP(w, r.WithContext(ctx))
 	d := time.Since(start)

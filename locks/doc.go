@@ -12,8 +12,8 @@
 // Each of its jobs is done once, here:
 //
 //   - routing: a name goes to the cluster the xxhash ring of the map in
-//     force names (Route), and the call reports it to the context's
-//     [Observer];
+//     force names (Route); the call notes the shard in the context's
+//     [Note] and traces the route (a leasegate.route span);
 //   - the resharding handover (handover, in acquire.go): a name that
 //     drains from its previous cluster is served there first, and a
 //     cluster that refuses an enqueue because the map moved on makes the

@@ -16,15 +16,15 @@ type Held struct {
 	h queue.Handle
 }
 
-// Held finds the lock h of tenant's on shard and reports the shard to
-// ctx's Observer. A shard this router does not know is ErrUnknownShard.
+// Held finds the lock h of tenant's on shard and notes the shard in ctx's
+// Note. A shard this router does not know is ErrUnknownShard.
 // It reads no etcd.
 func (r *Router) Held(ctx context.Context, tenant, shard string, h queue.Handle) (Held, error) {
 	t, err := r.Lookup(shard, tenant)
 	if err != nil {
 		return Held{}, err
 	}
-	found(ctx, t.Shard)
+	note(ctx, t.Shard)
 	return Held{r: r, t: t, h: h}, nil
 }
 

@@ -13,7 +13,7 @@ import (
 // it; a lock-delay or loss wait its holders left there withholds it on
 // the new shard too.
 
-// route routes name for tenant and reports it to ctx's Observer.
+// route routes name for tenant, noting and tracing the route (routed).
 func (r *Router) route(ctx context.Context, tenant, name string) (Target, error) {
 	t, err := r.Route(name, tenant)
 	routed(ctx, t, err)
