@@ -272,7 +272,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {
-		return 0, nil, tagTTL(err)
+		return 0, nil, tagTTL(s.lim.capped(err))
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")

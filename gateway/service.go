@@ -206,7 +206,7 @@ func (s *Service) acquireOf(id Identity, visible string, r queue.AcquireRequest,
 	}
 	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	r.Owner = id.owner()
-	a := locks.Acquire{Tenant: id.Tenant, Request: r, Admit: s.admit(id)}
+	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
 	if sess != nil {
 		a.Session = sess
 	}
@@ -369,7 +369,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, visible string
 	a.Request.Heartbeat = func(context.Context) error { return out.heartbeat() }
 	shard, g, err := s.router.Acquire(wctx, a)
 	if err != nil {
-		err = tagTTL(sessionShard(shard, err))
+		err = tagTTL(sessionShard(shard, s.lim.capped(err)))
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
 			return errShuttingDown
 		}
@@ -412,7 +412,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {
-		return nil, tagTTL(sessionShard(shard, err))
+		return nil, tagTTL(sessionShard(shard, s.lim.capped(err)))
 	}
 	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
 	if res.Acquired {

@@ -135,17 +135,18 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 		return nil, err
 	}
 	id := SessionID{Tenant: who.Tenant, Secret: secret}
-	outs, err := s.router.OpenSession(ctx, id.fleet(), req.Msg.ClientId, ttl, s.admit(who))
+	outs, err := s.router.OpenSession(ctx, s.session(id), req.Msg.ClientId, ttl)
 	if err != nil {
 		return nil, err
 	}
+	s.capped(outs)
 	for _, o := range outs {
 		if o.Err == nil {
 			id.Leases = append(id.Leases, ShardLease{Shard: o.Shard, Lease: o.Lease})
 		}
 	}
 	if err := refuseOpen(outs); err != nil {
-		s.router.RevokeOpened(id.fleet(), outs) // do not leave half a session behind
+		s.router.RevokeOpened(s.session(id), outs) // do not leave half a session behind
 		return nil, tagTTL(err)
 	}
 	deadline, effTTL, valid := earliest(outs)
@@ -182,7 +183,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	outs := s.router.KeepAliveSession(ctx, id.fleet(), leases)
+	outs := s.router.KeepAliveSession(ctx, s.session(id), leases)
 	for _, o := range outs {
 		if o.Err != nil && !transient(o.Err) && state(o) != v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
 			return nil, o.Err // e.g. the tenant lost access to the shard
@@ -242,7 +243,7 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	for _, o := range s.router.CloseSession(ctx, id.fleet(), id.shards()) {
+	for _, o := range s.router.CloseSession(ctx, s.session(id), id.shards()) {
 		if o.Err != nil {
 			return nil, o.Err
 		}
@@ -250,9 +251,17 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	return connect.NewResponse(&v1.CloseSessionResponse{}), nil
 }
 
-// fleet is the session as the fleet's session calls take it.
-func (id SessionID) fleet() locks.Session {
-	return locks.Session{Tenant: id.Tenant, Secret: id.Secret, Leases: id}
+// session is id as the fleet's session calls take it, under the tenant's
+// key cap.
+func (s *Service) session(id SessionID) locks.Session {
+	return locks.Session{Tenant: id.Tenant, Secret: id.Secret, Leases: id, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
+}
+
+// capped makes each shard's key cap refusal the limit's (limiter.capped).
+func (s *Service) capped(outs []locks.LeaseOutcome) {
+	for i := range outs {
+		outs[i].Err = s.lim.capped(outs[i].Err)
+	}
 }
 
 // shards lists the shards id holds a lease on, in id's order.

@@ -56,12 +56,13 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err := s.lim.acquire(who); err != nil {
 		return nil, err
 	}
-	outs, err := s.router.ExtendSession(ctx, id.fleet(), m.Shards, m.Replace, m.ClientId, ttl, s.admit(who))
+	outs, err := s.router.ExtendSession(ctx, s.session(id), m.Shards, m.Replace, m.ClientId, ttl)
 	if err != nil {
 		return nil, err
 	}
+	s.capped(outs)
 	if err := refuseOpen(outs); err != nil {
-		s.router.RevokeOpened(id.fleet(), outs)
+		s.router.RevokeOpened(s.session(id), outs)
 		return nil, tagTTL(err)
 	}
 	var opened []ShardLease

@@ -31,12 +31,6 @@ type Leases interface {
 	Lease(shard string) (clientv3.LeaseID, bool)
 }
 
-// Admit is asked before a call stores something new for a tenant on a
-// shard (a waiter's key, a session's lease): count counts the tenant's
-// keys there, one bounded call through the shard's breaker. A non-nil
-// error refuses the call.
-type Admit func(ctx context.Context, shard string, count func(context.Context) (int64, error)) error
-
 // Acquire is one acquire of a name over the shard map.
 type Acquire struct {
 	// Tenant whose key space the name is in; "" is the unnamed tenant's.
@@ -48,8 +42,9 @@ type Acquire struct {
 	// Session, when set, holds the session's leases: the request rides on
 	// the one of each shard it goes to.
 	Session Leases
-	// Admit, when set, is asked before each enqueue.
-	Admit Admit
+	// KeyCap caps the keys the tenant may have on the shard the request
+	// goes to (ErrKeyCap); 0 is no cap.
+	KeyCap int
 }
 
 // Acquire enqueues r.Request on the shard that owns its name (one bounded
@@ -150,7 +145,8 @@ func (r *Router) TryAcquire(ctx context.Context, a Acquire) (shard string, res q
 //     granted only once the previous shard has let go of the name.
 //     previous answers done when the previous shard settled the call,
 //     whose answer is then that shard's.
-//  3. Admit the call on the current shard (Acquire.Admit).
+//  3. Admit the call on the current shard under the tenant's key cap
+//     (Acquire.KeyCap).
 //  4. Enqueue on the current shard (enqueue), then finish (then: wait,
 //     or nothing more).
 //  5. A shard that refuses the enqueue because the map moved on
@@ -180,10 +176,8 @@ func handover[W, T any](ctx context.Context, r *Router, a Acquire,
 				return t, zero, err
 			}
 		}
-		if a.Admit != nil {
-			if err := a.Admit(ctx, t.Shard, r.keyCounter(t)); err != nil {
-				return t, zero, err
-			}
+		if err := r.checkKeys(ctx, a.Tenant, t, a.KeyCap); err != nil {
+			return t, zero, err
 		}
 		w, err := enqueue(ctx, t, req)
 		if errors.Is(err, queue.ErrGuardFailed) && attempt < rerouteAttempts {
@@ -239,17 +233,6 @@ func onShard(req queue.AcquireRequest, p Target, sess Leases) (queue.AcquireRequ
 	lease, ok := sess.Lease(p.Shard)
 	req.Session = lease
 	return req, ok
-}
-
-// keyCounter counts the tenant's keys on t: one call through the shard's
-// breaker, bounded by RequestTimeout (an Acquire's own context may wait
-// for hours).
-func (r *Router) keyCounter(t Target) func(context.Context) (int64, error) {
-	return func(ctx context.Context) (int64, error) {
-		ctx, cancel := r.Bound(ctx)
-		defer cancel()
-		return do(ctx, t, func(ctx context.Context) (int64, error) { return t.Engine.CountKeys(ctx) })
-	}
 }
 
 // Abandon gives up g, a grant of tenant's on shard that never reached its

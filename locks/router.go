@@ -93,6 +93,8 @@ type Router struct {
 	backends map[string]*Backend
 	changed  chan struct{} // closed and replaced on every applied map
 
+	keys sync.Map // tenant@shard → *keyCount, for checkKeys
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }

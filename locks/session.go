@@ -41,6 +41,10 @@ type Session struct {
 	Secret queue.Secret
 	// Leases are the leases the session holds.
 	Leases Leases
+	// KeyCap caps the tenant's keys on each shard a lease is opened on
+	// (ErrKeyCap): a session is a stored thing the tenant creates, and
+	// counts like a lock. 0 is no cap.
+	KeyCap int
 }
 
 // Known reports ErrUnknownShard for the first of shards that is not a
@@ -55,10 +59,10 @@ func (r *Router) Known(shards ...string) error {
 }
 
 // OpenSession opens a lease of ttl for clientID on every shard of the map,
-// all proven by s.Secret (s.Leases is unused), asking admit first on each;
-// it reports each shard's outcome. The shards work at once, each bounded
+// all proven by s.Secret (s.Leases is unused), under s.KeyCap; it reports
+// each shard's outcome. The shards work at once, each bounded
 // by RequestTimeout and by a margin before ctx's deadline (boundEach).
-func (r *Router) OpenSession(ctx context.Context, s Session, clientID string, ttl time.Duration, admit Admit) ([]LeaseOutcome, error) {
+func (r *Router) OpenSession(ctx context.Context, s Session, clientID string, ttl time.Duration) ([]LeaseOutcome, error) {
 	ctx, cancel := r.boundEach(ctx)
 	defer cancel()
 	targets, err := r.All(s.Tenant)
@@ -66,7 +70,7 @@ func (r *Router) OpenSession(ctx context.Context, s Session, clientID string, tt
 		return nil, err
 	}
 	return each(len(targets), func(i int) LeaseOutcome {
-		return r.grant(ctx, targets[i], s, clientID, ttl, admit)
+		return r.grant(ctx, targets[i], s, clientID, ttl)
 	}), nil
 }
 
@@ -76,7 +80,7 @@ func (r *Router) OpenSession(ctx context.Context, s Session, clientID string, tt
 // are released, never carried over). Each shard's outcome is reported; the
 // shards work at once, as OpenSession's do. A shard this router does not
 // know is ErrUnknownShard (Known).
-func (r *Router) ExtendSession(ctx context.Context, s Session, shards []string, replace bool, clientID string, ttl time.Duration, admit Admit) ([]LeaseOutcome, error) {
+func (r *Router) ExtendSession(ctx context.Context, s Session, shards []string, replace bool, clientID string, ttl time.Duration) ([]LeaseOutcome, error) {
 	targets := make([]Target, len(shards))
 	for i, sh := range shards {
 		var err error
@@ -91,14 +95,14 @@ func (r *Router) ExtendSession(ctx context.Context, s Session, shards []string, 
 		lease, listed := s.Leases.Lease(t.Shard)
 		switch {
 		case !listed:
-			return r.grant(ctx, t, s, clientID, ttl, admit)
+			return r.grant(ctx, t, s, clientID, ttl)
 		case !replace:
 			return r.keepAlive(ctx, s, t.Shard, lease)
 		}
 		if o := r.revoke(ctx, s, t.Shard, lease); o.Err != nil {
 			return o
 		}
-		return r.grant(ctx, t, s, clientID, ttl, admit)
+		return r.grant(ctx, t, s, clientID, ttl)
 	}), nil
 }
 
@@ -142,14 +146,10 @@ func (r *Router) RevokeOpened(s Session, outs []LeaseOutcome) {
 }
 
 // grant opens the session's lease on t.
-func (r *Router) grant(ctx context.Context, t Target, s Session, clientID string, ttl time.Duration, admit Admit) LeaseOutcome {
+func (r *Router) grant(ctx context.Context, t Target, s Session, clientID string, ttl time.Duration) LeaseOutcome {
 	o := LeaseOutcome{Shard: t.Shard, Opened: true}
-	// A session is a stored thing the tenant creates: it counts against the
-	// tenant's key cap on the shard like a lock does.
-	if admit != nil {
-		if o.Err = admit(ctx, t.Shard, r.keyCounter(t)); o.Err != nil {
-			return o
-		}
+	if o.Err = r.checkKeys(ctx, s.Tenant, t, s.KeyCap); o.Err != nil {
+		return o
 	}
 	var l queue.Session
 	l, o.Err = do(ctx, t, func(ctx context.Context) (queue.Session, error) {
