@@ -101,24 +101,9 @@ func (el Elections) Resign(ctx context.Context, req *connect.Request[v1.ResignRe
 	return connect.NewResponse(&v1.ResignResponse{Resigned: ok}), nil
 }
 
-// election validates an election name and admits the caller to it.
-func (el Elections) election(ctx context.Context, name string) (Identity, error) {
-	if err := queue.ValidateName(name); err != nil {
-		return Identity{}, fieldOf("name", err)
-	}
-	id, err := el.s.caller(ctx)
-	if err != nil {
-		return id, err
-	}
-	if err := el.s.lim.acquire(id); err != nil {
-		return id, err
-	}
-	return id, el.s.allow(id, name)
-}
-
 // Leader reports the election's leader, or not_found.
 func (el Elections) Leader(ctx context.Context, req *connect.Request[v1.LeaderRequest]) (*connect.Response[v1.LeaderResponse], error) {
-	id, err := el.election(ctx, req.Msg.Name)
+	id, err := el.s.reader(ctx, req.Msg.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +129,7 @@ func leaderMsg(l *queue.Leader) *v1.Leader {
 // again.
 func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.ObserveRequest], stream *connect.ServerStream[v1.ObserveResponse]) error {
 	s := el.s
-	id, err := el.election(ctx, req.Msg.Name)
+	id, err := el.s.reader(ctx, req.Msg.Name)
 	if err != nil {
 		return err
 	}

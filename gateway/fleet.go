@@ -183,8 +183,8 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	return connect.NewResponse(out), nil
 }
 
-// reader is what a read of one name's queue (Describe, DescribeQueue)
-// starts with: the name checked, the caller authenticated, admitted by its
+// reader is what a read of one name (Describe, DescribeQueue, an
+// election's Leader and Observe) starts with: the name checked, the caller authenticated, admitted by its
 // rate limit and allowed the name by its tenant's policy.
 func (s *Service) reader(ctx context.Context, name string) (Identity, error) {
 	if err := queue.ValidateName(name); err != nil {

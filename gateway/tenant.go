@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -33,4 +34,13 @@ func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, S
 		return who, id, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
 	return who, id, nil
+}
+
+// ErrUnknownShard reports an id naming a shard this gateway does not know.
+var ErrUnknownShard = locks.ErrUnknownShard
+
+// allow checks that the caller's tenant's policy allows name (an
+// election's own name for an election), before a call routes it.
+func (s *Service) allow(id Identity, name string) error {
+	return s.cfg.Policy.allows(id.Tenant, name)
 }
