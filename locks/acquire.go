@@ -53,17 +53,13 @@ type Acquire struct {
 // ctx ends. It returns the shard that granted it. The handover of a
 // resharding is handover's.
 func (r *Router) Acquire(ctx context.Context, a Acquire) (shard string, g queue.Grant, err error) {
-	previous := func(ctx context.Context, p Target, req *queue.AcquireRequest) (queue.Grant, bool, error) {
+	previous := func(ctx context.Context, p Target, req *queue.AcquireRequest) (*queue.Waiter, bool, error) {
 		if pr, ok := onShard(*req, p, a.Session); ok {
 			rctx, cancel := r.Bound(ctx)
 			w, err := do(rctx, p, func(ctx context.Context) (*queue.Waiter, error) { return p.Engine.Resume(ctx, pr) })
 			cancel()
-			if err != nil {
-				return queue.Grant{}, false, err
-			}
-			if w != nil {
-				g, err := w.Wait(ctx)
-				return g, true, err
+			if err != nil || w != nil {
+				return w, err == nil, err
 			}
 		}
 		name, onQueued := req.Name, req.OnQueued
@@ -73,15 +69,18 @@ func (r *Router) Acquire(ctx context.Context, a Acquire) (shard string, g queue.
 			// lock-delays and loss waits its holders left there.
 			return p.Engine.WaitEmpty(ctx, name, onQueued)
 		}
-		return queue.Grant{}, false, nil
+		return nil, false, nil
 	}
 	enqueue := func(ctx context.Context, t Target, req queue.AcquireRequest) (*queue.Waiter, error) {
 		ectx, cancel := r.Bound(ctx)
 		defer cancel()
 		return do(ectx, t, func(ctx context.Context) (*queue.Waiter, error) { return t.Engine.Enqueue(ctx, req) })
 	}
-	wait := func(ctx context.Context, _ Target, w *queue.Waiter) (queue.Grant, error) { return w.Wait(ctx) }
-	t, g, err := handover(ctx, r, a, previous, enqueue, wait)
+	t, w, err := handover(ctx, r, a, previous, enqueue)
+	if err != nil {
+		return t.Shard, queue.Grant{}, err
+	}
+	g, err = w.Wait(ctx)
 	return t.Shard, g, err
 }
 
@@ -130,8 +129,7 @@ func (r *Router) TryAcquire(ctx context.Context, a Acquire) (shard string, res q
 	try := func(ctx context.Context, t Target, req queue.AcquireRequest) (queue.TryResult, error) {
 		return do(ctx, t, func(ctx context.Context) (queue.TryResult, error) { return t.Engine.TryAcquire(ctx, req) })
 	}
-	done := func(_ context.Context, _ Target, res queue.TryResult) (queue.TryResult, error) { return res, nil }
-	t, res, err := handover(ctx, r, a, previous, try, done)
+	t, res, err := handover(ctx, r, a, previous, try)
 	return t.Shard, res, err
 }
 
@@ -143,24 +141,23 @@ func (r *Router) TryAcquire(ctx context.Context, a Acquire) (shard string, res q
 //  2. While the name drains from a previous shard, ask that shard first
 //     (previous): a retry finds its place there, and a new waiter is
 //     granted only once the previous shard has let go of the name.
-//     previous answers done when the previous shard settled the call,
-//     whose answer is then that shard's.
+//     previous answers done when the previous shard settled the call
+//     (a waiter resumed there, a TryAcquire answered there), whose answer
+//     is then that shard's.
 //  3. Admit the call on the current shard under the tenant's key cap
 //     (Acquire.KeyCap).
-//  4. Enqueue on the current shard (enqueue), then finish (then: wait,
-//     or nothing more).
+//  4. Enqueue on the current shard (enqueue).
 //  5. A shard that refuses the enqueue because the map moved on
 //     (queue.ErrGuardFailed) makes the router load a newer map; the call
 //     is routed again and goes on from step 2, at most rerouteAttempts
 //     times.
 //
 // An error is the current shard's unless previous settled the call.
-func handover[W, T any](ctx context.Context, r *Router, a Acquire,
-	previous func(ctx context.Context, p Target, req *queue.AcquireRequest) (T, bool, error),
+func handover[W any](ctx context.Context, r *Router, a Acquire,
+	previous func(ctx context.Context, p Target, req *queue.AcquireRequest) (W, bool, error),
 	enqueue func(ctx context.Context, t Target, req queue.AcquireRequest) (W, error),
-	then func(ctx context.Context, t Target, w W) (T, error),
-) (Target, T, error) {
-	var zero T
+) (Target, W, error) {
+	var zero W
 	req := a.Request
 	t, err := r.routeAcquire(ctx, a, &req)
 	if err != nil {
@@ -186,11 +183,7 @@ func handover[W, T any](ctx context.Context, r *Router, a Acquire,
 			}
 			continue
 		}
-		if err != nil {
-			return t, zero, err
-		}
-		v, err := then(ctx, t, w)
-		return t, v, err
+		return t, w, err
 	}
 }
 
