@@ -14,10 +14,11 @@ import (
 )
 
 // Elections implements leasegate.v1.ElectionService over a Service: a
-// campaign is an acquire of queue.ElectionName(name), so an election is
-// routed, limited, authenticated, recorded and translated as a lock is,
-// and its leader id is a lock id (LockService.Renew renews it). Handler
-// serves it beside LockService.
+// campaign is an acquire in the election's own name
+// (locks.Acquire.Election), so an election is routed, limited,
+// authenticated, recorded and translated as a lock is, and its leader id
+// is a lock id (LockService.Renew renews it). Handler serves it beside
+// LockService.
 type Elections struct{ s *Service }
 
 var _ leasegatev1connect.ElectionServiceHandler = Elections{}
@@ -39,8 +40,8 @@ func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.Campai
 	if err != nil {
 		return err
 	}
-	r.Name, r.Value = queue.ElectionName(m.Name), m.Value
-	return s.streamAcquire(ctx, id, m.Name, r, sess, m.WaitTimeoutMs, acquireSink{
+	r.Value = m.Value
+	return s.streamAcquire(ctx, id, r, sess, true, m.WaitTimeoutMs, acquireSink{
 		queued: func(q *v1.Queued) error {
 			return stream.Send(&v1.CampaignResponse{Event: &v1.CampaignResponse_Queued{Queued: q}})
 		},
@@ -63,7 +64,7 @@ func (el Elections) leader(ctx context.Context, leaderID string) (LockID, locks.
 	if err != nil {
 		return id, t, err
 	}
-	if _, ok := queue.ElectionOf(id.Handle.Name); !ok {
+	if !t.Election() {
 		return id, t, badField("leader_id", "names a lock, not an election's leader; use LockService")
 	}
 	who, _ := el.s.caller(ctx) // held has authenticated the call

@@ -23,7 +23,7 @@ var queueNames = map[string]bool{
 	"Grant": true, "Handle": true, "Leader": true, "Renewal": true, "Secret": true, "WatchEvent": true,
 	// Limits and checks the wire states.
 	"CursorInPrefix": true, "DefaultAuditMaxAge": true, "DefaultAuditMaxRecords": true,
-	"ElectionName": true, "ElectionOf": true, "MaxIDLen": true, "MaxLeaseTTL": true, "MaxLimit": true,
+	"MaxIDLen": true, "MaxLeaseTTL": true, "MaxLimit": true,
 	"MaxValueLen": true, "MinLeaseTTL": true, "NewSecret": true, "SecretLen": true,
 	"ValidateClientID": true, "ValidateKeyName": true, "ValidateName": true,
 }

@@ -263,7 +263,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	a, err := s.acquireOf(id, *in.Name, r, nil)
+	a, err := s.acquireOf(id, r, nil, false)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -193,12 +193,12 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	return r, sess, nil
 }
 
-// acquireOf is the fleet's acquire of r for the caller: the tenant's
-// policy must allow the name (visible: an election's own name), a session
-// must be the caller's, and the call is limited as the gateway is
-// configured.
-func (s *Service) acquireOf(id Identity, visible string, r queue.AcquireRequest, sess *SessionID) (locks.Acquire, error) {
-	if err := s.allow(id, visible); err != nil {
+// acquireOf is the fleet's acquire of r (a campaign in the election
+// r.Name with election) for the caller: the tenant's policy must allow the
+// name, a session must be the caller's, and the call is limited as the
+// gateway is configured.
+func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
+	if err := s.allow(id, r.Name); err != nil {
 		return locks.Acquire{}, err
 	}
 	if sess != nil && sess.Tenant != id.Tenant {
@@ -206,7 +206,7 @@ func (s *Service) acquireOf(id Identity, visible string, r queue.AcquireRequest,
 	}
 	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	r.Owner = id.owner()
-	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
+	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
 	if sess != nil {
 		a.Session = sess
 	}
@@ -240,7 +240,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
-	return s.streamAcquire(ctx, id, m.Name, r, sess, m.WaitTimeoutMs, acquireSink{
+	return s.streamAcquire(ctx, id, r, sess, false, m.WaitTimeoutMs, acquireSink{
 		queued: func(q *v1.Queued) error {
 			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: q}})
 		},
@@ -325,18 +325,18 @@ func (a *acquireStream) end() {
 	}
 }
 
-// streamAcquire runs a streaming acquire of r (of the name visible, as the
-// caller named it) for a validated request: limits, the fleet's acquire
-// with its positions and heartbeats, and the delivery of the grant (given
-// up when it does not reach the client).
-func (s *Service) streamAcquire(ctx context.Context, id Identity, visible string, r queue.AcquireRequest, sess *SessionID, waitTimeoutMs int64, sink acquireSink) error {
+// streamAcquire runs a streaming acquire of r (a campaign with election)
+// for a validated request: limits, the fleet's acquire with its positions
+// and heartbeats, and the delivery of the grant (given up when it does not
+// reach the client).
+func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.AcquireRequest, sess *SessionID, election bool, waitTimeoutMs int64, sink acquireSink) error {
 	// Compare in milliseconds before converting: a huge value would
 	// overflow the conversion and pass the check.
 	if waitTimeoutMs < 0 || waitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
 		return badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", waitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds())
 	}
 	waitTimeout := time.Duration(waitTimeoutMs) * time.Millisecond
-	a, err := s.acquireOf(id, visible, r, sess)
+	a, err := s.acquireOf(id, r, sess, election)
 	if err != nil {
 		return err
 	}
@@ -403,7 +403,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.acquireOf(id, m.Name, r, sess)
+	a, err := s.acquireOf(id, r, sess, false)
 	if err != nil {
 		return nil, err
 	}

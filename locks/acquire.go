@@ -45,6 +45,10 @@ type Acquire struct {
 	// KeyCap caps the keys the tenant may have on the shard the request
 	// goes to (ErrKeyCap); 0 is no cap.
 	KeyCap int
+	// Election makes the acquire a campaign in the election
+	// Request.Name: it queues under the election's own name
+	// (queue.ElectionName), apart from any lock's.
+	Election bool
 }
 
 // Acquire enqueues r.Request on the shard that owns its name (one bounded
@@ -159,6 +163,9 @@ func handover[W any](ctx context.Context, r *Router, a Acquire,
 ) (Target, W, error) {
 	var zero W
 	req := a.Request
+	if a.Election {
+		req.Name = queue.ElectionName(req.Name)
+	}
 	t, err := r.routeAcquire(ctx, a, &req)
 	if err != nil {
 		return t, zero, err
@@ -187,9 +194,10 @@ func handover[W any](ctx context.Context, r *Router, a Acquire,
 	}
 }
 
-// routeAcquire routes a's name and fills in req for the shard it goes to.
+// routeAcquire routes req's name and fills in req for the shard it goes
+// to.
 func (r *Router) routeAcquire(ctx context.Context, a Acquire, req *queue.AcquireRequest) (Target, error) {
-	t, err := r.Route(a.Request.Name, a.Tenant)
+	t, err := r.Route(req.Name, a.Tenant)
 	routed(ctx, t, err)
 	if err != nil {
 		return t, err

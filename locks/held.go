@@ -31,6 +31,13 @@ func (r *Router) Held(ctx context.Context, tenant, shard string, h queue.Handle)
 // Shard names the shard that holds the lock.
 func (l Held) Shard() string { return l.t.Shard }
 
+// Election reports whether the lock is an election's term (a leader id's),
+// not a lock's.
+func (l Held) Election() bool {
+	_, ok := queue.ElectionOf(l.h.Name)
+	return ok
+}
+
 // Renew extends the lock's lease while token holds it; one call bounded
 // by RequestTimeout.
 func (l Held) Renew(ctx context.Context, token int64) (queue.Renewal, error) {
