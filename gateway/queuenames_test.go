@@ -24,7 +24,7 @@ var queueNames = map[string]bool{
 	// Limits and checks the wire states.
 	"CursorInPrefix": true, "DefaultAuditMaxAge": true, "DefaultAuditMaxRecords": true,
 	"MaxIDLen": true, "MaxLeaseTTL": true, "MaxLimit": true,
-	"MaxValueLen": true, "MinLeaseTTL": true, "NewSecret": true, "SecretLen": true,
+	"MaxValueLen": true, "MinLeaseTTL": true, "SecretLen": true,
 	"ValidateClientID": true, "ValidateKeyName": true, "ValidateName": true,
 }
 

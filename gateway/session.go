@@ -130,29 +130,26 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err := queue.ValidateClientID(req.Msg.ClientId); err != nil {
 		return nil, fieldOf("client_id", err)
 	}
-	secret, err := queue.NewSecret()
-	if err != nil {
-		return nil, err
-	}
-	id := SessionID{Tenant: who.Tenant, Secret: secret}
+	id := SessionID{Tenant: who.Tenant}
 	outs, err := s.router.OpenSession(ctx, s.session(id), req.Msg.ClientId, ttl)
 	if err != nil {
 		return nil, err
 	}
-	s.capped(outs)
-	for _, o := range outs {
+	id.Secret = outs.Secret
+	s.capped(outs.Shards)
+	for _, o := range outs.Shards {
 		if o.Err == nil {
 			id.Leases = append(id.Leases, ShardLease{Shard: o.Shard, Lease: o.Lease})
 		}
 	}
-	if err := refuseOpen(outs); err != nil {
-		s.router.RevokeOpened(s.session(id), outs) // do not leave half a session behind
+	if err := refuseOpen(outs.Shards); err != nil {
+		s.router.RevokeOpened(s.session(id), outs.Shards) // do not leave half a session behind
 		return nil, tagTTL(err)
 	}
-	deadline, effTTL, valid := earliest(outs)
+	deadline, effTTL, valid := earliest(outs.Shards)
 	return connect.NewResponse(&v1.OpenSessionResponse{
 		SessionId: EncodeSessionID(s.keys, id), ExpiresAt: timestamppb.New(deadline), TtlMs: effTTL.Milliseconds(),
-		ValidForMs: valid.Milliseconds(), Shards: shardProtos(outs),
+		ValidForMs: valid.Milliseconds(), Shards: shardProtos(outs.Shards),
 	}), nil
 }
 

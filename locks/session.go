@@ -58,20 +58,34 @@ func (r *Router) Known(shards ...string) error {
 	return nil
 }
 
+// Opened is a new session: its secret and each shard's outcome.
+type Opened struct {
+	// Secret proves the session on every shard.
+	Secret queue.Secret
+	// Shards holds each shard's outcome, in map order.
+	Shards []LeaseOutcome
+}
+
 // OpenSession opens a lease of ttl for clientID on every shard of the map,
-// all proven by s.Secret (s.Leases is unused), under s.KeyCap; it reports
-// each shard's outcome. The shards work at once, each bounded
-// by RequestTimeout and by a margin before ctx's deadline (boundEach).
-func (r *Router) OpenSession(ctx context.Context, s Session, clientID string, ttl time.Duration) ([]LeaseOutcome, error) {
+// all proven by a new secret (s.Secret and s.Leases are unused), under
+// s.KeyCap; it reports each shard's outcome. The shards work at once, each
+// bounded by RequestTimeout and by a margin before ctx's deadline
+// (boundEach).
+func (r *Router) OpenSession(ctx context.Context, s Session, clientID string, ttl time.Duration) (Opened, error) {
 	ctx, cancel := r.boundEach(ctx)
 	defer cancel()
+	secret, err := queue.NewSecret()
+	if err != nil {
+		return Opened{}, err
+	}
 	targets, err := r.All(s.Tenant)
 	if err != nil {
-		return nil, err
+		return Opened{}, err
 	}
-	return each(len(targets), func(i int) LeaseOutcome {
+	s.Secret = secret
+	return Opened{Secret: secret, Shards: each(len(targets), func(i int) LeaseOutcome {
 		return r.grant(ctx, targets[i], s, clientID, ttl)
-	}), nil
+	})}, nil
 }
 
 // ExtendSession opens the session's lease on each of shards it holds none
