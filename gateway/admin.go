@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -14,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
@@ -73,31 +71,24 @@ func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.Forc
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	t, err := s.holderShard(ctx, id, name)
-	if err != nil {
+	if err := s.allow(id, name); err != nil {
 		return nil, err
 	}
 	actor := id.owner()
-	var res queue.ForceReleaseResult
-	if err := call(ctx, t, func(ctx context.Context) error {
-		var err error
-		res, err = t.Engine.ForceRelease(ctx, queue.ForceReleaseRequest{
-			Name: name, Reason: req.Msg.Reason, Actor: actor, Token: req.Msg.FencingToken,
-			Retention: queue.AuditRetention{MaxRecords: s.cfg.AuditMaxRecords, MaxAge: s.cfg.AuditMaxAge},
-		})
-		return err
-	}); err != nil {
+	shard, res, err := s.router.ForceRelease(ctx, id.Tenant, queue.ForceReleaseRequest{
+		Name: name, Reason: req.Msg.Reason, Actor: actor, Token: req.Msg.FencingToken,
+		Retention: queue.AuditRetention{MaxRecords: s.cfg.AuditMaxRecords, MaxAge: s.cfg.AuditMaxAge},
+	})
+	if err != nil {
 		return nil, err
 	}
-	out := &v1.ForceReleaseResponse{Released: res.Released, Shard: t.Shard}
+	out := &v1.ForceReleaseResponse{Released: res.Released, Shard: shard}
 	if res.Released {
 		out.EvictedFencingToken, out.EvictedClientId = res.Evicted.Token, res.Evicted.ClientID
-		out.Audit = auditRecord(t.Shard, res.Record)
-		s.log.Warn("lock force-released", "name", name, "shard", t.Shard, "tenant", id.Tenant, "actor", actor,
+		out.Audit = auditRecord(shard, res.Record)
+		s.log.Warn("lock force-released", "name", name, "shard", shard, "tenant", id.Tenant, "actor", actor,
 			"reason", req.Msg.Reason, "evicted_token", res.Evicted.Token, "evicted_client_id", res.Evicted.ClientID, "audit_id", res.Record.ID)
-		s.tel.forceReleased(ctx, t.Shard)
+		s.tel.forceReleased(ctx, shard)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -128,43 +119,19 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	targets, err := s.router.All(id.Tenant)
+	all, more, err := s.router.ListAudit(ctx, id.Tenant, tok.Before, size)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	type rec struct {
-		shard string
-		r     queue.AuditRecord
-	}
-	pages := make([][]rec, len(targets))
-	mores := make([]bool, len(targets))
-	if err := onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
-		rs, more, err := t.Engine.ListAudit(ctx, tok.Before, size)
-		for _, r := range rs {
-			pages[i] = append(pages[i], rec{t.Shard, r})
-		}
-		mores[i] = more
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	all := slices.Concat(pages...)
-	slices.SortFunc(all, func(a, b rec) int { return strings.Compare(b.r.ID, a.r.ID) })
-	more := slices.Contains(mores, true)
-	if len(all) > size {
-		all, more = all[:size], true
-	}
 	out := &v1.ListAuditResponse{}
 	for _, r := range all {
-		out.Records = append(out.Records, auditRecord(r.shard, r.r))
+		out.Records = append(out.Records, auditRecord(r.Shard, r.AuditRecord))
 	}
 	if n := fit(s, out.Records); n < len(out.Records) {
 		out.Records, all, more = out.Records[:n], all[:n], true
 	}
 	if more && len(all) > 0 {
-		out.NextPageToken = encodeToken(auditToken{Before: all[len(all)-1].r.ID})
+		out.NextPageToken = encodeToken(auditToken{Before: all[len(all)-1].ID})
 	}
 	return connect.NewResponse(out), nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasegate/leasegate/locks"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -76,7 +77,7 @@ func TestWatchMessagesCutAtRevisions(t *testing.T) {
 		}
 		evs = append(evs, queue.WatchEvent{Type: queue.EventExpired, Name: "n", Revision: rev})
 	}
-	got := watchMessages(shardBatch{shard: "c0", batch: queue.WatchBatch{Events: evs, Revision: 12}}, 64<<10)
+	got := watchMessages(locks.WatchBatch{Shard: "c0", WatchBatch: queue.WatchBatch{Events: evs, Revision: 12}}, 64<<10)
 	type msg struct {
 		n   int
 		rev int64
@@ -89,7 +90,7 @@ func TestWatchMessagesCutAtRevisions(t *testing.T) {
 	if !slices.Equal(out, want) {
 		t.Fatalf("messages %v; want %v", out, want)
 	}
-	if got := watchMessages(shardBatch{shard: "c0", batch: queue.WatchBatch{Revision: 7}}, 64<<10); len(got) != 1 || got[0].msg != nil || got[0].rev != 7 {
+	if got := watchMessages(locks.WatchBatch{Shard: "c0", WatchBatch: queue.WatchBatch{Revision: 7}}, 64<<10); len(got) != 1 || got[0].msg != nil || got[0].rev != 7 {
 		t.Fatalf("an empty batch gave %v; want only a revision", got)
 	}
 }
@@ -100,7 +101,7 @@ func TestWatchMessagesFitTheBudget(t *testing.T) {
 	for i := range 10 {
 		evs = append(evs, queue.WatchEvent{Type: queue.EventHeld, Name: fmt.Sprintf("%0200d", i), Revision: int64(10 + i)})
 	}
-	got := watchMessages(shardBatch{shard: "c0", batch: queue.WatchBatch{Events: evs, Revision: 19}}, 1000)
+	got := watchMessages(locks.WatchBatch{Shard: "c0", WatchBatch: queue.WatchBatch{Events: evs, Revision: 19}}, 1000)
 	n := 0
 	for _, m := range got {
 		if sz := proto.Size(m.msg); sz > 1000 {

@@ -20,9 +20,3 @@ func clockOf(cfg Config) clock.Clock {
 func (s *Service) withTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
 	return clock.WithTimeoutCause(ctx, s.clk, d, cause)
 }
-
-// storeTimeout bounds one call's work against etcd by RequestTimeout; the
-// context ends with errStoreTimeout.
-func (s *Service) storeTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return s.withTimeout(ctx, s.cfg.RequestTimeout, errStoreTimeout)
-}

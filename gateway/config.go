@@ -18,8 +18,6 @@ type Config struct {
 	MaxWaitTimeout time.Duration
 	// MaxBodyBytes caps a request body or message. Default 64 KiB.
 	MaxBodyBytes int64
-	// RequestTimeout bounds each unary call's work against etcd. Default 10 s.
-	RequestTimeout time.Duration
 	// Auth configures authentication; empty means a single, unnamed tenant.
 	Auth AuthConfig
 	// Authenticator, when set, authenticates callers in place of one that
@@ -75,7 +73,6 @@ func DefaultConfig() Config {
 		DefaultTTL:      30 * time.Second,
 		MaxWaitTimeout:  time.Hour,
 		MaxBodyBytes:    64 << 10,
-		RequestTimeout:  10 * time.Second,
 		BodyReadTimeout: 10 * time.Second,
 		SendTimeout:     10 * time.Second,
 		Limits:          DefaultLimits(),
@@ -92,8 +89,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: MaxWaitTimeout %s must be positive", c.MaxWaitTimeout)
 	case c.MaxBodyBytes < 1<<10 || c.MaxBodyBytes > 16<<20:
 		return fmt.Errorf("gateway: MaxBodyBytes %d is outside 1 KiB to 16 MiB", c.MaxBodyBytes)
-	case c.RequestTimeout <= 0:
-		return fmt.Errorf("gateway: RequestTimeout %s must be positive", c.RequestTimeout)
 	case c.BodyReadTimeout <= 0 || c.BodyReadTimeout > 10*time.Minute:
 		return fmt.Errorf("gateway: BodyReadTimeout %s is outside (0, 10m]", c.BodyReadTimeout)
 	case c.SendTimeout <= 0 || c.SendTimeout > 10*time.Minute:

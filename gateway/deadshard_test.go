@@ -51,7 +51,7 @@ func deadShardKinds(t *testing.T) map[string]func(t *testing.T) *deadShard {
 			}
 		}
 		d.g = gwtest.Start(t, nil, gwtest.Prefix(f.prefix), gwtest.Clusters(f.cluster(0), c1),
-			gwtest.Configure(func(c *server.Config) { c.Breaker = &bc }))
+			gwtest.Configure(func(c *server.Config) { c.Fleet.Breaker = bc }))
 		return d
 	}
 	return map[string]func(t *testing.T) *deadShard{

@@ -9,22 +9,27 @@
 // process can renew or release any lock, and a retried Acquire with the same
 // request id resumes its queue place on any process.
 //
-// A call goes through three steps, each in one place:
+// A handler decodes, checks what only the wire knows (id signatures,
+// tenancy, policy, rate limits, body and message sizes), makes one call
+// into the fleet ([locks.Router]) and encodes its answer:
 //
-//   - routing: the handler routes the name once, through the
-//     [locks.Router] the service was built with (Service.route, which also
-//     makes the leasegate.route span), and passes the [locks.Target] down;
-//     calls on a lock or session id look its shard up instead.
-//   - errors: handlers return the engine's, the router's and their own
+//   - routing, the resharding handover, the circuit breakers and the
+//     fan-out over shards are the fleet's; the handler names a tenant and
+//     a lock name, id or session, never a shard's engine.
+//   - errors: handlers return the engine's, the fleet's and their own
 //     errors as they are; one interceptor, innermost, turns them into
 //     Connect codes, ErrorInfo reasons and details (toConnect), and the REST
 //     API maps the same translation onto its statuses and bodies.
 //   - telemetry: the Connect interceptor and the REST wrapper put a record
-//     in the call's context; the handler writes into it the shard it routed
-//     to or was granted on and any outcome that is not an error (busy,
-//     not_held, a lost lease), and the wrapper labels the metrics, span and
-//     log line by it when the call returns. Nothing re-routes a name,
-//     re-parses a body or reads a response's bytes.
+//     in the call's context, and with it a [locks.Note] into which the
+//     fleet writes the shard it routed to (it traces the route itself, a
+//     leasegate.route span); the handler adds the shard that granted and
+//     any outcome that is not an error (busy, not_held, a lost lease), and
+//     the wrapper labels the metrics, span and log line by it when the
+//     call returns.
+//     Nothing re-routes a name, re-parses a body or reads a response's
+//     bytes.
 //
-// The dependencies point down: gateway → locks → queue and shard.
+// The dependencies point down: gateway → locks (the fleet) → queue and
+// shard.
 package gateway

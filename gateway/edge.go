@@ -34,7 +34,7 @@ import (
 //     (localOperator) is given its roles here, and nobody else is.
 //  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
-//     answer must be written within RequestTimeout + SendTimeout; a
+//     answer must be written within the fleet's RequestTimeout + SendTimeout; a
 //     streaming Acquire bounds each message it sends (see send).
 
 // publicPaths need no credentials: health checks and reflection.
@@ -102,7 +102,7 @@ func (s *Service) edge(next http.Handler) http.Handler {
 			ctx = context.WithValue(ctx, senderKey{}, fw)
 			w = fw
 		} else {
-			_ = rc.SetWriteDeadline(now.Add(s.cfg.RequestTimeout + s.cfg.SendTimeout))
+			_ = rc.SetWriteDeadline(now.Add(s.router.RequestTimeout() + s.cfg.SendTimeout))
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
@@ -18,10 +19,6 @@ import (
 // carries in its ErrorInfo detail are the values of the API's ErrorReason
 // enum (errors.proto says what each means), under v1.ErrorDomain.
 const noReason = v1.ErrorReason_ERROR_REASON_UNSPECIFIED
-
-// errSessionShardMissing is an acquire in a session without a lease on the
-// name's shard.
-var errSessionShardMissing = errors.New("the session has no lease on the name's shard")
 
 // shardError ties an error to the shard it concerns, which toConnect
 // reports in the ErrorInfo metadata.
@@ -35,11 +32,12 @@ func (e *shardError) Unwrap() error { return e.err }
 
 func onShard(shard string, err error) error { return &shardError{shard: shard, err: err} }
 
-// sessionShard names the shard on a session acquire's loss: the client
-// learns which of its session's leases is gone.
+// sessionShard names the shard on a session acquire's loss, or on its
+// lack of a lease there: the client learns which of its session's leases
+// is gone or missing.
 func sessionShard(shard string, err error) error {
 	var se *shardError
-	if errors.Is(err, queue.ErrSessionLost) && !errors.As(err, &se) && shard != "" {
+	if (errors.Is(err, queue.ErrSessionLost) || errors.Is(err, locks.ErrNoSessionLease)) && !errors.As(err, &se) && shard != "" {
 		return onShard(shard, err)
 	}
 	return err
@@ -206,7 +204,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_EXPIRED, "the lock expired: its lease lapsed and the name is free"
 	case errors.Is(err, queue.ErrStolen):
 		return connect.CodeFailedPrecondition, v1.ErrorReason_LOCK_STOLEN, "the lock is lost: its lease lapsed and another holder has the name"
-	case errors.Is(err, errSessionShardMissing):
+	case errors.Is(err, locks.ErrNoSessionLease):
 		msg := "the session has no lease on the name's shard; extend the session to it (ExtendSession) and retry"
 		if se := (*shardError)(nil); errors.As(err, &se) {
 			msg = fmt.Sprintf("the session has no lease on shard %q, which the name lives on; extend the session to it (ExtendSession) and retry", se.shard)
@@ -226,7 +224,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodeUnavailable, v1.ErrorReason_RESHARDING, "the shard map is changing; retry shortly"
 	case errors.Is(err, errShuttingDown):
 		return connect.CodeUnavailable, v1.ErrorReason_SHUTTING_DOWN, errShuttingDown.Error()
-	case errors.Is(err, errShardUnavailable):
+	case errors.Is(err, shard.ErrShardUnavailable):
 		return connect.CodeUnavailable, v1.ErrorReason_SHARD_UNAVAILABLE, err.Error()
 	case errors.Is(err, context.Canceled):
 		return connect.CodeCanceled, noReason, "the call was cancelled"
@@ -237,30 +235,6 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 		return connect.CodeUnavailable, v1.ErrorReason_SHARD_UNAVAILABLE, "the lock store is unavailable; retry"
 	}
 }
-
-// errStoreTimeout is the cause of the gateway's own per-call timeout.
-var errStoreTimeout = errors.New("request timeout")
-
-// errShardUnavailable lets a router's breaker error pass with its message.
-var errShardUnavailable = errors.New("shard unavailable")
-
-// ShardUnavailable wraps a router's fast-fail error so the gateway answers
-// unavailable with its message.
-func ShardUnavailable(err error) error { return &shardUnavailableError{err: err} }
-
-// shardUnavailableError is a shard's failure the gateway answers with its
-// message: "shard unavailable: …", said once even when err says it already
-// (a breaker's shard.ErrShardUnavailable).
-type shardUnavailableError struct{ err error }
-
-func (e *shardUnavailableError) Error() string {
-	if errors.Is(e.err, shard.ErrShardUnavailable) {
-		return e.err.Error()
-	}
-	return errShardUnavailable.Error() + ": " + e.err.Error()
-}
-
-func (e *shardUnavailableError) Unwrap() []error { return []error{errShardUnavailable, e.err} }
 
 // httpStatus maps a Connect code to the REST API's status code.
 func httpStatus(code connect.Code) int {

@@ -18,15 +18,15 @@ func TestShardUnavailableSaysItOnce(t *testing.T) {
 		err  error
 		want string
 	}{
-		{ShardUnavailable(breaker), `shard unavailable: cluster "c0": circuit breaker is open`},
-		{ShardUnavailable(errors.New(`shard "c1" did not answer in time`)), `shard unavailable: shard "c1" did not answer in time`},
+		{shard.Unavailable(breaker), `shard unavailable: cluster "c0": circuit breaker is open`},
+		{shard.Unavailable(errors.New(`shard "c1" did not answer in time`)), `shard unavailable: shard "c1" did not answer in time`},
 	} {
 		ce := toConnect(tc.err)
 		if ce.Code() != connect.CodeUnavailable || ce.Message() != tc.want {
 			t.Errorf("toConnect(%v) = %s %q; want unavailable %q", tc.err, ce.Code(), ce.Message(), tc.want)
 		}
-		if !errors.Is(tc.err, errShardUnavailable) {
-			t.Errorf("%v does not wrap errShardUnavailable", tc.err)
+		if !errors.Is(tc.err, shard.ErrShardUnavailable) {
+			t.Errorf("%v does not wrap shard.ErrShardUnavailable", tc.err)
 		}
 	}
 }

@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -96,85 +93,19 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	targets, err := s.router.All(id.Tenant)
+	all, more, err := s.router.ListLocks(ctx, id.Tenant, prefix, tok.Cursor, size)
 	if err != nil {
 		return nil, err
-	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	type shardPage struct {
-		t    locks.Target
-		page queue.ListPage
-	}
-	pages := make([]shardPage, len(targets))
-	per := shardShare(size, len(targets))
-	err = onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
-		pages[i].t = t
-		var err error
-		pages[i].page, err = t.Engine.ListLocks(ctx, prefix, tok.Cursor, per)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	type item struct {
-		t    locks.Target
-		lock queue.LockInfo
-	}
-	// A shard that has more than it returned knows nothing beyond its last
-	// lock: the page ends at the lowest such lock, so no name of any shard
-	// is skipped.
-	var all []item
-	more, bound := false, ""
-	for _, p := range pages {
-		for _, l := range p.page.Locks {
-			all = append(all, item{p.t, l})
-		}
-		if n := len(p.page.Locks); p.page.More && n > 0 {
-			more = true
-			if last := p.page.Locks[n-1].Cursor + "/"; bound == "" || last < bound {
-				bound = last
-			}
-		}
-	}
-	// Key order: a name's keys are "<cursor>/…".
-	slices.SortFunc(all, func(a, b item) int { return cmp.Compare(a.lock.Cursor+"/", b.lock.Cursor+"/") })
-	if bound != "" {
-		all = slices.DeleteFunc(all, func(it item) bool { return it.lock.Cursor+"/" > bound })
-	}
-	if len(all) > size {
-		all, more = all[:size], true
-	}
-	// Lease expiries only for the locks kept: a lookup per lease.
-	kept := make([][]queue.LockInfo, len(targets))
-	idx := map[string]int{}
-	for i, t := range targets {
-		idx[t.Shard] = i
-	}
-	for _, it := range all {
-		i := idx[it.t.Shard]
-		kept[i] = append(kept[i], it.lock)
-	}
-	if err := onShards(ctx, targets, func(ctx context.Context, i int, t locks.Target) error {
-		return t.Engine.FillExpiry(ctx, kept[i])
-	}); err != nil {
-		return nil, err
-	}
-	pos := make([]int, len(targets))
-	for j, it := range all {
-		i := idx[it.t.Shard]
-		all[j].lock = kept[i][pos[i]]
-		pos[i]++
 	}
 	out := &v1.ListLocksResponse{}
-	for _, it := range all {
-		out.Locks = append(out.Locks, lockSummary(it.t, it.lock))
+	for _, l := range all {
+		out.Locks = append(out.Locks, lockSummary(l))
 	}
 	if n := fit(s, out.Locks); n < len(out.Locks) {
 		out.Locks, all, more = out.Locks[:n], all[:n], true
 	}
 	if more && len(all) > 0 {
-		out.NextPageToken = encodeToken(listToken{Prefix: prefix, Cursor: all[len(all)-1].lock.Cursor})
+		out.NextPageToken = encodeToken(listToken{Prefix: prefix, Cursor: all[len(all)-1].Cursor})
 	}
 	return connect.NewResponse(out), nil
 }
@@ -194,37 +125,6 @@ func fit[M proto.Message](s *Service, msgs []M) int {
 	return len(msgs)
 }
 
-// shardShare is how many locks each of n shards reads for a page of size:
-// its even share and half again, so that most pages come out full while
-// each costs about 1.5 pages of reads rather than n.
-func shardShare(size, n int) int {
-	if n <= 1 {
-		return size
-	}
-	return min(size, (size*3+2*n-1)/(2*n)+4)
-}
-
-// onShards runs fn on every target at once, each through its breaker,
-// and returns the first error.
-func onShards(ctx context.Context, targets []locks.Target, fn func(ctx context.Context, i int, t locks.Target) error) error {
-	errs := make([]error, len(targets))
-	var wg sync.WaitGroup
-	for i, t := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = call(ctx, t, func(ctx context.Context) error { return fn(ctx, i, t) })
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // kindOf is the wire's kind of a queue.
 func kindOf(election bool) v1.LockKind {
 	if election {
@@ -233,8 +133,8 @@ func kindOf(election bool) v1.LockKind {
 	return v1.LockKind_LOCK_KIND_LOCK
 }
 
-func lockSummary(t locks.Target, l queue.LockInfo) *v1.LockSummary {
-	out := &v1.LockSummary{Name: l.Name, Kind: kindOf(l.Election), Shard: t.Shard, Limit: int32(l.Limit()), Waiters: l.Waiters(), ShardBreaker: t.Backend.Breaker.State().String()}
+func lockSummary(l locks.Lock) *v1.LockSummary {
+	out := &v1.LockSummary{Name: l.Name, Kind: kindOf(l.Election), Shard: l.Shard, Limit: int32(l.Limit()), Waiters: l.Waiters(), ShardBreaker: l.Breaker}
 	for _, h := range l.Entries {
 		if !h.Holder() {
 			break
@@ -259,24 +159,16 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	default:
 		return nil, fieldOf("kind", fmt.Errorf("%w: kind %d is neither a lock's nor an election's", queue.ErrInvalidArgument, req.Msg.Kind))
 	}
-	ctx, cancel, t, err := s.readTarget(ctx, name, election)
+	visible := name // an election is allowed by its own name
+	id, err := s.reader(ctx, visible)
 	if err != nil {
 		return nil, err
 	}
-	defer cancel()
-	key := name
-	if election {
-		key = queue.ElectionName(name)
-	}
-	var info queue.LockInfo
-	if err := call(ctx, t, func(ctx context.Context) error {
-		var err error
-		info, err = t.Engine.DescribeQueue(ctx, key)
-		return err
-	}); err != nil {
+	info, err := s.router.DescribeQueue(ctx, id.Tenant, name, election)
+	if err != nil {
 		return nil, err
 	}
-	out := &v1.DescribeQueueResponse{Name: name, Kind: kindOf(election), Shard: t.Shard, Limit: int32(info.Limit()), Revision: info.Revision, ShardBreaker: t.Backend.Breaker.State().String(), Waiters: info.Waiters()}
+	out := &v1.DescribeQueueResponse{Name: name, Kind: kindOf(election), Shard: info.Shard, Limit: int32(info.Limit()), Revision: info.Revision, ShardBreaker: info.Breaker, Waiters: info.Waiters()}
 	for _, en := range info.Entries {
 		q := &v1.QueueEntry{
 			ClientId: en.ClientID, Position: en.Position, WaitingSince: timestamppb.New(en.Enqueued),
@@ -291,56 +183,19 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	return connect.NewResponse(out), nil
 }
 
-// readTarget is what a read of one name's queue (Describe, DescribeQueue)
-// starts with: the name checked, the caller authenticated and admitted by
-// its rate limit, the store's timeout on ctx, and the shard that holds the
-// name's holder — of the lock name, or of the election name. The returned
-// cancel ends the timeout; it is nil on error.
-func (s *Service) readTarget(ctx context.Context, name string, election bool) (context.Context, context.CancelFunc, locks.Target, error) {
+// reader is what a read of one name (Describe, DescribeQueue, an
+// election's Leader and Observe) starts with: the name checked, the caller authenticated, admitted by its
+// rate limit and allowed the name by its tenant's policy.
+func (s *Service) reader(ctx context.Context, name string) (Identity, error) {
 	if err := queue.ValidateName(name); err != nil {
-		return ctx, nil, locks.Target{}, fieldOf("name", err)
+		return Identity{}, fieldOf("name", err)
 	}
 	id, err := s.caller(ctx)
 	if err != nil {
-		return ctx, nil, locks.Target{}, err
+		return id, err
 	}
 	if err := s.lim.acquire(id); err != nil {
-		return ctx, nil, locks.Target{}, err
+		return id, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	key := name
-	if election {
-		key = queue.ElectionName(name)
-	}
-	t, err := s.holderShard(ctx, id, key)
-	if err != nil {
-		cancel()
-		return ctx, nil, locks.Target{}, err
-	}
-	return ctx, cancel, t, nil
-}
-
-// holderShard routes name and, while it drains from a previous shard that
-// still has keys of it, returns that shard: where its holder is. The
-// route is taken before ctx's store timeout matters (it reads no etcd);
-// the previous shard's check is bounded by ctx.
-func (s *Service) holderShard(ctx context.Context, id Identity, name string) (locks.Target, error) {
-	t, err := s.route(ctx, id, name)
-	if err != nil {
-		return t, err
-	}
-	if p := t.Previous; p != nil {
-		var busy bool
-		if err := call(ctx, *p, func(ctx context.Context) error {
-			var err error
-			busy, err = p.Engine.Occupied(ctx, name)
-			return err
-		}); err != nil {
-			return t, err
-		}
-		if busy {
-			return *p, nil
-		}
-	}
-	return t, nil
+	return id, s.allow(id, name)
 }

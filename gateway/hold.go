@@ -18,18 +18,18 @@ import (
 const holdBeat = 30 * time.Second
 
 // WatchHold tells a holder how its lock ended, as soon as this gateway's
-// engine learns of it (queue.Engine.AwaitEnd): an eviction or a loss,
+// engine learns of it (locks.Held.AwaitEnd): an eviction or a loss,
 // whichever gateway saw it. It costs the gateway a stream and no etcd work
 // while the lock is held; the renewal rate limit admits it, it counts as
 // one of the tenant's open streams (MaxWaitersPerTenant) until it ends, and
 // only a caller that holds the lock's id can open it. A gateway shutting
 // down ends it with SHUTTING_DOWN, for the SDK to watch on through another.
 func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHoldRequest], stream *connect.ServerStream[v1.WatchHoldResponse]) error {
-	id, t, err := s.lockTarget(ctx, req.Msg.LockId)
+	_, h, err := s.held(ctx, req.Msg.LockId)
 	if err != nil {
 		return err
 	}
-	who, _ := s.caller(ctx) // lockTarget has authenticated the call
+	who, _ := s.caller(ctx) // held has authenticated the call
 	if err := s.lim.renew(who); err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHo
 	}
 	ended := make(chan awaited, 1)
 	go func() {
-		end, err := t.Engine.AwaitEnd(wctx, id.Handle, req.Msg.FencingToken)
+		end, err := h.AwaitEnd(wctx, req.Msg.FencingToken)
 		ended <- awaited{end, err}
 	}()
 	var a awaited
@@ -83,7 +83,7 @@ func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHo
 		if errors.Is(a.err, errShuttingDown) {
 			return errShuttingDown
 		}
-		return onShard(t.Shard, a.err)
+		return onShard(h.Shard(), a.err)
 	}
 	_, reason, msg := classify(a.end.Err)
 	out := &v1.WatchHoldResponse{Reason: reason, Message: msg}

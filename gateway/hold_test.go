@@ -15,6 +15,7 @@ import (
 	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -110,7 +111,7 @@ func TestWatchHoldStreamsCountAgainstTheTenantsStreamCap(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	g := gwtest.Start(t, shared, gwtest.Clock(clk), gwtest.Configure(func(c *server.Config) {
 		c.Gateway.Limits.MaxWaitersPerTenant = limit
-		c.Gateway.RequestTimeout = time.Hour // the clock moves by whole beats
+		c.Fleet.RequestTimeout = time.Hour // the clock moves by whole beats
 	}))
 	h := tryAcquire(t, g, "watched-many")
 	w := openWatch(t, g, "watched-", "") // one of the tenant's places, for the whole test
@@ -207,9 +208,11 @@ func TestWatchHoldHasOneWriter(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	cfg := gateway.DefaultConfig()
 	cfg.Clock = clk
-	cfg.RequestTimeout = time.Hour // the clock moves by whole beats
 	o := &oneWriter{sameGoroutine: map[string]bool{watchHoldPath: true}}
-	url := serveChecked(t, cfg, o, nil)
+	url := serveChecked(t, cfg, o, func(rc *locks.RouterConfig) {
+		rc.Clock = clk
+		rc.RequestTimeout = time.Hour // the clock moves by whole beats
+	})
 	hc := gwtest.H2C()
 	c := leasegatev1connect.NewLockServiceClient(hc, url)
 	admin := leasegatev1connect.NewAdminServiceClient(hc, url) // a loopback caller without credentials is the operator

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasegate/leasegate/internal/clock"
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 )
 
@@ -114,14 +114,7 @@ type limiter struct {
 	crenews  *lru.Cache[string, *rate.Limiter]
 	waiting  map[string]int
 
-	counts    sync.Map // tenant → *keyCount
 	onRefusal func(kind string)
-}
-
-type keyCount struct {
-	mu sync.Mutex
-	at time.Time
-	n  int64
 }
 
 func newLimiter(cfg Limits, clk clock.Clock) *limiter {
@@ -223,29 +216,14 @@ func (l *limiter) startWait(id Identity) (func(), error) {
 	}, nil
 }
 
-// checkKeys refuses a tenant at its key cap; count reads the tenant's keys
-// on the target shard and runs at most once a second per tenant.
-func (l *limiter) checkKeys(ctx context.Context, tenant string, count func(context.Context) (int64, error)) error {
-	max := l.cfg.MaxKeysPerTenant
-	if max <= 0 {
-		return nil
+// capped is err with a fleet's key cap refusal (locks.ErrKeyCap) made
+// the limit's refusal (tenant_keys), so it is counted and answered as
+// every limit is.
+func (l *limiter) capped(err error) error {
+	if errors.Is(err, locks.ErrKeyCap) {
+		return l.refuse(limitTenantKeys, err.Error(), time.Second)
 	}
-	v, _ := l.counts.LoadOrStore(tenant, &keyCount{})
-	kc := v.(*keyCount)
-	kc.mu.Lock()
-	defer kc.mu.Unlock()
-	if l.clk.Now().Sub(kc.at) > time.Second {
-		n, err := count(ctx)
-		if err != nil {
-			return err
-		}
-		kc.n, kc.at = n, l.clk.Now()
-	}
-	if kc.n >= int64(max) {
-		return l.refuse(limitTenantKeys, fmt.Sprintf("tenant %q holds or waits for %d locks on this shard, the limit", tenant, max), time.Second)
-	}
-	kc.n++ // count this acquire until the next refresh
-	return nil
+	return err
 }
 
 // limitedToConnect builds the resource_exhausted error of a limit: an

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"sync"
+
+	"github.com/leasegate/leasegate/locks"
 )
 
 // callRecord is what a call learned that its telemetry is labelled by.
@@ -13,7 +15,10 @@ import (
 // response. Without telemetry there is no record, and filling it in does
 // nothing.
 type callRecord struct {
-	mu      sync.Mutex // a streaming Acquire reports queue positions from another goroutine
+	mu sync.Mutex // a streaming Acquire reports queue positions from another goroutine
+	// route is where the fleet routed the call; shard, once set, is the
+	// shard the handler saw grant it, which the fleet routed to first.
+	route   *locks.Note
 	shard   string
 	outcome string
 	loss    string
@@ -22,9 +27,11 @@ type callRecord struct {
 
 type recordKey struct{}
 
-// withRecord returns ctx carrying a new record.
+// withRecord returns ctx carrying a new record, whose route the fleet
+// notes as it routes the call.
 func withRecord(ctx context.Context) (context.Context, *callRecord) {
-	r := &callRecord{}
+	ctx, route := locks.WithNote(ctx)
+	r := &callRecord{route: route}
 	return context.WithValue(ctx, recordKey{}, r), r
 }
 
@@ -34,8 +41,8 @@ func recordOf(ctx context.Context) *callRecord {
 	return r
 }
 
-// setShard records the shard the call went to: the one it was routed to,
-// then the one that granted it.
+// setShard records the shard that granted the call, over the one the
+// fleet routed it to.
 func (r *callRecord) setShard(shard string) {
 	if r == nil {
 		return
@@ -83,7 +90,7 @@ func (r *callRecord) setErr(err error) {
 func (r *callRecord) read() (shard, outcome, loss string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	shard = r.shard
+	shard = r.shardLocked()
 	if shard == "" {
 		shard = "unknown"
 	}
@@ -94,5 +101,14 @@ func (r *callRecord) read() (shard, outcome, loss string, err error) {
 func (r *callRecord) currentShard() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.shard
+	return r.shardLocked()
+}
+
+// shardLocked is the shard recorded so far, "" before routing; r.mu is
+// held.
+func (r *callRecord) shardLocked() string {
+	if r.shard != "" {
+		return r.shard
+	}
+	return r.route.Shard()
 }

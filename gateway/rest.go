@@ -263,18 +263,16 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	t, err := s.target(ctx, id, &r, nil)
+	a, err := s.acquireOf(id, r, nil, false)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := s.lim.acquire(id); err != nil {
 		return 0, nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	t, res, err := s.tryAcquire(ctx, id, t, r, nil)
+	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {
-		return 0, nil, tagTTL(err)
+		return 0, nil, tagTTL(s.lim.capped(err))
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")
@@ -289,8 +287,8 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 		}
 		return http.StatusOK, out, nil
 	}
-	recordOf(ctx).setShard(t.Shard)
-	g := s.granted(id, t, res.Grant)
+	recordOf(ctx).setShard(shard)
+	g := s.granted(id, shard, res.Grant)
 	return http.StatusOK, restAcquired{Acquired: true, LockID: g.LockId, FencingToken: g.FencingToken, ExpiresAt: rfc3339(res.Grant.Deadline)}, nil
 }
 

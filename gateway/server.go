@@ -137,27 +137,14 @@ func (h *Health) ping(ctx context.Context) error {
 	}
 	ctx, cancel := h.svc.withTimeout(ctx, 2*time.Second, nil)
 	defer cancel()
-	backends := h.svc.router.Backends()
-	errs := make([]error, len(backends))
-	var wg sync.WaitGroup
-	for i, b := range backends {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Through the Reach: a shard without a connection is
-			// reported at once, not after the whole 2 s.
-			errs[i] = b.Reach.Call(ctx, b.Ping)
-		}()
-	}
-	wg.Wait()
 	h.shards = map[string]string{}
 	var err error = errors.New("no shard answers")
-	for i, b := range backends {
-		if errs[i] != nil {
-			h.shards[b.Name] = "unavailable"
+	for _, sh := range h.svc.router.Ping(ctx) {
+		if sh.Err != nil {
+			h.shards[sh.Shard] = "unavailable"
 			continue
 		}
-		h.shards[b.Name] = "ok"
+		h.shards[sh.Shard] = "ok"
 		err = nil
 	}
 	h.checked, h.last = h.svc.clk.Now(), err

@@ -193,37 +193,32 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 	return r, sess, nil
 }
 
-// target routes a new waiter and attaches the session lease of its shard.
-func (s *Service) target(ctx context.Context, id Identity, r *queue.AcquireRequest, sess *SessionID) (locks.Target, error) {
-	t, err := s.route(ctx, id, r.Name)
-	if err != nil {
-		return t, err
+// acquireOf is the fleet's acquire of r (a campaign in the election
+// r.Name with election) for the caller: the tenant's policy must allow the
+// name, a session must be the caller's, and the call is limited as the
+// gateway is configured.
+func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
+	if err := s.allow(id, r.Name); err != nil {
+		return locks.Acquire{}, err
 	}
 	if sess != nil && sess.Tenant != id.Tenant {
-		return t, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
+		return locks.Acquire{}, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
 	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
-	r.Epoch, r.Guards = t.Epoch, t.Guards
 	r.Owner = id.owner()
+	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
 	if sess != nil {
-		lease, ok := sess.Lease(t.Shard)
-		if !ok {
-			// Not a lost session: the shard was down when the session
-			// opened, or joined the map since. The client can extend the
-			// session to it and retry.
-			return t, onShard(t.Shard, errSessionShardMissing)
-		}
-		r.Session = lease
+		a.Session = sess
 	}
-	return t, nil
+	return a, nil
 }
 
-func (s *Service) granted(id Identity, t locks.Target, g queue.Grant) *v1.Granted {
+func (s *Service) granted(id Identity, shard string, g queue.Grant) *v1.Granted {
 	out := &v1.Granted{
-		LockId:       EncodeLockID(s.keys, LockID{Tenant: id.Tenant, Shard: t.Shard, Handle: g.Handle}),
+		LockId:       EncodeLockID(s.keys, LockID{Tenant: id.Tenant, Shard: shard, Handle: g.Handle}),
 		FencingToken: g.Token(),
 		TtlMs:        g.TTL.Milliseconds(),
-		Shard:        t.Shard,
+		Shard:        shard,
 		HoldCount:    int32(max(g.Holds, 1)),
 	}
 	if !g.Deadline.IsZero() {
@@ -245,7 +240,7 @@ func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRe
 	if err != nil {
 		return err
 	}
-	return s.streamAcquire(ctx, id, r, sess, m.WaitTimeoutMs, acquireSink{
+	return s.streamAcquire(ctx, id, r, sess, false, m.WaitTimeoutMs, acquireSink{
 		queued: func(q *v1.Queued) error {
 			return stream.Send(&v1.AcquireResponse{Event: &v1.AcquireResponse_Queued{Queued: q}})
 		},
@@ -330,17 +325,18 @@ func (a *acquireStream) end() {
 	}
 }
 
-// streamAcquire runs a streaming acquire of r for a validated request:
-// routing, limits, the wait with its positions and heartbeats, and the
-// delivery of the grant (given up when it does not reach the client).
-func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.AcquireRequest, sess *SessionID, waitTimeoutMs int64, sink acquireSink) error {
+// streamAcquire runs a streaming acquire of r (a campaign with election)
+// for a validated request: limits, the fleet's acquire with its positions
+// and heartbeats, and the delivery of the grant (given up when it does not
+// reach the client).
+func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.AcquireRequest, sess *SessionID, election bool, waitTimeoutMs int64, sink acquireSink) error {
 	// Compare in milliseconds before converting: a huge value would
 	// overflow the conversion and pass the check.
 	if waitTimeoutMs < 0 || waitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
 		return badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", waitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds())
 	}
-	r.WaitTimeout = time.Duration(waitTimeoutMs) * time.Millisecond
-	t, err := s.target(ctx, id, &r, sess)
+	waitTimeout := time.Duration(waitTimeoutMs) * time.Millisecond
+	a, err := s.acquireOf(id, r, sess, election)
 	if err != nil {
 		return err
 	}
@@ -355,26 +351,25 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r.WaitTimeout > 0 {
+	if waitTimeout > 0 {
 		// The wait timeout bounds the whole call, enqueue included, so a
 		// stalled cluster cannot hold a caller past it.
 		var stop context.CancelFunc
-		wctx, stop = s.withTimeout(wctx, r.WaitTimeout, queue.ErrWaitTimeout)
+		wctx, stop = s.withTimeout(wctx, waitTimeout, queue.ErrWaitTimeout)
 		defer stop()
-		r.WaitTimeout = 0
 	}
 	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
 	out := &acquireStream{send: func(fn func() error) error { return s.send(ctx, fn) }, sink: sink, requestID: r.RequestID}
 	defer out.end()
-	r.OnQueued = func(pos int64) {
+	a.Request.OnQueued = func(pos int64) {
 		if err := out.queued(pos); err != nil {
 			cancel(err) // the client is gone: leave the queue
 		}
 	}
-	r.Heartbeat = func(context.Context) error { return out.heartbeat() }
-	t, g, err := s.acquire(wctx, id, t, r, sess)
+	a.Request.Heartbeat = func(context.Context) error { return out.heartbeat() }
+	shard, g, err := s.router.Acquire(wctx, a)
 	if err != nil {
-		err = tagTTL(sessionShard(t.Shard, err))
+		err = tagTTL(sessionShard(shard, s.lim.capped(err)))
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
 			return errShuttingDown
 		}
@@ -383,15 +378,15 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 		}
 		return err
 	}
-	recordOf(ctx).setShard(t.Shard)
-	if err := out.granted(s.granted(id, t, g)); err != nil {
+	recordOf(ctx).setShard(shard)
+	if err := out.granted(s.granted(id, shard, g)); err != nil {
 		// The grant never reached the client: the stream is broken, so the
 		// client saw an error, not this grant. Give the lock up rather than
 		// leave a holder nobody serves. The give-up removes the key only
 		// while this attempt owns it: a retry with the same request id
 		// that took it over (and delivered the grant) keeps it.
-		s.log.WarnContext(ctx, "grant not delivered; giving it up", "shard", t.Shard, "fencing_token", g.Token(), "err", err)
-		t.Engine.Abandon(ctx, g)
+		s.log.WarnContext(ctx, "grant not delivered; giving it up", "shard", shard, "fencing_token", g.Token(), "err", err)
+		s.router.Abandon(ctx, id.Tenant, shard, g)
 		return err
 	}
 	return nil
@@ -408,23 +403,21 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.target(ctx, id, &r, sess)
+	a, err := s.acquireOf(id, r, sess, false)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	t, res, err := s.tryAcquire(ctx, id, t, r, sess)
+	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {
-		return nil, tagTTL(sessionShard(t.Shard, err))
+		return nil, tagTTL(sessionShard(shard, s.lim.capped(err)))
 	}
 	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
 	if res.Acquired {
-		recordOf(ctx).setShard(t.Shard)
-		out.Granted = s.granted(id, t, res.Grant)
+		recordOf(ctx).setShard(shard)
+		out.Granted = s.granted(id, shard, res.Grant)
 	} else {
 		recordOf(ctx).setOutcome("busy")
 		if res.Holder != nil {
@@ -437,25 +430,22 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	return connect.NewResponse(out), nil
 }
 
-// lockTarget authenticates the caller, decodes a lock id, checks that it
+// held authenticates the caller, decodes a lock id, checks that it
 // belongs to the caller's tenant and finds its shard.
-func (s *Service) lockTarget(ctx context.Context, lockID string) (LockID, locks.Target, error) {
+func (s *Service) held(ctx context.Context, lockID string) (LockID, locks.Held, error) {
 	who, err := s.caller(ctx)
 	if err != nil {
-		return LockID{}, locks.Target{}, err
+		return LockID{}, locks.Held{}, err
 	}
 	id, err := DecodeLockID(s.keys, lockID)
 	if err != nil {
-		return id, locks.Target{}, fieldOf("lock_id", err)
+		return id, locks.Held{}, fieldOf("lock_id", err)
 	}
 	if id.Tenant != who.Tenant {
-		return id, locks.Target{}, fmt.Errorf("%w: the lock id belongs to another tenant", queue.ErrNotOwner)
+		return id, locks.Held{}, fmt.Errorf("%w: the lock id belongs to another tenant", queue.ErrNotOwner)
 	}
-	t, err := s.lookup(who, id.Shard)
-	if err == nil {
-		recordOf(ctx).setShard(t.Shard)
-	}
-	return id, t, err
+	h, err := s.router.Held(ctx, who.Tenant, id.Shard, id.Handle)
+	return id, h, err
 }
 
 // Renew extends a held lock's lease.
@@ -471,23 +461,15 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 	if _, err := s.ttl("ttl_ms", ttlMs); err != nil {
 		return queue.Renewal{}, err
 	}
-	id, t, err := s.lockTarget(ctx, lockID)
+	_, h, err := s.held(ctx, lockID)
 	if err != nil {
 		return queue.Renewal{}, err
 	}
-	who, _ := s.caller(ctx) // lockTarget has authenticated the call
+	who, _ := s.caller(ctx) // held has authenticated the call
 	if err := s.lim.renew(who); err != nil {
 		return queue.Renewal{}, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	var rn queue.Renewal
-	err = call(ctx, t, func(ctx context.Context) error {
-		var err error
-		rn, err = t.Engine.Renew(ctx, id.Handle, token)
-		return err
-	})
-	return rn, err
+	return h.Renew(ctx, token)
 }
 
 // Release frees a held lock; it is idempotent.
@@ -503,58 +485,29 @@ func (s *Service) Release(ctx context.Context, req *connect.Request[v1.ReleaseRe
 }
 
 func (s *Service) release(ctx context.Context, lockID string, token int64) (bool, error) {
-	id, t, err := s.lockTarget(ctx, lockID)
+	_, h, err := s.held(ctx, lockID)
 	if err != nil {
 		return false, err
 	}
-	who, _ := s.caller(ctx) // lockTarget has authenticated the call
+	who, _ := s.caller(ctx) // held has authenticated the call
 	if err := s.lim.renew(who); err != nil {
 		return false, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	var ok bool
-	err = freeing(ctx, t, func(ctx context.Context) error {
-		var err error
-		ok, err = t.Engine.Release(ctx, id.Handle, token)
-		return err
-	})
-	return ok, err
+	return h.Release(ctx, token)
 }
 
 // Describe reports a name's holder and queue.
 func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.DescribeRequest]) (*connect.Response[v1.DescribeResponse], error) {
 	name := req.Msg.Name
-	ctx, cancel, t, err := s.readTarget(ctx, name, false)
+	id, err := s.reader(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer cancel()
-	var d queue.Description
-	err = call(ctx, t, func(ctx context.Context) error {
-		var err error
-		d, err = t.Engine.Describe(ctx, name)
-		return err
-	})
+	shard, d, err := s.router.Describe(ctx, id.Tenant, name)
 	if err != nil {
 		return nil, err
 	}
-	if p := t.Previous; p != nil && len(d.Holders) == 0 {
-		// The name drains from p with no key left there: a lock-delay or
-		// loss wait its holders left there withholds it here too.
-		var until time.Time
-		if err := call(ctx, *p, func(ctx context.Context) error {
-			var err error
-			until, err = p.Engine.PendingDelay(ctx, name)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		if until.After(d.DelayUntil) {
-			d.DelayUntil = until
-		}
-	}
-	out := &v1.DescribeResponse{Name: name, Shard: t.Shard, Waiters: d.Waiters, Limit: int32(d.Limit)}
+	out := &v1.DescribeResponse{Name: name, Shard: shard, Waiters: d.Waiters, Limit: int32(d.Limit)}
 	if !d.DelayUntil.IsZero() {
 		out.DelayUntil = timestamppb.New(d.DelayUntil)
 	}
@@ -588,27 +541,10 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
-	t, err := s.route(ctx, id, name)
-	if err != nil {
+	if err := s.allow(id, name); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.storeTimeout(ctx)
-	defer cancel()
-	var live bool
-	var cur int64
-	for _, c := range []*locks.Target{t.Previous, &t} {
-		if c == nil {
-			continue
-		}
-		err = call(ctx, *c, func(ctx context.Context) error {
-			var err error
-			live, cur, err = c.Engine.CheckFence(ctx, name, req.Msg.FencingToken)
-			return err
-		})
-		if err != nil || cur != 0 {
-			break // a holder on the draining shard is the live one
-		}
-	}
+	live, cur, err := s.router.CheckFence(ctx, id.Tenant, name, req.Msg.FencingToken)
 	if err != nil {
 		return nil, err
 	}

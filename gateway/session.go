@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,42 +12,32 @@ import (
 	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
+	"github.com/leasegate/leasegate/shard"
 )
 
-// A gateway session is one lease per shard, all proven by one secret. Each
-// lease lives and dies on its own: a shard that is down costs the locks on
-// that shard, never those on the others. So every session call works shard
-// by shard and reports each shard's outcome (shardOutcome), and fails as a
-// whole only when no shard could be served.
+// A gateway session is one lease per shard, all proven by one secret
+// (locks.Session). The fleet reports each shard's outcome of a session
+// call (locks.LeaseOutcome); a call fails as a whole only when no shard
+// could be served.
 
-// shardOutcome is what one session call did on one shard.
-type shardOutcome struct {
-	shard string
-	// rn is the grant or renewal when err is nil.
-	rn  queue.Renewal
-	err error
-	// granted marks a lease this call opened (as opposed to renewed).
-	granted bool
-	lease   queue.Session
-}
-
-func (o shardOutcome) state() v1.ShardLeaseState {
+// state is the wire's state of a shard's lease after o.
+func state(o locks.LeaseOutcome) v1.ShardLeaseState {
 	switch {
-	case o.err == nil:
+	case o.Err == nil:
 		return v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE
-	case errors.Is(o.err, queue.ErrSessionLost), errors.Is(o.err, queue.ErrNotOwner):
+	case errors.Is(o.Err, queue.ErrSessionLost), errors.Is(o.Err, queue.ErrNotOwner):
 		return v1.ShardLeaseState_SHARD_LEASE_STATE_LOST
 	default:
 		return v1.ShardLeaseState_SHARD_LEASE_STATE_UNAVAILABLE
 	}
 }
 
-func (o shardOutcome) proto() *v1.SessionShard {
-	out := &v1.SessionShard{Shard: o.shard, State: o.state()}
-	if o.err == nil {
-		out.ExpiresAt = timestamppb.New(o.rn.Deadline)
-		out.TtlMs = o.rn.TTL.Milliseconds()
-		out.ValidForMs = max(o.rn.Valid.Milliseconds(), 0)
+func shardProto(o locks.LeaseOutcome) *v1.SessionShard {
+	out := &v1.SessionShard{Shard: o.Shard, State: state(o)}
+	if o.Err == nil {
+		out.ExpiresAt = timestamppb.New(o.Renewal.Deadline)
+		out.TtlMs = o.Renewal.TTL.Milliseconds()
+		out.ValidForMs = max(o.Renewal.Valid.Milliseconds(), 0)
 	}
 	return out
 }
@@ -67,17 +56,17 @@ func transient(err error) bool {
 // earliest summarises the live outcomes for the top-level fields that
 // confirm the session as a whole: the earliest deadline with its TTL, and
 // the shortest validity.
-func earliest(outs []shardOutcome) (deadline time.Time, ttl, valid time.Duration) {
+func earliest(outs []locks.LeaseOutcome) (deadline time.Time, ttl, valid time.Duration) {
 	valid = -1
 	for _, o := range outs {
-		if o.err != nil {
+		if o.Err != nil {
 			continue
 		}
-		if deadline.IsZero() || o.rn.Deadline.Before(deadline) {
-			deadline, ttl = o.rn.Deadline, o.rn.TTL
+		if deadline.IsZero() || o.Renewal.Deadline.Before(deadline) {
+			deadline, ttl = o.Renewal.Deadline, o.Renewal.TTL
 		}
-		if valid < 0 || o.rn.Valid < valid {
-			valid = o.rn.Valid
+		if valid < 0 || o.Renewal.Valid < valid {
+			valid = o.Renewal.Valid
 		}
 	}
 	return deadline, ttl, max(valid, 0)
@@ -87,22 +76,22 @@ func earliest(outs []shardOutcome) (deadline time.Time, ttl, valid time.Duration
 // when every one is proven gone, otherwise unavailable (retryable), so a
 // client tries another gateway as it would for any call that confirmed
 // nothing.
-func verdict(outs []shardOutcome) error {
+func verdict(outs []locks.LeaseOutcome) error {
 	if len(outs) == 0 {
-		return ShardUnavailable(errors.New("the shard map lists no shard"))
+		return shard.Unavailable(errors.New("the shard map lists no shard"))
 	}
 	var lost, unavailable error
 	nl, nu := 0, 0
 	for _, o := range outs {
-		switch o.state() {
+		switch state(o) {
 		case v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE:
 			return nil
 		case v1.ShardLeaseState_SHARD_LEASE_STATE_LOST:
 			nl++
-			lost = o.err
+			lost = o.Err
 		default:
 			nu++
-			unavailable = o.err
+			unavailable = o.Err
 		}
 	}
 	if nu == 0 {
@@ -111,101 +100,15 @@ func verdict(outs []shardOutcome) error {
 	if nl == 0 && nu == 1 {
 		return unavailable
 	}
-	return ShardUnavailable(fmt.Errorf("no lease of the session could be confirmed: %d shard(s) did not answer, %d lease(s) are gone; retry", nu, nl))
+	return shard.Unavailable(fmt.Errorf("no lease of the session could be confirmed: %d shard(s) did not answer, %d lease(s) are gone; retry", nu, nl))
 }
 
-func shardProtos(outs []shardOutcome) []*v1.SessionShard {
+func shardProtos(outs []locks.LeaseOutcome) []*v1.SessionShard {
 	out := make([]*v1.SessionShard, len(outs))
 	for i, o := range outs {
-		out[i] = o.proto()
+		out[i] = shardProto(o)
 	}
 	return out
-}
-
-// perShardTimeout bounds the work of a call that answers shard by shard:
-// by the store's timeout, and to end a margin before the caller's own
-// deadline (which Connect and gRPC clients send), both with the store
-// timeout's cause. A shard that has not answered by then is reported
-// unavailable and the others' outcomes still reach the caller; without
-// the margin the caller's deadline would pass first and every shard's
-// outcome would be lost with the one slow shard's — a session's renewal
-// of its healthy shards included.
-func (s *Service) perShardTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := s.storeTimeout(ctx)
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return ctx, cancel
-	}
-	// The caller's deadline is on the wall clock, as the network is.
-	margin := min(max(time.Until(dl)/10, minAnswerMargin), maxAnswerMargin)
-	sctx, scancel := context.WithDeadlineCause(ctx, dl.Add(-margin), errStoreTimeout)
-	return sctx, func() { scancel(); cancel() }
-}
-
-// The time left, at the end of a shard-by-shard call, for its answer to
-// reach the caller: a tenth of the call's time, within these bounds.
-const (
-	minAnswerMargin = 20 * time.Millisecond
-	maxAnswerMargin = 500 * time.Millisecond
-)
-
-// eachShard runs fn for every target at once and collects the outcomes
-// in order: a session costs one round trip, not one per shard, and a
-// shard that hangs delays the call by the request timeout, not by one
-// timeout per shard.
-func eachShard(n int, fn func(i int) shardOutcome) []shardOutcome {
-	outs := make([]shardOutcome, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i] = fn(i)
-		}()
-	}
-	wg.Wait()
-	return outs
-}
-
-// grant opens the session's lease on t.
-func (s *Service) grant(ctx context.Context, who Identity, t locks.Target, clientID string, ttl time.Duration, secret queue.Secret) shardOutcome {
-	o := shardOutcome{shard: t.Shard, granted: true}
-	// A session is a stored thing the tenant creates: it counts against the
-	// tenant's key cap on the shard like a lock does.
-	if o.err = s.checkKeys(ctx, who, t); o.err != nil {
-		return o
-	}
-	o.err = call(ctx, t, func(ctx context.Context) error {
-		var err error
-		o.lease, err = t.Engine.OpenSessionWithSecret(ctx, clientID, ttl, secret)
-		return err
-	})
-	if o.err == nil {
-		o.rn = queue.Renewal{TTL: o.lease.TTL, Deadline: o.lease.Deadline, Valid: o.lease.Valid}
-	}
-	return o
-}
-
-// keepAlive renews the session's lease l.
-func (s *Service) keepAlive(ctx context.Context, who Identity, id SessionID, l ShardLease) shardOutcome {
-	o := shardOutcome{shard: l.Shard}
-	t, err := s.lookup(who, l.Shard)
-	if err != nil {
-		// A shard this gateway does not know (a stale map, or a shard
-		// removed since) cannot confirm the lease: unavailable here, and
-		// lost to the client once its deadline passes unconfirmed.
-		if errors.Is(err, ErrUnknownShard) {
-			err = ShardUnavailable(err)
-		}
-		o.err = err
-		return o
-	}
-	o.err = call(ctx, t, func(ctx context.Context) error {
-		var err error
-		o.rn, err = t.Engine.KeepAliveSession(ctx, l.Lease, id.Secret)
-		return err
-	})
-	return o
 }
 
 // OpenSession opens the session's lease on every shard that answers, all
@@ -227,58 +130,39 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err := queue.ValidateClientID(req.Msg.ClientId); err != nil {
 		return nil, fieldOf("client_id", err)
 	}
-	ctx, cancel := s.perShardTimeout(ctx)
-	defer cancel()
-	secret, err := queue.NewSecret()
+	id := SessionID{Tenant: who.Tenant}
+	outs, err := s.router.OpenSession(ctx, s.session(id), req.Msg.ClientId, ttl)
 	if err != nil {
 		return nil, err
 	}
-	targets, err := s.router.All(who.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	outs := eachShard(len(targets), func(i int) shardOutcome {
-		return s.grant(ctx, who, targets[i], req.Msg.ClientId, ttl, secret)
-	})
-	id := SessionID{Tenant: who.Tenant, Secret: secret}
-	for _, o := range outs {
-		if o.err == nil {
-			id.Leases = append(id.Leases, ShardLease{Shard: o.shard, Lease: o.lease.Lease})
+	id.Secret = outs.Secret
+	s.capped(outs.Shards)
+	for _, o := range outs.Shards {
+		if o.Err == nil {
+			id.Leases = append(id.Leases, ShardLease{Shard: o.Shard, Lease: o.Lease})
 		}
 	}
-	if err := s.refuseOpen(outs); err != nil {
-		s.closeLeases(id, id.Leases) // do not leave half a session behind
+	if err := refuseOpen(outs.Shards); err != nil {
+		s.router.RevokeOpened(s.session(id), outs.Shards) // do not leave half a session behind
 		return nil, tagTTL(err)
 	}
-	deadline, effTTL, valid := earliest(outs)
+	deadline, effTTL, valid := earliest(outs.Shards)
 	return connect.NewResponse(&v1.OpenSessionResponse{
 		SessionId: EncodeSessionID(s.keys, id), ExpiresAt: timestamppb.New(deadline), TtlMs: effTTL.Milliseconds(),
-		ValidForMs: valid.Milliseconds(), Shards: shardProtos(outs),
+		ValidForMs: valid.Milliseconds(), Shards: shardProtos(outs.Shards),
 	}), nil
 }
 
 // refuseOpen is the error of an open or extension that must not go ahead:
 // a failure that is not transient (the request itself is at fault), or no
 // lease live at all.
-func (s *Service) refuseOpen(outs []shardOutcome) error {
+func refuseOpen(outs []locks.LeaseOutcome) error {
 	for _, o := range outs {
-		if o.err != nil && o.granted && !transient(o.err) {
-			return o.err
+		if o.Err != nil && o.Opened && !transient(o.Err) {
+			return o.Err
 		}
 	}
 	return verdict(outs)
-}
-
-// closeLeases revokes leases of session id, best effort, in the background
-// of a failed call.
-func (s *Service) closeLeases(id SessionID, leases []ShardLease) {
-	ctx, cancel := s.withTimeout(context.Background(), s.cfg.RequestTimeout, nil)
-	defer cancel()
-	for _, l := range leases {
-		if t, err := s.lookup(Identity{Tenant: id.Tenant}, l.Shard); err == nil {
-			_ = t.Engine.CloseSession(ctx, l.Lease, id.Secret)
-		}
-	}
 }
 
 // KeepAliveSession renews the session's leases, each on its own: a shard
@@ -296,14 +180,10 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.perShardTimeout(ctx)
-	defer cancel()
-	outs := eachShard(len(leases), func(i int) shardOutcome {
-		return s.keepAlive(ctx, who, id, leases[i])
-	})
+	outs := s.router.KeepAliveSession(ctx, s.session(id), leases)
 	for _, o := range outs {
-		if o.err != nil && !transient(o.err) && o.state() != v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
-			return nil, o.err // e.g. the tenant lost access to the shard
+		if o.Err != nil && !transient(o.Err) && state(o) != v1.ShardLeaseState_SHARD_LEASE_STATE_LOST {
+			return nil, o.Err // e.g. the tenant lost access to the shard
 		}
 	}
 	if err := verdict(outs); err != nil {
@@ -321,35 +201,32 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 	return connect.NewResponse(out), nil
 }
 
-func every(outs []shardOutcome, st v1.ShardLeaseState) bool {
+func every(outs []locks.LeaseOutcome, st v1.ShardLeaseState) bool {
 	for _, o := range outs {
-		if o.state() != st {
+		if state(o) != st {
 			return false
 		}
 	}
 	return true
 }
 
-// pickLeases returns the leases of id on shards, or all of them when
-// shards is empty.
-func pickLeases(id SessionID, shards []string) ([]ShardLease, error) {
+// pickLeases returns the shards of id's leases among shards, or all of
+// them when shards is empty.
+func pickLeases(id SessionID, shards []string) ([]string, error) {
 	if len(shards) == 0 {
-		return id.Leases, nil
+		return id.shards(), nil
 	}
 	seen := map[string]bool{}
-	var out []ShardLease
 	for _, sh := range shards {
-		lease, ok := id.Lease(sh)
-		if !ok {
+		if _, ok := id.Lease(sh); !ok {
 			return nil, badField("shards", "%q is not a shard the session id lists", sh)
 		}
 		if seen[sh] {
 			return nil, badField("shards", "%q is named twice", sh)
 		}
 		seen[sh] = true
-		out = append(out, ShardLease{Shard: sh, Lease: lease})
 	}
-	return out, nil
+	return shards, nil
 }
 
 // CloseSession revokes the session's leases, releasing every lock on them.
@@ -363,30 +240,32 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	if err := s.lim.renew(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.perShardTimeout(ctx)
-	defer cancel()
-	outs := eachShard(len(id.Leases), func(i int) shardOutcome {
-		return s.revoke(ctx, who, id, id.Leases[i])
-	})
-	for _, o := range outs {
-		if o.err != nil {
-			return nil, o.err
+	for _, o := range s.router.CloseSession(ctx, s.session(id), id.shards()) {
+		if o.Err != nil {
+			return nil, o.Err
 		}
 	}
 	return connect.NewResponse(&v1.CloseSessionResponse{}), nil
 }
 
-// revoke revokes the session's lease l; a lease already gone counts as
-// revoked.
-func (s *Service) revoke(ctx context.Context, who Identity, id SessionID, l ShardLease) shardOutcome {
-	o := shardOutcome{shard: l.Shard}
-	t, err := s.lookup(who, l.Shard)
-	if err != nil {
-		o.err = err
-		return o
+// session is id as the fleet's session calls take it, under the tenant's
+// key cap.
+func (s *Service) session(id SessionID) locks.Session {
+	return locks.Session{Tenant: id.Tenant, Secret: id.Secret, Leases: id, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
+}
+
+// capped makes each shard's key cap refusal the limit's (limiter.capped).
+func (s *Service) capped(outs []locks.LeaseOutcome) {
+	for i := range outs {
+		outs[i].Err = s.lim.capped(outs[i].Err)
 	}
-	o.err = freeing(ctx, t, func(ctx context.Context) error {
-		return t.Engine.CloseSession(ctx, l.Lease, id.Secret)
-	})
-	return o
+}
+
+// shards lists the shards id holds a lease on, in id's order.
+func (id SessionID) shards() []string {
+	out := make([]string, len(id.Leases))
+	for i, l := range id.Leases {
+		out[i] = l.Shard
+	}
+	return out
 }

@@ -5,7 +5,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 )
@@ -39,14 +38,13 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
 		return nil, badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards)
 	}
-	targets := make([]locks.Target, len(m.Shards))
 	seen := map[string]bool{}
-	for i, sh := range m.Shards {
+	for _, sh := range m.Shards {
 		if seen[sh] {
 			return nil, badField("shards", "%q is named twice", sh)
 		}
 		seen[sh] = true
-		if targets[i], err = s.lookup(who, sh); err != nil {
+		if err := s.router.Known(sh); err != nil {
 			return nil, err
 		}
 	}
@@ -58,31 +56,20 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err := s.lim.acquire(who); err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.perShardTimeout(ctx)
-	defer cancel()
-	outs := eachShard(len(targets), func(i int) shardOutcome {
-		t := targets[i]
-		lease, listed := id.Lease(t.Shard)
-		switch {
-		case !listed:
-			return s.grant(ctx, who, t, m.ClientId, ttl, id.Secret)
-		case !m.Replace:
-			return s.keepAlive(ctx, who, id, ShardLease{Shard: t.Shard, Lease: lease})
-		}
-		if o := s.revoke(ctx, who, id, ShardLease{Shard: t.Shard, Lease: lease}); o.err != nil {
-			return o
-		}
-		return s.grant(ctx, who, t, m.ClientId, ttl, id.Secret)
-	})
+	outs, err := s.router.ExtendSession(ctx, s.session(id), m.Shards, m.Replace, m.ClientId, ttl)
+	if err != nil {
+		return nil, err
+	}
+	s.capped(outs)
+	if err := refuseOpen(outs); err != nil {
+		s.router.RevokeOpened(s.session(id), outs)
+		return nil, tagTTL(err)
+	}
 	var opened []ShardLease
 	for _, o := range outs {
-		if o.err == nil && o.granted {
-			opened = append(opened, ShardLease{Shard: o.shard, Lease: o.lease.Lease})
+		if o.Err == nil && o.Opened {
+			opened = append(opened, ShardLease{Shard: o.Shard, Lease: o.Lease})
 		}
-	}
-	if err := s.refuseOpen(outs); err != nil {
-		s.closeLeases(id, opened)
-		return nil, tagTTL(err)
 	}
 	next := SessionID{Tenant: id.Tenant, Secret: id.Secret, Leases: append([]ShardLease(nil), id.Leases...)}
 	for _, l := range opened {

@@ -107,8 +107,8 @@ func TestSessionDegradesPerShard(t *testing.T) {
 	bc.ConsecutiveFailures = 3
 	bc.OpenTimeout = 200 * time.Millisecond
 	g := f.gateway(t, func(c *server.Config) {
-		c.Breaker = &bc
-		c.Gateway.RequestTimeout = 500 * time.Millisecond
+		c.Fleet.Breaker = bc
+		c.Fleet.RequestTimeout = 500 * time.Millisecond
 	}, 0, 1)
 	ctx := ctxT(t)
 	names := namesOn([]string{"c0", "c1"}, 3, "sess")

@@ -217,8 +217,8 @@ func TestStoppedClusterFailsFastOthersServe(t *testing.T) {
 	bc.ConsecutiveFailures = 3
 	bc.OpenTimeout = 300 * time.Millisecond
 	g := f.gateway(t, func(c *server.Config) {
-		c.Breaker = &bc
-		c.Gateway.RequestTimeout = 500 * time.Millisecond
+		c.Fleet.Breaker = bc
+		c.Fleet.RequestTimeout = 500 * time.Millisecond
 	}, 0, 1)
 	ring, _ := shard.NewRing([]string{"c0", "c1"})
 	var onC0, onC1 []string
@@ -282,7 +282,7 @@ func TestGatewayOnOldEpochCannotGrant(t *testing.T) {
 	f := startFleet(t, 3)
 	// g1 never follows the stored map; it only reloads when a cluster
 	// refuses its enqueue.
-	stale := f.gateway(t, func(c *server.Config) { c.NoMapWatch = true }, 0, 1)
+	stale := f.gateway(t, func(c *server.Config) { c.Fleet.Watch = false }, 0, 1)
 	fresh := f.gateway(t, nil, 0, 1, 2)
 	moved := nameMovingToC2()
 	holder := tryAcquire(t, stale, moved) // on its old cluster, epoch 1

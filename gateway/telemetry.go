@@ -16,10 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
-	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
-	"github.com/leasegate/leasegate/shard"
 )
 
 // Telemetry configures the service's traces and metrics. The zero value
@@ -191,44 +189,6 @@ func (t *telemetry) handlerOptions() []connect.HandlerOption {
 	}
 	ics = append(ics, (*callRecorder)(t))
 	return []connect.HandlerOption{connect.WithInterceptors(ics...)}
-}
-
-// traceRoute records the router's choice, t or err, as a leasegate.route
-// span under ctx's span. The handler calls it where it routes.
-func (t *telemetry) traceRoute(ctx context.Context, tg locks.Target, err error) {
-	if t == nil || t.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
-		return
-	}
-	_, span := t.tracer.Start(ctx, "leasegate.route")
-	defer span.End()
-	if err != nil {
-		span.SetAttributes(attribute.String("leasegate.outcome", "unroutable"))
-		return
-	}
-	attrs := []attribute.KeyValue{attribute.String("leasegate.shard", tg.Shard), attribute.Int("leasegate.epoch", int(tg.Epoch))}
-	if tg.Previous != nil {
-		attrs = append(attrs, attribute.String("leasegate.draining_from", tg.Previous.Shard))
-	}
-	attrs = append(attrs, attribute.String("leasegate.breaker.state", tg.Backend.Breaker.State().String()))
-	span.SetAttributes(attrs...)
-}
-
-// noteBreaker adds a "breaker" event to ctx's span when a shard's breaker
-// refused a call or let a half-open probe through.
-func noteBreaker(ctx context.Context, b *locks.Backend, err error) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	st := b.Breaker.State()
-	decision := "allowed"
-	if errors.Is(err, shard.ErrShardUnavailable) {
-		decision = "refused"
-	} else if st == shard.StateClosed {
-		return
-	}
-	span.AddEvent("breaker", trace.WithAttributes(attribute.String("leasegate.shard", b.Name),
-		attribute.String("leasegate.breaker.state", st.String()), attribute.String("leasegate.breaker.decision", decision)))
 }
 
 // outcomeOf names a call's result: "ok" or the Connect code.

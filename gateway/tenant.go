@@ -20,22 +20,6 @@ func (s *Service) caller(ctx context.Context) (Identity, error) {
 	return id, err
 }
 
-// checkKeys applies the per-tenant key cap on the target shard. Its count
-// is one bounded etcd read: an Acquire's own context may wait for hours.
-func (s *Service) checkKeys(ctx context.Context, id Identity, t locks.Target) error {
-	return s.lim.checkKeys(ctx, id.Tenant+"@"+t.Shard, func(ctx context.Context) (int64, error) {
-		var n int64
-		cctx, cancel := s.storeTimeout(ctx)
-		defer cancel()
-		err := call(cctx, t, func(ctx context.Context) error {
-			var err error
-			n, err = t.Engine.CountKeys(ctx)
-			return err
-		})
-		return n, err
-	})
-}
-
 // sessionFor decodes a session id and checks it belongs to the caller.
 func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, SessionID, error) {
 	who, err := s.caller(ctx)
@@ -50,4 +34,13 @@ func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, S
 		return who, id, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
 	return who, id, nil
+}
+
+// ErrUnknownShard reports an id naming a shard this gateway does not know.
+var ErrUnknownShard = locks.ErrUnknownShard
+
+// allow checks that the caller's tenant's policy allows name (an
+// election's own name for an election), before a call routes it.
+func (s *Service) allow(id Identity, name string) error {
+	return s.cfg.Policy.allows(id.Tenant, name)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -19,32 +18,19 @@ import (
 
 // Watch streams.
 //
-// One goroutine per shard runs the engine's WatchLocks for the caller's
-// tenant and hands its batches to the stream's goroutine, which keeps the
-// resume token — the prefix and, per shard, the revision the client's
+// The fleet watches the caller's tenant on every shard (locks.Router.Watch)
+// and hands each shard's batches to the stream's goroutine, which keeps
+// the resume token — the prefix and, per shard, the revision the client's
 // view has reached — and sends one message per batch. A shard's revision
 // moves only when its snapshot is complete or its events are sent, so a
 // token never points into the middle of a snapshot: a client resuming
-// from it gets that shard's snapshot again. A broken shard watch resumes
-// on its own from its last revision; one whose history was compacted
-// sends RESYNC and a fresh snapshot. Watches do not go through the shard's
-// breaker: a watch is one long call, and it retries on its own.
+// from it gets that shard's snapshot again. A shard whose history was
+// compacted sends RESYNC and a fresh snapshot.
 
 // watchToken is what a resume token carries.
 type watchToken struct {
 	Prefix string           `json:"p"`
 	Revs   map[string]int64 `json:"r,omitempty"`
-}
-
-// watchRetry is the pause before a broken shard watch resumes.
-var watchRetry = time.Second
-
-// shardBatch is one shard's contribution to the stream.
-type shardBatch struct {
-	shard  string
-	batch  queue.WatchBatch
-	resync bool  // the shard's history is gone: a snapshot follows
-	err    error // the shard's watch cannot go on (bad token)
 }
 
 // Watch streams the caller tenant's lock events under a prefix.
@@ -76,30 +62,29 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		return err
 	}
 	defer end()
-	targets, err := s.router.All(id.Tenant)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	from := map[string]int64{}
+	for sh, r := range tok.Revs {
+		if r > 0 {
+			from[sh] = r
+		}
+	}
+	shards, ch, err := s.router.Watch(ctx, id.Tenant, prefix, from)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		cancel()
+		for range ch { // every shard's watch has ended once it closes
+		}
+	}()
 	revs := map[string]int64{}
-	for _, t := range targets {
-		if r := tok.Revs[t.Shard]; r > 0 {
-			revs[t.Shard] = r
+	for _, sh := range shards {
+		if r := from[sh]; r > 0 {
+			revs[sh] = r
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := make(chan shardBatch)
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	starts := maps.Clone(revs) // revs is the stream goroutine's from here on
-	go func() {
-		defer close(done)
-		var wg sync.WaitGroup
-		for _, t := range targets {
-			wg.Go(func() { s.watchShard(ctx, t, prefix, starts[t.Shard], ch) })
-		}
-		wg.Wait()
-	}()
 	token := func() string {
 		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
 		return encodeToken(t)
@@ -126,7 +111,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		return nil
 	}
 	for {
-		var b shardBatch
+		var b locks.WatchBatch
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -139,15 +124,18 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 			continue
 		case b = <-ch:
 		}
-		if b.err != nil {
-			return b.err
+		if b.Err != nil {
+			if errors.Is(b.Err, queue.ErrInvalidArgument) {
+				return fieldOf("resume_token", b.Err)
+			}
+			return onShard(b.Shard, b.Err)
 		}
-		if b.resync {
-			delete(revs, b.shard)
+		if b.Resync {
+			delete(revs, b.Shard)
 		}
 		for _, m := range watchMessages(b, int(s.cfg.MaxBodyBytes)-1024) {
 			if m.rev != 0 {
-				revs[b.shard] = m.rev
+				revs[b.Shard] = m.rev
 			}
 			if m.msg == nil {
 				continue // nothing to show: the next message's token covers it
@@ -183,9 +171,9 @@ type watchMessage struct {
 // previous revision's token, so a resume from them repeats that
 // revision's earlier part (the only case where a resumed stream repeats an
 // event).
-func watchMessages(b shardBatch, budget int) []watchMessage {
-	shards := []string{b.shard}
-	pevs := lockEvents(b.shard, b.batch.Events)
+func watchMessages(b locks.WatchBatch, budget int) []watchMessage {
+	shards := []string{b.Shard}
+	pevs := lockEvents(b.Shard, b.Events)
 	// fits is how many of the events from i fit in one message.
 	fits := func(i int) int {
 		total, n := 0, 0
@@ -199,24 +187,24 @@ func watchMessages(b shardBatch, budget int) []watchMessage {
 		return n
 	}
 	switch {
-	case b.resync:
+	case b.Resync:
 		return []watchMessage{{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_RESYNC, Shards: shards}}}
-	case b.batch.Snapshot:
+	case b.Snapshot:
 		var out []watchMessage
 		for i := 0; i < len(pevs); {
 			n := fits(i)
 			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT, Shards: shards, Events: pevs[i : i+n]}})
 			i += n
 		}
-		if b.batch.SnapshotDone {
-			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: shards}, rev: b.batch.Revision})
+		if b.SnapshotDone {
+			out = append(out, watchMessage{msg: &v1.WatchResponse{Kind: v1.WatchMessageKind_WATCH_MESSAGE_KIND_SNAPSHOT_END, Shards: shards}, rev: b.Revision})
 		}
 		return out
 	case len(pevs) == 0:
-		return []watchMessage{{rev: b.batch.Revision}}
+		return []watchMessage{{rev: b.Revision}}
 	}
 	var out []watchMessage
-	evs := b.batch.Events
+	evs := b.Events
 	done := int64(0) // the last revision whose events are all in messages
 	for i := 0; i < len(evs); {
 		n := fits(i)
@@ -243,59 +231,8 @@ func watchMessages(b shardBatch, budget int) []watchMessage {
 	}
 	// The batch's revision may pass its last event's (revisions without
 	// events for this prefix).
-	out[len(out)-1].rev = b.batch.Revision
+	out[len(out)-1].rev = b.Revision
 	return out
-}
-
-// watchShard runs one shard's watch until ctx ends, resuming it when it
-// breaks and starting over with a snapshot when its history is gone.
-func (s *Service) watchShard(ctx context.Context, t locks.Target, prefix string, from int64, out chan<- shardBatch) {
-	send := func(b shardBatch) bool {
-		select {
-		case out <- b:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	restarted := false
-	for {
-		if from == 0 && restarted && !send(shardBatch{shard: t.Shard, resync: true}) {
-			return // a snapshot broke off: the next one replaces it
-		}
-		restarted = true
-		err := t.Engine.WatchLocks(ctx, prefix, from, func(b queue.WatchBatch) error {
-			if !send(shardBatch{shard: t.Shard, batch: b}) {
-				return ctx.Err()
-			}
-			if !b.Snapshot || b.SnapshotDone {
-				from = b.Revision
-			}
-			return nil
-		})
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, queue.ErrCompacted):
-			s.log.Info("watch history compacted: resyncing", "shard", t.Shard, "revision", from)
-			from = 0
-			continue
-		case errors.Is(err, queue.ErrInvalidArgument):
-			send(shardBatch{shard: t.Shard, err: fieldOf("resume_token", err)})
-			return
-		case errors.Is(err, queue.ErrWatchBudget):
-			send(shardBatch{shard: t.Shard, err: onShard(t.Shard, err)})
-			return
-		}
-		s.log.Debug("shard watch broke: resuming", "shard", t.Shard, "revision", from, "err", err)
-		tm := s.clk.NewTimer(watchRetry)
-		select {
-		case <-ctx.Done():
-			tm.Stop()
-			return
-		case <-tm.C():
-		}
-	}
 }
 
 func lockEvents(shard string, evs []queue.WatchEvent) []*v1.LockEvent {

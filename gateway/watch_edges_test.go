@@ -131,7 +131,7 @@ func TestStalledQuietWatchIsDropped(t *testing.T) {
 // limit and the shard; a narrower prefix is watched.
 func TestWatchPastTheKeyBudgetIsRefused(t *testing.T) {
 	t.Parallel()
-	g := startGatewayWith(t, func(c *server.Config) { c.MaxWatchKeys = 5 })
+	g := startGatewayWith(t, func(c *server.Config) { c.Fleet.Queue.MaxWatchKeys = 5 })
 	for i := range 6 {
 		tryAcquire(t, g, "big/"+string(rune('a'+i)))
 	}

@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/queue"
 	"github.com/leasegate/leasegate/shard"
 )
@@ -36,6 +37,13 @@ type RouterConfig struct {
 	// Watch follows the stored map; without it the router only reloads
 	// when asked. Default true through DefaultRouterConfig.
 	Watch bool
+	// RequestTimeout bounds each call's work against a cluster (Bound):
+	// an enqueue, a read, a renewal, one shard's part of a fan-out. A wait
+	// for a grant is not bounded by it. Default (and 0) 10 s.
+	RequestTimeout time.Duration
+	// Clock times RequestTimeout and the wait for a newer map. Default
+	// the wall clock.
+	Clock clock.Clock
 	// Log receives routing events; nil discards them.
 	Log *slog.Logger
 }
@@ -43,11 +51,30 @@ type RouterConfig struct {
 // DefaultRouterConfig returns the documented defaults.
 func DefaultRouterConfig() RouterConfig {
 	return RouterConfig{
-		Prefix:  shard.DefaultPrefix,
-		Queue:   queue.DefaultConfig(),
-		Breaker: shard.DefaultBreakerConfig(),
-		Watch:   true,
+		Prefix:         shard.DefaultPrefix,
+		Queue:          queue.DefaultConfig(),
+		Breaker:        shard.DefaultBreakerConfig(),
+		Watch:          true,
+		RequestTimeout: 10 * time.Second,
 	}
+}
+
+// Validate reports the first invalid field: a negative RequestTimeout,
+// or what the engine's (queue.Config.Validate, its Prefix taken from
+// Prefix) or the breaker's (shard.BreakerConfig.Validate) validation
+// reports. Zero fields that have a default are valid.
+func (c RouterConfig) Validate() error {
+	if c.RequestTimeout < 0 {
+		return fmt.Errorf("locks: RequestTimeout %s is negative; want a positive duration, or 0 for the default", c.RequestTimeout)
+	}
+	q := c.Queue
+	if q.Prefix = strings.TrimSuffix(c.Prefix, "/"); q.Prefix == "" {
+		q.Prefix = shard.DefaultPrefix
+	}
+	if err := q.Validate(); err != nil {
+		return err
+	}
+	return c.Breaker.Validate()
 }
 
 // Router routes lock names to the engines of the clusters that own them,
@@ -65,6 +92,8 @@ type Router struct {
 	draining map[string]bool
 	backends map[string]*Backend
 	changed  chan struct{} // closed and replaced on every applied map
+
+	keys sync.Map // tenant@shard → *keyCount, for checkKeys
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -84,10 +113,13 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cf
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := cfg.Queue.Validate(); err != nil {
-		return nil, err
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
 	}
-	if err := cfg.Breaker.Validate(); err != nil {
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRouterConfig().RequestTimeout
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, store: shard.NewStore(home, cfg.Prefix), backends: map[string]*Backend{}, changed: make(chan struct{})}

@@ -1,8 +1,6 @@
 package locks
 
 import (
-	"context"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasegate/leasegate/queue"
@@ -30,12 +28,4 @@ type Target struct {
 	// nil when the name did not move. A waiter on this shard is granted
 	// only once Previous holds no key of the name.
 	Previous *Target
-}
-
-// Call runs fn on the shard as Backend.Call does: an open breaker, or a
-// cluster without a connection, fails it with an error wrapping
-// shard.ErrShardUnavailable. It blocks for as long as fn does; bound fn's
-// work with ctx.
-func (t Target) Call(ctx context.Context, fn func(context.Context) error) error {
-	return t.Backend.Call(ctx, fn)
 }

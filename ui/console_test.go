@@ -184,7 +184,7 @@ func TestBrowserOverviewShowsDeadShard(t *testing.T) {
 	bc := shard.DefaultBreakerConfig()
 	bc.ConsecutiveFailures = 2
 	bc.OpenTimeout = time.Minute
-	g := startOn(t, c1, gwtest.Configure(func(c *server.Config) { c.Breaker = &bc }))
+	g := startOn(t, c1, gwtest.Configure(func(c *server.Config) { c.Fleet.Breaker = bc }))
 	ctx := newBrowser(t)
 	run(t, ctx, 30*time.Second, "opening the console", chromedp.Navigate(g.URL+"/ui/"))
 	awaitText(t, ctx, `#shards tr[data-shard="c1"] td:nth-child(2)`, "ok")

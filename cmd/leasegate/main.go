@@ -58,6 +58,7 @@ func newRootCmd() *cobra.Command {
 	var tf telemetryFlags
 	var etcdFlags []string
 	var logLevel string
+	var noLossWait bool // --no-loss-wait: cfg.Fleet.Queue.LossWait off
 	cmd := &cobra.Command{
 		Use:   "leasegate",
 		Short: "Sharded lease-management gateway with fair queueing over etcd",
@@ -88,6 +89,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 				return usageError{err}
 			}
 			cfg.Log = log
+			cfg.Fleet.Queue.LossWait = !noLossWait
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -112,11 +114,11 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful stop")
 	f.IntVar(&cfg.Gateway.AuditMaxRecords, "audit-max-records", queue.DefaultAuditMaxRecords, "force-release audit records kept per tenant and shard (the oldest beyond are deleted)")
 	f.DurationVar(&cfg.Gateway.AuditMaxAge, "audit-max-age", queue.DefaultAuditMaxAge, "how long a force-release audit record is kept")
-	f.DurationVar(&cfg.AttemptTTL, "attempt-ttl", cfg.AttemptTTL, "how long a session waiter whose gateway stopped keeps its place (and can block its name): 2s to 5m, whole seconds")
-	f.IntVar(&cfg.LeasePool, "lease-pool", cfg.LeasePool, "per-lock leases each engine keeps granted ahead of need, per TTL, and reuses after a release (0 disables)")
-	f.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", cfg.MaxClockSkew, "how far the clocks of the gateways over one etcd cluster may disagree: a lock-delay or loss wait another gateway stamped is waited out this much longer; 0 to 1m")
-	f.BoolVar(&cfg.NoLossWait, "no-loss-wait", cfg.NoLossWait, "free a name the moment its holder's key goes, even when it went without a release (a lapsed or early-revoked lease); by default such a name waits its holder's TTL, so that no two holders ever believe at once")
-	f.DurationVar(&cfg.BreakerOpenTimeout, "breaker-open-timeout", cfg.BreakerOpenTimeout, "how long a cluster's tripped circuit breaker refuses calls before it lets a probe through (100ms to 1m); about the etcd election timeout")
+	f.DurationVar(&cfg.Fleet.Queue.AttemptTTL, "attempt-ttl", cfg.Fleet.Queue.AttemptTTL, "how long a session waiter whose gateway stopped keeps its place (and can block its name): 2s to 5m, whole seconds")
+	f.IntVar(&cfg.Fleet.Queue.LeasePool, "lease-pool", cfg.Fleet.Queue.LeasePool, "per-lock leases each engine keeps granted ahead of need, per TTL, and reuses after a release (0 disables)")
+	f.DurationVar(&cfg.Fleet.Queue.MaxClockSkew, "max-clock-skew", cfg.Fleet.Queue.MaxClockSkew, "how far the clocks of the gateways over one etcd cluster may disagree: a lock-delay or loss wait another gateway stamped is waited out this much longer; 0 to 1m")
+	f.BoolVar(&noLossWait, "no-loss-wait", !cfg.Fleet.Queue.LossWait, "free a name the moment its holder's key goes, even when it went without a release (a lapsed or early-revoked lease); by default such a name waits its holder's TTL, so that no two holders ever believe at once")
+	f.DurationVar(&cfg.Fleet.Breaker.OpenTimeout, "breaker-open-timeout", cfg.Fleet.Breaker.OpenTimeout, "how long a cluster's tripped circuit breaker refuses calls before it lets a probe through (100ms to 1m); about the etcd election timeout")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addSecurityFlags(f, &cfg, &sec)
 	addTelemetryFlags(f, &cfg, &tf)

@@ -92,7 +92,7 @@ func TestShardsBadInput(t *testing.T) {
 func startGateway(t *testing.T, prefix string, noMapWatch bool, clusters ...server.Cluster) *client.Client {
 	t.Helper()
 	g := gwtest.Start(t, nil, gwtest.Prefix(prefix), gwtest.Clusters(clusters...),
-		gwtest.Configure(func(c *server.Config) { c.NoMapWatch = noMapWatch }))
+		gwtest.Configure(func(c *server.Config) { c.Fleet.Watch = !noMapWatch }))
 	return g.SDK(t)
 }
 

@@ -75,10 +75,10 @@ func Clock(c clock.Clock) Option {
 }
 
 // NoLossWait frees a name as soon as its holder's key goes, however it went
-// (server.Config.NoLossWait): for tests that end a lease behind a holder's
+// (queue.Config.LossWait off): for tests that end a lease behind a holder's
 // back to see what the holder is told, not how long the name then waits.
 func NoLossWait() Option {
-	return Configure(func(cfg *server.Config) { cfg.NoLossWait = true })
+	return Configure(func(cfg *server.Config) { cfg.Fleet.Queue.LossWait = false })
 }
 
 // Configure applies adjust to the configuration last, after every other

@@ -32,8 +32,8 @@ func startShardedGateway(t *testing.T) (*gateway, *etcdtest.Cluster) {
 		server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
 		server.Cluster{Name: "c1", Endpoints: []string{c1.Endpoint()}},
 	), gwtest.NoLossWait(), gwtest.Configure(func(cfg *server.Config) {
-		cfg.Breaker = &bc
-		cfg.Gateway.RequestTimeout = 500 * time.Millisecond
+		cfg.Fleet.Breaker = bc
+		cfg.Fleet.RequestTimeout = 500 * time.Millisecond
 	}))
 	return g, c1
 }
@@ -263,7 +263,7 @@ func TestSessionAcquireOnSilentShardEndsByItsWaitDeadline(t *testing.T) {
 		server.Cluster{Name: "c0", Endpoints: []string{shared.Endpoint()}},
 		server.Cluster{Name: "c1", Endpoints: []string{link.URL()}},
 	), gwtest.Configure(func(cfg *server.Config) {
-		cfg.Gateway.RequestTimeout = time.Second
+		cfg.Fleet.RequestTimeout = time.Second
 	}))
 	c := newClient(t, []string{g.URL}, client.WithRequestTimeout(4*time.Second))
 	ctx := ctxT(t)

@@ -231,4 +231,3 @@ func TestRetryOfAnAbandonedRequestIDKeepsItsGrantWhenTheGiveUpsReleaseLandsLate(
 		t.Fatal(err)
 	}
 }
-

@@ -13,7 +13,7 @@ import (
 // outside the engine's range is refused with the value and the range.
 func TestAttemptTTL(t *testing.T) {
 	t.Parallel()
-	srv := startGateway(t, nil, func(c *server.Config) { c.AttemptTTL = 3 * time.Second })
+	srv := startGateway(t, nil, func(c *server.Config) { c.Fleet.Queue.AttemptTTL = 3 * time.Second })
 	for _, e := range srv.Engines() {
 		if got := e.Config().AttemptTTL; got != 3*time.Second {
 			t.Errorf("engine AttemptTTL = %s; want 3s", got)
@@ -21,9 +21,9 @@ func TestAttemptTTL(t *testing.T) {
 	}
 	for _, bad := range []time.Duration{0, time.Second, 2500 * time.Millisecond, 6 * time.Minute} {
 		cfg := server.DefaultConfig()
-		cfg.AttemptTTL = bad
+		cfg.Fleet.Queue.AttemptTTL = bad
 		err := cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), "attempt TTL") {
+		if err == nil || !strings.Contains(err.Error(), "AttemptTTL") {
 			t.Errorf("Validate with AttemptTTL %s = %v; want an attempt TTL error", bad, err)
 		}
 	}
@@ -34,7 +34,7 @@ func TestAttemptTTL(t *testing.T) {
 // range.
 func TestMaxClockSkew(t *testing.T) {
 	t.Parallel()
-	srv := startGateway(t, nil, func(c *server.Config) { c.MaxClockSkew = 2 * time.Second })
+	srv := startGateway(t, nil, func(c *server.Config) { c.Fleet.Queue.MaxClockSkew = 2 * time.Second })
 	for _, e := range srv.Engines() {
 		if got := e.Config().MaxClockSkew; got != 2*time.Second {
 			t.Errorf("engine MaxClockSkew = %s; want 2s", got)
@@ -42,9 +42,9 @@ func TestMaxClockSkew(t *testing.T) {
 	}
 	for _, bad := range []time.Duration{-time.Millisecond, 2 * time.Minute} {
 		cfg := server.DefaultConfig()
-		cfg.MaxClockSkew = bad
+		cfg.Fleet.Queue.MaxClockSkew = bad
 		err := cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), "max clock skew") || !strings.Contains(err.Error(), bad.String()) {
+		if err == nil || !strings.Contains(err.Error(), "MaxClockSkew") || !strings.Contains(err.Error(), bad.String()) {
 			t.Errorf("Validate with MaxClockSkew %s = %v; want a max clock skew error naming it", bad, err)
 		}
 	}
@@ -55,7 +55,7 @@ func TestMaxClockSkew(t *testing.T) {
 func TestLeasePool(t *testing.T) {
 	t.Parallel()
 	for _, size := range []int{0, 7} {
-		srv := startGateway(t, nil, func(c *server.Config) { c.LeasePool = size })
+		srv := startGateway(t, nil, func(c *server.Config) { c.Fleet.Queue.LeasePool = size })
 		for _, e := range srv.Engines() {
 			if got := e.Config().LeasePool; got != size {
 				t.Errorf("engine LeasePool = %d; want %d", got, size)
@@ -64,9 +64,9 @@ func TestLeasePool(t *testing.T) {
 	}
 	for _, bad := range []int{-1, queue.MaxLeasePool + 1} {
 		cfg := server.DefaultConfig()
-		cfg.LeasePool = bad
+		cfg.Fleet.Queue.LeasePool = bad
 		err := cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), "lease pool") {
+		if err == nil || !strings.Contains(err.Error(), "LeasePool") {
 			t.Errorf("Validate with LeasePool %d = %v; want a lease pool error", bad, err)
 		}
 	}
@@ -76,7 +76,7 @@ func TestLeasePool(t *testing.T) {
 // cluster's breaker, and one outside its range is refused.
 func TestBreakerOpenTimeout(t *testing.T) {
 	t.Parallel()
-	srv := startGateway(t, nil, func(c *server.Config) { c.BreakerOpenTimeout = 3 * time.Second })
+	srv := startGateway(t, nil, func(c *server.Config) { c.Fleet.Breaker.OpenTimeout = 3 * time.Second })
 	bes := srv.Router().Backends()
 	if len(bes) == 0 {
 		t.Fatal("no backends")
@@ -88,7 +88,7 @@ func TestBreakerOpenTimeout(t *testing.T) {
 	}
 	for _, bad := range []time.Duration{time.Millisecond, 2 * time.Minute} {
 		cfg := server.DefaultConfig()
-		cfg.BreakerOpenTimeout = bad
+		cfg.Fleet.Breaker.OpenTimeout = bad
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "breaker open timeout") {
 			t.Errorf("Validate with BreakerOpenTimeout %s = %v; want a breaker open timeout error", bad, err)
 		}

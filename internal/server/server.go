@@ -47,20 +47,23 @@ type Config struct {
 	// EmbeddedShards is how many embedded clusters to start when Clusters is
 	// empty. Default 3.
 	EmbeddedShards int
-	// Prefix is the etcd key prefix. Default "/leasegate".
+	// Prefix is the etcd key prefix of every key the process writes: the
+	// fleet's (Fleet.Prefix is set from it) and the id keys'. Default
+	// "/leasegate".
 	Prefix string
 	// Gateway configures the API.
 	Gateway gateway.Config
+	// Fleet configures the fleet: each cluster's engine (Fleet.Queue), its
+	// circuit breaker (Fleet.Breaker; its OpenTimeout is 100 ms to 1 min,
+	// about the etcd clusters' election timeout) and reach, the bound on
+	// each call (Fleet.RequestTimeout), and whether the stored shard map
+	// is followed (Fleet.Watch; a process that does not follow it reloads
+	// only when a cluster refuses an enqueue). Its Prefix, Endpoints,
+	// Dial, Log and Clock are the process's own: Prefix, Clusters, its
+	// dialer, Log and Gateway.Clock. Default locks.DefaultRouterConfig().
+	Fleet locks.RouterConfig
 	// ShutdownTimeout bounds a graceful stop. Default 15 s.
 	ShutdownTimeout time.Duration
-	// Breaker configures the per-cluster circuit breakers; nil uses
-	// shard.DefaultBreakerConfig.
-	Breaker *shard.BreakerConfig
-	// BreakerOpenTimeout, when positive, is how long a cluster's tripped
-	// breaker stays open before it lets a probe through, over Breaker's.
-	// Default shard.DefaultBreakerConfig's (1 s); 100 ms to 1 min. Set it
-	// near the etcd clusters' election timeout.
-	BreakerOpenTimeout time.Duration
 	// TLSCert and TLSKey, when set, make the listener serve TLS only.
 	TLSCert, TLSKey string
 	// TLSClientCA, when set, verifies client certificates against it and
@@ -80,10 +83,6 @@ type Config struct {
 	MaxConnsPerIP int
 	// EtcdTLS configures the connections to etcd.
 	EtcdTLS EtcdSecurity
-	// NoMapWatch stops the process from following the stored shard map; it
-	// then reloads only when a cluster refuses an enqueue. For tests of a
-	// gateway left on an old epoch.
-	NoMapWatch bool
 	// Log receives the server's logs; nil discards them.
 	Log *slog.Logger
 	// Telemetry receives traces and metrics and serves GET /metrics; nil
@@ -103,59 +102,26 @@ type Config struct {
 	// etcd cluster, created by the first gateway, and changes made there
 	// (leasegate id-keys rotate) are followed.
 	IDKeysFile string
-	// AttemptTTL is the TTL of each engine's attempt lease, which a session
-	// waiter's key rides on until it is granted: how long a waiter whose
-	// gateway stopped keeps its place for a retry elsewhere, and the bound
-	// on how long it can block its name once nobody serves it. Default
-	// queue.DefaultConfig's (10 s); 2 s to 5 min in whole seconds.
-	AttemptTTL time.Duration
 	// DebugListen, when set, serves the Go profiler (net/http/pprof) on
 	// this address, apart from the API. A loopback address answers without
 	// credentials; any other needs bearer authentication (a tokens file or
 	// JWTs) and a valid bearer token on every request. Default "" (off).
 	DebugListen string
-	// LeasePool is how many per-lock leases each engine keeps granted
-	// ahead of need per TTL, so an acquire takes one instead of granting
-	// it and a clean release gives it back instead of revoking it. Default
-	// queue.DefaultConfig's (64); 0 disables; at most queue.MaxLeasePool.
-	LeasePool int
-	// NoLossWait frees a name as soon as its holder's key goes, however it
-	// went. By default a holder lost without a clean end (its lease
-	// expired, or etcd revoked it early) keeps its name from everyone for
-	// its TTL after the loss was first seen, so that nobody is granted it
-	// while the lost holder may still believe it holds (queue.Config's
-	// LossWait, docs/safety.md).
-	NoLossWait bool
-	// MaxClockSkew bounds how far the clocks of the gateways over one
-	// etcd cluster may disagree (queue.Config.MaxClockSkew): a gateway
-	// waits out a lock-delay or loss wait another gateway stamped that
-	// much longer. Default queue.DefaultConfig's (500ms); 0 to 1m.
-	MaxClockSkew time.Duration
-	// MaxWatchKeys bounds the keys a tenant's Watch streams on this
-	// gateway follow on each shard (queue.Config.MaxWatchKeys): streams of
-	// one prefix share one view, and a watch past the bound is refused
-	// with resource_exhausted (tenant_watch_keys). Default
-	// queue.DefaultMaxWatchKeys; 0 = unlimited.
-	MaxWatchKeys int
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Listen:             "127.0.0.1:7070",
-		DataDir:            "./leasegate-data",
-		EmbeddedShards:     3,
-		Prefix:             shard.DefaultPrefix,
-		Gateway:            gateway.DefaultConfig(),
-		ShutdownTimeout:    15 * time.Second,
-		MaxStreamsPerConn:  1000,
-		MaxConns:           10_000,
-		MaxConnsPerIP:      1_000,
-		AttemptTTL:         queue.DefaultConfig().AttemptTTL,
-		MaxClockSkew:       queue.DefaultConfig().MaxClockSkew,
-		LeasePool:          queue.DefaultConfig().LeasePool,
-		MaxWatchKeys:       queue.DefaultMaxWatchKeys,
-		BreakerOpenTimeout: shard.DefaultBreakerConfig().OpenTimeout,
+		Listen:            "127.0.0.1:7070",
+		DataDir:           "./leasegate-data",
+		EmbeddedShards:    3,
+		Prefix:            shard.DefaultPrefix,
+		Gateway:           gateway.DefaultConfig(),
+		ShutdownTimeout:   15 * time.Second,
+		MaxStreamsPerConn: 1000,
+		MaxConns:          10_000,
+		MaxConnsPerIP:     1_000,
+		Fleet:             locks.DefaultRouterConfig(),
 	}
 }
 
@@ -188,23 +154,11 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	q := queue.DefaultConfig()
-	q.AttemptTTL = c.AttemptTTL
-	if err := q.Validate(); err != nil {
-		return fmt.Errorf("attempt TTL %s is outside 2s to 5m in whole seconds", c.AttemptTTL)
+	if err := c.Fleet.Validate(); err != nil {
+		return err
 	}
-	q.MaxClockSkew = c.MaxClockSkew
-	if err := q.Validate(); err != nil {
-		return fmt.Errorf("max clock skew %s is outside 0 to 1m", c.MaxClockSkew)
-	}
-	if c.MaxWatchKeys < 0 {
-		return fmt.Errorf("max watch keys %d: want 0 (unlimited) or positive", c.MaxWatchKeys)
-	}
-	if c.LeasePool < 0 || c.LeasePool > queue.MaxLeasePool {
-		return fmt.Errorf("lease pool %d is outside 0 (off) to %d", c.LeasePool, queue.MaxLeasePool)
-	}
-	if c.BreakerOpenTimeout != 0 && (c.BreakerOpenTimeout < 100*time.Millisecond || c.BreakerOpenTimeout > time.Minute) {
-		return fmt.Errorf("breaker open timeout %s is outside 100ms to 1m", c.BreakerOpenTimeout)
+	if ot := c.Fleet.Breaker.OpenTimeout; ot != 0 && (ot < 100*time.Millisecond || ot > time.Minute) {
+		return fmt.Errorf("breaker open timeout %s is outside 100ms to 1m", ot)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown timeout %s must be positive", c.ShutdownTimeout)
@@ -587,23 +541,12 @@ func (s *Server) startRouter(ctx context.Context, clusters []Cluster) error {
 		return fmt.Errorf("etcd cluster %q: %w", clusters[0].Name, err)
 	}
 	s.home = home
-	rc := locks.DefaultRouterConfig()
+	rc := s.cfg.Fleet
 	rc.Prefix = s.cfg.Prefix
 	rc.Endpoints = overrides
 	rc.Log = s.log
-	rc.Watch = !s.cfg.NoMapWatch
 	rc.Dial = dial
-	rc.Queue.AttemptTTL = s.cfg.AttemptTTL
-	rc.Queue.LeasePool = s.cfg.LeasePool
-	rc.Queue.LossWait = !s.cfg.NoLossWait
-	rc.Queue.MaxClockSkew = s.cfg.MaxClockSkew
-	rc.Queue.MaxWatchKeys = s.cfg.MaxWatchKeys
-	if s.cfg.Breaker != nil {
-		rc.Breaker = *s.cfg.Breaker
-	}
-	if s.cfg.BreakerOpenTimeout > 0 {
-		rc.Breaker.OpenTimeout = s.cfg.BreakerOpenTimeout
-	}
+	rc.Clock = s.cfg.Gateway.Clock
 	if err := s.instrumentRouter(&rc, s.cfg.Telemetry); err != nil {
 		return err
 	}

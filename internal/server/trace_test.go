@@ -118,7 +118,7 @@ func TestTraceOfAWaitedAcquire(t *testing.T) {
 		// path, the call this test finds under its span. With a pool it
 		// would take one or not depending on whether the pass the holder's
 		// acquire started had ended.
-		c.LeasePool = 0
+		c.Fleet.Queue.LeasePool = 0
 	})
 	c, err := client.New([]string{srv.URL()}, client.WithTracing(tp))
 	if err != nil {
