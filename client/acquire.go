@@ -91,19 +91,16 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
 	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (*v1.Granted, bool, error) {
 		return acquireOnce(ctx, ep.rpc, req, onQueued)
-	}, func(req *v1.AcquireRequest) settleAgain {
-		return tryAgain(&v1.TryAcquireRequest{Name: req.Name, TtlMs: req.TtlMs, ClientId: req.ClientId, RequestId: req.RequestId,
-			Limit: req.Limit, Reentrant: req.Reentrant, LockDelayMs: req.LockDelayMs})
-	})
+	}, false)
 }
 
-// tryAgain settles a lock's request id with a TryAcquire, which never
-// waits: it answers the grant or hold made under the id while it is held,
-// and takes a key still waiting back.
-func tryAgain(req *v1.TryAcquireRequest) settleAgain {
+// existing settles a waiter with a TryAcquire that only answers the grant
+// made under its request id while it holds (existing_only), and writes
+// nothing: no enqueue, no takeover, no hold added.
+func existing(req *v1.TryAcquireRequest) settleAgain {
 	return func(ctx context.Context, ep endpoint, sessionID string) (*v1.Granted, error) {
 		r := proto.CloneOf(req)
-		r.SessionId = sessionID
+		r.SessionId, r.ExistingOnly = sessionID, true
 		resp, err := ep.rpc.TryAcquire(ctx, connect.NewRequest(r))
 		if err != nil || !resp.Msg.Acquired {
 			return nil, err
@@ -112,17 +109,10 @@ func tryAgain(req *v1.TryAcquireRequest) settleAgain {
 	}
 }
 
-// streamAgain settles a streaming acquire's request id with the stream
-// itself, waiting at most the request timeout: it answers the grant made
-// under the id while it is held, or the gateway takes the waiting key
-// back as the wait times out.
-func (c *Client) streamAgain(req *v1.AcquireRequest, once streamOnce) settleAgain {
-	return func(ctx context.Context, ep endpoint, sessionID string) (*v1.Granted, error) {
-		r := proto.CloneOf(req)
-		r.SessionId, r.WaitTimeoutMs = sessionID, c.cfg.requestTimeout.Milliseconds()
-		g, _, err := once(ctx, ep, r, nil)
-		return g, err
-	}
+// existingOf is the existing ask for a streaming acquire's request.
+func existingOf(req *v1.AcquireRequest, election bool) settleAgain {
+	return existing(&v1.TryAcquireRequest{Name: req.Name, TtlMs: req.TtlMs, ClientId: req.ClientId, RequestId: req.RequestId,
+		Limit: req.Limit, Reentrant: req.Reentrant, LockDelayMs: req.LockDelayMs, Election: election})
 }
 
 // streamOnce runs one attempt of a streaming acquire (LockService.Acquire,
@@ -134,8 +124,8 @@ type streamOnce func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, o
 // on every endpoint in turn, the wait timeout, session recovery, and the
 // grant turned into a Lock renewed in the background. A session call that
 // ends without a Lock after an attempt in doubt settles its request id
-// with the settleAgain again makes of it (nil: the stream itself).
-func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session, opts []AcquireOption, once streamOnce, again func(*v1.AcquireRequest) settleAgain) (l *Lock, err error) {
+// (settle.go); election says the waiter is a campaign's.
+func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session, opts []AcquireOption, once streamOnce, election bool) (l *Lock, err error) {
 	if err := c.checkOpen(op); err != nil {
 		return nil, err
 	}
@@ -154,14 +144,12 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		defer func() {
 			switch {
 			case l != nil:
-				s.claim(l, settleKey(again == nil, name, l.rid))
+				s.claim(l, settleKey(election, name, l.rid))
 			case doubted == nil:
 			case prev != nil && doubted.RequestId == req.RequestId:
-				s.settleLater(settleKey(again == nil, name, doubted.RequestId), prev)
-			case again != nil:
-				s.settleLater(settleKey(again == nil, name, doubted.RequestId), again(doubted))
+				s.settleLater(settleKey(election, name, doubted.RequestId), prev)
 			default:
-				s.settleLater(settleKey(again == nil, name, doubted.RequestId), c.streamAgain(doubted, once))
+				s.settleLater(settleKey(election, name, doubted.RequestId), existingOf(doubted, election))
 			}
 		}()
 		var cancel context.CancelCauseFunc
@@ -179,7 +167,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		waitUntil = anchor.Add(cfg.wait)
 	}
 	if s != nil {
-		took, p, err := s.takeOver(ctx, waitUntil, settleKey(again == nil, name, req.RequestId))
+		took, p, err := s.takeOver(ctx, waitUntil, settleKey(election, name, req.RequestId))
 		prev = p
 		if took {
 			doubted = proto.CloneOf(req) // the settlement is this call's now
@@ -366,7 +354,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			case doubted != nil && prev != nil && doubted.RequestId == req.RequestId:
 				s.settleLater(settleKey(false, name, doubted.RequestId), prev)
 			case doubted != nil:
-				s.settleLater(settleKey(false, name, doubted.RequestId), tryAgain(doubted))
+				s.settleLater(settleKey(false, name, doubted.RequestId), existing(doubted))
 			}
 		}()
 		// A try blocks for a call's time at most: a settlement's release in

@@ -54,7 +54,7 @@ func (e *Election) Campaign(ctx context.Context, value []byte, opts ...AcquireOp
 			Name: req.Name, Value: value, TtlMs: req.TtlMs, ClientId: req.ClientId,
 			WaitTimeoutMs: req.WaitTimeoutMs, RequestId: req.RequestId, SessionId: req.SessionId,
 		}, onQueued)
-	}, nil)
+	}, true)
 	if err != nil {
 		return nil, err
 	}

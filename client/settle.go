@@ -17,28 +17,24 @@ import (
 // a session's grant rides on the session's lease and would live as long
 // as the session: a holder nobody serves. So a session call that ends
 // without a Lock after such an attempt settles its request id: in the
-// background, it asks again with the same id — which answers the same
-// grant (or the same re-entrant hold) while it is held, or takes a key
-// still waiting back — and releases what it is handed. It retries
-// transient failures until a gateway answers or the session ends.
+// background, it asks with the same id for the grant made under it while it
+// holds (a TryAcquire with existing_only: it writes nothing, so an ask that
+// arrives late changes nothing) and releases what it is handed. A key still
+// waiting is the gateway's to remove: the stream's end removes it, or the
+// attempt lease it rides on lapses. It retries transient failures until a
+// gateway answers or the session ends.
 //
 // Claims and settlements are kept by the gateway's waiter: kind (lock or
 // election), name and request id. A waiter that a held Lock of the session
 // was granted under (a retry of a delivered hold's acquire) is never
 // settled: that grant is the Lock's. A later call of the session on a
 // waiter being settled takes the settlement over: it stops it — cutting
-// short an ask in flight, but never a release, which is retried until a
+// short an ask in flight (a read), but never a release, which is retried until a
 // gateway answers (a copy that lands later finds the key gone, or another
 // incarnation of it) — and asks under the id itself, as a retry, keeping
 // whatever the lost attempt had (its queue place, its grant). Should it
 // end without a lock in its turn, it settles with the lost call's ask.
 //
-// The ask is not free of effects (docs/safety.md, "What remains"): a
-// TryAcquire finding the name free is granted, for a moment, what the
-// settlement then releases; a campaign's ask waits its turn and may lead
-// until its release; and an ask cut short by a takeover can still reach a
-// gateway after the call that took over queued, and take its key back.
-
 // settleKey is what claims and settlements are kept by: the gateway's
 // waiter, a lock's or an election's name and the request id.
 func settleKey(election bool, name, rid string) string {

@@ -193,3 +193,32 @@ func TestSDKErrorsSayEachPartOnce(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestExistingOnlyRefusals: an election's TryAcquire without existing_only,
+// and existing_only without a request id, are refused naming the field;
+// existing_only finds nothing it did not grant, and takes nothing.
+func TestExistingOnlyRefusals(t *testing.T) {
+	f := startFleet(t, 1)
+	g := f.gateway(t, nil, 0)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		req   *v1.TryAcquireRequest
+		field string
+	}{
+		{&v1.TryAcquireRequest{Name: "x", TtlMs: 30000, Election: true}, "election"},
+		{&v1.TryAcquireRequest{Name: "x", TtlMs: 30000, ExistingOnly: true}, "request_id"},
+	} {
+		_, err := g.Client.TryAcquire(ctx, connect.NewRequest(tc.req))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.field) {
+			t.Fatalf("TryAcquire(%v) = %v; want invalid_argument naming %s", tc.req, err, tc.field)
+		}
+	}
+	r, err := g.Client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", TtlMs: 30000, RequestId: "never-used", ExistingOnly: true}))
+	if err != nil || r.Msg.Acquired {
+		t.Fatalf("existing_only for a request id nobody used = %v, %v; want not acquired", r, err)
+	}
+	free, err := g.Client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "x", TtlMs: 30000}))
+	if err != nil || !free.Msg.Acquired {
+		t.Fatalf("TryAcquire after existing_only = %v, %v; want the name free", free, err)
+	}
+}

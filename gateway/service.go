@@ -403,12 +403,30 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.acquireOf(id, r, sess, false)
+	switch {
+	case m.Election && !m.ExistingOnly:
+		return nil, badField("election", "needs existing_only: an election is joined with Campaign")
+	case m.ExistingOnly && m.RequestId == "":
+		return nil, badField("request_id", "is empty; existing_only finds the grant made under a request id")
+	}
+	a, err := s.acquireOf(id, r, sess, m.Election)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.lim.acquire(id); err != nil {
 		return nil, err
+	}
+	if m.ExistingOnly {
+		shard, g, found, err := s.router.Existing(ctx, a)
+		if err != nil {
+			return nil, tagTTL(sessionShard(shard, err))
+		}
+		out := &v1.TryAcquireResponse{Acquired: found}
+		if found {
+			recordOf(ctx).setShard(shard)
+			out.Granted = s.granted(id, shard, g)
+		}
+		return connect.NewResponse(out), nil
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {

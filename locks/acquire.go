@@ -137,6 +137,44 @@ func (r *Router) TryAcquire(ctx context.Context, a Acquire) (shard string, res q
 	return t.Shard, res, err
 }
 
+// Existing finds the grant made under a's request id for its caller while
+// it holds (queue.Engine.Existing), on the shard the name drains from and
+// then on the shard that owns it; it writes nothing. The call is bounded
+// by RequestTimeout. It returns the shard that answered.
+func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue.Grant, found bool, err error) {
+	ctx, cancel := r.Bound(ctx)
+	defer cancel()
+	req := a.Request
+	if a.Election {
+		req.Name = queue.ElectionName(req.Name)
+	}
+	t, err := r.routeAcquire(ctx, a, &req)
+	if err != nil {
+		return t.Shard, queue.Grant{}, false, err
+	}
+	targets := []Target{t}
+	if p := t.Previous; p != nil {
+		targets = []Target{*p, t}
+	}
+	for _, t := range targets {
+		pr, ok := onShard(req, t, a.Session)
+		if !ok {
+			continue
+		}
+		var g queue.Grant
+		var found bool
+		err := t.Backend.call(ctx, func(ctx context.Context) error {
+			var err error
+			g, found, err = t.Engine.Existing(ctx, pr)
+			return err
+		})
+		if err != nil || found {
+			return t.Shard, g, found, err
+		}
+	}
+	return t.Shard, queue.Grant{}, false, nil
+}
+
 // handover runs one acquire over the shard map; it is the resharding
 // handover, for Acquire and TryAcquire alike:
 //

@@ -231,3 +231,179 @@ func TestRetryOfAnAbandonedRequestIDKeepsItsGrantWhenTheGiveUpsReleaseLandsLate(
 		t.Fatal(err)
 	}
 }
+
+// TestCampaignAbandonedWhileQueuedNeverLeads: a campaign whose caller gave
+// up while it waited in the queue leaves the queue at once (Acquire's
+// promise, which Campaign shares). Nothing campaigns for it afterwards: it
+// never leads, never publishes its value, and never stands before a
+// campaigner who came later.
+func TestCampaignAbandonedWhileQueuedNeverLeads(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	lead := newClient(t, []string{g.URL}, client.WithClientID("lead"))
+	term, err := lead.Election("abandoned").Campaign(ctx, []byte("lead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, tr := lossyClient(t, g.URL)
+	// The session's client never gets a Release through: whatever it is
+	// elected to, it keeps leading, so a term it should never have had
+	// shows.
+	holdCalls(t, tr, "LockService/Release")
+	s := openSession(t, c)
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, err = s.Election("abandoned").Campaign(qctx, []byte("abandoned"), client.WithOnQueued(func(int64) { cancel() }))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a campaign cancelled while queued = %v; want context.Canceled", err)
+	}
+	if err := term.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two campaigns in turn, each elected and resigning: whenever a
+	// campaign for the abandoned one reached the queue, one of them finds it
+	// leading.
+	for _, who := range []string{"next", "last"} {
+		other := newClient(t, []string{g.URL}, client.WithClientID(who))
+		l, err := other.Election("abandoned").Campaign(ctx, []byte(who), client.WithWaitTimeout(12*time.Second))
+		if err != nil {
+			leader := "nobody"
+			if li, lerr := other.Election("abandoned").Leader(ctx); lerr == nil {
+				leader = string(li.Value)
+			}
+			t.Fatalf("campaign %q after the leader resigned = %v (the leader is %q); want elected: the campaign abandoned while queued campaigned on", who, err, leader)
+		}
+		if err := l.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRetryKeepsItsQueuePlaceWhenTheGiveUpsAskLandsLate: a call that takes
+// a give-up over cuts its ask short and waits in the queue as a retry. An
+// ask cut short may still take effect at the gateway (a TryAcquire under
+// the id takes a waiting key back). The retry must keep the place it
+// queued at all the same, ahead of a waiter who came after it.
+func TestRetryKeepsItsQueuePlaceWhenTheGiveUpsAskLandsLate(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	holder := newClient(t, []string{g.URL}, client.WithClientID("holder"))
+	h, err := holder.Acquire(ctx, "place")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := h2cTransport()
+	t.Cleanup(base.CloseIdleConnections)
+	// The give-up's ask: any call but an Acquire stream and the session's
+	// own.
+	late := newLateCalls(base, func(path string) bool {
+		return !strings.HasSuffix(path, "/Acquire") && !strings.Contains(path, "Session")
+	})
+	t.Cleanup(func() { late.land() })
+	c := newClient(t, []string{g.URL}, client.WithClientID("late"), client.WithHTTPClient(&http.Client{Transport: late}))
+	s := openSession(t, c)
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if _, err := s.Acquire(qctx, "place", client.WithRequestID("place-id"), client.WithOnQueued(func(int64) { cancel() })); !errors.Is(err, context.Canceled) {
+		t.Fatalf("an acquire cancelled while queued = %v; want context.Canceled", err)
+	}
+	await(t, late.seen, "the give-up's ask")
+
+	type result struct {
+		l   *client.Lock
+		err error
+	}
+	queuedAs := func(ch chan struct{}) client.AcquireOption {
+		return client.WithOnQueued(func(int64) {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		})
+	}
+	retryQueued, retried := make(chan struct{}, 1), make(chan result, 1)
+	go func() {
+		l, err := s.Acquire(ctx, "place", client.WithRequestID("place-id"), queuedAs(retryQueued))
+		retried <- result{l, err}
+	}()
+	await(t, retryQueued, "the retry queued")
+	behind := newClient(t, []string{g.URL}, client.WithClientID("behind"))
+	laterQueued, later := make(chan struct{}, 1), make(chan result, 1)
+	go func() {
+		l, err := behind.Acquire(ctx, "place", queuedAs(laterQueued))
+		later <- result{l, err}
+	}()
+	await(t, laterQueued, "the later waiter queued")
+	late.land() // the ask the retry cut short reaches the gateway now
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-retried:
+		if r.err != nil {
+			t.Fatalf("retry: %v", r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r = await(t, later, "the later waiter's grant")
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case r := <-later:
+		if r.l != nil {
+			_ = r.l.Release(ctx)
+		}
+		t.Fatalf("the waiter who queued after the retry was answered first (%v): the give-up's late ask took the retry's place", r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out waiting for a grant")
+	}
+}
+
+// TestSessionAcquireAbandonedWhileQueuedNeverTakesTheName: an acquire
+// cancelled while it waits behind a holder leaves the queue at once, and
+// nothing asks for the name on its behalf afterwards: once the holder lets
+// go, the name is free.
+func TestSessionAcquireAbandonedWhileQueuedNeverTakesTheName(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	holder := newClient(t, []string{g.URL}, client.WithClientID("holder"))
+	h, err := holder.Acquire(ctx, "abandoned-wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := h2cTransport()
+	t.Cleanup(base.CloseIdleConnections)
+	// The give-up's ask (any call but an Acquire stream and the session's
+	// own) reaches the gateway only after the holder let go.
+	late := newLateCalls(base, func(path string) bool {
+		return !strings.HasSuffix(path, "/Acquire") && !strings.Contains(path, "Session")
+	})
+	t.Cleanup(func() { late.land() })
+	c := newClient(t, []string{g.URL}, client.WithClientID("late"), client.WithHTTPClient(&http.Client{Transport: late}))
+	s := openSession(t, c)
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if _, err := s.Acquire(qctx, "abandoned-wait", client.WithOnQueued(func(int64) { cancel() })); !errors.Is(err, context.Canceled) {
+		t.Fatalf("an acquire cancelled while queued = %v; want context.Canceled", err)
+	}
+	await(t, late.seen, "the give-up's ask")
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	late.land()
+	other := newClient(t, []string{g.URL}, client.WithClientID("other"))
+	l, err := other.TryAcquire(ctx, "abandoned-wait")
+	if err != nil {
+		t.Fatalf("another client's TryAcquire once the holder let go = %v; want a grant: the name was taken for the acquire that gave up", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

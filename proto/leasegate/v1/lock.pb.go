@@ -808,7 +808,17 @@ type TryAcquireRequest struct {
 	Reentrant bool `protobuf:"varint,7,opt,name=reentrant,proto3" json:"reentrant,omitempty"`
 	// Lock-delay, as in AcquireRequest. A TryAcquire during a pending
 	// lock-delay is not acquired.
-	LockDelayMs   int64 `protobuf:"varint,8,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	LockDelayMs int64 `protobuf:"varint,8,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// Only answer a grant already made under request_id for this caller —
+	// its lock, or with reentrant its hold of the session's lock — while it
+	// holds, and write nothing: never enqueue, take a waiting key over or
+	// add a hold. acquired is false when there is none. A client that lost
+	// the answer of an acquire asks this to find, and then release, what it
+	// was granted; a copy of the question that arrives late changes nothing.
+	ExistingOnly bool `protobuf:"varint,9,opt,name=existing_only,json=existingOnly,proto3" json:"existing_only,omitempty"`
+	// With existing_only: the grant is an election's (a Campaign's under
+	// request_id), not a lock's. Refused without existing_only.
+	Election      bool `protobuf:"varint,10,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,6 +907,20 @@ func (x *TryAcquireRequest) GetLockDelayMs() int64 {
 		return x.LockDelayMs
 	}
 	return 0
+}
+
+func (x *TryAcquireRequest) GetExistingOnly() bool {
+	if x != nil {
+		return x.ExistingOnly
+	}
+	return false
+}
+
+func (x *TryAcquireRequest) GetElection() bool {
+	if x != nil {
+		return x.Election
+	}
+	return false
 }
 
 type TryAcquireResponse struct {
@@ -3040,7 +3064,7 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"\fvalid_for_ms\x18\x06 \x01(\x03R\n" +
 	"validForMs\x12\x1d\n" +
 	"\n" +
-	"hold_count\x18\a \x01(\x05R\tholdCount\"\xf1\x01\n" +
+	"hold_count\x18\a \x01(\x05R\tholdCount\"\xb2\x02\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x1b\n" +
@@ -3051,7 +3075,10 @@ const file_leasegate_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1c\n" +
 	"\treentrant\x18\a \x01(\bR\treentrant\x12\"\n" +
-	"\rlock_delay_ms\x18\b \x01(\x03R\vlockDelayMs\"\xe6\x01\n" +
+	"\rlock_delay_ms\x18\b \x01(\x03R\vlockDelayMs\x12#\n" +
+	"\rexisting_only\x18\t \x01(\bR\fexistingOnly\x12\x1a\n" +
+	"\belection\x18\n" +
+	" \x01(\bR\belection\"\xe6\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12/\n" +
 	"\agranted\x18\x02 \x01(\v2\x15.leasegate.v1.GrantedR\agranted\x12F\n" +
