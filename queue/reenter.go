@@ -218,7 +218,9 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	// attempt is the write the key carries, unchanged: the grant rests on
 	// it as an attempt's does (the explorer checks it); giving the grant
 	// up compares the hold's nonce instead.
-	return &Grant{Handle: h, TTL: ttl, Holds: len(holds), Resumed: retried, attempt: kv.ModRevision, hold: nonce, keep: retried, asOf: resp.Header.Revision}, nil
+	g := Grant{Handle: h, TTL: ttl, Holds: len(holds), Resumed: retried, attempt: kv.ModRevision, hold: nonce, keep: retried}
+	e.grantMade(ctx, g, resp.Header.Revision, 0)
+	return &g, nil
 }
 
 // dropHold removes hold h.HoldID from h's lock, whose holds record was read

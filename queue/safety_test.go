@@ -48,7 +48,8 @@ func (h *pointHooks) park(ctx context.Context, p parked) {
 		h.onPark(ctx, p)
 	}
 }
-func (h *pointHooks) unpark(context.Context) {}
+func (h *pointHooks) unpark(context.Context)                       {}
+func (h *pointHooks) granted(context.Context, Grant, int64, int64) {}
 func (h *pointHooks) lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
 	if h.onLease != nil {
 		h.onLease(ctx, event, id, rev)
