@@ -396,7 +396,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		cmps = append(cmps, empty)
 	}
 	if r.Session != 0 {
-		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 	}
 	cmps = append(cmps, r.Guards...)
 	// Responses: 0 the put (or the key), 1 the first n keys by create
@@ -512,7 +512,7 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 }
 
 func hasHeader(v []byte, s Secret) bool {
-	h := ValueHeader(s)
+	h := valueHeader(s)
 	return len(v) > len(h) && string(v[:len(h)]) == h
 }
 

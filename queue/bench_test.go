@@ -336,7 +336,7 @@ func newDirectLock(b *testing.B, e *Engine, s Session, name string) *directLock 
 func (d *directLock) enqueue(ctx context.Context, cli *clientv3.Client, key string) (int64, error) {
 	sessionKey := d.keys.session(d.session.Lease)
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		OwnerCmps(sessionKey, d.session.Secret)...)
+		ownerCmps(sessionKey, d.session.Secret)...)
 	resp, err := cli.Txn(ctx).If(cmps...).Then(
 		clientv3.OpPut(key, d.value, clientv3.WithLease(d.session.Lease)),
 		clientv3.OpGet(d.prefix, clientv3.WithFirstCreate()...),
@@ -357,7 +357,7 @@ func (d *directLock) enqueue(ctx context.Context, cli *clientv3.Client, key stri
 
 func (d *directLock) release(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev)},
-		OwnerCmps(key, d.secret)...)
+		ownerCmps(key, d.secret)...)
 	resp, err := cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", key, err)

@@ -166,7 +166,7 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 			clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
 			// Every key of the election was created at or after this one.
 			clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), ">", h.Revision-1),
-		}, OwnerCmps(key, h.Secret)...)
+		}, ownerCmps(key, h.Secret)...)
 		e.at(ctx, pointProclaim)
 		tr, err := e.cli.Txn(ctx).If(cmps...).
 			Then(clientv3.OpPut(key, encodeValue(h.Secret, meta), clientv3.WithLease(h.Lease))).

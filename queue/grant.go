@@ -121,7 +121,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
-	}, OwnerCmps(skey, r.SessionSecret)...)
+	}, ownerCmps(skey, r.SessionSecret)...)
 	then := []clientv3.Op{clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)}
 	record := !q.recorded && (r.LockDelay > 0 || e.cfg.LossWait)
 	if record {

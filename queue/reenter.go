@@ -200,8 +200,8 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 		clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", r.Session),
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
-	}, OwnerCmps(key, secret)...)
-	cmps = append(cmps, OwnerCmps(skey, r.SessionSecret)...)
+	}, ownerCmps(key, secret)...)
+	cmps = append(cmps, ownerCmps(skey, r.SessionSecret)...)
 	e.at(ctx, pointReenter)
 	resp, err := e.cli.Txn(ctx).If(cmps...).
 		Then(clientv3.OpPut(hkey, encodeHolds(holds), clientv3.WithLease(r.Session)), clientv3.OpGet(skey)).
@@ -249,7 +249,7 @@ func (e *Engine) dropHold(ctx context.Context, h Handle, rec *mvccpb.KeyValue, n
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision),
-	}, OwnerCmps(key, h.Secret)...)
+	}, ownerCmps(key, h.Secret)...)
 	if keyMod != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", keyMod))
 	}

@@ -74,7 +74,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 			}
 			keyLease = att.id
 		}
-		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
 	}
 	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
