@@ -339,7 +339,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 	if waitTimeoutMs < 0 || waitTimeoutMs > s.cfg.MaxWaitTimeout.Milliseconds() {
 		return badField("wait_timeout_ms", "%d is outside 0 (wait until cancelled) to %d", waitTimeoutMs, s.cfg.MaxWaitTimeout.Milliseconds())
 	}
-	r.WaitTimeout = time.Duration(waitTimeoutMs) * time.Millisecond
+	wait := time.Duration(waitTimeoutMs) * time.Millisecond
 	t, err := s.target(ctx, id, &r, sess)
 	if err != nil {
 		return err
@@ -355,13 +355,12 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r.WaitTimeout > 0 {
+	if wait > 0 {
 		// The wait timeout bounds the whole call, enqueue included, so a
 		// stalled cluster cannot hold a caller past it.
 		var stop context.CancelFunc
-		wctx, stop = s.withTimeout(wctx, r.WaitTimeout, queue.ErrWaitTimeout)
+		wctx, stop = s.withTimeout(wctx, wait, queue.ErrWaitTimeout)
 		defer stop()
-		r.WaitTimeout = 0
 	}
 	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
 	out := &acquireStream{send: func(fn func() error) error { return s.send(ctx, fn) }, sink: sink, requestID: r.RequestID}

@@ -44,8 +44,6 @@ type AcquireRequest struct {
 	// Guards must all hold for a new waiter key to be created (the shard
 	// router fences enqueues by epoch with them). A resumed waiter skips them.
 	Guards []clientv3.Cmp
-	// WaitTimeout bounds the wait; zero waits until ctx is done.
-	WaitTimeout time.Duration
 	// OnQueued, when set, receives the number of keys ahead of the waiter
 	// (the holder plus earlier waiters) when it is first known and when it
 	// changes: at most one report per 250 ms, but the move to 1 at once. It
@@ -101,9 +99,6 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 	}
 	if err := validateIDs(r.ClientID, r.RequestID); err != nil {
 		return 0, err
-	}
-	if r.WaitTimeout < 0 {
-		return 0, fmt.Errorf("%w: wait timeout %s is negative", ErrInvalidArgument, r.WaitTimeout)
 	}
 	if r.Epoch > MaxEpoch {
 		return 0, fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
@@ -524,18 +519,6 @@ func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
 	return rr.Kvs[0]
 }
 
-// Acquire enqueues the caller and blocks until it holds the lock, the wait
-// timeout passes (ErrWaitTimeout), its lease is lost (ErrLeaseLost) or ctx
-// is done. A waiter that stops waiting deletes its key at once, unless ctx
-// was cancelled with cause ErrDetached.
-func (e *Engine) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
-	w, err := e.Enqueue(ctx, r)
-	if err != nil {
-		return Grant{}, err
-	}
-	return w.Wait(ctx)
-}
-
 // Waiter is an enqueued acquire that has not been granted yet. Call Wait
 // (or Try) once.
 type Waiter struct {
@@ -549,9 +532,10 @@ type Waiter struct {
 }
 
 // Enqueue runs the acquire transaction (one round trip on top of the lease)
-// and returns the waiter without waiting. It is Acquire's first half, for
-// callers that treat the bounded enqueue and the unbounded wait differently
-// (a circuit breaker must not count a long wait against its cluster).
+// and returns the waiter without waiting; Wait is the other half. The two
+// are apart for callers that treat the bounded enqueue and the unbounded
+// wait differently (a circuit breaker must not count a long wait against
+// its cluster).
 func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
 	began := e.cfg.Clock.Now()
 	ttlSec, err := r.validate(e.cfg)
@@ -576,7 +560,11 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 	return &Waiter{e: e, r: r, q: q, began: began}, nil
 }
 
-// Wait blocks until the waiter holds the lock; see Acquire.
+// Wait blocks until the waiter holds the lock, its lease is lost
+// (ErrLeaseLost) or ctx is done: then it returns ctx's cause (a caller's
+// wait timeout ends ctx with ErrWaitTimeout) or ctx's error. A waiter that
+// stops waiting deletes its key at once, unless ctx was cancelled with
+// cause ErrDetached.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	if w.reentered != nil {
 		return *w.reentered, nil
@@ -645,7 +633,7 @@ type TryResult struct {
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
 	began := e.cfg.Clock.Now()
-	r.WaitTimeout, r.OnQueued = 0, nil
+	r.OnQueued = nil
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
 		return TryResult{}, err

@@ -289,7 +289,7 @@ func raftIndex(b *testing.B) uint64 {
 }
 
 func engineCycle(ctx context.Context, e *Engine, r AcquireRequest) error {
-	g, err := e.Acquire(ctx, r)
+	g, err := acquire(ctx, e, r)
 	if err != nil {
 		return fmt.Errorf("Acquire(%q): %w", r.Name, err)
 	}
@@ -386,7 +386,7 @@ func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter Ac
 		}
 		holder.Name = fmt.Sprintf("handoff-%d", i)
 		holder.RequestID = benchRequestID()
-		g, err := e.Acquire(ctx, holder)
+		g, err := acquire(ctx, e, holder)
 		if err != nil {
 			b.Fatalf("holder Acquire: %v", err)
 		}
@@ -396,7 +396,7 @@ func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter Ac
 		r.OnQueued = onQueued
 		done := make(chan engineWaiter, 1)
 		go func() {
-			g, err := e.Acquire(ctx, r)
+			g, err := acquire(ctx, e, r)
 			done <- engineWaiter{g: g, t1: time.Now(), err: err}
 		}()
 		select {

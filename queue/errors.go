@@ -13,8 +13,9 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrNotAcquired reports that TryAcquire found the lock held.
 	ErrNotAcquired = errors.New("lock is held by another owner")
-	// ErrWaitTimeout reports that the wait timeout passed before a grant.
-	// The waiter's key has been removed.
+	// ErrWaitTimeout reports that the caller's wait timeout passed before
+	// a grant: the cause a caller ends a wait's context with (Wait returns
+	// it). The waiter's key has been removed.
 	ErrWaitTimeout = errors.New("wait timed out")
 	// ErrLeaseLost reports that the waiter's or holder's lease expired or
 	// was revoked; its key is gone and it will never be granted.

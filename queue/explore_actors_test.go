@@ -791,7 +791,7 @@ func (w *world) adversary(name string) actorSpec {
 	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		own := AcquireRequest{Name: w.name + "-adv", TTL: 10 * time.Minute, Owner: "mallory", ClientID: name, RequestID: name + "-own"}
 		w.step(ctx, "own")
-		mine, err := e.Acquire(ctx, own)
+		mine, err := acquire(ctx, e, own)
 		if err != nil {
 			w.violate("%s: own lock: %v", name, err)
 			return

@@ -19,11 +19,6 @@ import (
 func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (Grant, error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r.WaitTimeout > 0 {
-		// A timer, not a goroutine waiting for one.
-		t := clock.AfterFunc(e.cfg.Clock, r.WaitTimeout, func() { cancel(ErrWaitTimeout) })
-		defer t.Stop()
-	}
 	if !q.h.Session || r.Heartbeat != nil {
 		// The waiter's own lease must outlive the wait, and only the live
 		// attempt renews it — after its caller proved it is still there:
@@ -45,9 +40,6 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began
 			// Leaving the queue starts at once but does not hold up the
 			// answer: a slow etcd must not make a timed-out wait late.
 			e.removeWaiterLater(ctx, q)
-		}
-		if errors.Is(cause, ErrWaitTimeout) {
-			return Grant{}, fmt.Errorf("%w after %s", ErrWaitTimeout, r.WaitTimeout)
 		}
 		if cause != nil {
 			return Grant{}, cause
