@@ -90,32 +90,40 @@ type AcquireRequest struct {
 	LockDelay time.Duration
 }
 
+// validate checks r once per request: Enqueue and TryAcquire before they
+// write, Resume before it takes a waiter over. An error is a *FieldError
+// naming the field.
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
-	if err := ValidateKeyName(r.Name); err != nil {
-		return 0, err
-	}
-	if err := validateValue(r.Name, r.Value); err != nil {
-		return 0, err
-	}
-	if err := validateIDs(r.ClientID, r.RequestID); err != nil {
-		return 0, err
-	}
+	var epoch error
 	if r.Epoch > MaxEpoch {
-		return 0, fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
+		epoch = fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
 	}
-	if err := validateLimit(r.Limit); err != nil {
-		return 0, err
-	}
-	if err := validateLockDelay(r.LockDelay); err != nil {
-		return 0, err
-	}
+	var reentrant error
 	if r.Reentrant && r.Session == 0 {
-		return 0, fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
+		reentrant = fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
+	}
+	for _, f := range [...]struct {
+		field string
+		err   error
+	}{
+		{"Name", ValidateKeyName(r.Name)},
+		{"Value", validateValue(r.Name, r.Value)},
+		{"ClientID", ValidateClientID(r.ClientID)},
+		{"RequestID", ValidateRequestID(r.RequestID)},
+		{"Epoch", epoch},
+		{"Limit", validateLimit(r.Limit)},
+		{"LockDelay", validateLockDelay(r.LockDelay)},
+		{"Reentrant", reentrant},
+	} {
+		if f.err != nil {
+			return 0, fieldErr(f.field, f.err)
+		}
 	}
 	if r.Session != 0 {
 		return 0, nil
 	}
-	return cfg.ttlSeconds(r.TTL)
+	ttlSec, err = cfg.ttlSeconds(r.TTL)
+	return ttlSec, fieldErr("TTL", err)
 }
 
 // binding is the owner binding a waiter of r records.

@@ -290,10 +290,3 @@ func (e *Engine) renewLease(ctx context.Context, lease clientv3.LeaseID) (time.D
 	d := time.Duration(ttl) * time.Second
 	return d, sent.Add(d), nil
 }
-
-func validateIDs(clientID, requestID string) error {
-	if err := ValidateClientID(clientID); err != nil {
-		return err
-	}
-	return ValidateRequestID(requestID)
-}

@@ -81,3 +81,27 @@ var (
 	// has MaxHolds holds.
 	ErrTooManyHolds = errors.New("too many holds")
 )
+
+// FieldError is a request the engine refused for the value of one of its
+// fields. Field is the field's name in the engine's request (AcquireRequest:
+// "Name", "TTL", "ClientID", "RequestID", "Epoch", "Limit", "LockDelay",
+// "Reentrant", "Value"; OpenSession: "ClientID", "TTL"), for a caller to
+// name it in its own vocabulary. Err says what was wrong and what is
+// allowed, and wraps ErrInvalidName, ErrInvalidTTL or ErrInvalidArgument.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// fieldErr tags err, if any, with the request field it concerns.
+func fieldErr(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &FieldError{Field: field, Err: err}
+}

@@ -161,12 +161,14 @@ func (e *Engine) takeoverTTL(ctx context.Context, r *AcquireRequest, meta waiter
 // this cluster, without enqueueing anything, and takes it over as Enqueue
 // would. It returns nil and no error if there is none. The shard router
 // uses it to let a client resume its place on the cluster a name is moving
-// away from.
+// away from, and enqueues on the new cluster when there is none.
+//
+// r is validated only once there is a waiter to take over, before
+// anything is written: a Resume that finds none leaves the request to the
+// Enqueue that follows it, so that a request is validated once whichever
+// way it goes.
 func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) {
 	began := e.cfg.Clock.Now()
-	if _, err := r.validate(e.cfg); err != nil {
-		return nil, err
-	}
 	key := e.keys.waiter(r.Name, WaiterID(r.RequestID))
 	for try := 0; ; try++ {
 		resp, err := e.cli.Get(ctx, key)
@@ -175,6 +177,11 @@ func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) 
 		}
 		if len(resp.Kvs) == 0 {
 			return nil, nil
+		}
+		if try == 0 {
+			if _, err := r.validate(e.cfg); err != nil {
+				return nil, err
+			}
 		}
 		q, err := e.takeOver(ctx, &r, resp.Kvs[0])
 		if errors.Is(err, errRaced) && try < 3 {

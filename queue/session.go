@@ -43,12 +43,12 @@ func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Dura
 // secret can prove a session that spans several clusters.
 func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
 	if err := ValidateClientID(clientID); err != nil {
-		return Session{}, err
+		return Session{}, fieldErr("ClientID", err)
 	}
 	began := e.cfg.Clock.Now()
 	sec, err := e.cfg.ttlSeconds(ttl)
 	if err != nil {
-		return Session{}, err
+		return Session{}, fieldErr("TTL", err)
 	}
 	sent := e.cfg.Clock.Now()
 	g, err := e.cli.Grant(ctx, sec)
