@@ -155,7 +155,6 @@ type enqueued struct {
 	// gives the key up; it ends with its lease.
 	keep     bool
 	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
-	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
@@ -445,7 +444,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	nested := resp.Responses[0].GetResponseTxn() // the nested put of a key first in its name
 	first := nested.GetSucceeded()
 	recorded := first && firstOps != nil && nested.Responses[1].GetResponseTxn().GetSucceeded()
-	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
+	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value,
 		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n), recorded: recorded,
 		delays: pendingAmong(resp.Responses[3].GetResponseRange().GetKvs(), firstN),
 		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
@@ -509,7 +508,7 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 		if have := limitOf(first.Value); have != r.effectiveLimit() {
 			return nil, nil, limitMismatch(r.Name, r.effectiveLimit(), have)
 		}
-		return &enqueued{first: first, ahead: -1, limit: 1}, nil, nil
+		return &enqueued{first: first, ahead: -1}, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
 }

@@ -121,7 +121,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		return nil, errRaced
 	}
 	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: value,
-		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1, limit: n, delays: true,
+		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1, delays: true,
 		holds: holdsIn(resp.Responses[1].GetResponseRange().GetKvs(), mine.CreateRevision, n)}
 	if meta.Session {
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second

@@ -180,7 +180,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	prefix := e.keys.namePrefix(r.Name)
 	key := prefix + q.h.WaiterID
 	e.at(ctx, pointRegister)
-	hw := e.hubs.register(ctx, prefix, e.keys.delayPrefix(r.Name), key, q.h.Revision, q.modRev, q.limit, r.OnQueued != nil)
+	hw := e.hubs.register(ctx, prefix, e.keys.delayPrefix(r.Name), key, q.h.Revision, q.modRev, r.effectiveLimit(), r.OnQueued != nil)
 	defer e.hubs.unregister(hw)
 	var sessGone <-chan struct{}
 	sessKey := ""
@@ -195,13 +195,13 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	defer rep.stopTimer()
 	if q.ahead >= 0 {
 		// While it waits, at least the key it waits behind is ahead.
-		rep.offer(position(q.ahead, q.limit))
+		rep.offer(position(q.ahead, r.effectiveLimit()))
 	}
 	// The key right ahead (its create revision), for the wait span's
 	// "predecessor.left" event: known from the enqueue when one key was
 	// ahead, unknown (but some) when more were. A semaphore's waiter waits
 	// on no one key: it has no predecessor event.
-	lock := q.limit <= 1
+	lock := r.effectiveLimit() <= 1
 	var pred int64
 	predUnknown := lock && q.ahead > 1
 	if lock && q.ahead == 1 && q.first != nil {
@@ -236,7 +236,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 		if e.hooks != nil {
 			parkedNow = true
 			e.hooks.park(ctx, parked{prefix: prefix, own: key, myRev: q.h.Revision, ownMod: q.modRev,
-				limit: q.limit, session: sessKey, viewRev: hw.viewRev})
+				limit: r.effectiveLimit(), session: sessKey, viewRev: hw.viewRev})
 		}
 		var err error
 		select {
