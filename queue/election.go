@@ -142,7 +142,7 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 		return fmt.Errorf("%w: the id names a lock, not an election's leader", ErrInvalidArgument)
 	}
 	if len(value) > MaxValueLen {
-		return fmt.Errorf("%w: value is %d bytes; the limit is %d", ErrInvalidArgument, len(value), MaxValueLen)
+		return fieldErr("Value", fmt.Errorf("%w: value is %d bytes; the limit is %d", ErrInvalidArgument, len(value), MaxValueLen))
 	}
 	prefix := e.keys.namePrefix(h.Name)
 	key := prefix + h.WaiterID

@@ -85,9 +85,10 @@ var (
 // FieldError is a request the engine refused for the value of one of its
 // fields. Field is the field's name in the engine's request (AcquireRequest:
 // "Name", "TTL", "ClientID", "RequestID", "Epoch", "Limit", "LockDelay",
-// "Reentrant", "Value"; OpenSession: "ClientID", "TTL"), for a caller to
-// name it in its own vocabulary. Err says what was wrong and what is
-// allowed, and wraps ErrInvalidName, ErrInvalidTTL or ErrInvalidArgument.
+// "Reentrant", "Value"; OpenSession: "ClientID", "TTL"; Proclaim: "Value"),
+// for a caller to name it in its own vocabulary. Err says what was wrong
+// and what is allowed, and wraps ErrInvalidName, ErrInvalidTTL or
+// ErrInvalidArgument.
 type FieldError struct {
 	Field string
 	Err   error
