@@ -61,13 +61,15 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error) {
+// acquireOptions applies opts and checks what the gateway cannot: the
+// SDK's own wait timeout, and the values the wire would carry unfaithfully
+// — a negative TTL or lock delay that rounds to 0 ms (which means the
+// default and none), a limit beyond int32. Everything else the gateway
+// checks, and its refusal is ErrInvalidArgument.
+func acquireOptions(op string, opts []AcquireOption) (acquireConfig, error) {
 	var cfg acquireConfig
 	for _, o := range opts {
 		o.applyAcquire(&cfg)
-	}
-	if name == "" {
-		return cfg, invalid(op, "lock name is empty")
 	}
 	if err := checkTTL(op, cfg.ttl); err != nil {
 		return cfg, err
@@ -75,12 +77,10 @@ func acquireOptions(op, name string, opts []AcquireOption) (acquireConfig, error
 	switch {
 	case cfg.wait < 0:
 		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
-	case len(cfg.requestID) > v1.MaxIDBytes:
-		return cfg, invalid(op, "request id is %d bytes; the limit is %d", len(cfg.requestID), v1.MaxIDBytes)
 	case cfg.limit < 0 || cfg.limit > v1.MaxSemaphoreLimit:
 		return cfg, invalid(op, "limit %d is outside 0 (a lock) to %d", cfg.limit, v1.MaxSemaphoreLimit)
-	case cfg.lockDelay < 0 || cfg.lockDelay > v1.MaxLockDelayMs*time.Millisecond:
-		return cfg, invalid(op, "lock delay %s is outside 0 to %s", cfg.lockDelay, v1.MaxLockDelayMs*time.Millisecond)
+	case cfg.lockDelay < 0:
+		return cfg, invalid(op, "lock delay %s is negative; want 0 (none) to %s", cfg.lockDelay, v1.MaxLockDelayMs*time.Millisecond)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()
@@ -129,7 +129,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 	if err := c.checkOpen(op); err != nil {
 		return nil, err
 	}
-	cfg, err := acquireOptions(op, name, opts)
+	cfg, err := acquireOptions(op, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +334,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	if err := c.checkOpen(op); err != nil {
 		return nil, err
 	}
-	cfg, err := acquireOptions(op, name, opts)
+	cfg, err := acquireOptions(op, opts)
 	if err != nil {
 		return nil, err
 	}

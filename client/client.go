@@ -92,6 +92,12 @@ func (c *Client) Endpoints() []string {
 	return out
 }
 
+// RenewalsWaiting is how many of c's lock renewals are due but wait for
+// their turn because WithMaxRenewals are in flight. A count that stays
+// above zero says the bound is low for the gateway's latency: the waiting
+// leases come closer to their deadlines. It does not block.
+func (c *Client) RenewalsWaiting() int { return c.renews.waitingCount() }
+
 // Close closes the default HTTP client's idle connections, and makes later
 // Acquire, TryAcquire and OpenSession calls fail with ErrClosed. It does
 // not release locks or close sessions, and those keep renewing: release

@@ -34,8 +34,7 @@ type keeper struct {
 
 	mu       sync.Mutex
 	deadline time.Time
-	lostAt   time.Time // clock time of the loss; zero while not lost
-	lostBy   error     // cause of the loss; nil while not lost
+	lostBy   error // cause of the loss; nil while not lost
 
 	// manual turns the scheduled renewals off: only renewNow renews.
 	manual bool
@@ -55,13 +54,6 @@ type keeper struct {
 type manualRenewal struct {
 	result    renewResult
 	processed chan struct{}
-}
-
-// hooks let tests observe the renewer; all nil in production.
-type hooks struct {
-	// renewed runs on the keeper's goroutine after each renewal attempt
-	// was processed, with the time it was sent and its error.
-	renewed func(sent time.Time, err error)
 }
 
 type renewResult struct {
@@ -240,10 +232,10 @@ func timerC(t Timer) <-chan time.Time {
 	return t.C()
 }
 
-// observe reports a processed renewal to the test hook.
+// observe reports a processed renewal to WithOnRenew's function.
 func (k *keeper) observe(r renewResult) {
-	if k.c.cfg.hooks.renewed != nil {
-		k.c.cfg.hooks.renewed(r.sent, r.err)
+	if k.c.cfg.onRenew != nil {
+		k.c.cfg.onRenew(r.sent, r.err)
 	}
 }
 
@@ -292,7 +284,7 @@ func (k *keeper) loseNow(err error) {
 
 func (k *keeper) lose(err error) {
 	k.mu.Lock()
-	k.lostAt, k.lostBy = k.c.cfg.clock.Now(), err
+	k.lostBy = err
 	k.mu.Unlock()
 	k.cancel(err)
 }

@@ -64,7 +64,7 @@ type config struct {
 	backoffMax     time.Duration
 	requestTimeout time.Duration
 	maxRenewals    int
-	hooks          hooks
+	onRenew        func(sent time.Time, err error)
 	tracing        bool
 	tracerProvider trace.TracerProvider // nil: the global one
 	tokens         TokenSource          // nil: no credentials
@@ -224,6 +224,18 @@ func WithRetryBackoff(initial, max time.Duration) Option {
 // caller's context. Default 10 s.
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.requestTimeout = d })
+}
+
+// WithOnRenew makes fn observe every renewal of a lock's lease and every
+// keepalive of a session once the Client has processed it: the lock's
+// deadline (Expires) already counts from it, or its loss is already
+// declared. fn gets the time the request was sent (on the Client's Clock)
+// and its error, nil when the gateway confirmed the lease; a session's
+// keepalive that left a shard's lease unconfirmed reports an error naming
+// the shards. fn runs on the renewer's goroutine and must not block for
+// long: that lease's next renewal waits for it. Default: none.
+func WithOnRenew(fn func(sent time.Time, err error)) Option {
+	return optionFunc(func(c *config) { c.onRenew = fn })
 }
 
 // DefaultMaxRenewals is how many scheduled lock renewals one Client has in

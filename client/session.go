@@ -120,7 +120,7 @@ func (s *Session) wake() {
 // loseLease marks l lost with cause and ends the session if no lease is
 // left live.
 func (s *Session) loseLease(l *shardLease, cause error) {
-	if !l.lose(s.c.cfg.clock.Now(), cause) {
+	if !l.lose(cause) {
 		return
 	}
 	s.mu.Lock()

@@ -214,10 +214,10 @@ func (s *Session) apply(r sessionRenewal, unconfirmed map[string]error) (partial
 	return partial
 }
 
-// observe reports a processed keepalive to the test hook. A keepalive that
+// observe reports a processed keepalive to WithOnRenew's function. A keepalive that
 // left some leases unconfirmed reports an error naming their shards.
 func (s *Session) observe(r sessionRenewal, partial bool) {
-	hook := s.c.cfg.hooks.renewed
+	hook := s.c.cfg.onRenew
 	if hook == nil {
 		return
 	}

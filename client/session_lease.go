@@ -27,7 +27,6 @@ type shardLease struct {
 
 	mu       sync.Mutex
 	deadline time.Time
-	lostAt   time.Time
 	lostBy   error // nil while live
 }
 
@@ -60,15 +59,15 @@ func (l *shardLease) extend(d time.Time) {
 	}
 }
 
-// lose marks the lease lost at now with cause, unless it was already lost
-// or closed; it reports whether this call lost it.
-func (l *shardLease) lose(now time.Time, cause error) bool {
+// lose marks the lease lost with cause, unless it was already lost or
+// closed; it reports whether this call lost it.
+func (l *shardLease) lose(cause error) bool {
 	l.mu.Lock()
 	if l.lostBy != nil || l.ctx.Err() != nil {
 		l.mu.Unlock()
 		return false
 	}
-	l.lostAt, l.lostBy = now, cause
+	l.lostBy = cause
 	l.mu.Unlock()
 	l.cancel(cause)
 	return true

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasegate/leasegate/client"
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
@@ -32,6 +34,9 @@ import (
 type benchFleet struct {
 	g    *gw
 	etcd map[string]*clientv3.Client
+	// header is the owner line of a waiter value the gateway wrote: the
+	// keys written straight into etcd carry it as the engine's do.
+	header string
 }
 
 func startBenchFleet(b *testing.B) *benchFleet {
@@ -45,13 +50,40 @@ func startBenchFleet(b *testing.B) *benchFleet {
 		f.etcd[name] = c.ClientFor(b)
 	}
 	f.g = gwtest.Start(b, nil, gwtest.Clusters(clusters...))
+	f.header = f.ownerHeader(b)
 	return f
 }
 
+// ownerHeader takes a lock through the gateway and returns the first line
+// of its waiter value, the one that proves the key's owner.
+func (f *benchFleet) ownerHeader(b *testing.B) string {
+	b.Helper()
+	ctx := context.Background()
+	c, err := client.New([]string{f.g.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	const name = "bench-header"
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Release(ctx)
+	resp, err := f.etcd[l.Shard()].Get(ctx, queue.NamePrefix(f.g.Prefix, name), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		b.Fatalf("the gateway's waiter key: %v", err)
+	}
+	header, _, ok := strings.Cut(string(resp.Kvs[0].Value), "\n")
+	if !ok {
+		b.Fatalf("waiter value %q has no header line", resp.Kvs[0].Value)
+	}
+	return header + "\n"
+}
+
 // lockValue is a waiter value as the engine writes it.
-func lockValue(client string) string {
-	var s queue.Secret
-	return queue.ValueHeader(s) + fmt.Sprintf(`{"c":%q,"t":30,"e":0,"s":"00","q":%d}`, client, time.Now().UnixMilli())
+func (f *benchFleet) lockValue(client string) string {
+	return f.header + fmt.Sprintf(`{"c":%q,"t":30,"e":0,"s":"00","q":%d}`, client, time.Now().UnixMilli())
 }
 
 // fill writes n locks "bench/%06d" (one holder key each), each shard's in
@@ -93,7 +125,7 @@ func (f *benchFleet) fill(b *testing.B, n int, perLock bool) []string {
 						}
 						lease = l.ID
 					}
-					ops = append(ops, clientv3.OpPut(queue.NamePrefix(f.g.Prefix, name)+queue.WaiterID(name), lockValue("bench"), clientv3.WithLease(lease)))
+					ops = append(ops, clientv3.OpPut(queue.NamePrefix(f.g.Prefix, name)+queue.WaiterID(name), f.lockValue("bench"), clientv3.WithLease(lease)))
 				}
 				if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 					b.Error(err)
@@ -211,7 +243,7 @@ func BenchmarkWatchEvents(b *testing.B) {
 				mu.Lock()
 				before[shard] = resp.Header.Revision
 				mu.Unlock()
-				val := lockValue("w")
+				val := f.lockValue("w")
 				for done := 0; done < n/len(shards)+1; done += 200 {
 					var puts, dels []clientv3.Op
 					for i := range 100 {

@@ -44,8 +44,6 @@ type AcquireRequest struct {
 	// Guards must all hold for a new waiter key to be created (the shard
 	// router fences enqueues by epoch with them). A resumed waiter skips them.
 	Guards []clientv3.Cmp
-	// WaitTimeout bounds the wait; zero waits until ctx is done.
-	WaitTimeout time.Duration
 	// OnQueued, when set, receives the number of keys ahead of the waiter
 	// (the holder plus earlier waiters) when it is first known and when it
 	// changes: at most one report per 250 ms, but the move to 1 at once. It
@@ -92,35 +90,40 @@ type AcquireRequest struct {
 	LockDelay time.Duration
 }
 
+// validate checks r once per request: Enqueue and TryAcquire before they
+// write, Resume before it takes a waiter over. An error is a *FieldError
+// naming the field.
 func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
-	if err := ValidateKeyName(r.Name); err != nil {
-		return 0, err
-	}
-	if err := validateValue(r.Name, r.Value); err != nil {
-		return 0, err
-	}
-	if err := validateIDs(r.ClientID, r.RequestID); err != nil {
-		return 0, err
-	}
-	if r.WaitTimeout < 0 {
-		return 0, fmt.Errorf("%w: wait timeout %s is negative", ErrInvalidArgument, r.WaitTimeout)
-	}
+	var epoch error
 	if r.Epoch > MaxEpoch {
-		return 0, fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
+		epoch = fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
 	}
-	if err := validateLimit(r.Limit); err != nil {
-		return 0, err
-	}
-	if err := validateLockDelay(r.LockDelay); err != nil {
-		return 0, err
-	}
+	var reentrant error
 	if r.Reentrant && r.Session == 0 {
-		return 0, fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
+		reentrant = fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
+	}
+	for _, f := range [...]struct {
+		field string
+		err   error
+	}{
+		{"Name", ValidateKeyName(r.Name)},
+		{"Value", validateValue(r.Name, r.Value)},
+		{"ClientID", ValidateClientID(r.ClientID)},
+		{"RequestID", ValidateRequestID(r.RequestID)},
+		{"Epoch", epoch},
+		{"Limit", validateLimit(r.Limit)},
+		{"LockDelay", validateLockDelay(r.LockDelay)},
+		{"Reentrant", reentrant},
+	} {
+		if f.err != nil {
+			return 0, fieldErr(f.field, f.err)
+		}
 	}
 	if r.Session != 0 {
 		return 0, nil
 	}
-	return cfg.ttlSeconds(r.TTL)
+	ttlSec, err = cfg.ttlSeconds(r.TTL)
+	return ttlSec, fieldErr("TTL", err)
 }
 
 // binding is the owner binding a waiter of r records.
@@ -152,7 +155,6 @@ type enqueued struct {
 	// gives the key up; it ends with its lease.
 	keep     bool
 	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
-	limit    int   // the semaphore limit, 1 for a lock
 	ahead    int64 // keys ahead when enqueued; -1 when unknown
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
@@ -398,7 +400,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 		cmps = append(cmps, empty)
 	}
 	if r.Session != 0 {
-		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 	}
 	cmps = append(cmps, r.Guards...)
 	// Responses: 0 the put (or the key), 1 the first n keys by create
@@ -444,7 +446,7 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	nested := resp.Responses[0].GetResponseTxn() // the nested put of a key first in its name
 	first := nested.GetSucceeded()
 	recorded := first && firstOps != nil && nested.Responses[1].GetResponseTxn().GetSucceeded()
-	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value, limit: n,
+	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value,
 		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n), recorded: recorded,
 		delays: pendingAmong(resp.Responses[3].GetResponseRange().GetKvs(), firstN),
 		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
@@ -508,13 +510,13 @@ func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, only
 		if have := limitOf(first.Value); have != r.effectiveLimit() {
 			return nil, nil, limitMismatch(r.Name, r.effectiveLimit(), have)
 		}
-		return &enqueued{first: first, ahead: -1, limit: 1}, nil, nil
+		return &enqueued{first: first, ahead: -1}, nil, nil
 	}
 	return nil, nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
 }
 
 func hasHeader(v []byte, s Secret) bool {
-	h := ValueHeader(s)
+	h := valueHeader(s)
 	return len(v) > len(h) && string(v[:len(h)]) == h
 }
 
@@ -524,18 +526,6 @@ func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
 		return nil
 	}
 	return rr.Kvs[0]
-}
-
-// Acquire enqueues the caller and blocks until it holds the lock, the wait
-// timeout passes (ErrWaitTimeout), its lease is lost (ErrLeaseLost) or ctx
-// is done. A waiter that stops waiting deletes its key at once, unless ctx
-// was cancelled with cause ErrDetached.
-func (e *Engine) Acquire(ctx context.Context, r AcquireRequest) (Grant, error) {
-	w, err := e.Enqueue(ctx, r)
-	if err != nil {
-		return Grant{}, err
-	}
-	return w.Wait(ctx)
 }
 
 // Waiter is an enqueued acquire that has not been granted yet. Call Wait
@@ -551,9 +541,10 @@ type Waiter struct {
 }
 
 // Enqueue runs the acquire transaction (one round trip on top of the lease)
-// and returns the waiter without waiting. It is Acquire's first half, for
-// callers that treat the bounded enqueue and the unbounded wait differently
-// (a circuit breaker must not count a long wait against its cluster).
+// and returns the waiter without waiting; Wait is the other half. The two
+// are apart for callers that treat the bounded enqueue and the unbounded
+// wait differently (a circuit breaker must not count a long wait against
+// its cluster).
 func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
 	began := e.cfg.Clock.Now()
 	ttlSec, err := r.validate(e.cfg)
@@ -578,7 +569,11 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 	return &Waiter{e: e, r: r, q: q, began: began}, nil
 }
 
-// Wait blocks until the waiter holds the lock; see Acquire.
+// Wait blocks until the waiter holds the lock, its lease is lost
+// (ErrLeaseLost) or ctx is done: then it returns ctx's cause (a caller's
+// wait timeout ends ctx with ErrWaitTimeout) or ctx's error. A waiter that
+// stops waiting deletes its key at once, unless ctx was cancelled with
+// cause ErrDetached.
 func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 	if w.reentered != nil {
 		return *w.reentered, nil
@@ -647,7 +642,7 @@ type TryResult struct {
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
 	began := e.cfg.Clock.Now()
-	r.WaitTimeout, r.OnQueued = 0, nil
+	r.OnQueued = nil
 	ttlSec, err := r.validate(e.cfg)
 	if err != nil {
 		return TryResult{}, err

@@ -179,7 +179,7 @@ func drainEngine(b *testing.B, e *Engine, sess Session, name string) time.Durati
 	ctx := benchCtx(b)
 	r := AcquireRequest{Name: name, TTL: benchLockTTL, ClientID: "c", Session: sess.Lease, SessionSecret: sess.Secret}
 	r.RequestID = benchRequestID()
-	holder, err := e.Acquire(ctx, r)
+	holder, err := acquire(ctx, e, r)
 	if err != nil {
 		b.Fatal(err)
 	}

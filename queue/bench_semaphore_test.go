@@ -40,7 +40,7 @@ func BenchmarkSemaphoreCycle(b *testing.B) {
 			for i := 0; i < 2; i++ {
 				r := base
 				r.Name, r.RequestID, r.Limit = "sem", benchRequestID(), 3
-				g, err := e.Acquire(ctx, r)
+				g, err := acquire(ctx, e, r)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -289,7 +289,7 @@ func raftIndex(b *testing.B) uint64 {
 }
 
 func engineCycle(ctx context.Context, e *Engine, r AcquireRequest) error {
-	g, err := e.Acquire(ctx, r)
+	g, err := acquire(ctx, e, r)
 	if err != nil {
 		return fmt.Errorf("Acquire(%q): %w", r.Name, err)
 	}
@@ -336,7 +336,7 @@ func newDirectLock(b *testing.B, e *Engine, s Session, name string) *directLock 
 func (d *directLock) enqueue(ctx context.Context, cli *clientv3.Client, key string) (int64, error) {
 	sessionKey := d.keys.session(d.session.Lease)
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		OwnerCmps(sessionKey, d.session.Secret)...)
+		ownerCmps(sessionKey, d.session.Secret)...)
 	resp, err := cli.Txn(ctx).If(cmps...).Then(
 		clientv3.OpPut(key, d.value, clientv3.WithLease(d.session.Lease)),
 		clientv3.OpGet(d.prefix, clientv3.WithFirstCreate()...),
@@ -357,7 +357,7 @@ func (d *directLock) enqueue(ctx context.Context, cli *clientv3.Client, key stri
 
 func (d *directLock) release(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev)},
-		OwnerCmps(key, d.secret)...)
+		ownerCmps(key, d.secret)...)
 	resp, err := cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("release %s: %w", key, err)
@@ -386,7 +386,7 @@ func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter Ac
 		}
 		holder.Name = fmt.Sprintf("handoff-%d", i)
 		holder.RequestID = benchRequestID()
-		g, err := e.Acquire(ctx, holder)
+		g, err := acquire(ctx, e, holder)
 		if err != nil {
 			b.Fatalf("holder Acquire: %v", err)
 		}
@@ -396,7 +396,7 @@ func benchEngineHandoff(b *testing.B, e *Engine, settled bool, holder, waiter Ac
 		r.OnQueued = onQueued
 		done := make(chan engineWaiter, 1)
 		go func() {
-			g, err := e.Acquire(ctx, r)
+			g, err := acquire(ctx, e, r)
 			done <- engineWaiter{g: g, t1: time.Now(), err: err}
 		}()
 		select {

@@ -43,7 +43,7 @@ func TestLockDelayAfterExpiry(t *testing.T) {
 	granted := make(chan time.Time, 1)
 	w := req("d")
 	go func() {
-		g2, err := e.Acquire(testCtx(t), w)
+		g2, err := acquire(testCtx(t), e, w)
 		if err != nil {
 			t.Error(err)
 			granted <- time.Time{}
@@ -99,7 +99,7 @@ func TestLockDelayCleanRelease(t *testing.T) {
 	}
 	bad := req("c")
 	bad.LockDelay = MaxLockDelay + time.Millisecond
-	if _, err := e.Acquire(testCtx(t), bad); err == nil {
+	if _, err := acquire(testCtx(t), e, bad); err == nil {
 		t.Fatal("a lock-delay over the maximum was accepted")
 	}
 }
@@ -130,7 +130,7 @@ func TestLockDelayOnTheEngineClock(t *testing.T) {
 	w.TTL = time.Minute // its renewals wait on the fake clock: its lease must outlive the test
 	granted := make(chan Grant, 1)
 	go func() {
-		g2, err := e.Acquire(testCtx(t), w)
+		g2, err := acquire(testCtx(t), e, w)
 		if err != nil {
 			t.Error(err)
 		}
@@ -294,7 +294,7 @@ func TestLockDelayFirstSightingElsewhere(t *testing.T) {
 	}
 	granted := make(chan grant, 1)
 	go func() {
-		g, err := other.Acquire(testCtx(t), req("s"))
+		g, err := acquire(testCtx(t), other, req("s"))
 		if err != nil {
 			t.Error(err)
 		}

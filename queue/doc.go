@@ -74,7 +74,7 @@
 // is ErrSuperseded, the key gone or created anew ErrLeaseLost, judged from
 // the view as the re-read judged them before. A session waiter also needs
 // its session: the grant's move onto the session lease proves it
-// (OwnerCmps), so a waiter whose session ended is never granted; the
+// (ownerCmps), so a waiter whose session ended is never granted; the
 // engine's one watch of session records (sessions.go) makes it learn the
 // end while it waits, within the watch's latency (and, after a failed
 // watch, at the re-read that replaces it), not when it reaches the head.

@@ -142,7 +142,7 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 		return fmt.Errorf("%w: the id names a lock, not an election's leader", ErrInvalidArgument)
 	}
 	if len(value) > MaxValueLen {
-		return fmt.Errorf("%w: value is %d bytes; the limit is %d", ErrInvalidArgument, len(value), MaxValueLen)
+		return fieldErr("Value", fmt.Errorf("%w: value is %d bytes; the limit is %d", ErrInvalidArgument, len(value), MaxValueLen))
 	}
 	prefix := e.keys.namePrefix(h.Name)
 	key := prefix + h.WaiterID
@@ -166,7 +166,7 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 			clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
 			// Every key of the election was created at or after this one.
 			clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), ">", h.Revision-1),
-		}, OwnerCmps(key, h.Secret)...)
+		}, ownerCmps(key, h.Secret)...)
 		e.at(ctx, pointProclaim)
 		tr, err := e.cli.Txn(ctx).If(cmps...).
 			Then(clientv3.OpPut(key, encodeValue(h.Secret, meta), clientv3.WithLease(h.Lease))).

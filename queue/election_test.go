@@ -28,7 +28,7 @@ func TestElectionNamesNeverMeetLockNames(t *testing.T) {
 	if err := ValidateKeyName(ElectionName("x")); err != nil {
 		t.Fatalf("ValidateKeyName(ElectionName(x)) = %v", err)
 	}
-	if _, err := e.Acquire(testCtx(t), AcquireRequest{Name: "y", TTL: 10 * time.Second, RequestID: "r", Value: []byte("v")}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := acquire(testCtx(t), e, AcquireRequest{Name: "y", TTL: 10 * time.Second, RequestID: "r", Value: []byte("v")}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("a lock acquire with a value = %v; want ErrInvalidArgument", err)
 	}
 	if err := e.Proclaim(testCtx(t), lock.Handle, []byte("v")); !errors.Is(err, ErrInvalidArgument) {
@@ -74,7 +74,7 @@ func TestProclaimByDeposedLeaderRefused(t *testing.T) {
 	go func() {
 		r := campaign("svc", "b")
 		r.OnQueued = onQueued
-		g, err := e.Acquire(ctx, r)
+		g, err := acquire(ctx, e, r)
 		if err != nil {
 			t.Errorf("second campaign: %v", err)
 		}
@@ -216,7 +216,7 @@ func TestObserveReportsCurrentThenEveryChange(t *testing.T) {
 	go func() {
 		r := campaign("svc", "b")
 		r.OnQueued = onQueued
-		g, err := e.Acquire(ctx, r)
+		g, err := acquire(ctx, e, r)
 		if err != nil {
 			t.Errorf("campaign b: %v", err)
 		}
@@ -264,7 +264,7 @@ func TestObserveSurvivesCompaction(t *testing.T) {
 				t.Errorf("resign a: %v", err)
 			}
 			var err error
-			if b, err = e.Acquire(ctx, campaign("svc", "b")); err != nil {
+			if b, err = acquire(ctx, e, campaign("svc", "b")); err != nil {
 				t.Errorf("campaign b: %v", err)
 			}
 			if _, err := etcdtestCompact(cli); err != nil {
@@ -315,7 +315,7 @@ func TestAtMostOneLeaderAcrossEngines(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 5; j++ {
-				g, err := e.Acquire(ctx, campaign("svc", fmt.Sprintf("c%d-%d", i, j)))
+				g, err := acquire(ctx, e, campaign("svc", fmt.Sprintf("c%d-%d", i, j)))
 				if err != nil {
 					t.Errorf("campaign: %v", err)
 					return

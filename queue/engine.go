@@ -69,10 +69,6 @@ type core struct {
 	// other goroutines, which ctx stops.
 	tasks sync.WaitGroup
 	wg    sync.WaitGroup
-
-	// testHookBeforeViewRead runs before a name hub reads its view at the
-	// revision its watch started at (tests compact history at that moment).
-	testHookBeforeViewRead func()
 }
 
 // spacesKept bounds the spaces an engine remembers for its sweep and
@@ -254,14 +250,6 @@ type Grant struct {
 	// attempt took it over; another attempt may have delivered it, so
 	// giving this grant up gives nothing up.
 	keep bool
-	// asOf is a revision at which the key was first and carried the
-	// attempt's write: what the grant rests on (the explorer checks it).
-	asOf int64
-	// heldFrom is the revision from which the key held its place among
-	// the first keys — the revision its hub found it holding at, or its
-	// own write's: a grant of a slot earned before another holder expired
-	// is not that holder's slot (the explorer's lock-delay check).
-	heldFrom int64
 }
 
 // Holder describes the current holder of a name.
@@ -301,11 +289,4 @@ func (e *Engine) renewLease(ctx context.Context, lease clientv3.LeaseID) (time.D
 	}
 	d := time.Duration(ttl) * time.Second
 	return d, sent.Add(d), nil
-}
-
-func validateIDs(clientID, requestID string) error {
-	if err := ValidateClientID(clientID); err != nil {
-		return err
-	}
-	return ValidateRequestID(requestID)
 }

@@ -13,8 +13,9 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrNotAcquired reports that TryAcquire found the lock held.
 	ErrNotAcquired = errors.New("lock is held by another owner")
-	// ErrWaitTimeout reports that the wait timeout passed before a grant.
-	// The waiter's key has been removed.
+	// ErrWaitTimeout reports that the caller's wait timeout passed before
+	// a grant: the cause a caller ends a wait's context with (Wait returns
+	// it). The waiter's key has been removed.
 	ErrWaitTimeout = errors.New("wait timed out")
 	// ErrLeaseLost reports that the waiter's or holder's lease expired or
 	// was revoked; its key is gone and it will never be granted.
@@ -80,3 +81,28 @@ var (
 	// has MaxHolds holds.
 	ErrTooManyHolds = errors.New("too many holds")
 )
+
+// FieldError is a request the engine refused for the value of one of its
+// fields. Field is the field's name in the engine's request (AcquireRequest:
+// "Name", "TTL", "ClientID", "RequestID", "Epoch", "Limit", "LockDelay",
+// "Reentrant", "Value"; OpenSession: "ClientID", "TTL"; Proclaim: "Value"),
+// for a caller to name it in its own vocabulary. Err says what was wrong
+// and what is allowed, and wraps ErrInvalidName, ErrInvalidTTL or
+// ErrInvalidArgument.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// fieldErr tags err, if any, with the request field it concerns.
+func fieldErr(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &FieldError{Field: field, Err: err}
+}

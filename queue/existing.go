@@ -21,7 +21,7 @@ import (
 // id, as a retry's is) and place among the holders are read in one
 // revision; the grant rests on them as a takeover's would.
 func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found bool, err error) {
-	r.WaitTimeout, r.OnQueued = 0, nil
+	r.OnQueued = nil
 	if _, err := r.validate(e.cfg); err != nil {
 		return Grant{}, false, err
 	}

@@ -186,13 +186,14 @@ func (w *world) request(client, rid string) AcquireRequest {
 // (measured from before the request was sent), so a client would find the
 // grant already past its deadline and let it go, as the SDK does.
 func (w *world) believe(client string, g Grant) bool {
+	c := w.cert(g)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.expiredRev[g.Revision] {
 		return false
 	}
 	w.grants++
-	if now := w.clocks[0].Now(); now.Before(w.delayEnd) && g.heldFrom >= w.delayRev {
+	if now := w.clocks[0].Now(); now.Before(w.delayEnd) && c.heldFrom >= w.delayRev {
 		// A grant whose slot was earned after the expiry. A semaphore's
 		// holder that held its slot before it — granted later, after its
 		// session move or its lease's renewal — is not the expired slot's;
@@ -331,19 +332,31 @@ func (w *world) tryAcquire(ctx context.Context, who string, e *Engine, r Acquire
 	return w.delivered(ctx, e, w.granted(who, res.Grant, r))
 }
 
+// cert is what the engine said g rests on; a grant it never reported is a
+// violation.
+func (w *world) cert(g Grant) grantCert {
+	c, ok := w.sch.cert(g)
+	if !ok {
+		w.violate("a grant (token %d, attempt %d) the engine never reported", g.Token(), g.attempt)
+	}
+	return c
+}
+
 // certify checks what every grant rests on, whoever receives it (a zombie
 // attempt's grant too): at the revision the engine says it knew the key
-// first (g.asOf), etcd had the key with the grant's identity, carrying the
-// granting attempt's write, and no key created before it.
+// first (its certificate's asOf), etcd had the key with the grant's
+// identity, carrying the granting attempt's write, and no key created
+// before it.
 func (w *world) certify(who string, g Grant) {
+	asOf := w.cert(g).asOf
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	prefix := w.engines[0].keys.namePrefix(w.name)
 	resp, err := w.sch.cli.Txn(ctx).Then(
-		clientv3.OpGet(prefix+g.WaiterID, clientv3.WithKeysOnly(), clientv3.WithRev(g.asOf)),
-		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithRev(g.asOf))).Commit()
+		clientv3.OpGet(prefix+g.WaiterID, clientv3.WithKeysOnly(), clientv3.WithRev(asOf)),
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithRev(asOf))).Commit()
 	if err != nil {
-		w.violate("%s: certify grant at %d: %v", who, g.asOf, err)
+		w.violate("%s: certify grant at %d: %v", who, asOf, err)
 		return
 	}
 	own, first := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
@@ -362,22 +375,22 @@ func (w *world) certify(who string, g Grant) {
 			}
 		}
 		if len(ahead) >= n {
-			w.violate("%s granted (token %d, limit %d) as of revision %d, when %d keys were ahead", who, g.Token(), n, g.asOf, len(ahead))
+			w.violate("%s granted (token %d, limit %d) as of revision %d, when %d keys were ahead", who, g.Token(), n, asOf, len(ahead))
 		}
 		for _, kv := range ahead {
 			if _, m, _ := decodeValue(kv.Value); max(m.Limit, 1) != n {
-				w.violate("%s granted (token %d, limit %d) as of revision %d, when a key of limit %d was ahead", who, g.Token(), n, g.asOf, m.Limit)
+				w.violate("%s granted (token %d, limit %d) as of revision %d, when a key of limit %d was ahead", who, g.Token(), n, asOf, m.Limit)
 			}
 		}
 		first = own // the first-key test below is a lock's
 	}
 	switch {
 	case own == nil || own.CreateRevision != g.Revision:
-		w.violate("%s granted (token %d) as of revision %d, when its key was not there", who, g.Token(), g.asOf)
+		w.violate("%s granted (token %d) as of revision %d, when its key was not there", who, g.Token(), asOf)
 	case own.ModRevision != g.attempt:
-		w.violate("%s granted (token %d) as of revision %d, when its key carried another attempt's write (%d, not %d)", who, g.Token(), g.asOf, own.ModRevision, g.attempt)
+		w.violate("%s granted (token %d) as of revision %d, when its key carried another attempt's write (%d, not %d)", who, g.Token(), asOf, own.ModRevision, g.attempt)
 	case first == nil || first.CreateRevision != g.Revision:
-		w.violate("%s granted (token %d) as of revision %d, when a key created at %d was ahead", who, g.Token(), g.asOf, first.GetCreateRevision())
+		w.violate("%s granted (token %d) as of revision %d, when a key created at %d was ahead", who, g.Token(), asOf, first.GetCreateRevision())
 	}
 }
 
@@ -778,7 +791,7 @@ func (w *world) adversary(name string) actorSpec {
 	return actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		own := AcquireRequest{Name: w.name + "-adv", TTL: 10 * time.Minute, Owner: "mallory", ClientID: name, RequestID: name + "-own"}
 		w.step(ctx, "own")
-		mine, err := e.Acquire(ctx, own)
+		mine, err := acquire(ctx, e, own)
 		if err != nil {
 			w.violate("%s: own lock: %v", name, err)
 			return

@@ -106,6 +106,34 @@ type scheduler struct {
 	// vanish makes actors vanish mid-call: at its given point count, the
 	// actor's context ends (its caller went away), whatever it is doing.
 	vanish map[string]*vanishing
+	// certs are what the grants made rest on, as the engine reported them.
+	certs map[grantRef]grantCert
+}
+
+// grantRef names one grant: its key, the granting attempt's write and,
+// for a re-entered hold, the hold's nonce.
+type grantRef struct {
+	rev, attempt int64
+	hold         string
+}
+
+// grantCert is what a grant rests on (hooks.granted).
+type grantCert struct{ asOf, heldFrom int64 }
+
+func refOf(g Grant) grantRef { return grantRef{g.Revision, g.attempt, g.hold} }
+
+func (s *scheduler) granted(_ context.Context, g Grant, asOf, heldFrom int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.certs[refOf(g)] = grantCert{asOf, heldFrom}
+}
+
+// cert is what the engine said g rests on when it made it.
+func (s *scheduler) cert(g Grant) (grantCert, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.certs[refOf(g)]
+	return c, ok
 }
 
 // vanishing is when an actor's caller goes away.
@@ -117,7 +145,8 @@ type vanishing struct {
 
 func newScheduler(t testing.TB, cli *clientv3.Client, seed uint64) *scheduler {
 	s := &scheduler{t: t, cli: cli, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x1ea5e6a7e)),
-		actors: map[string]*actor{}, spawns: map[string]int{}, vanish: map[string]*vanishing{}}
+		actors: map[string]*actor{}, spawns: map[string]int{}, vanish: map[string]*vanishing{},
+		certs: map[grantRef]grantCert{}}
 	s.cond = sync.NewCond(&s.mu)
 	if s.rng.IntN(2) == 0 {
 		s.pct, s.prio, s.changes = true, map[string]int{}, map[int]bool{}

@@ -34,6 +34,11 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 	if q.firstAt != 0 {
 		heldFrom = q.firstAt
 	}
+	defer func() {
+		if err == nil {
+			e.grantMade(ctx, out, asOf, heldFrom)
+		}
+	}()
 	if q.h.Session {
 		if !q.onSession() {
 			if err := e.moveToSession(ctx, r, q); err != nil {
@@ -44,10 +49,10 @@ func (e *Engine) granted(ctx context.Context, r *AcquireRequest, q *enqueued, be
 		if err := e.granting(ctx, r, q, q.ttl); err != nil {
 			return Grant{}, err
 		}
-		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, keep: q.keep, asOf: asOf, heldFrom: heldFrom}, nil
+		return Grant{Handle: q.h, TTL: q.ttl, Resumed: q.resumed, attempt: q.modRev, keep: q.keep}, nil
 	}
 	deadline := q.confirmed()
-	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, keep: q.keep, asOf: asOf, heldFrom: heldFrom}
+	g := Grant{Handle: q.h, TTL: q.ttl, Deadline: deadline, Resumed: q.resumed, attempt: q.modRev, keep: q.keep}
 	if deadline.IsZero() || deadline.Sub(e.cfg.Clock.Now()) < q.ttl/2 {
 		b := newBackoff(e.cfg.Clock)
 		for {
@@ -116,7 +121,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
-	}, OwnerCmps(skey, r.SessionSecret)...)
+	}, ownerCmps(skey, r.SessionSecret)...)
 	then := []clientv3.Op{clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)}
 	record := !q.recorded && (r.LockDelay > 0 || e.cfg.LossWait)
 	if record {

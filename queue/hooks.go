@@ -20,6 +20,7 @@ const (
 	pointTakeover    = "resume.takeover"   // before an attempt takes over its waiter key
 	pointRegister    = "wait.register"     // enqueued, before the waiter registers with its name's hub
 	pointHubEvent    = "hub.event"         // a name hub has a revision's watch events, before it applies them to its view
+	pointHubRead     = "hub.read"          // a name hub's watch started, before it reads its view at the watch's revision
 	pointGrant       = "grant"             // first in the queue, before the grant is made
 	pointCleanup     = "cleanup.txn"       // before a waiter's key is removed
 	pointCleaned     = "cleanup.done"      // a removal ended (deleted or found the key not its own)
@@ -68,6 +69,13 @@ type hooks interface {
 	// lease reports a lease event (above) of the lease id, for the key
 	// created at rev when there is one.
 	lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64)
+	// granted reports a grant as it is made, with what it rests on: asOf
+	// is a revision at which the key was first and carried the granting
+	// attempt's write; heldFrom the revision from which the key held its
+	// place among the first keys — the revision its hub found it holding
+	// at, or its own write's — so that a slot earned before another
+	// holder expired is told from that holder's (0 for a re-entered hold).
+	granted(ctx context.Context, g Grant, asOf, heldFrom int64)
 }
 
 // parked describes an actor blocked on etcd. A waiter (hub false) wakes
@@ -96,6 +104,12 @@ type parked struct {
 func (e *Engine) leaseEvent(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
 	if e.hooks != nil {
 		e.hooks.lease(ctx, event, id, rev)
+	}
+}
+
+func (e *Engine) grantMade(ctx context.Context, g Grant, asOf, heldFrom int64) {
+	if e.hooks != nil {
+		e.hooks.granted(ctx, g, asOf, heldFrom)
 	}
 }
 

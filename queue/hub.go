@@ -362,9 +362,7 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	// The watch delivers every revision after the one it was created at,
 	// which its created notice names.
 	r0 := created.Header.Revision
-	if e.testHookBeforeViewRead != nil {
-		e.testHookBeforeViewRead()
-	}
+	e.at(ctx, pointHubRead)
 	resp, err := e.cli.Txn(ctx).Then(
 		clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithRev(r0)),
 		clientv3.OpGet(h.delays, clientv3.WithPrefix(), clientv3.WithRev(r0)),

@@ -150,7 +150,7 @@ func TestSessionEndBeforeRegistrationIsNotMissed(t *testing.T) {
 	a.OnQueued = onA
 	aCtx, stopA := context.WithCancel(ctx)
 	defer stopA()
-	go func() { _, _ = e.Acquire(aCtx, a) }()
+	go func() { _, _ = acquire(aCtx, e, a) }()
 	<-posA
 	r := req("sess-late")
 	r.Session, r.SessionSecret = s.Lease, s.Secret
@@ -159,7 +159,7 @@ func TestSessionEndBeforeRegistrationIsNotMissed(t *testing.T) {
 	c := r
 	c.RequestID, c.OnQueued = "c-"+r.RequestID, onQ
 	cDone := make(chan error, 1)
-	go func() { _, err := e.Acquire(ctx, c); cDone <- err }()
+	go func() { _, err := acquire(ctx, e, c); cDone <- err }()
 	<-pos
 	b, err := e.Enqueue(ctx, r)
 	if err != nil {
@@ -192,7 +192,7 @@ func TestCloseEndsAWaitInProgress(t *testing.T) {
 	onQ, pos := queuedSignal()
 	r.OnQueued = onQ
 	done := make(chan error, 1)
-	go func() { _, err := e.Acquire(testCtx(t), r); done <- err }()
+	go func() { _, err := acquire(testCtx(t), e, r); done <- err }()
 	<-pos
 	e.Close()
 	if err := within(t, done, 10*time.Second, "the wait's end"); !errors.Is(err, ErrClosed) {

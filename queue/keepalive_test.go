@@ -214,7 +214,8 @@ func TestGrantSurvivesAKeepaliveFailure(t *testing.T) {
 		})
 	}}
 	r := req("x")
-	r.WaitTimeout = 20 * time.Second
+	wctx, cancel := context.WithTimeoutCause(ctx, 20*time.Second, ErrWaitTimeout)
+	defer cancel()
 	w, err := e.Enqueue(ctx, r)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestGrantSurvivesAKeepaliveFailure(t *testing.T) {
 	w.q.deadline = time.Time{}
 	got := make(chan error, 1)
 	go func() {
-		g, err := w.Wait(ctx)
+		g, err := w.Wait(wctx)
 		if err == nil {
 			_, err = e.Renew(ctx, g.Handle, g.Token())
 		}
@@ -347,8 +348,7 @@ func TestEnqueueWithLostAnswerLeavesNothing(t *testing.T) {
 			t.Fatalf("TryAcquire with its answer lost = nil error")
 		}
 		other := req(r.Name)
-		other.WaitTimeout = 10 * time.Second
-		g, err := direct.Acquire(testCtx(t), other)
+		g, err := acquireWithin(testCtx(t), direct, other, 10*time.Second)
 		if err != nil {
 			t.Fatalf("the name after an acquire whose answer was lost (session %v): %v; want it free", session, err)
 		}

@@ -27,22 +27,22 @@ func NewSecret() (Secret, error) {
 	return s, nil
 }
 
-// ValueHeader is the fixed prefix of every waiter and session value: a
+// valueHeader is the fixed prefix of every waiter and session value: a
 // version tag and the hex SHA-256 of the owner's secret, then a newline.
 // Renew and release
 // prove ownership inside their transaction by comparing the value to lie
 // strictly between header and header+"\xff": exactly the values that begin
 // with the header, since the JSON that follows is UTF-8 and UTF-8 never
 // contains the byte 0xff.
-func ValueHeader(s Secret) string {
+func valueHeader(s Secret) string {
 	h := sha256.Sum256(s[:])
 	return "lg1 " + hex.EncodeToString(h[:]) + "\n"
 }
 
-// OwnerCmps are the compares proving that key carries the owner's secret:
+// ownerCmps are the compares proving that key carries the owner's secret:
 // every transaction that acts for an owner includes them.
-func OwnerCmps(key string, s Secret) []clientv3.Cmp {
-	h := ValueHeader(s)
+func ownerCmps(key string, s Secret) []clientv3.Cmp {
+	h := valueHeader(s)
 	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.Value(key), ">", h),
 		clientv3.Compare(clientv3.Value(key), "<", h+"\xff"),
@@ -128,12 +128,6 @@ func SplitWaiterKey(prefix, key string) (name, waiterID string, ok bool) {
 	return name, waiterID, true
 }
 
-// SessionKey is the key, under an engine's prefix, of the record that
-// proves a session lease: ValueHeader of the session's secret, then JSON.
-func SessionKey(prefix string, lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s%s%016x", prefix, sessionsSeg, int64(lease))
-}
-
 // keys builds the key layout of one space.
 type keys struct{ prefix string }
 
@@ -159,7 +153,11 @@ func (k keys) waiter(name, waiterID string) string {
 	return k.namePrefix(name) + waiterID
 }
 
-func (k keys) session(lease clientv3.LeaseID) string { return SessionKey(k.prefix, lease) }
+// session is the key of the record that proves a session lease:
+// valueHeader of the session's secret, then JSON.
+func (k keys) session(lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%s%016x", k.prefix, sessionsSeg, int64(lease))
+}
 
 // holds is the record of the holds of the re-entered lock whose key is
 // name's waiterID created at rev (reenter.go): outside the name's prefix,

@@ -76,7 +76,7 @@ func TestRaceAcquireMutualExclusion(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			g, err := e.Acquire(testCtx(t), req("mutex"))
+			g, err := acquire(testCtx(t), e, req("mutex"))
 			if err != nil {
 				t.Errorf("Acquire: %v", err)
 				return
@@ -122,7 +122,7 @@ func TestFIFOOrderWithManyWaiters(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			g, err := e.Acquire(testCtx(t), r)
+			g, err := acquire(testCtx(t), e, r)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -207,7 +207,7 @@ func TestCancelledWaiterLeavesAndQueueAdvances(t *testing.T) {
 	onQ, pos := queuedSignal()
 	r1.OnQueued = onQ
 	done := make(chan error, 1)
-	go func() { _, err := e.Acquire(ctx, r1); done <- err }()
+	go func() { _, err := acquire(ctx, e, r1); done <- err }()
 	<-pos
 	r2 := req("cancel")
 	onQ2, pos2 := queuedSignal()
@@ -232,24 +232,24 @@ func TestCancelledWaiterLeavesAndQueueAdvances(t *testing.T) {
 	}
 }
 
+// A wait its caller's timeout ends (the gateway cancels the wait's context
+// with ErrWaitTimeout) answers with that cause and leaves no key.
 func TestTimedOutWaiterLeavesNoKey(t *testing.T) {
-	fake := newFakeClock()
-	e, cli := newEngine(t, func(c *Config) { c.Clock = fake })
+	e, cli := newEngine(t)
 	holder := mustAcquire(t, e, req("timeout"))
 	r := req("timeout")
-	r.WaitTimeout = 30 * time.Second
 	onQ, pos := queuedSignal()
 	r.OnQueued = onQ
+	ctx, timeOut := context.WithCancelCause(testCtx(t))
 	done := make(chan error, 1)
-	go func() { _, err := e.Acquire(testCtx(t), r); done <- err }()
+	go func() { _, err := acquire(ctx, e, r); done <- err }()
 	<-pos
-	fake.Advance(29 * time.Second)
 	select {
 	case err := <-done:
 		t.Fatalf("Acquire ended before its wait timeout: %v", err)
 	default:
 	}
-	fake.Advance(time.Second)
+	timeOut(ErrWaitTimeout)
 	if err := <-done; !errors.Is(err, ErrWaitTimeout) {
 		t.Fatalf("Acquire = %v; want ErrWaitTimeout", err)
 	}
@@ -268,7 +268,7 @@ func TestWaiterWhoseLeaseDiesIsNeverGranted(t *testing.T) {
 	onQ, pos := queuedSignal()
 	r.OnQueued = onQ
 	done := make(chan error, 1)
-	go func() { _, err := e.Acquire(testCtx(t), r); done <- err }()
+	go func() { _, err := acquire(testCtx(t), e, r); done <- err }()
 	<-pos
 	resp, err := cli.Get(testCtx(t), e.keys.waiter("lease-dies", WaiterID(r.RequestID)))
 	if err != nil || len(resp.Kvs) != 1 {
@@ -408,7 +408,7 @@ func TestRetriedAcquireKeepsItsPlace(t *testing.T) {
 	r1.OnQueued = onQ
 	ctx1, detach := context.WithCancelCause(testCtx(t))
 	done1 := make(chan error, 1)
-	go func() { _, err := e.Acquire(ctx1, r1); done1 <- err }()
+	go func() { _, err := acquire(ctx1, e, r1); done1 <- err }()
 	<-pos
 	r2 := req("retry")
 	onQ2, pos2 := queuedSignal()
@@ -463,7 +463,10 @@ func TestCompactionDuringWait(t *testing.T) {
 	holder := mustAcquire(t, e, req("compact"))
 	feedWatches := make(chan struct{}, 16)
 	var compacted atomic.Bool
-	e.testHookBeforeViewRead = func() {
+	e.hooks = &pointHooks{fn: func(_ context.Context, point string) {
+		if point != pointHubRead {
+			return
+		}
 		// The hub's first read of its view is at a revision compaction
 		// removes (a write moves the revision on first), so it fails with
 		// ErrCompacted and the hub must start over with a new watch.
@@ -476,7 +479,7 @@ func TestCompactionDuringWait(t *testing.T) {
 			}
 		}
 		feedWatches <- struct{}{}
-	}
+	}}
 	var cancels []context.CancelFunc
 	var positions []chan int64
 	got := make(chan Grant, 3)
@@ -486,7 +489,7 @@ func TestCompactionDuringWait(t *testing.T) {
 		onQ, pos := queuedSignal()
 		r.OnQueued = onQ
 		go func() {
-			if g, err := e.Acquire(ctx, r); err == nil {
+			if g, err := acquire(ctx, e, r); err == nil {
 				got <- g
 			}
 		}()
@@ -551,7 +554,7 @@ func TestSessionLocksShareOneLease(t *testing.T) {
 	// A wrong session secret neither attaches nor renews.
 	bad := req("sess-bad")
 	bad.Session, bad.SessionSecret = s.Lease, Secret{}
-	if _, err := e.Acquire(testCtx(t), bad); !errors.Is(err, ErrSessionLost) {
+	if _, err := acquire(testCtx(t), e, bad); !errors.Is(err, ErrSessionLost) {
 		t.Fatalf("Acquire with a wrong session secret = %v; want ErrSessionLost", err)
 	}
 	if _, err := e.KeepAliveSession(testCtx(t), s.Lease, Secret{}); !errors.Is(err, ErrNotOwner) {
@@ -580,7 +583,7 @@ func TestSessionWaiterLosesPlaceWhenSessionDies(t *testing.T) {
 	onQ, pos := queuedSignal()
 	r.OnQueued = onQ
 	done := make(chan error, 1)
-	go func() { _, err := e.Acquire(testCtx(t), r); done <- err }()
+	go func() { _, err := acquire(testCtx(t), e, r); done <- err }()
 	<-pos
 	if err := e.CloseSession(testCtx(t), s.Lease, s.Secret); err != nil {
 		t.Fatal(err)
@@ -624,7 +627,7 @@ func TestTTLRoundedUpAndBounded(t *testing.T) {
 	for _, ttl := range []time.Duration{0, 999 * time.Millisecond, 25 * time.Hour} {
 		r := req("round")
 		r.TTL = ttl
-		if _, err := e.Acquire(testCtx(t), r); !errors.Is(err, ErrInvalidTTL) {
+		if _, err := acquire(testCtx(t), e, r); !errors.Is(err, ErrInvalidTTL) {
 			t.Errorf("Acquire(ttl=%s) = %v; want ErrInvalidTTL", ttl, err)
 		}
 	}
@@ -672,7 +675,7 @@ func TestPositionsFollowWaitersLeavingAhead(t *testing.T) {
 		r.OnQueued = onQ
 		done := make(chan error, 1)
 		go func() {
-			g, err := e.Acquire(ctx, r)
+			g, err := acquire(ctx, e, r)
 			if err == nil {
 				third <- g
 			}

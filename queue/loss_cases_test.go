@@ -335,7 +335,7 @@ func TestLossWaitOfAStableRequestID(t *testing.T) {
 	clk.Advance(time.Hour)     // any wait of that loss is long over
 	got := make(chan Grant, 1)
 	go func() {
-		g, err := e.Acquire(testCtx(t), r)
+		g, err := acquire(testCtx(t), e, r)
 		if err != nil {
 			t.Error(err)
 		}

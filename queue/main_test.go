@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -55,9 +56,32 @@ func req(name string) AcquireRequest {
 	return AcquireRequest{Name: name, TTL: 10 * time.Second, ClientID: "c", RequestID: fmt.Sprintf("req-%d", reqSeq.Add(1))}
 }
 
+// acquire is one streaming acquire as the gateway makes it: Enqueue, then
+// Wait, both under ctx.
+func acquire(ctx context.Context, e *Engine, r AcquireRequest) (Grant, error) {
+	w, err := e.Enqueue(ctx, r)
+	if err != nil {
+		return Grant{}, err
+	}
+	return w.Wait(ctx)
+}
+
+// acquireWithin is acquire bounded by d as the gateway bounds a wait, the
+// enqueue included: its context ends with ErrWaitTimeout as the cause, and
+// a call that failed once it had ended returns ErrWaitTimeout.
+func acquireWithin(ctx context.Context, e *Engine, r AcquireRequest, d time.Duration) (Grant, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, d, ErrWaitTimeout)
+	defer cancel()
+	g, err := acquire(ctx, e, r)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrWaitTimeout) {
+		return Grant{}, cause
+	}
+	return g, err
+}
+
 func mustAcquire(t testing.TB, e *Engine, r AcquireRequest) Grant {
 	t.Helper()
-	g, err := e.Acquire(testCtx(t), r)
+	g, err := acquire(testCtx(t), e, r)
 	if err != nil {
 		t.Fatalf("Acquire(%q): %v", r.Name, err)
 	}

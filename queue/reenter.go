@@ -200,8 +200,8 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 		clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", r.Session),
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
-	}, OwnerCmps(key, secret)...)
-	cmps = append(cmps, OwnerCmps(skey, r.SessionSecret)...)
+	}, ownerCmps(key, secret)...)
+	cmps = append(cmps, ownerCmps(skey, r.SessionSecret)...)
 	e.at(ctx, pointReenter)
 	resp, err := e.cli.Txn(ctx).If(cmps...).
 		Then(clientv3.OpPut(hkey, encodeHolds(holds), clientv3.WithLease(r.Session)), clientv3.OpGet(skey)).
@@ -218,7 +218,9 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	// attempt is the write the key carries, unchanged: the grant rests on
 	// it as an attempt's does (the explorer checks it); giving the grant
 	// up compares the hold's nonce instead.
-	return &Grant{Handle: h, TTL: ttl, Holds: len(holds), Resumed: retried, attempt: kv.ModRevision, hold: nonce, keep: retried, asOf: resp.Header.Revision}, nil
+	g := Grant{Handle: h, TTL: ttl, Holds: len(holds), Resumed: retried, attempt: kv.ModRevision, hold: nonce, keep: retried}
+	e.grantMade(ctx, g, resp.Header.Revision, 0)
+	return &g, nil
 }
 
 // dropHold removes hold h.HoldID from h's lock, whose holds record was read
@@ -247,7 +249,7 @@ func (e *Engine) dropHold(ctx context.Context, h Handle, rec *mvccpb.KeyValue, n
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision),
-	}, OwnerCmps(key, h.Secret)...)
+	}, ownerCmps(key, h.Secret)...)
 	if keyMod != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", keyMod))
 	}

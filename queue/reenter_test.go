@@ -236,7 +236,7 @@ func TestReentrantHoldsBounded(t *testing.T) {
 	for i := range MaxHolds {
 		gs = append(gs, mustAcquire(t, e, reentrant("re", fmt.Sprintf("h%d", i), s)))
 	}
-	if _, err := e.Acquire(testCtx(t), reentrant("re", "one-too-many", s)); !errors.Is(err, ErrTooManyHolds) {
+	if _, err := acquire(testCtx(t), e, reentrant("re", "one-too-many", s)); !errors.Is(err, ErrTooManyHolds) {
 		t.Fatalf("hold %d: %v; want ErrTooManyHolds", MaxHolds+1, err)
 	}
 	for _, g := range gs {

@@ -100,7 +100,7 @@ func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-	}, OwnerCmps(key, h.Secret)...)
+	}, ownerCmps(key, h.Secret)...)
 	var then []clientv3.Op
 	if h.HoldID != "" {
 		// A hold of a re-entered lock is held while its record lists it
@@ -173,7 +173,7 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-	}, OwnerCmps(key, h.Secret)...)
+	}, ownerCmps(key, h.Secret)...)
 	for {
 		e.at(ctx, pointRelease)
 		var mine, rec *mvccpb.KeyValue

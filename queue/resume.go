@@ -74,7 +74,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 			}
 			keyLease = att.id
 		}
-		cmps = append(cmps, OwnerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
 	}
 	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
@@ -121,7 +121,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		return nil, errRaced
 	}
 	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: value,
-		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1, limit: n, delays: true,
+		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1, delays: true,
 		holds: holdsIn(resp.Responses[1].GetResponseRange().GetKvs(), mine.CreateRevision, n)}
 	if meta.Session {
 		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second
@@ -161,12 +161,14 @@ func (e *Engine) takeoverTTL(ctx context.Context, r *AcquireRequest, meta waiter
 // this cluster, without enqueueing anything, and takes it over as Enqueue
 // would. It returns nil and no error if there is none. The shard router
 // uses it to let a client resume its place on the cluster a name is moving
-// away from.
+// away from, and enqueues on the new cluster when there is none.
+//
+// r is validated only once there is a waiter to take over, before
+// anything is written: a Resume that finds none leaves the request to the
+// Enqueue that follows it, so that a request is validated once whichever
+// way it goes.
 func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) {
 	began := e.cfg.Clock.Now()
-	if _, err := r.validate(e.cfg); err != nil {
-		return nil, err
-	}
 	key := e.keys.waiter(r.Name, WaiterID(r.RequestID))
 	for try := 0; ; try++ {
 		resp, err := e.cli.Get(ctx, key)
@@ -175,6 +177,11 @@ func (e *Engine) Resume(ctx context.Context, r AcquireRequest) (*Waiter, error) 
 		}
 		if len(resp.Kvs) == 0 {
 			return nil, nil
+		}
+		if try == 0 {
+			if _, err := r.validate(e.cfg); err != nil {
+				return nil, err
+			}
 		}
 		q, err := e.takeOver(ctx, &r, resp.Kvs[0])
 		if errors.Is(err, errRaced) && try < 3 {

@@ -48,7 +48,8 @@ func (h *pointHooks) park(ctx context.Context, p parked) {
 		h.onPark(ctx, p)
 	}
 }
-func (h *pointHooks) unpark(context.Context) {}
+func (h *pointHooks) unpark(context.Context)                       {}
+func (h *pointHooks) granted(context.Context, Grant, int64, int64) {}
 func (h *pointHooks) lease(ctx context.Context, event string, id clientv3.LeaseID, rev int64) {
 	if h.onLease != nil {
 		h.onLease(ctx, event, id, rev)
@@ -183,12 +184,11 @@ func TestPredecessorReenqueuedUnderSameRequestIDIsNotWaitedOn(t *testing.T) {
 	p := mustAcquire(t, e, pr)
 
 	wr := req("aba")
-	wr.WaitTimeout = 5 * time.Second
 	onQ, pos := queuedSignal()
 	wr.OnQueued = onQ
 	granted := make(chan error, 1)
 	go func() {
-		g, err := e.Acquire(withActor(ctx, "W"), wr)
+		g, err := acquireWithin(withActor(ctx, "W"), e, wr, 5*time.Second)
 		if err == nil {
 			_, err = e.Release(ctx, g.Handle, g.Token())
 		}
@@ -224,9 +224,9 @@ func TestStableRequestIDsNeverStall(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := AcquireRequest{Name: "aba", TTL: 10 * time.Second, ClientID: "c", RequestID: fmt.Sprintf("stable-%d", a), WaitTimeout: 2 * time.Second}
+			r := AcquireRequest{Name: "aba", TTL: 10 * time.Second, ClientID: "c", RequestID: fmt.Sprintf("stable-%d", a)}
 			for i := 0; i < 60; i++ {
-				g, err := e.Acquire(testCtx(t), r)
+				g, err := acquireWithin(testCtx(t), e, r, 2*time.Second)
 				mu.Lock()
 				if errors.Is(err, ErrWaitTimeout) {
 					stalls++
@@ -297,9 +297,8 @@ func TestZombieCleanupCannotDeleteResumedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := req("x")
-	third.WaitTimeout = 3 * time.Second
 	thirdDone := make(chan error, 1)
-	go func() { _, err := e2.Acquire(ctx, third); thirdDone <- err }()
+	go func() { _, err := acquireWithin(ctx, e2, third, 3*time.Second); thirdDone <- err }()
 
 	close(cleanup.open) // the first gateway's cleanup lands now
 	within(t, done, 10*time.Second, "A's cleanup to finish")
@@ -346,9 +345,8 @@ func TestDetachedSessionWaiterLapsesWithItsGateway(t *testing.T) {
 	e.Close() // the gateway is gone
 	mustRelease(t, e2, holder)
 	other := req("x")
-	other.WaitTimeout = 3*e.cfg.AttemptTTL + 2*time.Second
 	start := time.Now()
-	g, err := e2.Acquire(testCtx(t), other)
+	g, err := acquireWithin(testCtx(t), e2, other, 3*e.cfg.AttemptTTL+2*time.Second)
 	if err != nil {
 		t.Fatalf("the name after the detached session waiter's gateway stopped: %v; want granted within about AttemptTTL", err)
 	}
@@ -364,8 +362,7 @@ func TestAbandonedSessionWaiterLapsesWhileGatewayLives(t *testing.T) {
 	holder := detachedSessionWaiter(t, e, e2)
 	mustRelease(t, e2, holder)
 	other := req("x")
-	other.WaitTimeout = 4*e.cfg.AttemptTTL + 2*time.Second
-	g, err := e2.Acquire(testCtx(t), other)
+	g, err := acquireWithin(testCtx(t), e2, other, 4*e.cfg.AttemptTTL+2*time.Second)
 	if err != nil {
 		t.Fatalf("the name behind an abandoned session waiter: %v; want granted once the attempt lease went idle", err)
 	}
@@ -401,8 +398,7 @@ func TestUndeliveredSessionGrantIsGivenUp(t *testing.T) {
 	}
 	e.Abandon(ctx, g) // the stream broke before the grant was sent
 	other := req("x")
-	other.WaitTimeout = 5 * time.Second
-	g2, err := e.Acquire(ctx, other)
+	g2, err := acquireWithin(ctx, e, other, 5*time.Second)
 	if err != nil {
 		t.Fatalf("the name after an undelivered grant was given up: %v", err)
 	}

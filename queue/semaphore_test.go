@@ -119,7 +119,7 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 			if i%2 == 1 {
 				e = e2
 			}
-			g, err := e.Acquire(testCtx(t), semReq("pair", n))
+			g, err := acquire(testCtx(t), e, semReq("pair", n))
 			if err != nil {
 				t.Errorf("Acquire: %v", err)
 				return
@@ -158,7 +158,7 @@ func TestSemaphoreLimitMismatchRefused(t *testing.T) {
 	e, cli := newEngine(t)
 	g := mustAcquire(t, e, semReq("m", 2))
 	for _, n := range []int{0, 1, 3} {
-		_, err := e.Acquire(testCtx(t), semReq("m", n))
+		_, err := acquire(testCtx(t), e, semReq("m", n))
 		if !errors.Is(err, ErrLimitMismatch) {
 			t.Fatalf("Acquire(limit %d) on a name of limit 2 = %v; want ErrLimitMismatch", n, err)
 		}
@@ -172,7 +172,7 @@ func TestSemaphoreLimitMismatchRefused(t *testing.T) {
 	}
 	mustRelease(t, e, g)
 	mustRelease(t, e, mustAcquire(t, e, semReq("m", 1)))
-	if _, err := e.Acquire(testCtx(t), semReq("m", MaxLimit+1)); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := acquire(testCtx(t), e, semReq("m", MaxLimit+1)); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("Acquire(limit %d) = %v; want ErrInvalidArgument", MaxLimit+1, err)
 	}
 }
@@ -267,7 +267,7 @@ func TestReentrantSessionAcquire(t *testing.T) {
 	// Without a session: refused.
 	bad := req("re2")
 	bad.Reentrant = true
-	if _, err := e.Acquire(testCtx(t), bad); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := acquire(testCtx(t), e, bad); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("re-entrant Acquire without a session = %v; want ErrInvalidArgument", err)
 	}
 }

@@ -43,12 +43,12 @@ func (e *Engine) OpenSession(ctx context.Context, clientID string, ttl time.Dura
 // secret can prove a session that spans several clusters.
 func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl time.Duration, secret Secret) (Session, error) {
 	if err := ValidateClientID(clientID); err != nil {
-		return Session{}, err
+		return Session{}, fieldErr("ClientID", err)
 	}
 	began := e.cfg.Clock.Now()
 	sec, err := e.cfg.ttlSeconds(ttl)
 	if err != nil {
-		return Session{}, err
+		return Session{}, fieldErr("TTL", err)
 	}
 	sent := e.cfg.Clock.Now()
 	g, err := e.cli.Grant(ctx, sec)
@@ -56,7 +56,7 @@ func (e *Engine) OpenSessionWithSecret(ctx context.Context, clientID string, ttl
 		return Session{}, fmt.Errorf("queue: grant session lease: %w", err)
 	}
 	meta, _ := json.Marshal(sessionMeta{ClientID: clientID, TTL: g.TTL})
-	if _, err := e.cli.Put(ctx, e.keys.session(g.ID), ValueHeader(secret)+string(meta), clientv3.WithLease(g.ID)); err != nil {
+	if _, err := e.cli.Put(ctx, e.keys.session(g.ID), valueHeader(secret)+string(meta), clientv3.WithLease(g.ID)); err != nil {
 		e.revokeLater(ctx, g.ID)
 		return Session{}, fmt.Errorf("queue: record session: %w", err)
 	}
@@ -88,7 +88,7 @@ func (e *Engine) KeepAliveSession(ctx context.Context, lease clientv3.LeaseID, s
 // after its session's record went is a clean end, not a loss (loss.go).
 func (e *Engine) CloseSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
 	key := e.keys.session(lease)
-	resp, err := e.cli.Txn(ctx).If(OwnerCmps(key, secret)...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
+	resp, err := e.cli.Txn(ctx).If(ownerCmps(key, secret)...).Then(clientv3.OpDelete(key)).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: close session: %w", err)
 	}
@@ -166,7 +166,7 @@ func (e *Engine) clearSessionRecords(ctx context.Context, lease clientv3.LeaseID
 
 func (e *Engine) proveSession(ctx context.Context, lease clientv3.LeaseID, secret Secret) error {
 	key := e.keys.session(lease)
-	resp, err := e.cli.Txn(ctx).If(OwnerCmps(key, secret)...).Else(clientv3.OpGet(key)).Commit()
+	resp, err := e.cli.Txn(ctx).If(ownerCmps(key, secret)...).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return fmt.Errorf("queue: check session: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 // session's end does not remove it: the waiter must learn it from the
 // session record. Its safety does not depend on that: the grant moves the
 // key onto the session lease in a transaction that proves the session
-// (OwnerCmps), so a waiter whose session is gone is never granted. What
+// (ownerCmps), so a waiter whose session is gone is never granted. What
 // the record's watch buys is promptness — a waiter deep in a queue learns
 // at once that its session ended, not when it reaches the head.
 //

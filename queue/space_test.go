@@ -166,7 +166,7 @@ func TestSessionOfOneSpaceServesNoOther(t *testing.T) {
 		if res, err := b.TryAcquire(ctx, r); !errors.Is(err, ErrSessionLost) {
 			t.Errorf("b.TryAcquire(%s) in a's session = %+v, %v; want ErrSessionLost", r.RequestID, res, err)
 		}
-		if _, err := b.Acquire(ctx, r); !errors.Is(err, ErrSessionLost) {
+		if _, err := acquire(ctx, b, r); !errors.Is(err, ErrSessionLost) {
 			t.Errorf("b.Acquire(%s) in a's session = %v; want ErrSessionLost", r.RequestID, err)
 		}
 	}

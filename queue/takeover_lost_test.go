@@ -87,7 +87,7 @@ func TestTakeoverWithALostAnswerIsTakenBack(t *testing.T) {
 	busy.Session, busy.SessionSecret = s.Lease, s.Secret
 	busyCtx, stopBusy := context.WithCancel(testCtx(t))
 	t.Cleanup(stopBusy)
-	go func() { _, _ = le.Acquire(busyCtx, busy) }()
+	go func() { _, _ = acquire(busyCtx, le, busy) }()
 
 	r.Session, r.SessionSecret = s.Lease, s.Secret
 	w, err := le.Enqueue(testCtx(t), r)
@@ -99,7 +99,7 @@ func TestTakeoverWithALostAnswerIsTakenBack(t *testing.T) {
 	go func() { _, err := w.Wait(firstCtx); firstDone <- err }()
 	// The SDK retries the acquire (its stream broke); etcd applies the
 	// takeover and the answer is lost; the caller then gives up.
-	if _, err := le.Acquire(testCtx(t), r); err == nil {
+	if _, err := acquire(testCtx(t), le, r); err == nil {
 		t.Fatal("the retried acquire whose answer was lost succeeded")
 	}
 	stopFirst(ErrDetached)

@@ -32,3 +32,58 @@ func TestStoredTextIsPrintable(t *testing.T) {
 		}
 	}
 }
+
+// Every field the engine refuses is named in its error, in the engine's
+// vocabulary, beside the sentinel that classifies it.
+func TestAcquireErrorsNameTheirField(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		want  error
+		bad   func(r *AcquireRequest)
+	}{
+		{"Name", ErrInvalidName, func(r *AcquireRequest) { r.Name = "" }},
+		{"Value", ErrInvalidArgument, func(r *AcquireRequest) { r.Value = []byte("v") }},
+		{"ClientID", ErrInvalidArgument, func(r *AcquireRequest) { r.ClientID = "a\nb" }},
+		{"RequestID", ErrInvalidArgument, func(r *AcquireRequest) { r.RequestID = "" }},
+		{"Epoch", ErrInvalidArgument, func(r *AcquireRequest) { r.Epoch = MaxEpoch + 1 }},
+		{"Limit", ErrInvalidArgument, func(r *AcquireRequest) { r.Limit = MaxLimit + 1 }},
+		{"LockDelay", ErrInvalidArgument, func(r *AcquireRequest) { r.LockDelay = -1 }},
+		{"Reentrant", ErrInvalidArgument, func(r *AcquireRequest) { r.Reentrant = true }},
+		{"TTL", ErrInvalidTTL, func(r *AcquireRequest) { r.TTL = 0 }},
+	} {
+		r := req("fields")
+		tc.bad(&r)
+		_, err := r.validate(DefaultConfig())
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, tc.want) {
+			t.Errorf("a bad %s: validate = %v; want a FieldError of %s wrapping %v", tc.field, err, tc.field, tc.want)
+		}
+	}
+	good := req("fields")
+	if _, err := good.validate(DefaultConfig()); err != nil {
+		t.Errorf("a good request: validate = %v", err)
+	}
+}
+
+// Resume validates a request once it has a waiter to take over, and not
+// before: with none, the Enqueue that follows validates it.
+func TestResumeValidatesWhatItTakesOver(t *testing.T) {
+	e, _ := newEngine(t)
+	r := req("resume")
+	r.LockDelay = MaxLockDelay + 1
+	if w, err := e.Resume(testCtx(t), r); w != nil || err != nil {
+		t.Fatalf("Resume of a bad request with no waiter = %v, %v; want nil, nil (Enqueue validates it)", w, err)
+	}
+	w, err := e.Enqueue(testCtx(t), r)
+	var fe *FieldError
+	if w != nil || !errors.As(err, &fe) || fe.Field != "LockDelay" {
+		t.Fatalf("Enqueue of the bad request = %v, %v; want a FieldError of LockDelay", w, err)
+	}
+	r.LockDelay = 0
+	g := mustAcquire(t, e, r)
+	defer mustRelease(t, e, g)
+	r.LockDelay = MaxLockDelay + 1
+	if w, err := e.Resume(testCtx(t), r); w != nil || !errors.As(err, &fe) || fe.Field != "LockDelay" {
+		t.Fatalf("Resume of a bad request with a waiter = %v, %v; want a FieldError of LockDelay", w, err)
+	}
+}

@@ -60,7 +60,7 @@ func newAttempt() string {
 
 func encodeValue(s Secret, m waiterMeta) string {
 	b, _ := json.Marshal(m) // a struct of strings and ints always marshals
-	return ValueHeader(s) + string(b)
+	return valueHeader(s) + string(b)
 }
 
 // ValueEpoch reads the shard-map epoch a waiter key's value records: for

@@ -186,7 +186,7 @@ func TestWatchNeverReportsARefusedAcquireAsHeld(t *testing.T) {
 	}
 	lock := req("sem")
 	lock.ClientID = "refused"
-	if _, err := e.Acquire(ctx, lock); !errors.Is(err, ErrLimitMismatch) {
+	if _, err := acquire(ctx, e, lock); !errors.Is(err, ErrLimitMismatch) {
 		t.Fatalf("an acquire of limit 1 on a semaphore of 3: %v; want ErrLimitMismatch", err)
 	}
 	var got []string

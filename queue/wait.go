@@ -19,11 +19,6 @@ import (
 func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began time.Time) (Grant, error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if r.WaitTimeout > 0 {
-		// A timer, not a goroutine waiting for one.
-		t := clock.AfterFunc(e.cfg.Clock, r.WaitTimeout, func() { cancel(ErrWaitTimeout) })
-		defer t.Stop()
-	}
 	if !q.h.Session || r.Heartbeat != nil {
 		// The waiter's own lease must outlive the wait, and only the live
 		// attempt renews it — after its caller proved it is still there:
@@ -45,9 +40,6 @@ func (e *Engine) wait(ctx context.Context, r *AcquireRequest, q *enqueued, began
 			// Leaving the queue starts at once but does not hold up the
 			// answer: a slow etcd must not make a timed-out wait late.
 			e.removeWaiterLater(ctx, q)
-		}
-		if errors.Is(cause, ErrWaitTimeout) {
-			return Grant{}, fmt.Errorf("%w after %s", ErrWaitTimeout, r.WaitTimeout)
 		}
 		if cause != nil {
 			return Grant{}, cause
@@ -188,7 +180,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	prefix := e.keys.namePrefix(r.Name)
 	key := prefix + q.h.WaiterID
 	e.at(ctx, pointRegister)
-	hw := e.hubs.register(ctx, prefix, e.keys.delayPrefix(r.Name), key, q.h.Revision, q.modRev, q.limit, r.OnQueued != nil)
+	hw := e.hubs.register(ctx, prefix, e.keys.delayPrefix(r.Name), key, q.h.Revision, q.modRev, r.effectiveLimit(), r.OnQueued != nil)
 	defer e.hubs.unregister(hw)
 	var sessGone <-chan struct{}
 	sessKey := ""
@@ -203,13 +195,13 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 	defer rep.stopTimer()
 	if q.ahead >= 0 {
 		// While it waits, at least the key it waits behind is ahead.
-		rep.offer(position(q.ahead, q.limit))
+		rep.offer(position(q.ahead, r.effectiveLimit()))
 	}
 	// The key right ahead (its create revision), for the wait span's
 	// "predecessor.left" event: known from the enqueue when one key was
 	// ahead, unknown (but some) when more were. A semaphore's waiter waits
 	// on no one key: it has no predecessor event.
-	lock := q.limit <= 1
+	lock := r.effectiveLimit() <= 1
 	var pred int64
 	predUnknown := lock && q.ahead > 1
 	if lock && q.ahead == 1 && q.first != nil {
@@ -244,7 +236,7 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 		if e.hooks != nil {
 			parkedNow = true
 			e.hooks.park(ctx, parked{prefix: prefix, own: key, myRev: q.h.Revision, ownMod: q.modRev,
-				limit: q.limit, session: sessKey, viewRev: hw.viewRev})
+				limit: r.effectiveLimit(), session: sessKey, viewRev: hw.viewRev})
 		}
 		var err error
 		select {

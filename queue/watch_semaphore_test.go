@@ -118,7 +118,7 @@ func TestLimitRefusalNeverGivesItsLeaseBackToThePool(t *testing.T) {
 	free0, _ := e.pool.count(ttlSec)
 	bad := req("s/refused")
 	bad.Limit = 3
-	if _, err := e.Acquire(ctx, bad); !errors.Is(err, ErrLimitMismatch) {
+	if _, err := acquire(ctx, e, bad); !errors.Is(err, ErrLimitMismatch) {
 		t.Fatalf("acquire with another limit: %v; want ErrLimitMismatch", err)
 	}
 	if free1, _ := e.pool.count(ttlSec); free1 != free0-1 {

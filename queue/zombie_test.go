@@ -20,7 +20,7 @@ func TestZombieAttemptKeepsADeliveredGrant(t *testing.T) {
 	t.Cleanup(slow.Close)
 	r := req("zb")
 	held := mustAcquire(t, e, r) // the retry, delivered
-	late, err := slow.Acquire(testCtx(t), r)
+	late, err := acquire(testCtx(t), slow, r)
 	if err != nil {
 		t.Fatalf("the first attempt, landing late: %v", err)
 	}
@@ -48,7 +48,7 @@ func TestZombieReentrantAttemptKeepsADeliveredHold(t *testing.T) {
 	s := mustSession(t, e)
 	outer := mustAcquire(t, e, reentrant("zr", "outer", s))
 	inner := mustAcquire(t, e, reentrant("zr", "inner", s)) // the retry, delivered
-	late, err := slow.Acquire(testCtx(t), reentrant("zr", "inner", s))
+	late, err := acquire(testCtx(t), slow, reentrant("zr", "inner", s))
 	if err != nil {
 		t.Fatalf("the first attempt, landing late: %v", err)
 	}

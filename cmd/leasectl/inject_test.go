@@ -21,10 +21,35 @@ import (
 // if it were printed raw.
 const hostile = "evil\nlock  0  forged-row\t|\x1b[2J\x1b]0;owned\x07\u009b31m\u202egnp.exe\x7f"
 
-// rawWaiter writes a waiter key under g's prefix as an engine would,
-// with client id clientID: what a gateway that did not check client ids
-// stored, or whoever can write etcd.
-func rawWaiter(t *testing.T, cli *clientv3.Client, g *gateway, name, waiter, clientID string) {
+// ownerHeader is the first line of a waiter value the gateway wrote, the
+// one that proves the key's owner: raw keys carry it as the engine's do.
+func ownerHeader(t *testing.T, cli *clientv3.Client, g *gateway) string {
+	t.Helper()
+	c, err := client.New([]string{g.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryAcquire(ctxT(t), "header")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctxT(t))
+	resp, err := cli.Get(ctxT(t), queue.NamePrefix(g.Prefix, "header"), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the gateway's waiter key: %v, %d keys", err, len(resp.Kvs))
+	}
+	header, _, ok := strings.Cut(string(resp.Kvs[0].Value), "\n")
+	if !ok {
+		t.Fatalf("waiter value %q has no header line", resp.Kvs[0].Value)
+	}
+	return header + "\n"
+}
+
+// rawWaiter writes a waiter key under g's prefix as an engine would, with
+// the owner header header and client id clientID: what a gateway that did
+// not check client ids stored, or whoever can write etcd.
+func rawWaiter(t *testing.T, cli *clientv3.Client, g *gateway, header, name, waiter, clientID string) {
 	t.Helper()
 	lease, err := cli.Grant(ctxT(t), 60)
 	if err != nil {
@@ -32,7 +57,7 @@ func rawWaiter(t *testing.T, cli *clientv3.Client, g *gateway, name, waiter, cli
 	}
 	meta, _ := json.Marshal(map[string]any{"c": clientID, "t": 60, "e": 0, "s": "", "q": time.Now().UnixMilli()})
 	key := queue.NamePrefix(g.Prefix, name) + queue.WaiterID(waiter)
-	if _, err := cli.Put(ctxT(t), key, queue.ValueHeader(queue.Secret{})+string(meta), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := cli.Put(ctxT(t), key, header+string(meta), clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -58,8 +83,9 @@ func TestUntrustedTextNeverReachesTheTerminalRaw(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t)
 	cli := shared.ClientFor(t)
-	rawWaiter(t, cli, g, "inj/a", "1", hostile)
-	rawWaiter(t, cli, g, "inj/a", "2", hostile)
+	header := ownerHeader(t, cli, g)
+	rawWaiter(t, cli, g, header, "inj/a", "1", hostile)
+	rawWaiter(t, cli, g, header, "inj/a", "2", hostile)
 	rec, _ := json.Marshal(queue.AuditRecord{ID: fmt.Sprintf("%020d-0000", time.Now().UnixNano()), Action: "force_release" + hostile,
 		Name: "inj/a", Actor: hostile, Reason: hostile, At: time.Now(), EvictedToken: 7, EvictedClientID: hostile})
 	if _, err := cli.Put(ctxT(t), g.Prefix+"/audit/"+fmt.Sprintf("%020d-0000", time.Now().UnixNano()), string(rec)); err != nil {
@@ -129,7 +155,7 @@ func TestUntrustedTextNeverReachesTheTerminalRaw(t *testing.T) {
 	for range 4 { // the header, the election's leader, the lock's two keys
 		got = append(got, nextLine(t, ch, "a watch row"))
 	}
-	rawWaiter(t, cli, g, "inj/a", "3", hostile)
+	rawWaiter(t, cli, g, header, "inj/a", "3", hostile)
 	got = append(got, nextLine(t, ch, "the live row"))
 	out := strings.Join(got, "\n") + "\n"
 	if err := terminalSafe(out); err != nil {

@@ -156,24 +156,24 @@ func handledSignals() []os.Signal {
 // forwarded to CMD.
 func isStop(sig syscall.Signal) bool { return slices.Contains(stopSignals, os.Signal(sig)) }
 
-// testHookGranted, when set (by tests only), runs after the lock is granted
-// and before leasectl decides whether to start CMD, with the channel on
-// which leasectl receives signals.
-var testHookGranted func(sigs <-chan os.Signal)
-
 // runLocked holds the lock while argv runs.
 func runLocked(ctx context.Context, g *globals, c *client.Client, name string, opts []client.AcquireOption, grace time.Duration, argv []string) error {
 	return runHeld(ctx, g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
-		l, err := c.Acquire(ctx, name, opts...)
-		if err != nil {
-			return nil, err
-		}
-		return &holding{term: l, release: l.Release, env: []string{
-			"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
-			"LEASEGATE_LOCK_NAME=" + name,
-			"LEASEGATE_LOCK_ID=" + l.ID(),
-		}}, nil
+		return holdLock(ctx, c, name, opts)
 	}, grace, argv)
+}
+
+// holdLock waits for the lock name and returns it as what CMD runs under.
+func holdLock(ctx context.Context, c *client.Client, name string, opts []client.AcquireOption) (*holding, error) {
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &holding{term: l, release: l.Release, env: []string{
+		"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
+		"LEASEGATE_LOCK_NAME=" + name,
+		"LEASEGATE_LOCK_ID=" + l.ID(),
+	}}, nil
 }
 
 // term is what CMD runs under: a Lock (run) or a Leadership (elect).
@@ -200,7 +200,23 @@ func runHeld(ctx context.Context, g *globals, what string, acquire func(context.
 	signal.Notify(sigs, handledSignals()...)
 	defer signal.Stop(sigs)
 
-	lock, stop, err := acquireUnlessStopped(ctx, acquire, sigs)
+	return runGranted(ctx, g, what, acquireUnlessStopped(ctx, acquire, sigs), grace, argv, sigs)
+}
+
+// waited is how the wait for a term ended (acquireUnlessStopped): the term
+// (nil unless granted), the stop signal that arrived meanwhile (0 if none)
+// and the wait's error.
+type waited struct {
+	lock *holding
+	stop syscall.Signal
+	err  error
+}
+
+// runGranted runs argv while w's term holds, unless the wait ended without
+// one or a stop signal arrived on sigs before argv could start; it releases
+// the term, if any, once argv and its group have ended.
+func runGranted(ctx context.Context, g *globals, what string, w waited, grace time.Duration, argv []string, sigs <-chan os.Signal) error {
+	lock, stop, err := w.lock, w.stop, w.err
 	if lock != nil {
 		defer func() {
 			rctx, cancel := g.releaseCtx(ctx)
@@ -209,9 +225,6 @@ func runHeld(ctx context.Context, g *globals, what string, acquire func(context.
 				fmt.Fprintf(os.Stderr, "leasectl: release %s: %v (it lapses at its TTL)\n", what, firstLine(g.creds.explain(err).Error()))
 			}
 		}()
-		if testHookGranted != nil {
-			testHookGranted(sigs)
-		}
 		// The last moment to honour a stop signal by not starting CMD at
 		// all; one that arrives later is forwarded to CMD.
 		if stop == 0 {
@@ -242,10 +255,9 @@ func runHeld(ctx context.Context, g *globals, what string, acquire func(context.
 }
 
 // acquireUnlessStopped waits for a term until it is granted, the wait
-// fails, or a stop signal arrives on sigs; it returns the term (nil unless
-// granted) and the stop signal (0 if none). The grant can race a stop
+// fails, or a stop signal arrives on sigs. The grant can race a stop
 // signal, so both can be set: the caller must release the term.
-func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*holding, error), sigs <-chan os.Signal) (*holding, syscall.Signal, error) {
+func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*holding, error), sigs <-chan os.Signal) waited {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -267,7 +279,7 @@ func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*h
 				cancel()
 			}
 		case r := <-got:
-			return r.lock, stop, r.err
+			return waited{r.lock, stop, r.err}
 		}
 	}
 }

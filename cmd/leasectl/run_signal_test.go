@@ -17,27 +17,28 @@ import (
 )
 
 // A stop signal that arrives after the grant but before CMD starts keeps
-// CMD from starting: the lock is released and leasectl exits 128+N.
+// CMD from starting: the lock is released and leasectl exits 128+N. The
+// lock is granted for real; the signal is on leasectl's channel when the
+// grant is handed on, as one that lands in that window is.
 func TestRunStopSignalBeforeStart(t *testing.T) {
-	// Not parallel: it runs leasectl in this process, sets testHookGranted
-	// and sends this process SIGTERM.
+	t.Parallel()
 	g := startGateway(t)
+	ctx := ctxT(t)
 	ran := filepath.Join(t.TempDir(), "ran")
-	testHookGranted = func(sigs <-chan os.Signal) {
-		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-			t.Error(err)
-			return
-		}
-		// Delivery to leasectl's channel is asynchronous: wait until the
-		// signal is there, so that it lands inside the window under test.
-		awaitCond(t, 5*time.Second, "SIGTERM delivered to leasectl", func() bool { return len(sigs) > 0 })
+	gl := &globals{endpoints: []string{g.URL}, timeout: 10 * time.Second}
+	c, err := gl.client()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { testHookGranted = nil })
-
-	var stdout, stderr bytes.Buffer
-	root := newRootCmd(&stdout)
-	root.SetArgs([]string{"--endpoint", g.URL, "run", "--lock", "early", "--", "sh", "-c", `touch "$1"`, "sh", ran})
-	code := exitCode(root.ExecuteContext(ctxT(t)), &stderr)
+	lock, err := holdLock(ctx, c, "early", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	sigs <- syscall.SIGTERM
+	var stderr bytes.Buffer
+	err = runGranted(ctx, gl, `lock "early"`, waited{lock: lock}, time.Second, []string{"sh", "-c", `touch "$1"`, "sh", ran}, sigs)
+	code := exitCode(err, &stderr)
 	if code != 128+int(syscall.SIGTERM) {
 		t.Errorf("leasectl run exited %d, stderr %q; want %d", code, stderr.String(), 128+int(syscall.SIGTERM))
 	}

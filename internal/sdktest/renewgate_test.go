@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/client"
-	"github.com/leasegate/leasegate/client/clienttest"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -85,7 +84,7 @@ func TestRenewalsInFlightAreBoundedMostUrgentFirst(t *testing.T) {
 		client.WithClock(clk),
 		client.WithHTTPClient(&http.Client{Transport: tr}),
 		client.WithMaxRenewals(bound),
-		clienttest.WithRenewHook(func(_ time.Time, err error) { renewed <- err }))
+		client.WithOnRenew(func(_ time.Time, err error) { renewed <- err }))
 	ctx := ctxT(t)
 
 	// Lock i is granted at t0 + i×step: its deadline is i steps later
@@ -109,9 +108,9 @@ func TestRenewalsInFlightAreBoundedMostUrgentFirst(t *testing.T) {
 		first[order[await(t, tr.arrived, "a renewal")]] = true
 	}
 	// The others wait in the client, not at the gateway.
-	for end := time.Now().Add(20 * time.Second); clienttest.WaitingRenewals(c) != locks-bound; {
+	for end := time.Now().Add(20 * time.Second); c.RenewalsWaiting() != locks-bound; {
 		if time.Now().After(end) {
-			t.Fatalf("%d renewals wait in the client; want %d", clienttest.WaitingRenewals(c), locks-bound)
+			t.Fatalf("%d renewals wait in the client; want %d", c.RenewalsWaiting(), locks-bound)
 		}
 		time.Sleep(time.Millisecond)
 	}

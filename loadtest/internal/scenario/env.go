@@ -86,7 +86,12 @@ func (e *Env) openSystem(name string, poolSize int) (system.System, string, erro
 		if err != nil {
 			return nil, "", err
 		}
-		return &closingDirect{Direct: system.NewDirect(cli, directPrefix, e.Cfg.SessionTTL), close: cli.Close}, "", nil
+		d, err := system.NewDirect(cli, directPrefix, e.Cfg.SessionTTL)
+		if err != nil {
+			_ = cli.Close()
+			return nil, "", err
+		}
+		return &closingDirect{Direct: d, close: cli.Close}, "", nil
 	case Mutex:
 		if len(b.HomeEtcd) == 0 {
 			return nil, "mutex: skipped, the home etcd is unknown (give --etcd)", nil
@@ -109,13 +114,16 @@ func (e *Env) openSystem(name string, poolSize int) (system.System, string, erro
 	return nil, "", fmt.Errorf("unknown system %q", name)
 }
 
-// closingDirect closes the etcd client Direct runs on.
+// closingDirect closes the etcd client Direct runs on, after Direct.
 type closingDirect struct {
 	*system.Direct
 	close func() error
 }
 
-func (d *closingDirect) Close() error { return d.close() }
+func (d *closingDirect) Close() error {
+	_ = d.Direct.Close()
+	return d.close()
+}
 
 // extraCPU returns the CPU of processes a system runs outside this one
 // (redis-server), to add to this process's.

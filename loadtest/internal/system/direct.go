@@ -2,40 +2,40 @@ package system
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/leasegate/leasegate/queue"
 )
 
-// Direct issues the lock engine's enqueue and release transactions
-// (queue/acquire.go Engine.enqueue, queue/renew.go Engine.Release) with
-// clientv3 on a session lease, and nothing else: the floor under the
-// gateway. The key layout, value header and ownership compares are the
-// engine's own (queue.NamePrefix, queue.WaiterID, queue.SessionKey,
-// queue.ValueHeader, queue.OwnerCmps). It never waits: a held name is
+// Direct is the lock engine in this process, on a session per client, with
+// no gateway in between: the floor under the gateway. Each acquire is the
+// engine's TryAcquire on the client's session, each release its Release:
+// the etcd transactions the gateway's engine issues for the same calls,
+// with the engine's own CPU beside them. It never waits: a held name is
 // ErrBusy.
 //
 // What the gateway adds on top is everything else: the Connect call and its
-// HTTP/2 stream, routing and the circuit breaker, validation, a fresh secret
-// and waiter id per acquire, and the session keepalive the engine sends
-// with every session acquire to learn the grant's deadline.
+// HTTP/2 stream, routing and the circuit breaker, the wire's checks and the
+// lock id's encoding.
 type Direct struct {
-	cli    *clientv3.Client
-	prefix string
-	ttl    time.Duration
+	cli *clientv3.Client
+	e   *queue.Engine
+	ttl time.Duration
 }
 
-// NewDirect returns the direct-transaction floor on cli under prefix (which
-// must not overlap the gateway's).
-func NewDirect(cli *clientv3.Client, prefix string, ttl time.Duration) *Direct {
-	return &Direct{cli: cli, prefix: prefix, ttl: ttl}
+// NewDirect returns the engine floor on cli under prefix (which must not
+// overlap the gateway's). Close closes the engine, not cli.
+func NewDirect(cli *clientv3.Client, prefix string, ttl time.Duration) (*Direct, error) {
+	cfg := queue.DefaultConfig()
+	cfg.Prefix = prefix
+	e, err := queue.New(cli, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("direct: %w", err)
+	}
+	return &Direct{cli: cli, e: e, ttl: ttl}, nil
 }
 
 // Name implements System.
@@ -43,106 +43,81 @@ func (d *Direct) Name() string { return "direct" }
 
 // Describe implements System.
 func (d *Direct) Describe() string {
-	return "the engine's enqueue and release etcd transactions issued with clientv3, on a session lease per client: the floor"
+	return "the lock engine in process, without the gateway, on a session lease per client: the floor"
 }
 
-// NewClient implements System: a session lease kept alive by clientv3 and
-// the session key that proves it, as Engine.OpenSession writes them.
+// NewClient implements System: a session the engine opens, kept alive by
+// clientv3 as a gateway keeps a session alive for its client.
 func (d *Direct) NewClient(ctx context.Context) (Client, error) {
-	s, err := concurrency.NewSession(d.cli, concurrency.WithTTL(int(d.ttl/time.Second)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	s, err := d.e.OpenSession(ctx, "loadtest", d.ttl)
 	if err != nil {
 		return nil, fmt.Errorf("direct: session: %w", err)
 	}
-	secret, err := queue.NewSecret()
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ka, err := d.cli.KeepAlive(kctx, s.Lease)
 	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("direct: %w", err)
+		cancel()
+		_ = d.e.CloseSession(ctx, s.Lease, s.Secret)
+		return nil, fmt.Errorf("direct: session keepalive: %w", err)
 	}
-	sessKey := queue.SessionKey(d.prefix, s.Lease())
-	if _, err := d.cli.Put(ctx, sessKey, queue.ValueHeader(secret)+`{"c":"loadtest"}`, clientv3.WithLease(s.Lease())); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("direct: session key: %w", err)
-	}
-	return &directClient{d: d, s: s, secret: secret, sessKey: sessKey, keys: map[string]*directKey{}}, nil
+	go func() {
+		for range ka {
+		}
+	}()
+	return &directClient{d: d, s: s, stop: cancel}, nil
 }
 
-// Close implements System; the client is not Direct's to close.
-func (d *Direct) Close() error { return nil }
+// Close implements System: it closes the engine; the etcd client is not
+// Direct's to close.
+func (d *Direct) Close() error {
+	d.e.Close()
+	return nil
+}
 
 type directClient struct {
-	d       *Direct
-	s       *concurrency.Session
-	secret  queue.Secret
-	sessKey string
-	keys    map[string]*directKey
-}
-
-// directKey is one name's waiter key and value, built once per client and
-// name (the engine builds them per acquire; that CPU is the gateway's).
-type directKey struct {
-	prefix, key, value string
-	secret             queue.Secret
-}
-
-func (c *directClient) keyFor(name string) *directKey {
-	if k, ok := c.keys[name]; ok {
-		return k
-	}
-	var secret queue.Secret
-	_, _ = rand.Read(secret[:])
-	reqID := fmt.Sprintf("direct-%x-%s", int64(c.s.Lease()), name)
-	meta, _ := json.Marshal(map[string]any{
-		"c": "loadtest", "t": int64(c.d.ttl / time.Second), "e": 1, "ss": true,
-		"s": hex.EncodeToString(secret[:]), "q": time.Now().UnixMilli(),
-	})
-	prefix := queue.NamePrefix(c.d.prefix, name)
-	k := &directKey{prefix: prefix, key: prefix + queue.WaiterID(reqID), value: queue.ValueHeader(secret) + string(meta), secret: secret}
-	c.keys[name] = k
-	return k
+	d    *Direct
+	s    queue.Session
+	stop context.CancelFunc
+	seq  int64
 }
 
 func (c *directClient) Acquire(ctx context.Context, name string, onEnqueued func()) (Held, error) {
-	k := c.keyFor(name)
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k.key), "=", 0)}, queue.OwnerCmps(c.sessKey, c.secret)...)
-	resp, err := c.d.cli.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(k.key, k.value, clientv3.WithLease(c.s.Lease())),
-		clientv3.OpGet(k.prefix, clientv3.WithFirstCreate()...),
-	).Else(
-		clientv3.OpGet(k.key),
-		clientv3.OpGet(k.prefix, clientv3.WithFirstCreate()...),
-		clientv3.OpGet(c.sessKey),
-	).Commit()
+	c.seq++
+	res, err := c.d.e.TryAcquire(ctx, queue.AcquireRequest{
+		Name: name, Session: c.s.Lease, SessionSecret: c.s.Secret, ClientID: "loadtest",
+		RequestID: fmt.Sprintf("direct-%x-%d", int64(c.s.Lease), c.seq),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("direct: enqueue: %w", err)
+		return nil, fmt.Errorf("direct: acquire: %w", err)
 	}
 	if onEnqueued != nil {
 		onEnqueued()
 	}
-	rr := resp.Responses[1].GetResponseRange()
-	if !resp.Succeeded || rr == nil || len(rr.Kvs) == 0 || rr.Kvs[0].CreateRevision != resp.Header.Revision {
+	if !res.Acquired {
 		return nil, ErrBusy
 	}
-	return &directHeld{c: c, k: k, rev: resp.Header.Revision}, nil
+	return &directHeld{c: c, g: res.Grant}, nil
 }
 
-func (c *directClient) Close(context.Context) error { return c.s.Close() }
+func (c *directClient) Close(ctx context.Context) error {
+	c.stop()
+	return c.d.e.CloseSession(ctx, c.s.Lease, c.s.Secret)
+}
 
 type directHeld struct {
-	c   *directClient
-	k   *directKey
-	rev int64
+	c *directClient
+	g queue.Grant
 }
 
 func (h *directHeld) Release(ctx context.Context) error {
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.k.key), "=", h.rev)}, queue.OwnerCmps(h.k.key, h.k.secret)...)
-	resp, err := h.c.d.cli.Txn(ctx).If(cmps...).Then(clientv3.OpDelete(h.k.key)).Else(clientv3.OpGet(h.k.key)).Commit()
+	released, err := h.c.d.e.Release(ctx, h.g.Handle, h.g.Token())
 	if err != nil {
 		return fmt.Errorf("direct: release: %w", err)
 	}
-	if !resp.Succeeded {
-		return fmt.Errorf("direct: release of %s: compare failed", h.k.key)
+	if !released {
+		return fmt.Errorf("direct: release of %q: not held", h.g.Name)
 	}
 	return nil
 }
 
-func (h *directHeld) Order() int64 { return h.rev }
+func (h *directHeld) Order() int64 { return h.g.Revision }
