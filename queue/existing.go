@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -29,7 +30,8 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	n := r.effectiveLimit()
 	wid := WaiterID(r.RequestID)
 	key := prefix + wid
-	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(prefix, withFirstN(n)...), clientv3.OpGet(key)).Commit()
+	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(prefix, withFirstN(n)...), clientv3.OpGet(key),
+		clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return Grant{}, false, fmt.Errorf("queue: find a grant: %w", err)
 	}
@@ -47,10 +49,7 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 			return Grant{}, false, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
 		}
 		lease := clientv3.LeaseID(mine.Lease)
-		// A session's key is granted once it rides on the session's lease;
-		// before, it waits on an attempt lease (and a re-entrant request's
-		// hold may still be found below).
-		if holdsIn(first, mine.CreateRevision, n) && (!meta.Session || lease == r.Session) {
+		if holdsIn(first, mine.CreateRevision, n) && e.grantMadeIn(resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta.Session, meta.Delay > 0, lease == r.Session) {
 			h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session}
 			ttl := time.Duration(meta.TTL) * time.Second
 			if meta.Session {
@@ -82,4 +81,33 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	_, meta, _ := decodeValue(kv.Value)
 	h := Handle{Name: r.Name, WaiterID: lid, HoldID: wid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	return Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), Resumed: true, keep: true}, true, nil
+}
+
+// grantMadeIn reports whether the key mine, which holds by its place, has
+// been granted, judged from the name's delay records delays and first
+// keys first read in the same revision. A place is not yet a grant:
+//   - a session's key is granted by the transaction that moves it onto
+//     the session lease (onSession), with its record and after the name's
+//     pending lock-delays were waited out (grant.go); before, it rides an
+//     attempt lease (and a re-entrant request's hold may still be found);
+//   - a key on a lease of its own is granted once no lock-delay is
+//     pending (a record of a key that no longer holds) and, where a grant
+//     writes its own record before it is answered (a lock-delay, or losses
+//     waiting), that record is there: answering it sooner would let a
+//     caller act inside another holder's lock-delay, or hold with nothing
+//     in etcd to make its own expiry wait.
+func (e *Engine) grantMadeIn(delays, first []*mvccpb.KeyValue, mine *mvccpb.KeyValue, session, lockDelay, onSession bool) bool {
+	if session {
+		return onSession
+	}
+	if pendingAmong(delays, first) {
+		return false
+	}
+	if !lockDelay && !e.cfg.LossWait {
+		return true
+	}
+	return slices.ContainsFunc(delays, func(kv *mvccpb.KeyValue) bool {
+		rec, ok := parseDelay(kv)
+		return ok && rec.rev == mine.CreateRevision
+	})
 }

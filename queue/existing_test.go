@@ -1,8 +1,12 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestExistingFindsOnlyWhatHoldsAndWritesNothing: Existing answers the
@@ -70,5 +74,40 @@ func TestExistingFindsOnlyWhatHoldsAndWritesNothing(t *testing.T) {
 	mustRelease(t, e, hg)
 	if _, found, err := e.Existing(ctx, hold); err != nil || found {
 		t.Fatalf("Existing of a released hold = %v, %v; want not found", found, err)
+	}
+}
+
+// TestExistingAnswersNoPlaceInsideALockDelay: a key first in its name
+// whose grant still waits out an expired holder's lock-delay is a place,
+// not a grant: Existing does not answer it, so that nobody acts inside the
+// delay by asking instead of acquiring. The holder itself is answered
+// while it lives.
+func TestExistingAnswersNoPlaceInsideALockDelay(t *testing.T) {
+	e, cli := newEngine(t)
+	ctx := testCtx(t)
+	holder := req("exd")
+	holder.LockDelay = time.Minute
+	g := mustAcquire(t, e, holder)
+	if got, found, err := e.Existing(ctx, holder); err != nil || !found || got.Handle != g.Handle {
+		t.Fatalf("Existing(the live holder) = %+v, %v, %v; want its grant", got.Handle, found, err)
+	}
+	waiting := req("exd")
+	w, err := e.Enqueue(ctx, waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.removeWaiter(context.Background(), w.q)
+	// The revocation stands for the holder's expiry: the waiter's key is
+	// first from the revocation's revision on, and its grant must wait a
+	// minute.
+	if _, err := cli.Revoke(ctx, g.Lease); err != nil {
+		t.Fatal(err)
+	}
+	first, err := cli.Get(ctx, e.keys.namePrefix("exd"), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil || len(first.Kvs) != 1 || first.Kvs[0].CreateRevision != w.q.h.Revision {
+		t.Fatalf("first key after the holder's expiry = %v, %v; want the waiter's", first.Kvs, err)
+	}
+	if got, found, err := e.Existing(ctx, waiting); err != nil || found {
+		t.Fatalf("Existing(a waiter first inside a lock-delay) = %+v, %v, %v; want not found", got.Handle, found, err)
 	}
 }
