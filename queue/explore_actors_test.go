@@ -841,6 +841,10 @@ func (w *world) adversary(name string) actorSpec {
 					if wt, err := e.Resume(ctx, r); wt != nil || err != nil && !errors.Is(err, ErrNotOwner) {
 						w.violate("%s: resume with %s's request id = %v, %v; want ErrNotOwner or nothing", name, s.client, wt != nil, err)
 					}
+					// Nor is its grant read out by asking for it.
+					if _, found, err := e.Existing(ctx, r); found || err != nil && !errors.Is(err, ErrNotOwner) && ctx.Err() == nil {
+						w.violate("%s: existing with %s's request id = %v, %v; want ErrNotOwner or nothing", name, s.client, found, err)
+					}
 				}
 			}
 		}
