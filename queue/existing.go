@@ -49,7 +49,7 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 			return Grant{}, false, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
 		}
 		lease := clientv3.LeaseID(mine.Lease)
-		if holdsIn(first, mine.CreateRevision, n) && e.grantMadeIn(resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta.Session, meta.Delay > 0, lease == r.Session) {
+		if holdsIn(first, mine.CreateRevision, n) && e.grantMadeIn(r, resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta, lease == r.Session) {
 			h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session}
 			ttl := time.Duration(meta.TTL) * time.Second
 			if meta.Session {
@@ -84,30 +84,48 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 }
 
 // grantMadeIn reports whether the key mine, which holds by its place, has
-// been granted, judged from the name's delay records delays and first
-// keys first read in the same revision. A place is not yet a grant:
+// been granted, judged from the name's delay records delays read in the
+// same revision as its first keys first. A place is not yet a grant:
 //   - a session's key is granted by the transaction that moves it onto
 //     the session lease (onSession), with its record and after the name's
 //     pending lock-delays were waited out (grant.go); before, it rides an
 //     attempt lease (and a re-entrant request's hold may still be found);
-//   - a key on a lease of its own is granted once no lock-delay is
-//     pending (a record of a key that no longer holds) and, where a grant
-//     writes its own record before it is answered (a lock-delay, or losses
-//     waiting), that record is there: answering it sooner would let a
-//     caller act inside another holder's lock-delay, or hold with nothing
-//     in etcd to make its own expiry wait.
-func (e *Engine) grantMadeIn(delays, first []*mvccpb.KeyValue, mine *mvccpb.KeyValue, session, lockDelay, onSession bool) bool {
-	if session {
+//   - a key on a lease of its own whose grant writes its delay record
+//     (delay.go) writes it after the name's pending lock-delays were
+//     waited out: it is granted once that record is there, whatever went
+//     since;
+//   - otherwise it is granted once no lock-delay is pending that may have
+//     been pending when its key was created: the record of a holder
+//     created before it that no longer holds, or one that cannot be read.
+//     With losses waited for, that key is the first of an empty name,
+//     written with its holder record (loss.go), so no holder was created
+//     before it. Without, a semaphore holder ahead of it that went after
+//     its grant counts too: the answer is "none", and the key ends with
+//     its own lease.
+//
+// Answering sooner would let a caller act inside another holder's
+// lock-delay, or hold with nothing in etcd to make its own expiry wait.
+func (e *Engine) grantMadeIn(r AcquireRequest, delays, first []*mvccpb.KeyValue, mine *mvccpb.KeyValue, meta waiterMeta, onSession bool) bool {
+	if meta.Session {
 		return onSession
 	}
-	if pendingAmong(delays, first) {
-		return false
+	own := e.keys.delay(r.Name, waiterIDOf(mine))
+	recorded := false
+	for _, kv := range delays {
+		if rec, ok := parseDelay(kv); ok && rec.rev == mine.CreateRevision {
+			if string(kv.Key) == own {
+				return true
+			}
+			recorded = true // its holder record
+		}
 	}
-	if !lockDelay && !e.cfg.LossWait {
-		return true
+	live := func(rev int64) bool {
+		return slices.ContainsFunc(first, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev })
 	}
-	return slices.ContainsFunc(delays, func(kv *mvccpb.KeyValue) bool {
-		rec, ok := parseDelay(kv)
-		return ok && rec.rev == mine.CreateRevision
-	})
+	for _, kv := range delays {
+		if rec, ok := parseDelay(kv); !ok || rec.rev < mine.CreateRevision && !live(rec.rev) {
+			return false
+		}
+	}
+	return recorded || meta.Delay == 0 && !e.cfg.LossWait
 }

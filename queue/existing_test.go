@@ -111,3 +111,24 @@ func TestExistingAnswersNoPlaceInsideALockDelay(t *testing.T) {
 		t.Fatalf("Existing(a waiter first inside a lock-delay) = %+v, %v, %v; want not found", got.Handle, found, err)
 	}
 }
+
+// TestExistingAnswersAHolderWhateverWentAfterIt: a semaphore holder stays
+// answered when another holder behind it is lost: that holder's pending
+// lock-delay began after the first was granted and withholds nothing from
+// it.
+func TestExistingAnswersAHolderWhateverWentAfterIt(t *testing.T) {
+	e, cli := newEngine(t)
+	ctx := testCtx(t)
+	first := req("exs")
+	first.Limit = 2
+	g := mustAcquire(t, e, first)
+	second := req("exs")
+	second.Limit, second.LockDelay = 2, time.Minute
+	g2 := mustAcquire(t, e, second)
+	if _, err := cli.Revoke(ctx, g2.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := e.Existing(ctx, first); err != nil || !found || got.Handle != g.Handle {
+		t.Fatalf("Existing(the first holder, after the second was lost) = %+v, %v, %v; want its grant", got.Handle, found, err)
+	}
+}
