@@ -49,13 +49,18 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 			return Grant{}, false, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
 		}
 		lease := clientv3.LeaseID(mine.Lease)
-		if holdsIn(first, mine.CreateRevision, n) && e.grantMadeIn(r, resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta, lease == r.Session) {
-			h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session}
-			ttl := time.Duration(meta.TTL) * time.Second
-			if meta.Session {
-				ttl = e.sessionTTL(r.Session)
+		if holdsIn(first, mine.CreateRevision, n) {
+			// A re-entrant request whose key waits may still have a hold (below).
+			if from := e.grantMadeIn(r, resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta, lease == r.Session, resp.Header.Revision); from != 0 {
+				h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session}
+				ttl := time.Duration(meta.TTL) * time.Second
+				if meta.Session {
+					ttl = e.sessionTTL(r.Session)
+				}
+				g := Grant{Handle: h, TTL: ttl, Resumed: true, keep: true, attempt: mine.ModRevision}
+				e.grantMade(ctx, g, resp.Header.Revision, from)
+				return g, true, nil
 			}
-			return Grant{Handle: h, TTL: ttl, Resumed: true, keep: true}, true, nil
 		}
 	}
 	if !r.Reentrant || r.Session == 0 {
@@ -80,12 +85,15 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	}
 	_, meta, _ := decodeValue(kv.Value)
 	h := Handle{Name: r.Name, WaiterID: lid, HoldID: wid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
-	return Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), Resumed: true, keep: true}, true, nil
+	g = Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), Resumed: true, keep: true, attempt: kv.ModRevision}
+	e.grantMade(ctx, g, resp.Header.Revision, 0)
+	return g, true, nil
 }
 
-// grantMadeIn reports whether the key mine, which holds by its place, has
-// been granted, judged from the name's delay records delays read in the
-// same revision as its first keys first. A place is not yet a grant:
+// grantMadeIn reports from which revision the key mine, which holds by
+// its place at revision asOf, is known to be granted — 0 while it is not —
+// judged from the name's delay records delays read in the same revision as
+// its first keys first. A place is not yet a grant:
 //   - a session's key is granted by the transaction that moves it onto
 //     the session lease (onSession), with its record and after the name's
 //     pending lock-delays were waited out (grant.go); before, it rides an
@@ -105,18 +113,21 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 //
 // Answering sooner would let a caller act inside another holder's
 // lock-delay, or hold with nothing in etcd to make its own expiry wait.
-func (e *Engine) grantMadeIn(r AcquireRequest, delays, first []*mvccpb.KeyValue, mine *mvccpb.KeyValue, meta waiterMeta, onSession bool) bool {
+func (e *Engine) grantMadeIn(r AcquireRequest, delays, first []*mvccpb.KeyValue, mine *mvccpb.KeyValue, meta waiterMeta, onSession bool, asOf int64) (from int64) {
 	if meta.Session {
-		return onSession
+		if onSession {
+			return mine.ModRevision // the move
+		}
+		return 0
 	}
 	own := e.keys.delay(r.Name, waiterIDOf(mine))
 	recorded := false
 	for _, kv := range delays {
 		if rec, ok := parseDelay(kv); ok && rec.rev == mine.CreateRevision {
 			if string(kv.Key) == own {
-				return true
+				return kv.CreateRevision // the grant wrote it
 			}
-			recorded = true // its holder record
+			recorded = true // its holder record, written with the key
 		}
 	}
 	live := func(rev int64) bool {
@@ -124,8 +135,14 @@ func (e *Engine) grantMadeIn(r AcquireRequest, delays, first []*mvccpb.KeyValue,
 	}
 	for _, kv := range delays {
 		if rec, ok := parseDelay(kv); !ok || rec.rev < mine.CreateRevision && !live(rec.rev) {
-			return false
+			return 0
 		}
 	}
-	return recorded || meta.Delay == 0 && !e.cfg.LossWait
+	switch {
+	case recorded:
+		return mine.CreateRevision
+	case meta.Delay == 0 && !e.cfg.LossWait:
+		return asOf // granted when it came first, at the latest asOf
+	}
+	return 0
 }

@@ -132,3 +132,21 @@ func TestExistingAnswersAHolderWhateverWentAfterIt(t *testing.T) {
 		t.Fatalf("Existing(the first holder, after the second was lost) = %+v, %v, %v; want its grant", got.Handle, found, err)
 	}
 }
+
+// TestExistingAnswersNoWaitingKey: a key behind the holder is a place
+// whatever the name's records say — with losses not waited for, a waiting
+// key on a lease of its own has none to tell it from a grant.
+func TestExistingAnswersNoWaitingKey(t *testing.T) {
+	e, _ := newEngine(t, func(c *Config) { c.LossWait = false })
+	ctx := testCtx(t)
+	mustAcquire(t, e, req("wk"))
+	waiting := req("wk")
+	w, err := e.Enqueue(ctx, waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.removeWaiter(ctx, w.q)
+	if g, found, err := e.Existing(ctx, waiting); err != nil || found {
+		t.Fatalf("Existing(a waiting key) = %+v, %v, %v; want not found", g.Handle, found, err)
+	}
+}

@@ -130,6 +130,7 @@ func (w *world) cast() {
 		func(i int) { w.add(w.delayer(fmt.Sprintf("d%d", i))) },
 		func(i int) { w.add(w.earlyRevoker(fmt.Sprintf("v%d", i))) },
 		func(i int) { w.addQuitter(fmt.Sprintf("q%d", i)) },
+		func(i int) { w.addSettler(fmt.Sprintf("t%d", i)) },
 	}
 	if w.limit > 1 {
 		// A semaphore: limit+1 takers, so that one of them must wait,
@@ -707,6 +708,78 @@ func (w *world) addImpatient(name string) {
 		cancel(context.Canceled)
 		w.sch.markWake(w.actor(name))
 		w.start(retry)
+	}})
+}
+
+// addSettler adds a client that gives up on its first attempt (its stream
+// dies at a moment the scheduler picks) and then, as the SDK settles a
+// session acquire whose answer was lost, asks the other gateway for the
+// grant made under its request id (Existing) and releases what it is
+// handed. Existing writes nothing and answers only a grant — the key there
+// and first (within the limit), carrying the write of the attempt that
+// holds it, outside every pending lock-delay — and only the request's
+// own caller's.
+func (w *world) addSettler(name string) {
+	first, second, r, ok := w.twoGateways(name)
+	if !ok {
+		return
+	}
+	var delivered, killed bool
+	actx, cancel := context.WithCancelCause(withActor(context.Background(), w.actor(name)))
+	settle := actorSpec{name: name + "-settle", client: name, run: func(ctx context.Context) {
+		w.step(ctx, "existing")
+		g, found, err := second.Existing(ctx, r)
+		if err != nil || !found {
+			if err != nil && ctx.Err() == nil {
+				w.violate("%s: existing: %v", name, err)
+			}
+			return
+		}
+		w.certify(name+" (existing)", g)
+		c := w.cert(g)
+		w.mu.Lock()
+		if now := w.clocks[0].Now(); now.Before(w.delayEnd) && c.heldFrom >= w.delayRev {
+			w.violations = append(w.violations, fmt.Sprintf("%s: existing answered a grant at %s, before an expired holder's lock-delay ended at %s",
+				name, now.Format("15:04:05.000"), w.delayEnd.Format("15:04:05.000")))
+		}
+		w.mu.Unlock()
+		w.step(ctx, "release")
+		if _, err := second.Release(ctx, g.Handle, g.Token()); err != nil && !errors.Is(err, ErrNotOwner) && ctx.Err() == nil {
+			w.violate("%s: release of the grant existing found: %v", name, err)
+		}
+	}}
+	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
+		defer cancel(nil)
+		w.step(ctx, "acquire")
+		g, err := w.acquire(actx, name, first, r)
+		w.mu.Lock()
+		gone := killed
+		if err == nil && !gone {
+			delivered = true
+		}
+		w.mu.Unlock()
+		switch {
+		case err == nil && !gone:
+			w.believe(name, *g)
+			w.release(ctx, name, first, *g)
+		case err == nil:
+			w.abandon(ctx, first, *g) // the stream is gone: nobody receives it
+		case gone && !zombieEnd(err), !gone && !expectedEnd(err):
+			w.violate("%s: first attempt: %v", name, err)
+		}
+	}})
+	w.add(actorSpec{name: name + "-kill", run: func(ctx context.Context) {
+		w.step(ctx, "kill "+name)
+		w.mu.Lock()
+		if delivered {
+			w.mu.Unlock()
+			return
+		}
+		killed = true
+		w.mu.Unlock()
+		cancel(context.Canceled)
+		w.sch.markWake(w.actor(name))
+		w.start(settle)
 	}})
 }
 

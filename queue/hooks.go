@@ -73,8 +73,10 @@ type hooks interface {
 	// is a revision at which the key was first and carried the granting
 	// attempt's write; heldFrom the revision from which the key held its
 	// place among the first keys — the revision its hub found it holding
-	// at, or its own write's — so that a slot earned before another
-	// holder expired is told from that holder's (0 for a re-entered hold).
+	// at, or its own write's; for a grant Existing found, the first
+	// revision known to show it granted — so that a slot earned before
+	// another holder expired is told from that holder's (0 for a
+	// re-entered hold).
 	granted(ctx context.Context, g Grant, asOf, heldFrom int64)
 }
 
