@@ -159,6 +159,10 @@ type enqueued struct {
 	aheadRev int64 // the revision ahead was counted at
 	handoff  *handoffRecord
 	firstAt  int64 // a revision the key was known first at, if later than modRev
+	// moveInDoubt: the move onto the session lease that grants the key
+	// (grant.go) went without an answer before its caller gave up; it may
+	// have landed, so the key is taken back by its value (cleanup.go).
+	moveInDoubt bool
 }
 
 // onSession reports whether a session waiter's key already rides on the

@@ -28,6 +28,10 @@ import (
 // stop it. One not settled by then (etcd unreachable) goes on in the
 // background, owned by the engine, until it is.
 func (e *Engine) takeBack(ctx context.Context, q *enqueued) {
+	if q.moveInDoubt {
+		e.forgetMove(ctx, q)
+		return
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
 	e.deleteOwned(dctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
 	settled := dctx.Err() == nil
@@ -63,6 +67,10 @@ func (e *Engine) forgetDetached(ctx context.Context, q *enqueued) {
 			return
 		case <-t.C():
 		}
+		if q.moveInDoubt {
+			e.forgetMove(ctx, q)
+			return
+		}
 		e.deleteOwned(ctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
 	})
 }
@@ -72,8 +80,27 @@ func (e *Engine) forgetDetached(ctx context.Context, q *enqueued) {
 // reference: a key that could not be removed dies with that lease once no
 // attempt needs it.
 func (e *Engine) removeWaiter(ctx context.Context, q *enqueued) {
+	if q.moveInDoubt {
+		e.forgetMove(ctx, q)
+		return
+	}
 	defer e.att.release(q.att)
 	e.deleteOwned(ctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
+}
+
+// forgetMove takes back the key of q, whose move onto the session lease
+// is in doubt (enqueued.moveInDoubt): the move, had it landed, wrote the
+// key's value unchanged — this attempt's, which carries its nonce and which
+// no other attempt writes — so the key is this attempt's, on the attempt
+// lease or the session's, while it holds that value. It goes with its
+// holder record, as a clean end, unless a re-entrant hold rests on it (a
+// session that re-entered the lock meanwhile holds it). It runs in the
+// background until etcd answers.
+func (e *Engine) forgetMove(ctx context.Context, q *enqueued) {
+	key := e.keys.waiter(q.h.Name, q.h.WaiterID)
+	noHolds := clientv3.Compare(clientv3.CreateRevision(e.keys.holds(q.h.Name, q.h.WaiterID, q.h.Revision)), "=", 0)
+	del := []clientv3.Op{clientv3.OpDelete(key), e.releaseDelayOp(q.h), e.endMark(markGiveUp, key)}
+	e.forget(ctx, key, q.value, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{noHolds}, del, nil)}, 0, q.att)
 }
 
 // deleteOwned deletes a waiter key if its create revision is rev and its

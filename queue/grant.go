@@ -135,18 +135,21 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 	}
 	b := newBackoff(e.cfg.Clock)
 	for {
-		// The move runs to its answer even when the wait ends meanwhile (a
+		// A try runs to its answer even when the wait ends meanwhile (a
 		// gateway shutting down detaches its waiters): a move whose outcome
 		// nobody learns would leave the key on the session lease, granted
 		// to nobody and never given up, for as long as the session lives.
 		// With the answer, a move that landed is a grant, and a grant the
-		// caller can no longer receive is given up (Abandon).
+		// caller can no longer receive is given up (Abandon). A try without
+		// an answer after the wait ended leaves the move in doubt, and the
+		// attempt's cleanup takes the key back whichever lease it is on.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
 		resp, err := e.cli.Txn(tctx).If(cmps...).Then(then...).
 			Else(clientv3.OpGet(key), clientv3.OpGet(skey)).Commit()
 		cancel()
 		if err != nil {
 			if werr := b.wait(ctx); werr != nil {
+				q.moveInDoubt = true
 				return fmt.Errorf("queue: grant: %w", err)
 			}
 			continue

@@ -202,18 +202,23 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
 	}, ownerCmps(key, secret)...)
 	cmps = append(cmps, ownerCmps(skey, r.SessionSecret)...)
+	_, meta, _ := decodeValue(kv.Value)
+	h := Handle{Name: r.Name, WaiterID: wid, HoldID: hid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	e.at(ctx, pointReenter)
 	resp, err := e.cli.Txn(ctx).If(cmps...).
 		Then(clientv3.OpPut(hkey, encodeHolds(holds), clientv3.WithLease(r.Session)), clientv3.OpGet(skey)).
 		Commit()
 	if err != nil {
+		// The hold may have been added and its answer lost (or the caller
+		// gone while it was sent): it is given up by its nonce, in the
+		// background, as an undelivered grant's is. Left, it would keep
+		// the name held, through the session, after every other hold went.
+		e.Abandon(ctx, Grant{Handle: h, hold: nonce, keep: retried})
 		return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 	}
 	if !resp.Succeeded {
 		return nil, errRaced // released, expired or re-entered meanwhile: look again
 	}
-	_, meta, _ := decodeValue(kv.Value)
-	h := Handle{Name: r.Name, WaiterID: wid, HoldID: hid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	ttl := time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
 	// attempt is the write the key carries, unchanged: the grant rests on
 	// it as an attempt's does (the explorer checks it); giving the grant

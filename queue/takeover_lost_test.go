@@ -15,8 +15,9 @@ import (
 // to a call etcd had already applied.
 type lossyKV struct {
 	clientv3.KV
-	key  string
-	lose atomic.Bool
+	key    string
+	lose   atomic.Bool
+	onLose func() // called as an answer is lost, if set
 }
 
 type lossyTxn struct {
@@ -41,6 +42,9 @@ func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(op
 func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 	resp, err := t.Txn.Commit()
 	if err == nil && t.puts && t.kv.lose.CompareAndSwap(true, false) {
+		if t.kv.onLose != nil {
+			t.kv.onLose()
+		}
 		return nil, errors.New("the answer was lost (applied)")
 	}
 	return resp, err
@@ -123,4 +127,114 @@ func TestTakeoverWithALostAnswerIsTakenBack(t *testing.T) {
 	stopBusy()
 	mustRelease(t, e, busyHolder)
 	t.Fatalf("the name is still held %s after its only waiter's retry failed (AttemptTTL %s): a key of nobody's rides on the busy gateway's attempt lease", 4*attemptTTL, attemptTTL)
+}
+
+// TestGrantMoveWithALostAnswerIsTakenBack: a session waiter's grant moves
+// its key onto the session lease; when etcd applies the move, its answer
+// is lost and the caller gives up at that moment, the move is in doubt. The
+// attempt's cleanup must take the key back wherever it rides: a key left
+// on the session lease would hold the name, granted to nobody, for as long
+// as the session lives.
+func TestGrantMoveWithALostAnswerIsTakenBack(t *testing.T) {
+	cli := shared.ClientFor(t)
+	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lossy.Close() })
+	kv := &lossyKV{KV: lossy.KV}
+	lossy.KV = kv
+	e, _ := newEngine(t)
+	le, err := New(lossy, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(le.Close)
+	cleaned := make(chan struct{}, 16)
+	le.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p == pointCleaned {
+			cleaned <- struct{}{}
+		}
+	}}
+	s, err := le.OpenSession(testCtx(t), "c", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := mustAcquire(t, e, req("moved"))
+	r := req("moved")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	key := e.keys.waiter("moved", WaiterID(r.RequestID))
+	kv.key = key
+	w, err := le.Enqueue(testCtx(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, giveUp := context.WithCancel(testCtx(t))
+	kv.onLose = giveUp
+	kv.lose.Store(true) // the next put of the key is the grant's move
+	done := make(chan error, 1)
+	go func() { _, err := w.Wait(ctx); done <- err }()
+	mustRelease(t, e, holder)
+	if err := <-done; err == nil {
+		t.Fatal("the wait whose grant's answer was lost succeeded")
+	}
+	<-cleaned
+	resp, err := cli.Get(testCtx(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) > 0 {
+		t.Fatalf("the waiter's key is still there after its cleanup, on lease %x (the session's is %x)", resp.Kvs[0].Lease, int64(s.Lease))
+	}
+	if !free(t, e, "moved") {
+		t.Fatal("the name is held after its only waiter gave up")
+	}
+}
+
+// TestReentryWithALostAnswerIsGivenUp: a re-entrant acquire whose hold
+// etcd added while its answer was lost must give that hold up: left, it
+// would keep the name held through the session after the holder's own
+// release, granted to a caller that never heard of it.
+func TestReentryWithALostAnswerIsGivenUp(t *testing.T) {
+	cli := shared.ClientFor(t)
+	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lossy.Close() })
+	kv := &lossyKV{KV: lossy.KV}
+	lossy.KV = kv
+	e, _ := newEngine(t)
+	le, err := New(lossy, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(le.Close)
+	s := mustSession(t, e)
+	outer := req("reheld")
+	outer.Session, outer.SessionSecret, outer.Reentrant = s.Lease, s.Secret, true
+	g := mustAcquire(t, e, outer)
+	hkey := e.keys.holds("reheld", g.WaiterID, g.Revision)
+	kv.key = hkey
+	kv.lose.Store(true)
+	inner := outer
+	inner.RequestID = "inner-" + outer.RequestID
+	wctx, stop := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer stop()
+	watch := cli.Watch(wctx, hkey)
+	if _, err := acquire(testCtx(t), le, inner); err == nil {
+		t.Fatal("the re-entrant acquire whose answer was lost succeeded")
+	}
+	// The lost hold's write, then its give-up.
+	for seen := 0; seen < 2; {
+		wr, ok := <-watch
+		if !ok {
+			t.Fatalf("the hold added without an answer was not given up within 10s (%d writes of its record seen)", seen)
+		}
+		seen += len(wr.Events)
+	}
+	mustRelease(t, e, g)
+	if !free(t, e, "reheld") {
+		t.Fatal("the name is still held after its only delivered hold was released")
+	}
 }
