@@ -95,26 +95,15 @@ func (r *Router) DescribeQueue(ctx context.Context, tenant, name string, electio
 // and the current holder's token (0: none); a holder on the shard the
 // name drains from is the live one. One call bounded by RequestTimeout.
 func (r *Router) CheckFence(ctx context.Context, tenant, name string, token int64) (live bool, current int64, err error) {
-	t, err := r.route(ctx, tenant, name)
-	if err != nil {
-		return false, 0, err
+	type fence struct {
+		live    bool
+		current int64
 	}
-	ctx, cancel := r.Bound(ctx)
-	defer cancel()
-	for _, c := range []*Target{t.Previous, &t} {
-		if c == nil {
-			continue
-		}
-		err = c.Backend.call(ctx, func(ctx context.Context) error {
-			var err error
-			live, current, err = c.Engine.CheckFence(ctx, name, token)
-			return err
-		})
-		if err != nil || current != 0 {
-			break // a holder on the draining shard is the live one
-		}
-	}
-	return live, current, err
+	f, err := drainingFirst(ctx, r, tenant, name, func(ctx context.Context, e *queue.Engine) (fence, error) {
+		live, current, err := e.CheckFence(ctx, name, token)
+		return fence{live, current}, err
+	}, func(f fence, err error) bool { return err != nil || f.current != 0 })
+	return f.live, f.current, err
 }
 
 // Leader reports election's leader (queue.ErrNoLeader: nobody leads);
@@ -122,23 +111,31 @@ func (r *Router) CheckFence(ctx context.Context, tenant, name string, token int6
 // previous shard, its leader may still be there; nobody leads on the new
 // one before it has let go.
 func (r *Router) Leader(ctx context.Context, tenant, election string) (*queue.Leader, error) {
-	t, err := r.route(ctx, tenant, queue.ElectionName(election))
+	return drainingFirst(ctx, r, tenant, queue.ElectionName(election), func(ctx context.Context, e *queue.Engine) (*queue.Leader, error) {
+		return e.Leader(ctx, election)
+	}, func(_ *queue.Leader, err error) bool { return !errors.Is(err, queue.ErrNoLeader) })
+}
+
+// drainingFirst routes name and reads it with read, bounded by
+// RequestTimeout: while it drains from a previous shard, there first — what
+// that shard still has is the live state — and on the current shard only
+// when the previous one's answer is not settled by it.
+func drainingFirst[T any](ctx context.Context, r *Router, tenant, name string, read func(context.Context, *queue.Engine) (T, error), settled func(T, error) bool) (v T, err error) {
+	t, err := r.route(ctx, tenant, name)
 	if err != nil {
-		return nil, err
+		return v, err
 	}
 	ctx, cancel := r.Bound(ctx)
 	defer cancel()
-	var l *queue.Leader
 	for _, c := range []*Target{t.Previous, &t} {
 		if c == nil {
 			continue
 		}
-		l, err = do(ctx, *c, func(ctx context.Context) (*queue.Leader, error) { return c.Engine.Leader(ctx, election) })
-		if !errors.Is(err, queue.ErrNoLeader) {
+		if v, err = do(ctx, *c, func(ctx context.Context) (T, error) { return read(ctx, c.Engine) }); settled(v, err) {
 			break
 		}
 	}
-	return l, err
+	return v, err
 }
 
 // ForceRelease evicts name's holder, on the shard that holds it, and
