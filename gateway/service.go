@@ -182,17 +182,17 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 }
 
 // acquireOf is the fleet's acquire of r (a campaign in the election
-// r.Name with election) for the caller: r must pass the engine's checks
-// (queue.AcquireRequest.Validate), here, before anything is limited or
-// routed, so a bad request is refused as such even while its cluster is
-// down; the tenant's policy must allow the name, a session must be the
-// caller's, and the call is limited as the gateway is configured.
+// r.Name with election) for the caller: it must pass the engine's checks
+// (locks.Acquire.Validate) first, before anything is limited or routed,
+// so a bad request is refused as such even while its cluster is down; the
+// tenant's policy must allow the name, a session must be the caller's,
+// and the call is limited as the gateway is configured.
 func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
-	v := r
-	if election {
-		v.Name = queue.ElectionName(r.Name)
+	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
+	if sess != nil {
+		a.Session = sess
 	}
-	if err := v.Validate(sess != nil); err != nil {
+	if err := a.Validate(); err != nil {
 		return locks.Acquire{}, err
 	}
 	if err := s.allow(id, r.Name); err != nil {
@@ -201,12 +201,8 @@ func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID
 	if sess != nil && sess.Tenant != id.Tenant {
 		return locks.Acquire{}, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
-	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
-	r.Owner = id.owner()
-	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
-	if sess != nil {
-		a.Session = sess
-	}
+	a.Request.MaxKeys = s.cfg.Limits.MaxWaitersPerName
+	a.Request.Owner = id.owner()
 	return a, nil
 }
 
