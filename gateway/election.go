@@ -33,9 +33,6 @@ func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.Campai
 	if err != nil {
 		return err
 	}
-	if len(m.Value) > queue.MaxValueLen {
-		return badField("value", "is %d bytes; the limit is %d", len(m.Value), queue.MaxValueLen)
-	}
 	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, 0, false, 0)
 	if err != nil {
 		return err
@@ -73,6 +70,7 @@ func (el Elections) leader(ctx context.Context, leaderID string) (LockID, locks.
 
 // Proclaim replaces the leader's value while the caller leads.
 func (el Elections) Proclaim(ctx context.Context, req *connect.Request[v1.ProclaimRequest]) (*connect.Response[v1.ProclaimResponse], error) {
+	// Here, not left to the engine: it checks behind the shard's breaker.
 	if len(req.Msg.Value) > queue.MaxValueLen {
 		return nil, badField("value", "is %d bytes; the limit is %d", len(req.Msg.Value), queue.MaxValueLen)
 	}

@@ -74,6 +74,25 @@ func fieldOf(field string, err error) error {
 	return &fieldError{field: field, err: fmt.Errorf("%s: %w", field, err)}
 }
 
+// apiFields names the engine's request fields (queue.FieldError.Field) as
+// the API does; Epoch, which no caller sends, has none.
+var apiFields = map[string]string{
+	"Name": "name", "TTL": "ttl_ms", "ClientID": "client_id", "RequestID": "request_id", "Limit": "limit",
+	"LockDelay": "lock_delay_ms", "Reentrant": "reentrant", "Value": "value",
+}
+
+// named tags err's engine field error, if the gateway tagged none, with
+// the field's API name (fieldOf): both edges, toConnect and restPost, read
+// errors through it.
+func named(err error) error {
+	var fe *fieldError
+	var qe *queue.FieldError
+	if errors.As(err, &fe) || !errors.As(err, &qe) || apiFields[qe.Field] == "" {
+		return err
+	}
+	return fieldOf(apiFields[qe.Field], err)
+}
+
 // errorTranslator is the one place a Connect call's error is translated:
 // handlers return the engine's, the router's and their own errors as they
 // are, and this interceptor, innermost, turns them into Connect errors
@@ -115,6 +134,7 @@ func toConnect(err error) *connect.Error {
 	if errors.As(err, &ce) {
 		return ce
 	}
+	err = named(err)
 	if le := limitedToConnect(err); le != nil {
 		return le
 	}

@@ -16,6 +16,8 @@ import (
 // and name checks the wire states — never an engine, a waiter or a
 // transaction. A name added here needs a reason of that kind.
 var queueNames = map[string]bool{
+	// Errors.
+	"FieldError": true,
 	// Values.
 	"AcquireRequest": true, "AuditRecord": true, "AuditRetention": true, "End": true,
 	"EventExpired": true, "EventForceReleased": true, "EventHeld": true, "EventLeft": true,

@@ -149,6 +149,7 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 		}
 		status, out, err := h(r.Context(), body)
 		if err != nil {
+			err = named(err)
 			ce := toConnect(err)
 			recordOf(r.Context()).setErr(ce)
 			field := ""
@@ -272,7 +273,7 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {
-		return 0, nil, tagTTL(s.lim.capped(err))
+		return 0, nil, s.lim.capped(err)
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")
@@ -337,17 +338,6 @@ func (s *Service) restRelease(ctx context.Context, body []byte) (int, any, error
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil
-}
-
-// tagTTL names the ttl field on an engine TTL error.
-func tagTTL(err error) error {
-	if errors.Is(err, queue.ErrInvalidTTL) {
-		var fe *fieldError
-		if !errors.As(err, &fe) {
-			return fieldOf("ttl_ms", err)
-		}
-	}
-	return err
 }
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

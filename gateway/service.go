@@ -150,25 +150,13 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// acquireRequest validates the fields shared by Acquire and TryAcquire.
+// acquireRequest reads the wire fields shared by Acquire and TryAcquire
+// into the engine's request (acquireOf checks the rest by the engine's
+// rules): milliseconds, compared before they are converted, the session
+// id, the default TTL and request id.
 func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (queue.AcquireRequest, *SessionID, error) {
-	if err := queue.ValidateName(name); err != nil {
-		return queue.AcquireRequest{}, nil, fieldOf("name", err)
-	}
-	if err := queue.ValidateClientID(clientID); err != nil {
-		return queue.AcquireRequest{}, nil, fieldOf("client_id", err)
-	}
-	if len(requestID) > queue.MaxIDLen {
-		return queue.AcquireRequest{}, nil, badField("request_id", "is %d bytes; the limit is %d", len(requestID), queue.MaxIDLen)
-	}
-	if limit < 0 || limit > queue.MaxLimit {
-		return queue.AcquireRequest{}, nil, badField("limit", "%d is outside 0 (a lock) to %d", limit, queue.MaxLimit)
-	}
 	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
 		return queue.AcquireRequest{}, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
-	}
-	if reentrant && sessionID == "" {
-		return queue.AcquireRequest{}, nil, badField("reentrant", "needs a session_id: only a session's secret proves a second acquire comes from the holder")
 	}
 	if requestID == "" {
 		requestID = newRequestID()
@@ -194,22 +182,27 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 }
 
 // acquireOf is the fleet's acquire of r (a campaign in the election
-// r.Name with election) for the caller: the tenant's policy must allow the
-// name, a session must be the caller's, and the call is limited as the
-// gateway is configured.
+// r.Name with election) for the caller: it must pass the engine's checks
+// (locks.Acquire.Validate) first, before anything is limited or routed,
+// so a bad request is refused as such even while its cluster is down; the
+// tenant's policy must allow the name, a session must be the caller's,
+// and the call is limited as the gateway is configured.
 func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
+	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
+	if sess != nil {
+		a.Session = sess
+	}
+	if err := a.Validate(); err != nil {
+		return locks.Acquire{}, err
+	}
 	if err := s.allow(id, r.Name); err != nil {
 		return locks.Acquire{}, err
 	}
 	if sess != nil && sess.Tenant != id.Tenant {
 		return locks.Acquire{}, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
 	}
-	r.MaxKeys = s.cfg.Limits.MaxWaitersPerName
-	r.Owner = id.owner()
-	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
-	if sess != nil {
-		a.Session = sess
-	}
+	a.Request.MaxKeys = s.cfg.Limits.MaxWaitersPerName
+	a.Request.Owner = id.owner()
 	return a, nil
 }
 
@@ -369,7 +362,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 	a.Request.Heartbeat = func(context.Context) error { return out.heartbeat() }
 	shard, g, err := s.router.Acquire(wctx, a)
 	if err != nil {
-		err = tagTTL(sessionShard(shard, s.lim.capped(err)))
+		err = sessionShard(shard, s.lim.capped(err))
 		if cause := context.Cause(wctx); cause != nil && errors.Is(cause, errShuttingDown) {
 			return errShuttingDown
 		}
@@ -419,7 +412,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	if m.ExistingOnly {
 		shard, g, found, err := s.router.Existing(ctx, a)
 		if err != nil {
-			return nil, tagTTL(sessionShard(shard, err))
+			return nil, sessionShard(shard, err)
 		}
 		out := &v1.TryAcquireResponse{Acquired: found}
 		if found {
@@ -430,7 +423,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)
 	if err != nil {
-		return nil, tagTTL(sessionShard(shard, s.lim.capped(err)))
+		return nil, sessionShard(shard, s.lim.capped(err))
 	}
 	out := &v1.TryAcquireResponse{Acquired: res.Acquired}
 	if res.Acquired {

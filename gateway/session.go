@@ -127,6 +127,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err := s.lim.acquire(who); err != nil {
 		return nil, err
 	}
+	// Here, not left to the engine: it checks behind the shards' breakers.
 	if err := queue.ValidateClientID(req.Msg.ClientId); err != nil {
 		return nil, fieldOf("client_id", err)
 	}
@@ -144,7 +145,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	}
 	if err := refuseOpen(outs.Shards); err != nil {
 		s.router.RevokeOpened(s.session(id), outs.Shards) // do not leave half a session behind
-		return nil, tagTTL(err)
+		return nil, err
 	}
 	deadline, effTTL, valid := earliest(outs.Shards)
 	return connect.NewResponse(&v1.OpenSessionResponse{

@@ -32,8 +32,9 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err != nil {
 		return nil, err
 	}
-	if len(m.ClientId) > queue.MaxIDLen {
-		return nil, badField("client_id", "is %d bytes; the limit is %d", len(m.ClientId), queue.MaxIDLen)
+	// Checked before a replaced lease is revoked, as the engine would not.
+	if err := queue.ValidateClientID(m.ClientId); err != nil {
+		return nil, fieldOf("client_id", err)
 	}
 	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
 		return nil, badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards)
@@ -63,7 +64,7 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	s.capped(outs)
 	if err := refuseOpen(outs); err != nil {
 		s.router.RevokeOpened(s.session(id), outs)
-		return nil, tagTTL(err)
+		return nil, err
 	}
 	var opened []ShardLease
 	for _, o := range outs {

@@ -51,6 +51,18 @@ type Acquire struct {
 	Election bool
 }
 
+// Validate checks a.Request as the engine will (queue.AcquireRequest.Validate),
+// as a campaign when a.Election and riding on a.Session, reading no etcd:
+// a caller that calls it before it routes a refuses a bad request even
+// while the shard is down.
+func (a Acquire) Validate() error {
+	req := a.Request
+	if a.Election {
+		req.Name = queue.ElectionName(req.Name)
+	}
+	return req.Validate(a.Session != nil)
+}
+
 // Acquire enqueues r.Request on the shard that owns its name (one bounded
 // round trip through the shard's breaker) and waits (outside it: a long
 // wait says nothing about the cluster's health) until it is granted or

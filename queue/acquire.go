@@ -90,16 +90,17 @@ type AcquireRequest struct {
 	LockDelay time.Duration
 }
 
-// validate checks r once per request: Enqueue and TryAcquire before they
-// write, Resume before it takes a waiter over. An error is a *FieldError
-// naming the field.
-func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
-	var epoch error
+// Validate reports the first field of r outside its allowed form, as a
+// *FieldError naming it, reading no etcd: every field but TTL, whose range
+// is an engine's Config. session says whether r will ride on a session,
+// whose lease (Session) a router fills in per cluster as it routes r:
+// only a session acquire may be Reentrant. The engine validates r again.
+func (r *AcquireRequest) Validate(session bool) error {
+	var epoch, reentrant error
 	if r.Epoch > MaxEpoch {
 		epoch = fmt.Errorf("%w: epoch %d is above %d", ErrInvalidArgument, r.Epoch, MaxEpoch)
 	}
-	var reentrant error
-	if r.Reentrant && r.Session == 0 {
+	if r.Reentrant && !session {
 		reentrant = fmt.Errorf("%w: reentrant needs a session: only a session's secret can prove it is the same holder", ErrInvalidArgument)
 	}
 	for _, f := range [...]struct {
@@ -116,11 +117,18 @@ func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
 		{"Reentrant", reentrant},
 	} {
 		if f.err != nil {
-			return 0, fieldErr(f.field, f.err)
+			return fieldErr(f.field, f.err)
 		}
 	}
-	if r.Session != 0 {
-		return 0, nil
+	return nil
+}
+
+// validate checks r once per request: Enqueue and TryAcquire before they
+// write, Resume before it takes a waiter over. An error is a *FieldError
+// naming the field.
+func (r *AcquireRequest) validate(cfg Config) (ttlSec int64, err error) {
+	if err := r.Validate(r.Session != 0); err != nil || r.Session != 0 {
+		return 0, err
 	}
 	ttlSec, err = cfg.ttlSeconds(r.TTL)
 	return ttlSec, fieldErr("TTL", err)

@@ -58,10 +58,24 @@ func TestAcquireErrorsNameTheirField(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, tc.want) {
 			t.Errorf("a bad %s: validate = %v; want a FieldError of %s wrapping %v", tc.field, err, tc.field, tc.want)
 		}
+		// Validate, a router's check before it routes, refuses the same
+		// but for the TTL, whose range is the engine's Config.
+		verr := r.Validate(false)
+		if tc.field == "TTL" {
+			if verr != nil {
+				t.Errorf("a bad %s: Validate = %v; want nil", tc.field, verr)
+			}
+		} else if !errors.As(verr, &fe) || fe.Field != tc.field || verr.Error() != err.Error() {
+			t.Errorf("a bad %s: Validate = %v; want validate's %v", tc.field, verr, err)
+		}
 	}
 	good := req("fields")
 	if _, err := good.validate(DefaultConfig()); err != nil {
 		t.Errorf("a good request: validate = %v", err)
+	}
+	good.Reentrant = true
+	if err := good.Validate(true); err != nil {
+		t.Errorf("a reentrant request that will ride on a session: Validate = %v", err)
 	}
 }
 
