@@ -156,7 +156,7 @@ func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue
 	if p := t.Previous; p != nil {
 		targets = []Target{*p, t}
 	}
-	for _, t := range targets {
+	for i, t := range targets {
 		pr, ok := onShard(req, t, a.Session)
 		if !ok {
 			continue
@@ -168,6 +168,18 @@ func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue
 			g, found, err = t.Engine.Existing(ctx, pr)
 			return err
 		})
+		if err == nil && found && i == 1 && !g.Handle.Session {
+			// A key of its own lease first on this shard is granted only
+			// once the shard the name drains from has let go of it
+			// (BeforeGrant); until then, by its place or its holder
+			// record written with it, it only looks granted. A session's
+			// key is moved onto its session lease only after that.
+			p := targets[0]
+			drained, derr := do(ctx, p, func(ctx context.Context) (bool, error) { return p.Engine.Drained(ctx, req.Name) })
+			if derr != nil || !drained {
+				return t.Shard, queue.Grant{}, false, derr
+			}
+		}
 		if err != nil || found {
 			return t.Shard, g, found, err
 		}
