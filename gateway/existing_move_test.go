@@ -57,3 +57,37 @@ func TestExistingOnlyAnswersNoPlaceOfADrainingName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExistingOnlyFindsASessionGrantOfADrainingName: a session granted a
+// name whose answer was lost is asked for under its request id after the
+// name moved to a cluster the session has no lease on yet. The grant is on
+// the cluster the name drains from, where the session holds it: the ask
+// finds it there, so that it can be given up, rather than failing for the
+// lease the session lacks where no key of it can be.
+func TestExistingOnlyFindsASessionGrantOfADrainingName(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, 3)
+	g0 := f.gateway(t, nil, 0, 1)
+	ctx := ctxT(t)
+	moved := nameMovingToC2()
+	s, err := g0.Client.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: "sess", TtlMs: 30000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := &v1.TryAcquireRequest{Name: moved, SessionId: s.Msg.SessionId, ClientId: "sess", RequestId: "lost-answer"}
+	held, err := g0.Client.TryAcquire(ctx, connect.NewRequest(try))
+	if err != nil || !held.Msg.Acquired {
+		t.Fatalf("TryAcquire in a session = %v, %v", held, err)
+	}
+	m, err := f.resharder(t).Apply(ctx, []shard.Cluster{f.shardCluster(0), f.shardCluster(1), f.shardCluster(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := f.gateway(t, nil, 0, 1, 2)
+	awaitMap(t, g, m)
+	ask := &v1.TryAcquireRequest{Name: moved, SessionId: s.Msg.SessionId, ClientId: "sess", RequestId: "lost-answer", ExistingOnly: true}
+	got, err := g.Client.TryAcquire(ctx, connect.NewRequest(ask))
+	if err != nil || !got.Msg.Acquired || got.Msg.Granted.FencingToken != held.Msg.Granted.FencingToken {
+		t.Fatalf("existing_only for a session's grant on %s after its name moved to c2 = %v, %v; want the grant %v", held.Msg.Granted.Shard, got, err, held.Msg.Granted)
+	}
+}

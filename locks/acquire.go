@@ -148,8 +148,11 @@ func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue
 	if a.Election {
 		req.Name = queue.ElectionName(req.Name)
 	}
+	// A session without a lease on the shard the name lives on has no key
+	// there, and may still hold it on the shard it drains from: onShard
+	// leaves out every shard the session has no lease on.
 	t, err := r.routeAcquire(ctx, a, &req)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNoSessionLease) {
 		return t.Shard, queue.Grant{}, false, err
 	}
 	targets := []Target{t}
