@@ -32,7 +32,8 @@ import (
 // short an ask in flight (a read), but never a release, which is retried until a
 // gateway answers (a copy that lands later finds the key gone, or another
 // incarnation of it) — and asks under the id itself, as a retry, keeping
-// whatever the lost attempt had (its queue place, its grant). Should it
+// whatever the lost attempt had (its queue place, its grant); or, when the
+// settlement released that grant, under a fresh id (takeOver). Should it
 // end without a lock in its turn, it settles with the lost call's ask.
 //
 // settleKey is what claims and settlements are kept by: the gateway's
