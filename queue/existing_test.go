@@ -161,3 +161,37 @@ func TestALateReleaseOfASettledHoldLeavesItsHoldTakenAgain(t *testing.T) {
 		t.Fatalf("the hold taken again after its release = %+v, %v, %v; a late copy of the earlier hold's release dropped it", g.Handle, found, err)
 	}
 }
+
+// TestExistingAnswersNoSessionPlaceInsideALockDelay: a session's waiter
+// first in its name while an expired holder's lock-delay is pending rides
+// on its attempt lease until the delay is waited out: Existing does not
+// answer it, re-entrant or not.
+func TestExistingAnswersNoSessionPlaceInsideALockDelay(t *testing.T) {
+	e, cli := newEngine(t)
+	ctx := testCtx(t)
+	holder := req("exsd")
+	holder.LockDelay = time.Minute
+	g := mustAcquire(t, e, holder)
+	s := mustSession(t, e)
+	for _, waiting := range []AcquireRequest{reentrant("exsd", "plain", s), reentrant("exsd", "reentrant", s)} {
+		if waiting.RequestID == "plain" {
+			waiting.Reentrant = false
+		}
+		w, err := e.Enqueue(ctx, waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.removeWaiter(context.Background(), w.q)
+	}
+	if _, err := cli.Revoke(ctx, g.Lease); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []AcquireRequest{reentrant("exsd", "plain", s), reentrant("exsd", "reentrant", s)} {
+		if r.RequestID == "plain" {
+			r.Reentrant = false
+		}
+		if got, found, err := e.Existing(ctx, r); err != nil || found {
+			t.Fatalf("Existing(session waiter %q first inside a lock-delay) = %+v, %v, %v; want not found", r.RequestID, got.Handle, found, err)
+		}
+	}
+}
