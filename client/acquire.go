@@ -167,10 +167,15 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		waitUntil = anchor.Add(cfg.wait)
 	}
 	if s != nil {
-		took, p, err := s.takeOver(ctx, waitUntil, settleKey(election, name, req.RequestId))
+		took, p, released, err := s.takeOver(ctx, waitUntil, settleKey(election, name, req.RequestId))
 		prev = p
 		if took {
 			doubted = proto.CloneOf(req) // the settlement is this call's now
+		}
+		if released {
+			// The id's grant was released, and a copy of that release
+			// may still land (takeOver): nothing is left to retry under it.
+			req.RequestId, doubted, prev = newRequestID(), nil, nil
 		}
 		if err != nil {
 			return nil, &opError{op: op, kind: err}
@@ -359,10 +364,14 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		}()
 		// A try blocks for a call's time at most: a settlement's release in
 		// flight is answered within it.
-		took, p, err := s.takeOver(ctx, c.cfg.clock.Now().Add(c.cfg.requestTimeout), settleKey(false, name, req.RequestId))
+		took, p, released, err := s.takeOver(ctx, c.cfg.clock.Now().Add(c.cfg.requestTimeout), settleKey(false, name, req.RequestId))
 		prev = p
 		if took {
 			doubted = proto.CloneOf(req) // the settlement is this call's now
+		}
+		if released {
+			// As for Acquire: the id is spent (takeOver).
+			req.RequestId, doubted, prev = newRequestID(), nil, nil
 		}
 		if err != nil {
 			return nil, &opError{op: op, kind: err}

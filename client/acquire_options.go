@@ -85,7 +85,10 @@ func WithOnQueued(fn func(position int64)) AcquireOption {
 // request id — unless a held Lock of the session was granted under it (a
 // retry of a delivered hold). A later call of the session on the same name
 // with that id stops the give-up and is a retry: it keeps the lost
-// attempt's queue place or grant.
+// attempt's queue place or grant. If the give-up had already released that
+// grant, the id is spent (a copy of the release may still land, and would
+// end a hold granted again under it): the call then asks under a fresh
+// random id, which its Lock is granted under.
 func WithRequestID(id string) AcquireOption {
 	return acquireFunc(func(c *acquireConfig) { c.requestID = id })
 }

@@ -32,7 +32,8 @@ import (
 // short an ask in flight (a read), but never a release, which is retried until a
 // gateway answers (a copy that lands later finds the key gone, or another
 // incarnation of it) — and asks under the id itself, as a retry, keeping
-// whatever the lost attempt had (its queue place, its grant). Should it
+// whatever the lost attempt had (its queue place, its grant); or, when the
+// settlement released that grant, under a fresh id (takeOver). Should it
 // end without a lock in its turn, it settles with the lost call's ask.
 //
 // settleKey is what claims and settlements are kept by: the gateway's
@@ -59,6 +60,7 @@ type settlement struct {
 	handover bool          // a call asks to take it over
 	stopAsk  func()        // cuts the ask in flight short; nil between asks
 	ended    bool          // done is closed
+	released bool          // it released the grant it was handed
 	again    settleAgain
 }
 
@@ -90,13 +92,20 @@ func (s *Session) claim(l *Lock, rid string) {
 // ctx. It reports whether it took one over; the caller then owes rid's
 // settlement if it ends without a lock. A wait cut short leaves the
 // settlement running, unless it ended meanwhile.
-func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (took bool, prev settleAgain, err error) {
+//
+// released reports a settlement that released the grant it was handed.
+// The request id is then spent: a copy of that release may still land,
+// and a hold granted again under the id on the same lock — a re-entered
+// hold, or the key's own hold of a lock other holds keep — has the
+// released hold's lock id, which the copy would drop. Nothing is left to
+// retry under it, so the caller asks under a fresh id.
+func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (took bool, prev settleAgain, released bool, err error) {
 	st := &s.settle
 	st.mu.Lock()
 	m := st.settling[rid]
 	if m == nil {
 		st.mu.Unlock()
-		return false, nil, nil
+		return false, nil, false, nil
 	}
 	prev = m.again
 	m.handover = true
@@ -112,7 +121,9 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 	}
 	select {
 	case <-m.done:
-		return true, prev, nil
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return true, prev, m.released, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-bound:
@@ -121,10 +132,10 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if m.ended {
-		return true, prev, err
+		return true, prev, m.released, err
 	}
 	m.handover = false
-	return false, nil, err
+	return false, nil, false, err
 }
 
 // settleLater settles request id rid in the background (see above) with
@@ -210,6 +221,9 @@ func (s *Session) settleNow(rid string, m *settlement, again settleAgain) {
 				}
 				_ = sleep(s.ctx, clk, bo.next())
 			}
+			s.settle.mu.Lock()
+			m.released = true
+			s.settle.mu.Unlock()
 			return
 		}
 		if err == nil || !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {

@@ -160,15 +160,18 @@ func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue
 	if a.Election {
 		req.Name = queue.ElectionName(req.Name)
 	}
+	// A session without a lease on the shard the name lives on has no key
+	// there, and may still hold it on the shard it drains from: onShard
+	// leaves out every shard the session has no lease on.
 	t, err := r.routeAcquire(ctx, a, &req)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNoSessionLease) {
 		return t.Shard, queue.Grant{}, false, err
 	}
 	targets := []Target{t}
 	if p := t.Previous; p != nil {
 		targets = []Target{*p, t}
 	}
-	for _, t := range targets {
+	for i, t := range targets {
 		pr, ok := onShard(req, t, a.Session)
 		if !ok {
 			continue
@@ -180,6 +183,18 @@ func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue
 			g, found, err = t.Engine.Existing(ctx, pr)
 			return err
 		})
+		if err == nil && found && i == 1 && !g.Handle.Session {
+			// A key of its own lease first on this shard is granted only
+			// once the shard the name drains from has let go of it
+			// (BeforeGrant); until then, by its place or its holder
+			// record written with it, it only looks granted. A session's
+			// key is moved onto its session lease only after that.
+			p := targets[0]
+			drained, derr := do(ctx, p, func(ctx context.Context) (bool, error) { return p.Engine.Drained(ctx, req.Name) })
+			if derr != nil || !drained {
+				return t.Shard, queue.Grant{}, false, derr
+			}
+		}
 		if err != nil || found {
 			return t.Shard, g, found, err
 		}

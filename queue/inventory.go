@@ -27,6 +27,23 @@ func (e *Engine) PendingDelay(ctx context.Context, name string) (time.Time, erro
 	return e.awaitLockDelays(ctx, name, false)
 }
 
+// Drained reports whether name has no key and no lock-delay record on
+// this cluster, read in one revision; it writes nothing. It is what
+// WaitEmpty waits for (WaitEmpty clears the records whose delays have
+// passed), so where no new keys can appear — a cluster draining a name
+// that moved away — a name not drained has let no waiter elsewhere past
+// it, and a drained one stays drained.
+func (e *Engine) Drained(ctx context.Context, name string) (bool, error) {
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.keys.delayPrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return false, fmt.Errorf("queue: count keys: %w", err)
+	}
+	return resp.Responses[0].GetResponseRange().Count == 0 && resp.Responses[1].GetResponseRange().Count == 0, nil
+}
+
 // WaitEmpty blocks until no key exists for name on this cluster and no
 // lock-delay or loss wait of its holders is pending, or ctx ends. It
 // watches the name's keys from the revision it read; compaction or a

@@ -407,3 +407,52 @@ func TestSessionAcquireAbandonedWhileQueuedNeverTakesTheName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetryOfAnAbandonedHoldKeepsItsHoldWhenTheGiveUpsReleaseLandsLate:
+// a re-entered hold is named by its lock and its request id, so a hold
+// taken again under the same request id, after the give-up released the
+// lost one, has the released hold's lock id. The give-up's release that
+// lands late (its first try's answer was lost) must not drop the hold the
+// call taking the give-up over was granted.
+func TestRetryOfAnAbandonedHoldKeepsItsHoldWhenTheGiveUpsReleaseLandsLate(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	ctx := ctxT(t)
+	base := h2cTransport()
+	t.Cleanup(base.CloseIdleConnections)
+	late := newLateCalls(base, func(path string) bool { return strings.HasSuffix(path, "LockService/Release") })
+	t.Cleanup(func() { late.land() })
+	tr := &lostAnswers{base: late}
+	c := newClient(t, []string{g.URL}, client.WithClientID("lossy"), client.WithRequestTimeout(time.Second),
+		client.WithHTTPClient(&http.Client{Transport: tr}))
+	s := openSession(t, c)
+	outer, err := s.Acquire(ctx, "lateh", client.WithReentrant())
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandon(t, tr, "/Acquire", func(ctx context.Context) error {
+		_, err := s.Acquire(ctx, "lateh", client.WithReentrant(), client.WithRequestID("hold-id"))
+		return err
+	})
+	await(t, late.seen, "the give-up's release")
+	l, err := s.Acquire(ctx, "lateh", client.WithReentrant(), client.WithRequestID("hold-id"), client.WithWaitTimeout(15*time.Second))
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if n := late.land(); n == 0 {
+		t.Log("the late release did not reach the gateway")
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := newClient(t, []string{g.URL}, client.WithClientID("other"))
+	if o, err := other.TryAcquire(ctx, "lateh"); !errors.Is(err, client.ErrNotAcquired) {
+		if o != nil {
+			_ = o.Release(ctx)
+		}
+		t.Fatalf("another client's TryAcquire while the retry's hold (token %d, Err %v) keeps the lock = %v; want ErrNotAcquired: the give-up's late release dropped the retry's hold", l.Token(), l.Err(), err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
