@@ -80,11 +80,12 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 		rec = hr.Kvs[0]
 	}
 	holds := decodeHolds(rec)
-	if holdIndex(holds, wid) < 0 {
+	i := holdOf(holds, wid)
+	if i < 0 {
 		return Grant{}, false, nil
 	}
 	_, meta, _ := decodeValue(kv.Value)
-	h := Handle{Name: r.Name, WaiterID: lid, HoldID: wid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
+	h := Handle{Name: r.Name, WaiterID: lid, HoldID: holds[i].ID, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	g = Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), Resumed: true, keep: true, attempt: kv.ModRevision}
 	e.grantMade(ctx, g, resp.Header.Revision, 0)
 	return g, true, nil

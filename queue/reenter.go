@@ -19,11 +19,14 @@ import (
 // A re-entrant acquire (AcquireRequest.Reentrant) through a session that
 // already holds the name, acquired re-entrant by the same caller, adds a
 // hold to that lock. A hold is an identity of its own: the lock's handle
-// with a HoldID (the waiter id its request id derives), so its own lock id,
-// and the lock's fencing token. Releasing a hold drops exactly that hold
-// and a repeated release of it is a no-op; the lock is freed when its last
-// hold goes. An acquire retried with the request id of a hold it already
-// has is the same hold, not another.
+// with a HoldID, random and drawn when the hold is added, so its own lock
+// id, and the lock's fencing token. Releasing a hold drops exactly that
+// hold and a repeated release of it is a no-op; the lock is freed when its
+// last hold goes. An acquire retried with the request id of a hold it
+// already has is the same hold, not another (the entry records the waiter
+// id its request id derives); a hold added again under a request id whose
+// hold was released is another, with an id of its own, so a late copy of
+// the earlier hold's release drops nothing.
 //
 // The waiter key is never written again by a re-entry: a rewrite would
 // change its mod revision, which is an attempt's identity (doc.go,
@@ -64,9 +67,12 @@ const MaxHolds = 64
 
 // holdEntry is one hold of a re-entered lock.
 type holdEntry struct {
-	// ID is the hold's id: "" for the key's own hold, else the waiter id
-	// the hold's request id derives.
+	// ID is the hold's id: "" for the key's own hold, else drawn at random
+	// when the hold was added (newHoldID).
 	ID string `json:"i,omitempty"`
+	// Req is the waiter id the request id of the acquire that added the
+	// hold derives: a retry of that acquire finds its hold by it.
+	Req string `json:"r,omitempty"`
 	// Attempt is the nonce of the attempt that took the hold last.
 	Attempt string `json:"a,omitempty"`
 }
@@ -94,8 +100,15 @@ func encodeHolds(hs []holdEntry) string {
 	return string(b)
 }
 
+// holdIndex is the index of the hold id in hs, -1 when it has none.
 func holdIndex(hs []holdEntry, id string) int {
 	return slices.IndexFunc(hs, func(h holdEntry) bool { return h.ID == id })
+}
+
+// holdOf is the index of the hold the acquire of waiter id wid added in
+// hs, -1 when it has none.
+func holdOf(hs []holdEntry, wid string) int {
+	return slices.IndexFunc(hs, func(h holdEntry) bool { return h.ID != "" && h.Req == wid })
 }
 
 // reenterMask masks a lock's secret for the re-entrant acquires of the
@@ -119,23 +132,43 @@ var errReenterContended = errors.New("queue: re-entrant acquire: the lock kept c
 func (e *Engine) reenter(ctx context.Context, r *AcquireRequest) (*Grant, error) {
 	prefix := e.keys.namePrefix(r.Name)
 	n := r.effectiveLimit()
-	hid := WaiterID(r.RequestID)
+	rid := WaiterID(r.RequestID)
 	for try := 0; try < 8; try++ {
 		resp, err := e.cli.Get(ctx, prefix, withFirstN(n)...)
 		if err != nil {
 			return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 		}
 		kv, secret := e.heldBySession(r, resp.Kvs, n)
-		if kv == nil || waiterIDOf(kv) == hid {
+		if kv == nil {
 			return nil, nil
 		}
-		g, err := e.addHold(ctx, r, kv, secret, hid)
+		if waiterIDOf(kv) == rid {
+			// The lock's own acquire again: a retry while its own hold
+			// lives; once that hold was released and other holds keep the
+			// lock, a new hold of its own (takeOver refuses the key's).
+			released, err := e.ownHoldReleased(ctx, r.Name, kv)
+			if err != nil || !released {
+				return nil, err
+			}
+		}
+		g, err := e.addHold(ctx, r, kv, secret, rid)
 		if errors.Is(err, errRaced) {
 			continue
 		}
 		return g, err
 	}
 	return nil, errReenterContended
+}
+
+// ownHoldReleased reports whether kv, a re-entered lock's key, has a holds
+// record without the key's own hold: it was released, and the lock lives
+// on for its other holds.
+func (e *Engine) ownHoldReleased(ctx context.Context, name string, kv *mvccpb.KeyValue) (bool, error) {
+	hr, err := e.cli.Get(ctx, e.keys.holds(name, waiterIDOf(kv), kv.CreateRevision))
+	if err != nil {
+		return false, fmt.Errorf("queue: re-entrant acquire: %w", err)
+	}
+	return len(hr.Kvs) > 0 && holdIndex(decodeHolds(hr.Kvs[0]), "") < 0, nil
 }
 
 // waiterIDOf is the waiter id a waiter key ends in.
@@ -168,9 +201,10 @@ func (e *Engine) heldBySession(r *AcquireRequest, kvs []*mvccpb.KeyValue, n int)
 	return nil, Secret{}
 }
 
-// addHold adds the hold hid to kv's lock, which held at the read, or takes
-// it again when the lock has it already (a retry); see above.
-func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyValue, secret Secret, hid string) (*Grant, error) {
+// addHold adds a hold for the acquire of waiter id rid to kv's lock, which
+// held at the read, or takes it again when the lock has it already (a
+// retry); see above.
+func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyValue, secret Secret, rid string) (*Grant, error) {
 	key := string(kv.Key)
 	wid := waiterIDOf(kv)
 	hkey := e.keys.holds(r.Name, wid, kv.CreateRevision)
@@ -184,7 +218,7 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	}
 	holds := decodeHolds(rec)
 	nonce := newAttempt()
-	i := holdIndex(holds, hid)
+	i := holdOf(holds, rid)
 	retried := i >= 0
 	switch {
 	case retried:
@@ -192,8 +226,10 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	case len(holds) >= MaxHolds:
 		return nil, fmt.Errorf("%w: %q already has %d holds through this session, the most a re-entered lock may have", ErrTooManyHolds, r.Name, MaxHolds)
 	default:
-		holds = append(holds, holdEntry{ID: hid, Attempt: nonce})
+		i = len(holds)
+		holds = append(holds, holdEntry{ID: newHoldID(), Req: rid, Attempt: nonce})
 	}
+	hid := holds[i].ID
 	skey := e.keys.session(r.Session)
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),

@@ -246,3 +246,40 @@ func TestReentrantHoldsBounded(t *testing.T) {
 		t.Fatal("held after every hold was released")
 	}
 }
+
+// TestAReleasedOwnHoldIsNotHandedOutAgain: a re-entered lock whose key's
+// own hold was released lives on for its other holds. An acquire under the
+// key's request id is then no retry of a live hold: re-entrant, it adds a
+// hold of its own (which keeps the name held after the others go, and
+// which a late copy of the first release does not drop); not re-entrant, it
+// is refused. Handing it the released hold would leave the name free
+// while its caller believes it holds.
+func TestAReleasedOwnHoldIsNotHandedOutAgain(t *testing.T) {
+	e, _ := newEngine(t)
+	ctx := testCtx(t)
+	s := mustSession(t, e)
+	outer := reentrant("oh", "lock", s)
+	g := mustAcquire(t, e, outer)
+	inner := mustAcquire(t, e, reentrant("oh", "hold", s))
+	mustRelease(t, e, g)
+	plain := outer
+	plain.Reentrant = false
+	if _, err := acquire(ctx, e, plain); !errors.Is(err, ErrReleased) {
+		t.Fatalf("a plain acquire under the released own hold's request id = %v; want ErrReleased", err)
+	}
+	again := mustAcquire(t, e, outer)
+	if again.HoldID == "" || again.HoldID == inner.HoldID || again.Holds != 2 {
+		t.Fatalf("acquire again under the released own hold's request id: hold %q with %d holds; want a hold of its own, 2 holds", again.HoldID, again.Holds)
+	}
+	if ok, err := e.Release(ctx, g.Handle, g.Token()); ok || err != nil {
+		t.Fatalf("a late copy of the own hold's release = %v, %v; want false, nil", ok, err)
+	}
+	mustRelease(t, e, inner)
+	if free(t, e, "oh") {
+		t.Fatal("the name is free while the hold acquired again is held")
+	}
+	mustRelease(t, e, again)
+	if !free(t, e, "oh") {
+		t.Fatal("the name is held after its last hold was released")
+	}
+}

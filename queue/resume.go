@@ -61,6 +61,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	}
 	keyLease := h.Lease
 	var att attemptRef
+	var holdsRev int64 // the mod revision of the key's holds record as read (0: none)
 	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", mine.CreateRevision),
 		clientv3.Compare(clientv3.ModRevision(key), "=", mine.ModRevision),
@@ -76,6 +77,26 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		}
 		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
 		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
+		// A session lock re-entered keeps its holds in a record; once the
+		// key's own hold is released there, the request id's lock is let go
+		// and a retry of it must not be handed that hold again: the lock
+		// lives on only for its other holds (reenter.go).
+		hkey := e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision)
+		hr, err := e.cli.Get(ctx, hkey)
+		if err != nil {
+			e.att.release(att)
+			return nil, fmt.Errorf("queue: resume: %w", err)
+		}
+		var rec *mvccpb.KeyValue
+		if len(hr.Kvs) > 0 {
+			rec = hr.Kvs[0]
+		}
+		if rec != nil && holdIndex(decodeHolds(rec), "") < 0 {
+			e.att.release(att)
+			return nil, fmt.Errorf("%w: the lock acquired under this request id was released; the session's other holds keep it: acquire re-entrant to add a hold, or use another request id", ErrReleased)
+		}
+		holdsRev = rec.GetModRevision()
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hkey), "=", holdsRev))
 	}
 	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
 	// The key's records take the retry's lock-delay and nonce, while they
@@ -96,7 +117,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
 			[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
 	e.at(ctx, pointTakeover)
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			e.att.release(att)
@@ -113,8 +134,8 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	if !resp.Succeeded {
 		e.att.release(att)
 		if meta.Session {
-			if kv := firstKV(resp.Responses[0]); kv != nil && kv.ModRevision == mine.ModRevision {
-				// The key did not change: the session compare failed.
+			if kv := firstKV(resp.Responses[0]); kv != nil && kv.ModRevision == mine.ModRevision && firstKV(resp.Responses[1]).GetModRevision() == holdsRev {
+				// Neither the key nor its holds changed: the session compare failed.
 				return nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
 			}
 		}

@@ -58,6 +58,14 @@ func newAttempt() string {
 	return hex.EncodeToString(b[:])
 }
 
+// newHoldID draws the id of a new hold of a re-entered lock (reenter.go),
+// shaped as a waiter id: 16 random bytes in hex.
+func newHoldID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func encodeValue(s Secret, m waiterMeta) string {
 	b, _ := json.Marshal(m) // a struct of strings and ints always marshals
 	return valueHeader(s) + string(b)
