@@ -432,7 +432,9 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 	}
 	e.at(ctx, pointEnqueue)
 	keep.start(ctx)
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
+	tctx, cancel := e.answered(ctx)
+	resp, err := e.cli.Txn(tctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
+	cancel()
 	if err != nil {
 		if lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// Nothing was written: the per-lock lease is gone.

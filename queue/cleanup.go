@@ -21,6 +21,19 @@ import (
 // is the lock's own: never a lease a caller named, a session's or the
 // attempt lease.
 
+// answered is the context of a write that puts or takes a waiter's key or
+// hold — one etcd may apply while its caller goes away: detached from ctx's
+// cancellation (its values kept) and bounded by RequestTimeout. A write
+// cancelled in flight can still land, after every cleanup has looked and
+// found nothing, and leave a key or a hold granted to nobody (on a session
+// lease, for the session's life); answered, the attempt knows what it
+// wrote and its caller's departure is handled as after any write: the key
+// or hold is taken back or given up. Only a write etcd does not answer
+// within RequestTimeout stays unknown (forgetUnknown, Abandon).
+func (e *Engine) answered(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+}
+
 // takeBack removes the key of q, an enqueue that is refused after its
 // key was put, before the refusal is answered, so a refused caller finds
 // the name as it was. The removal runs on a context of its own, bounded by

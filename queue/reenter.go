@@ -241,14 +241,16 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	_, meta, _ := decodeValue(kv.Value)
 	h := Handle{Name: r.Name, WaiterID: wid, HoldID: hid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	e.at(ctx, pointReenter)
-	resp, err := e.cli.Txn(ctx).If(cmps...).
+	tctx, cancel := e.answered(ctx)
+	resp, err := e.cli.Txn(tctx).If(cmps...).
 		Then(clientv3.OpPut(hkey, encodeHolds(holds), clientv3.WithLease(r.Session)), clientv3.OpGet(skey)).
 		Commit()
+	cancel()
 	if err != nil {
-		// The hold may have been added and its answer lost (or the caller
-		// gone while it was sent): it is given up by its nonce, in the
-		// background, as an undelivered grant's is. Left, it would keep
-		// the name held, through the session, after every other hold went.
+		// The hold may have been added and its answer lost: it is given up
+		// by its nonce, in the background, as an undelivered grant's is.
+		// Left, it would keep the name held, through the session, after
+		// every other hold went.
 		e.Abandon(ctx, Grant{Handle: h, hold: nonce, keep: retried})
 		return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 	}

@@ -117,7 +117,9 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
 			[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
 	e.at(ctx, pointTakeover)
-	resp, err := e.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision), clientv3.WithKeysOnly())).Commit()
+	tctx, cancel := e.answered(ctx)
+	defer cancel()
+	resp, err := e.cli.Txn(tctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			e.att.release(att)

@@ -238,3 +238,121 @@ func TestReentryWithALostAnswerIsGivenUp(t *testing.T) {
 		t.Fatal("the name is still held after its only delivered hold was released")
 	}
 }
+
+// lateKV holds the next transaction that puts key until proceed is
+// closed; if its caller's context ended meanwhile, the caller is told so
+// and the transaction is applied only when land is closed: what etcd does
+// with a write whose caller cancelled it in flight, which it may still
+// apply after every cleanup has looked.
+type lateKV struct {
+	clientv3.KV
+	key                    string
+	armed                  atomic.Bool
+	entered, proceed, land chan struct{}
+	late                   chan struct{} // closed once a late write was applied
+	wasLate                atomic.Bool
+}
+
+type lateTxn struct {
+	clientv3.Txn
+	kv   *lateKV
+	ctx  context.Context
+	puts bool
+}
+
+func (k *lateKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lateTxn{Txn: k.KV.Txn(context.WithoutCancel(ctx)), kv: k, ctx: ctx}
+}
+
+func (t *lateTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *lateTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.puts = t.puts || op.IsTxn() || op.IsPut() && string(op.KeyBytes()) == t.kv.key
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+func (t *lateTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.puts || !t.kv.armed.CompareAndSwap(true, false) {
+		return t.Txn.Commit()
+	}
+	close(t.kv.entered)
+	<-t.kv.proceed
+	if err := t.ctx.Err(); err != nil {
+		t.kv.wasLate.Store(true)
+		go func() {
+			defer close(t.kv.late)
+			<-t.kv.land
+			_, _ = t.Txn.Commit()
+		}()
+		return nil, err
+	}
+	return t.Txn.Commit()
+}
+
+// TestAnEnqueueItsCallerLeftIsAnswered: a session acquire of a free name
+// puts its key straight onto the session lease. When its caller goes while
+// the transaction is in flight, etcd may still apply it after the
+// attempt's cleanup found nothing to take back: the key would hold the
+// name, granted to nobody, for the session's life. The enqueue's write is
+// answered whatever its caller does, so the attempt knows its key and
+// gives it up.
+func TestAnEnqueueItsCallerLeftIsAnswered(t *testing.T) {
+	cli := shared.ClientFor(t)
+	late, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { late.Close() })
+	kv := &lateKV{KV: late.KV, entered: make(chan struct{}), proceed: make(chan struct{}), land: make(chan struct{}), late: make(chan struct{})}
+	late.KV = kv
+	e, _ := newEngine(t)
+	le, err := New(late, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(le.Close)
+	cleaned := make(chan struct{}, 16)
+	le.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p == pointCleaned {
+			cleaned <- struct{}{}
+		}
+	}}
+	s, err := le.OpenSession(testCtx(t), "c", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("left")
+	r.Session, r.SessionSecret = s.Lease, s.Secret
+	key := e.keys.waiter("left", WaiterID(r.RequestID))
+	kv.key = key
+	kv.armed.Store(true)
+	ctx, leave := context.WithCancel(testCtx(t))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if g, err := acquire(ctx, le, r); err == nil {
+			le.Abandon(context.Background(), g) // as a gateway gives up a grant it cannot send
+		}
+	}()
+	<-kv.entered
+	leave()
+	close(kv.proceed)
+	<-done
+	<-cleaned
+	if kv.wasLate.Load() {
+		close(kv.land)
+		<-kv.late
+	}
+	resp, err := cli.Get(testCtx(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) > 0 {
+		t.Fatalf("the key of an enqueue whose caller left is there, on lease %x (the session's is %x)", resp.Kvs[0].Lease, int64(s.Lease))
+	}
+	if !free(t, e, "left") {
+		t.Fatal("the name is held after its only caller left")
+	}
+}
