@@ -216,6 +216,17 @@ func (w *world) believe(client string, g Grant) bool {
 	return true
 }
 
+// disbelieve lets go of a grant its client does not believe (believe), as
+// the SDK releases a grant it finds past its deadline: a lease that really
+// ended leaves the release nothing to do, and one marked ended by an
+// evictor that vanished before it evicted is freed, not left holding the
+// name for its whole TTL. A client gone first leaves the lease to lapse.
+func (w *world) disbelieve(ctx context.Context, e *Engine, g Grant) {
+	if _, err := e.Release(ctx, g.Handle, g.Token()); err != nil && ctx.Err() != nil && !g.Session {
+		w.leftHeld(g.Lease)
+	}
+}
+
 // letGo records that client no longer believes it holds.
 func (w *world) letGo(client string) {
 	w.mu.Lock()
@@ -467,6 +478,7 @@ func (w *world) holder(name string, session bool) actorSpec {
 			return
 		}
 		if !w.believe(name, *g) {
+			w.disbelieve(ctx, e, *g)
 			return
 		}
 		if !session && w.lostAnswer(ctx) {
@@ -509,6 +521,7 @@ func (w *world) reacquirer(name string) actorSpec {
 				return
 			}
 			if !w.believe(name, *g) {
+				w.disbelieve(ctx, e, *g)
 				return
 			}
 			if i == 0 && lose {
@@ -1080,6 +1093,7 @@ func (w *world) reenterer(name string) actorSpec {
 			return
 		}
 		if !w.believe(name, *g1) {
+			w.disbelieve(ctx, e1, *g1)
 			return
 		}
 		r2 := r
