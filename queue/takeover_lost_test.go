@@ -50,6 +50,35 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 	return resp, err
 }
 
+// engineThrough is an engine with e's config whose etcd client sends its
+// KV calls through wrap (a client of its own, to e's cluster).
+func engineThrough(t *testing.T, e *Engine, wrap func(clientv3.KV) clientv3.KV) *Engine {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.ClientFor(t).Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	cli.KV = wrap(cli.KV)
+	le, err := New(cli, e.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(le.Close)
+	return le
+}
+
+// cleanups reports on the returned channel each cleanup of le that ends.
+func cleanups(le *Engine) <-chan struct{} {
+	cleaned := make(chan struct{}, 16)
+	le.hooks = &pointHooks{fn: func(_ context.Context, p string) {
+		if p == pointCleaned {
+			cleaned <- struct{}{}
+		}
+	}}
+	return cleaned
+}
+
 // TestTakeoverWithALostAnswerIsTakenBack: a session waiter retried (the SDK
 // retries an acquire with its request id) whose takeover etcd applied but
 // whose answer was lost is taken back: the key, owned by no attempt, is
@@ -137,25 +166,10 @@ func TestTakeoverWithALostAnswerIsTakenBack(t *testing.T) {
 // as the session lives.
 func TestGrantMoveWithALostAnswerIsTakenBack(t *testing.T) {
 	cli := shared.ClientFor(t)
-	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lossy.Close() })
-	kv := &lossyKV{KV: lossy.KV}
-	lossy.KV = kv
 	e, _ := newEngine(t)
-	le, err := New(lossy, e.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(le.Close)
-	cleaned := make(chan struct{}, 16)
-	le.hooks = &pointHooks{fn: func(_ context.Context, p string) {
-		if p == pointCleaned {
-			cleaned <- struct{}{}
-		}
-	}}
+	var kv *lossyKV
+	le := engineThrough(t, e, func(in clientv3.KV) clientv3.KV { kv = &lossyKV{KV: in}; return kv })
+	cleaned := cleanups(le)
 	s, err := le.OpenSession(testCtx(t), "c", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -197,19 +211,9 @@ func TestGrantMoveWithALostAnswerIsTakenBack(t *testing.T) {
 // release, granted to a caller that never heard of it.
 func TestReentryWithALostAnswerIsGivenUp(t *testing.T) {
 	cli := shared.ClientFor(t)
-	lossy, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lossy.Close() })
-	kv := &lossyKV{KV: lossy.KV}
-	lossy.KV = kv
 	e, _ := newEngine(t)
-	le, err := New(lossy, e.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(le.Close)
+	var kv *lossyKV
+	le := engineThrough(t, e, func(in clientv3.KV) clientv3.KV { kv = &lossyKV{KV: in}; return kv })
 	s := mustSession(t, e)
 	outer := req("reheld")
 	outer.Session, outer.SessionSecret, outer.Reentrant = s.Lease, s.Secret, true
@@ -300,25 +304,13 @@ func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
 // gives it up.
 func TestAnEnqueueItsCallerLeftIsAnswered(t *testing.T) {
 	cli := shared.ClientFor(t)
-	late, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { late.Close() })
-	kv := &lateKV{KV: late.KV, entered: make(chan struct{}), proceed: make(chan struct{}), land: make(chan struct{}), late: make(chan struct{})}
-	late.KV = kv
 	e, _ := newEngine(t)
-	le, err := New(late, e.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(le.Close)
-	cleaned := make(chan struct{}, 16)
-	le.hooks = &pointHooks{fn: func(_ context.Context, p string) {
-		if p == pointCleaned {
-			cleaned <- struct{}{}
-		}
-	}}
+	var kv *lateKV
+	le := engineThrough(t, e, func(in clientv3.KV) clientv3.KV {
+		kv = &lateKV{KV: in, entered: make(chan struct{}), proceed: make(chan struct{}), land: make(chan struct{}), late: make(chan struct{})}
+		return kv
+	})
+	cleaned := cleanups(le)
 	s, err := le.OpenSession(testCtx(t), "c", 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
