@@ -686,9 +686,16 @@ func (w *world) addImpatient(name string) {
 	if !ok {
 		return
 	}
+	w.addKilled(name, first, r, w.retrier(name, second, r))
+}
+
+// addKilled adds a client's first attempt of r on first, and an actor that
+// kills it (its stream dies) at a moment the scheduler picks, unless it was
+// delivered, and then starts next, what the client does about it. A grant
+// the killed attempt is given reaches nobody.
+func (w *world) addKilled(name string, first *Engine, r AcquireRequest, next actorSpec) {
 	var delivered, killed bool
 	actx, cancel := context.WithCancelCause(withActor(context.Background(), w.actor(name)))
-	retry := w.retrier(name, second, r)
 	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
 		defer cancel(nil)
 		w.step(ctx, "acquire")
@@ -720,7 +727,7 @@ func (w *world) addImpatient(name string) {
 		w.mu.Unlock()
 		cancel(context.Canceled)
 		w.sch.markWake(w.actor(name))
-		w.start(retry)
+		w.start(next)
 	}})
 }
 
@@ -737,8 +744,6 @@ func (w *world) addSettler(name string) {
 	if !ok {
 		return
 	}
-	var delivered, killed bool
-	actx, cancel := context.WithCancelCause(withActor(context.Background(), w.actor(name)))
 	settle := actorSpec{name: name + "-settle", client: name, run: func(ctx context.Context) {
 		w.step(ctx, "existing")
 		g, found, err := second.Existing(ctx, r)
@@ -761,39 +766,7 @@ func (w *world) addSettler(name string) {
 			w.violate("%s: release of the grant existing found: %v", name, err)
 		}
 	}}
-	w.add(actorSpec{name: name, client: name, run: func(ctx context.Context) {
-		defer cancel(nil)
-		w.step(ctx, "acquire")
-		g, err := w.acquire(actx, name, first, r)
-		w.mu.Lock()
-		gone := killed
-		if err == nil && !gone {
-			delivered = true
-		}
-		w.mu.Unlock()
-		switch {
-		case err == nil && !gone:
-			w.believe(name, *g)
-			w.release(ctx, name, first, *g)
-		case err == nil:
-			w.abandon(ctx, first, *g) // the stream is gone: nobody receives it
-		case gone && !zombieEnd(err), !gone && !expectedEnd(err):
-			w.violate("%s: first attempt: %v", name, err)
-		}
-	}})
-	w.add(actorSpec{name: name + "-kill", run: func(ctx context.Context) {
-		w.step(ctx, "kill "+name)
-		w.mu.Lock()
-		if delivered {
-			w.mu.Unlock()
-			return
-		}
-		killed = true
-		w.mu.Unlock()
-		cancel(context.Canceled)
-		w.sch.markWake(w.actor(name))
-		w.start(settle)
-	}})
+	w.addKilled(name, first, r, settle)
 }
 
 // twoGateways picks the gateway a client's first attempt runs on and the
