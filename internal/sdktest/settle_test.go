@@ -366,9 +366,9 @@ func TestRetryKeepsItsQueuePlaceWhenTheGiveUpsAskLandsLate(t *testing.T) {
 }
 
 // TestSessionAcquireAbandonedWhileQueuedNeverTakesTheName: an acquire
-// cancelled while it waits behind a holder leaves the queue at once, and
-// nothing asks for the name on its behalf afterwards: once the holder lets
-// go, the name is free.
+// cancelled while it waits behind a holder leaves the queue, and nothing
+// asks for the name on its behalf afterwards: once the holder lets go, the
+// name is freed.
 func TestSessionAcquireAbandonedWhileQueuedNeverTakesTheName(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, "")
@@ -398,14 +398,11 @@ func TestSessionAcquireAbandonedWhileQueuedNeverTakesTheName(t *testing.T) {
 		t.Fatal(err)
 	}
 	late.land()
-	other := newClient(t, []string{g.URL}, client.WithClientID("other"))
-	l, err := other.TryAcquire(ctx, "abandoned-wait")
-	if err != nil {
-		t.Fatalf("another client's TryAcquire once the holder let go = %v; want a grant: the name was taken for the acquire that gave up", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// The stream's end may reach the gateway after the holder's release:
+	// the waiting key is then granted and taken back, so the name is free
+	// within a wait, not at once. A name taken for the give-up stays held
+	// on the session's lease, beyond the wait.
+	awaitFree(t, g.URL, "abandoned-wait")
 }
 
 // TestRetryOfAnAbandonedHoldKeepsItsHoldWhenTheGiveUpsReleaseLandsLate:
