@@ -28,6 +28,9 @@ var (
 	exportedMetricsList = filepath.Join("deploy", "observability", "exported-metrics.txt")
 	// dashboardConfigMap is generated from fleetDashboard (-update).
 	dashboardConfigMap = "dashboards.yaml"
+	// chartDashboard, in the chart's directory, is a copy of fleetDashboard
+	// (a chart cannot read files outside its directory; -update).
+	chartDashboard = "files/leasegate.json"
 )
 
 // grafanaDashboardLabel is the label the Grafana sidecar (grafana Helm
@@ -335,21 +338,28 @@ func TestKubernetesDashboard(t *testing.T) {
 		if err := os.WriteFile(path, []byte(dashboardConfigMapYAML(dash)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	m := loadManifests(t)
-	if !slices.Contains(m.kust.Resources, dashboardConfigMap) {
-		t.Errorf("kustomization.yaml resources %q lack %s", m.kust.Resources, dashboardConfigMap)
-	}
-	var found []*corev1.ConfigMap
-	for _, cm := range m.configMaps {
-		if cm.Labels[grafanaDashboardLabel] == "1" {
-			found = append(found, cm)
+		if err := os.WriteFile(filepath.Join(chartDir(), chartDashboard), dash, 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(found) != 1 {
-		t.Fatalf("%d ConfigMaps labelled %s: \"1\"; want 1", len(found), grafanaDashboardLabel)
+	if k := readKustomization(t); !slices.Contains(k.Resources, dashboardConfigMap) {
+		t.Errorf("kustomization.yaml resources %q lack %s", k.Resources, dashboardConfigMap)
 	}
-	if got := found[0].Data["leasegate.json"]; got != string(dash) {
-		t.Errorf("ConfigMap %s: leasegate.json differs from %s; run go test ./deploy -run TestKubernetesDashboard -update", found[0].Name, fleetDashboard)
-	}
+	eachManifests(t, func(t *testing.T, m *manifests) {
+		var found []*corev1.ConfigMap
+		for _, cm := range m.configMaps {
+			if cm.Labels[grafanaDashboardLabel] == "1" {
+				found = append(found, cm)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("%d ConfigMaps labelled %s: \"1\"; want 1", len(found), grafanaDashboardLabel)
+		}
+		if got := found[0].Data["leasegate.json"]; got != string(dash) {
+			t.Errorf("ConfigMap %s: leasegate.json differs from %s; run go test ./deploy -run TestKubernetesDashboard -update", found[0].Name, fleetDashboard)
+		}
+		if found[0].Annotations["grafana_folder"] == "" {
+			t.Errorf("ConfigMap %s: no grafana_folder annotation", found[0].Name)
+		}
+	})
 }

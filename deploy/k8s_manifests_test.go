@@ -29,20 +29,23 @@ import (
 
 // externalSecrets are the Secrets the base mounts but does not ship:
 // operators create them (docs/operations.md says how).
-var externalSecrets = []string{"leasegate-auth"}
+var externalSecrets = []string{"leasegate-auth", "leasegate-tls", "leasegate-etcd-tls"}
 
 // kustomization is the subset of kustomize's Kustomization the base uses;
 // decoding it strictly catches a misspelt or unsupported field.
 type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Namespace  string   `json:"namespace"`
-	Resources  []string `json:"resources"`
-	Images     []struct {
-		Name    string `json:"name"`
-		NewName string `json:"newName,omitempty"`
-		NewTag  string `json:"newTag,omitempty"`
-	} `json:"images"`
+	APIVersion string               `json:"apiVersion"`
+	Kind       string               `json:"kind"`
+	Namespace  string               `json:"namespace"`
+	Resources  []string             `json:"resources"`
+	Images     []kustomizationImage `json:"images"`
+}
+
+// kustomizationImage is one entry of a Kustomization's images: list.
+type kustomizationImage struct {
+	Name    string `json:"name"`
+	NewName string `json:"newName,omitempty"`
+	NewTag  string `json:"newTag,omitempty"`
 }
 
 // workload is a Deployment or StatefulSet, seen through what the checks need.
@@ -55,9 +58,10 @@ type workload struct {
 	service    string // a StatefulSet's serviceName
 }
 
-// manifests is every object of the base, decoded into its API type.
+// manifests is every object of one source, decoded into its API type.
 type manifests struct {
-	kust       kustomization
+	source     *manifestSource
+	kust       kustomization // the kustomize base's only (loadManifests)
 	workloads  []workload
 	services   []*corev1.Service
 	configMaps map[string]*corev1.ConfigMap
@@ -71,9 +75,103 @@ type manifests struct {
 
 func k8sDir() string { return filepath.Join(repoRoot, "deploy", "kubernetes") }
 
-// loadManifests decodes every resource file of the kustomization strictly:
-// an unknown or duplicate field, a wrong type or an unknown kind fails.
+// manifestSource is one way of producing leasegate's Kubernetes objects: the
+// kustomize base, or the Helm chart with one set of values. Every check in
+// kubernetes_test.go, alerts_test.go and dashboards_test.go runs on each
+// source (eachManifests), so the two cannot drift apart.
+type manifestSource struct {
+	name string
+	// load returns the source's YAML documents, each named for messages.
+	load func(t *testing.T) []namedDoc
+	// external are the shards the gateway dials that the source does not
+	// run: no StatefulSet of theirs is expected.
+	external []string
+	// monitoring: the source renders ServiceMonitors and a PrometheusRule
+	// (the chart's defaults leave them off: they need the operator's CRDs).
+	monitoring bool
+	// etcdSets is how many etcd StatefulSets the source runs.
+	etcdSets int
+}
+
+// namedDoc is one YAML document and where it came from.
+type namedDoc struct {
+	where string
+	doc   []byte
+}
+
+// k8sNamespace is the namespace every source deploys into: the base's
+// kustomization namespace, the chart's release namespace.
+const k8sNamespace = "leasegate"
+
+// kustomizeSource reads the base's resource files in kustomization order.
+var kustomizeSource = &manifestSource{
+	name:       "kustomize",
+	monitoring: true,
+	etcdSets:   3,
+	load: func(t *testing.T) []namedDoc {
+		t.Helper()
+		k := readKustomization(t)
+		var out []namedDoc
+		for _, res := range k.Resources {
+			docs, err := yamlDocs(filepath.Join(k8sDir(), res))
+			if err != nil {
+				t.Fatalf("%s: %v", res, err)
+			}
+			for i, doc := range docs {
+				out = append(out, namedDoc{fmt.Sprintf("%s, document %d", res, i+1), doc})
+			}
+		}
+		return out
+	},
+}
+
+// manifestSources are the kustomize base and the chart with its default
+// values, with every option on (ci/full-values.yaml), and with only external
+// shards over TLS (ci/external-values.yaml).
+func manifestSources() []*manifestSource {
+	return []*manifestSource{
+		kustomizeSource,
+		helmSource("helm-defaults", "", false, 3),
+		helmSource("helm-full", "full-values.yaml", true, 3, "etcd-d"),
+		helmSource("helm-external", "external-values.yaml", true, 0, "etcd-a", "etcd-b"),
+	}
+}
+
+// eachManifests runs check on every source's objects, one subtest each.
+func eachManifests(t *testing.T, check func(t *testing.T, m *manifests)) {
+	t.Helper()
+	for _, src := range manifestSources() {
+		t.Run(src.name, func(t *testing.T) { check(t, loadSource(t, src)) })
+	}
+}
+
+func readKustomization(t *testing.T) kustomization {
+	t.Helper()
+	var k kustomization
+	b, err := os.ReadFile(filepath.Join(k8sDir(), "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if k.Namespace != k8sNamespace {
+		t.Fatalf("kustomization.yaml: namespace %q, want %q", k.Namespace, k8sNamespace)
+	}
+	return k
+}
+
+// loadManifests decodes the kustomize base (see loadSource).
 func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	m := loadSource(t, kustomizeSource)
+	m.kust = readKustomization(t)
+	return m
+}
+
+// loadSource decodes every document of src strictly: an unknown or
+// duplicate field, a wrong type or an unknown kind fails.
+func loadSource(t *testing.T, src *manifestSource) *manifests {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
@@ -86,28 +184,15 @@ func loadManifests(t *testing.T) *manifests {
 	}
 	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 
-	m := &manifests{configMaps: map[string]*corev1.ConfigMap{}}
-	b, err := os.ReadFile(filepath.Join(k8sDir(), "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.UnmarshalStrict(b, &m.kust); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	for _, res := range m.kust.Resources {
-		docs, err := yamlDocs(filepath.Join(k8sDir(), res))
+	m := &manifests{source: src, configMaps: map[string]*corev1.ConfigMap{}}
+	for _, d := range src.load(t) {
+		obj, gvk, err := dec.Decode(d.doc, nil, nil)
 		if err != nil {
-			t.Fatalf("%s: %v", res, err)
+			t.Errorf("%s: %s: %v", src.name, d.where, err)
+			continue
 		}
-		for i, doc := range docs {
-			obj, gvk, err := dec.Decode(doc, nil, nil)
-			if err != nil {
-				t.Errorf("%s, document %d: %v", res, i+1, err)
-				continue
-			}
-			if err := m.add(obj); err != nil {
-				t.Errorf("%s, document %d (%s): %v", res, i+1, gvk.Kind, err)
-			}
+		if err := m.add(obj); err != nil {
+			t.Errorf("%s: %s (%s): %v", src.name, d.where, gvk.Kind, err)
 		}
 	}
 	if t.Failed() {
@@ -172,8 +257,8 @@ func (m *manifests) add(obj runtime.Object) error {
 		return fmt.Errorf("unexpected kind %T", obj)
 	}
 	if mo, ok := obj.(metav1.Object); ok {
-		if _, isNS := obj.(*corev1.Namespace); !isNS && mo.GetNamespace() != m.kust.Namespace {
-			return fmt.Errorf("%s: namespace %q, want the kustomization's %q", mo.GetName(), mo.GetNamespace(), m.kust.Namespace)
+		if _, isNS := obj.(*corev1.Namespace); !isNS && mo.GetNamespace() != k8sNamespace {
+			return fmt.Errorf("%s: namespace %q, want %q", mo.GetName(), mo.GetNamespace(), k8sNamespace)
 		}
 	}
 	return nil
