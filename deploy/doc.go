@@ -1,6 +1,10 @@
 // Package deploy holds leasegate's deployment files, not code: the local
-// stack (compose/), the Kubernetes base (kubernetes/), and the tests that
-// hold them to the real APIs and to leasegate's real flags.
+// stack (compose/), the Kubernetes base (kubernetes/), the Helm chart
+// (helm/leasegate/), and the tests that hold them to the real APIs and to
+// leasegate's real flags. The chart's rendered objects (defaults, and each
+// values file of its ci/ directory) go through the same checks as the
+// base's; they need a helm binary (.ci/helm.sh builds one), and skip
+// without it except under CI=true.
 //
 // The tests (package deploy_test) build the binaries with .ci/build, the
 // Dockerfile's build command, and then check that every Kubernetes manifest
