@@ -30,7 +30,7 @@ app.kubernetes.io/component: gateway
 {{- define "leasegate.labels" -}}
 app.kubernetes.io/name: leasegate
 app.kubernetes.io/component: gateway
-app.kubernetes.io/version: {{ include "leasegate.imageTag" . | quote }}
+app.kubernetes.io/version: {{ include "leasegate.imageTag" . | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
 {{ include "leasegate.commonLabels" . }}
 {{- end -}}
 
