@@ -61,6 +61,9 @@ var streamingPaths = map[string]bool{
 
 type senderKey struct{}
 
+// unaryRCKey holds a unary call's *http.ResponseController.
+type unaryRCKey struct{}
+
 // edge wraps the gateway's handlers.
 func (s *Service) edge(next http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
@@ -103,6 +106,8 @@ func (s *Service) edge(next http.Handler) http.Handler {
 			w = fw
 		} else {
 			_ = rc.SetWriteDeadline(now.Add(s.router.RequestTimeout() + s.cfg.SendTimeout))
+			// A REST acquire that waits moves this deadline past its wait.
+			ctx = context.WithValue(ctx, unaryRCKey{}, rc)
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
