@@ -356,3 +356,61 @@ func TestRESTWaitOutlivesUnaryWriteDeadline(t *testing.T) {
 		t.Fatalf("a 1.5 s wait under a 600 ms unary write deadline = %d %v; want acquired false with expiresAt", status, body)
 	}
 }
+
+// TestRESTWaitsCountAgainstTheTenantsWaitCap: a REST wait is one of the
+// tenant's open waits, as a stream is, and a wait past the cap is refused
+// at once; a REST try is not a wait.
+func TestRESTWaitsCountAgainstTheTenantsWaitCap(t *testing.T) {
+	t.Parallel()
+	g := startGatewayWith(t, func(c *server.Config) { c.Gateway.Limits.MaxWaitersPerTenant = 1 })
+	restHold(t, g, "capped")
+	rw := startRESTWait(t, g, `{"name":"capped","ttlMs":60000,"waitTimeoutMs":30000}`)
+	awaitWaiters(t, g, "capped", 1)
+	st, err := g.Client.Acquire(ctxT(t), connect.NewRequest(&v1.AcquireRequest{Name: "capped", TtlMs: 60000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Receive() || connect.CodeOf(st.Err()) != connect.CodeResourceExhausted {
+		t.Fatalf("a stream beside a REST wait under a cap of 1 = %v, %v; want resource_exhausted", st.Msg(), st.Err())
+	}
+	status, body := postJSON(t, g, "/api/v1/locks/acquire", `{"name":"capped","ttlMs":60000,"waitTimeoutMs":30000}`)
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("a second REST wait under a cap of 1 = %d %v; want 429", status, body)
+	}
+	if status, body = postJSON(t, g, "/api/v1/locks/acquire", `{"name":"capped","ttlMs":60000}`); status != http.StatusOK || body["acquired"] != false {
+		t.Fatalf("a REST try beside the cap = %d %v; want acquired false", status, body)
+	}
+	rw.cancel()
+	<-rw.done
+}
+
+// TestRESTGrantAsTheClientLeavesIsGivenUp releases the holder as the REST
+// waiter's client goes away, in many rounds: whichever lands first, the
+// waiter's key is gone well within its 60 s TTL — removed as a waiter, or
+// granted and given up as undelivered.
+func TestRESTGrantAsTheClientLeavesIsGivenUp(t *testing.T) {
+	t.Parallel()
+	g := startGatewayWith(t, nil)
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("leaving-%d", i)
+		release := restHold(t, g, name)
+		rw := startRESTWait(t, g, fmt.Sprintf(`{"name":%q,"ttlMs":60000,"waitTimeoutMs":30000}`, name))
+		awaitWaiters(t, g, name, 1)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); rw.cancel() }()
+		restRelease(t, g, release)
+		wg.Wait()
+		<-rw.done
+		if rw.err == nil {
+			// The answer arrived before the cancel: the client has the
+			// lock, and lets it go.
+			restRelease(t, g, fmt.Sprintf(`{"lockId":%q,"fencingToken":%d}`, rw.body["lockId"], int64(rw.body["fencingToken"].(float64))))
+		}
+		eventually(t, name+" is free", func() bool {
+			d, err := g.Client.Describe(ctxT(t), connect.NewRequest(&v1.DescribeRequest{Name: name}))
+			return err == nil && !d.Msg.Held && d.Msg.Waiters == 0
+		})
+	}
+}
