@@ -34,7 +34,8 @@ import (
 //     (localOperator) is given its roles here, and nobody else is.
 //  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
-//     answer must be written within the fleet's RequestTimeout + SendTimeout; a
+//     answer must be written within the fleet's RequestTimeout + SendTimeout
+//     (a REST acquire that waits moves this past its wait, see restWait); a
 //     streaming Acquire bounds each message it sends (see send).
 
 // publicPaths need no credentials: health checks and reflection.

@@ -414,3 +414,24 @@ func TestRESTGrantAsTheClientLeavesIsGivenUp(t *testing.T) {
 		})
 	}
 }
+
+// TestRESTWaitEndsAtShutdown: a stopping gateway ends a REST wait as it
+// ends a stream's, with unavailable, rather than holding its stop for the
+// wait's 30 s.
+func TestRESTWaitEndsAtShutdown(t *testing.T) {
+	t.Parallel()
+	g := startGatewayWith(t, nil)
+	restHold(t, g, "stopping")
+	rw := startRESTWait(t, g, `{"name":"stopping","ttlMs":60000,"waitTimeoutMs":30000}`)
+	awaitWaiters(t, g, "stopping", 1)
+	start := time.Now()
+	g.Stop()
+	<-rw.done
+	e, _ := rw.body["error"].(map[string]any)
+	if rw.err != nil || rw.status != http.StatusServiceUnavailable || e["code"] != "unavailable" {
+		t.Fatalf("a REST wait on a stopping gateway = %d %v, %v; want 503 unavailable", rw.status, rw.body, rw.err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the stop took %s; want the wait ended at once", took)
+	}
+}
