@@ -309,7 +309,11 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")
-		return http.StatusOK, refusal(res.Holder, res.DelayedUntil), nil
+		var expires time.Time
+		if res.Holder != nil {
+			expires = res.Holder.Expires
+		}
+		return http.StatusOK, refusal(expires, res.DelayedUntil), nil
 	}
 	recordOf(ctx).setShard(shard)
 	g := s.granted(id, shard, res.Grant)
@@ -376,11 +380,12 @@ func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) 
 }
 
 // refusal is the answer of an acquire that was not granted: the holder's
-// expiry, or the end of a lock-delay that holds a free name back.
-func refusal(holder *queue.Holder, delayUntil time.Time) restAcquired {
+// expiry (zero: no holder), or the end of a lock-delay that holds a free
+// name back.
+func refusal(holderExpires, delayUntil time.Time) restAcquired {
 	out := restAcquired{}
-	if holder != nil {
-		out.ExpiresAt = rfc3339(holder.Expires)
+	if !holderExpires.IsZero() {
+		out.ExpiresAt = rfc3339(holderExpires)
 	}
 	if !delayUntil.IsZero() {
 		// Free, but held back by an expired holder's lock-delay: the
@@ -406,11 +411,18 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 		// would cut a legitimate wait short.
 		_ = rc.SetWriteDeadline(time.Now().Add(time.Duration(waitMs)*time.Millisecond + s.router.RequestTimeout() + s.cfg.SendTimeout))
 	}
-	alive := func(*v1.Queued) error { return context.Cause(ctx) }
+	recordOf(ctx).setMode("immediate")
+	alive := func(*v1.Queued) error {
+		recordOf(ctx).setMode("queued")
+		return context.Cause(ctx)
+	}
 	written := false
 	err := s.streamAcquire(ctx, id, r, nil, false, waitMs, acquireSink{
 		queued: alive,
 		granted: func(g *v1.Granted) error {
+			if s.restGrantHook != nil {
+				s.restGrantHook(ctx)
+			}
 			if err := context.Cause(ctx); err != nil {
 				return fmt.Errorf("the client went away: %w", err)
 			}
@@ -447,7 +459,11 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 		if derr != nil {
 			return 0, nil, derr
 		}
-		return http.StatusOK, refusal(d.Holder, d.DelayUntil), nil
+		var expires time.Time
+		if d.Holder != nil {
+			expires = d.Holder.Expires
+		}
+		return http.StatusOK, refusal(expires, d.DelayUntil), nil
 	case err != nil:
 		return 0, nil, err
 	}
