@@ -34,7 +34,8 @@ import (
 //     (localOperator) is given its roles here, and nobody else is.
 //  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
-//     answer must be written within the fleet's RequestTimeout + SendTimeout; a
+//     answer must be written within the fleet's RequestTimeout + SendTimeout
+//     (a REST acquire that waits moves this past its wait, see restWait); a
 //     streaming Acquire bounds each message it sends (see send).
 
 // publicPaths need no credentials: health checks and reflection.
@@ -60,6 +61,9 @@ var streamingPaths = map[string]bool{
 }
 
 type senderKey struct{}
+
+// unaryRCKey holds a unary call's *http.ResponseController.
+type unaryRCKey struct{}
 
 // edge wraps the gateway's handlers.
 func (s *Service) edge(next http.Handler) http.Handler {
@@ -103,6 +107,8 @@ func (s *Service) edge(next http.Handler) http.Handler {
 			w = fw
 		} else {
 			_ = rc.SetWriteDeadline(now.Add(s.router.RequestTimeout() + s.cfg.SendTimeout))
+			// A REST acquire that waits moves this deadline past its wait.
+			ctx = context.WithValue(ctx, unaryRCKey{}, rc)
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -21,6 +21,7 @@ type callRecord struct {
 	route   *locks.Note
 	shard   string
 	outcome string
+	mode    string // a REST acquire's mode label, when it is not a try
 	loss    string
 	err     error
 }
@@ -60,6 +61,27 @@ func (r *callRecord) setOutcome(outcome string) {
 	r.mu.Lock()
 	r.outcome = outcome
 	r.mu.Unlock()
+}
+
+// setMode records a REST acquire's mode ("immediate", "queued") when it
+// waits rather than tries.
+func (r *callRecord) setMode(mode string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.mode = mode
+	r.mu.Unlock()
+}
+
+// modeOr returns the recorded mode, or def when none was.
+func (r *callRecord) modeOr(def string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mode != "" {
+		return r.mode
+	}
+	return def
 }
 
 // setLoss records a lease found lost, by reason (expired, stolen,

@@ -16,12 +16,13 @@ import (
 
 	"connectrpc.com/connect"
 
+	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/queue"
 )
 
 // The REST API of leasegate, as in the design it comes from:
 //
-//	POST /api/v1/locks/acquire {"name","ttlMs","clientId"[,"requestId"][,"limit"][,"lockDelayMs"]}
+//	POST /api/v1/locks/acquire {"name","ttlMs","clientId"[,"requestId"][,"limit"][,"lockDelayMs"][,"waitTimeoutMs"]}
 //	  200 {"acquired":true,"lockId","fencingToken","expiresAt"}
 //	  200 {"acquired":false,"expiresAt"}            (the holder's expiry)
 //	POST /api/v1/locks/renew {"lockId","fencingToken","ttlMs"}
@@ -30,7 +31,13 @@ import (
 //	POST /api/v1/locks/release {"lockId","fencingToken"}
 //	  204
 //
-// Acquire never waits (waiting is the streaming RPC's job). Errors answer
+// An acquire without waitTimeoutMs (or with 0) tries once and never waits.
+// With waitTimeoutMs > 0 it waits in the name's FIFO queue, the same queue
+// as the streaming Acquire's waiters and under the same caps, until it is
+// granted (200 acquired) or the wait ends (200 acquired false, as a try
+// answers). The waiter's key lives while the HTTP request does: a client
+// that goes away cancels the request, and the engine removes the key. A
+// grant that cannot be written is given up. Errors answer
 // {"error":{"code","message","field"}} with a 4xx for bad input.
 
 type restAcquire struct {
@@ -43,6 +50,9 @@ type restAcquire struct {
 	Limit int32 `json:"limit"`
 	// LockDelayMs is AcquireRequest.lock_delay_ms.
 	LockDelayMs int64 `json:"lockDelayMs"`
+	// WaitTimeoutMs, when above 0, makes the acquire wait up to this long
+	// (at most the gateway's MaxWaitTimeout); absent or 0: try once.
+	WaitTimeoutMs *int64 `json:"waitTimeoutMs"`
 }
 
 type restAcquired struct {
@@ -101,13 +111,17 @@ type restErrorBody struct {
 var restFields = map[string]string{
 	"ttl_ms": "ttlMs", "client_id": "clientId", "request_id": "requestId",
 	"lock_id": "lockId", "fencing_token": "fencingToken", "name": "name", "lock_delay_ms": "lockDelayMs",
+	"wait_timeout_ms": "waitTimeoutMs",
 }
+
+// errAnswered is a REST handler's report that it wrote its answer itself.
+var errAnswered = errors.New("the answer was written by the handler")
 
 // handleREST registers the REST API on mux: each lock call on its own path,
 // so the mux routes a call once and its telemetry knows which call it is,
 // and a 404 for any other path under /api/v1/.
 func (s *Service) handleREST(mux *http.ServeMux) {
-	for op, h := range map[string]func(ctx context.Context, body []byte) (int, any, error){
+	for op, h := range map[string]restHandler{
 		"acquire": s.restAcquire, "renew": s.restRenew, "release": s.restRelease,
 	} {
 		mux.Handle(restPrefix+op, s.tel.restCall(op, s.restPost(h)))
@@ -117,8 +131,12 @@ func (s *Service) handleREST(mux *http.ServeMux) {
 	})
 }
 
+// restHandler answers one REST call: a status and a body to write, or an
+// error; errAnswered when it wrote its answer to w itself.
+type restHandler func(ctx context.Context, w http.ResponseWriter, body []byte) (int, any, error)
+
 // restPost decodes a bounded JSON body strictly and hands it to h.
-func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, error)) http.HandlerFunc {
+func (s *Service) restPost(h restHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// A request refused before its handler runs is a bad request.
 		refused := connect.NewError(connect.CodeInvalidArgument, nil)
@@ -147,7 +165,10 @@ func (s *Service) restPost(h func(ctx context.Context, body []byte) (int, any, e
 			writeRESTError(w, http.StatusBadRequest, "invalid_argument", "", "could not read the request body")
 			return
 		}
-		status, out, err := h(r.Context(), body)
+		status, out, err := h(r.Context(), w, body)
+		if errors.Is(err, errAnswered) {
+			return
+		}
 		if err != nil {
 			err = named(err)
 			ce := toConnect(err)
@@ -241,7 +262,7 @@ func jsonKind(t reflect.Type) string {
 	return "an object"
 }
 
-func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error) {
+func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body []byte) (int, any, error) {
 	var in restAcquire
 	if err := decodeStrict(body, &in); err != nil {
 		return 0, nil, err
@@ -256,6 +277,14 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	if _, err := s.ttlField("ttl_ms", *in.TTLMs, false); err != nil {
 		return 0, nil, err
 	}
+	var waitMs int64
+	if in.WaitTimeoutMs != nil {
+		// Compared in milliseconds, before any conversion can overflow.
+		waitMs = *in.WaitTimeoutMs
+		if waitMs < 0 || waitMs > s.cfg.MaxWaitTimeout.Milliseconds() {
+			return 0, nil, badField("wait_timeout_ms", "%d is outside 0 (no wait) to %d", waitMs, s.cfg.MaxWaitTimeout.Milliseconds())
+		}
+	}
 	id, err := s.caller(ctx)
 	if err != nil {
 		return 0, nil, err
@@ -263,6 +292,9 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false, in.LockDelayMs)
 	if err != nil {
 		return 0, nil, err
+	}
+	if waitMs > 0 {
+		return s.restWait(ctx, w, id, r, waitMs)
 	}
 	a, err := s.acquireOf(id, r, nil, false)
 	if err != nil {
@@ -277,23 +309,18 @@ func (s *Service) restAcquire(ctx context.Context, body []byte) (int, any, error
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")
-		out := restAcquired{}
+		var expires time.Time
 		if res.Holder != nil {
-			out.ExpiresAt = rfc3339(res.Holder.Expires)
+			expires = res.Holder.Expires
 		}
-		if !res.DelayedUntil.IsZero() {
-			// Free, but held back by an expired holder's lock-delay: the
-			// name can be had from then.
-			out.ExpiresAt, out.DelayUntil = rfc3339(res.DelayedUntil), rfc3339(res.DelayedUntil)
-		}
-		return http.StatusOK, out, nil
+		return http.StatusOK, refusal(expires, res.DelayedUntil), nil
 	}
 	recordOf(ctx).setShard(shard)
 	g := s.granted(id, shard, res.Grant)
 	return http.StatusOK, restAcquired{Acquired: true, LockID: g.LockId, FencingToken: g.FencingToken, ExpiresAt: rfc3339(res.Grant.Deadline)}, nil
 }
 
-func (s *Service) restRenew(ctx context.Context, body []byte) (int, any, error) {
+func (s *Service) restRenew(ctx context.Context, _ http.ResponseWriter, body []byte) (int, any, error) {
 	var in restRenew
 	if err := decodeStrict(body, &in); err != nil {
 		return 0, nil, err
@@ -326,7 +353,7 @@ func (s *Service) restRenew(ctx context.Context, body []byte) (int, any, error) 
 	return http.StatusOK, restRenewed{Renewed: true, ExpiresAt: rfc3339(rn.Deadline)}, nil
 }
 
-func (s *Service) restRelease(ctx context.Context, body []byte) (int, any, error) {
+func (s *Service) restRelease(ctx context.Context, _ http.ResponseWriter, body []byte) (int, any, error) {
 	var in restRelease
 	if err := decodeStrict(body, &in); err != nil {
 		return 0, nil, err
@@ -350,4 +377,96 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) {
 	writeJSON(w, status, restError{Error: restErrorBody{Code: code, Message: msg, Field: field}})
+}
+
+// refusal is the answer of an acquire that was not granted: the holder's
+// expiry (zero: no holder), or the end of a lock-delay that holds a free
+// name back.
+func refusal(holderExpires, delayUntil time.Time) restAcquired {
+	out := restAcquired{}
+	if !holderExpires.IsZero() {
+		out.ExpiresAt = rfc3339(holderExpires)
+	}
+	if !delayUntil.IsZero() {
+		// Free, but held back by an expired holder's lock-delay: the
+		// name can be had from then.
+		out.ExpiresAt, out.DelayUntil = rfc3339(delayUntil), rfc3339(delayUntil)
+	}
+	return out
+}
+
+// restWait runs a REST acquire that waits up to waitMs (> 0) as a
+// streaming Acquire does (streamAcquire: the same queue, caps, limits,
+// wait bound and shutdown), with nothing to send while it waits: its
+// positions and heartbeats report only whether the request is still
+// alive, so a client that went away leaves the queue and its waiter's
+// lease is renewed no more. The grant is written and flushed within
+// SendTimeout; one that cannot be (the client is gone) is given up by
+// streamAcquire. At the end of the wait the answer is a refusal as a
+// try's, from a Describe of the name.
+func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identity, r queue.AcquireRequest, waitMs int64) (int, any, error) {
+	rc, _ := ctx.Value(unaryRCKey{}).(*http.ResponseController)
+	if rc != nil {
+		// The answer comes after the wait: the edge's unary write deadline
+		// would cut a legitimate wait short.
+		_ = rc.SetWriteDeadline(time.Now().Add(time.Duration(waitMs)*time.Millisecond + s.router.RequestTimeout() + s.cfg.SendTimeout))
+	}
+	recordOf(ctx).setMode("immediate")
+	alive := func(*v1.Queued) error {
+		recordOf(ctx).setMode("queued")
+		return context.Cause(ctx)
+	}
+	written := false
+	err := s.streamAcquire(ctx, id, r, nil, false, waitMs, acquireSink{
+		queued: alive,
+		granted: func(g *v1.Granted) error {
+			if s.restGrantHook != nil {
+				s.restGrantHook(ctx)
+			}
+			if err := context.Cause(ctx); err != nil {
+				return fmt.Errorf("the client went away: %w", err)
+			}
+			written = true
+			if rc != nil {
+				_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.SendTimeout))
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			out := restAcquired{Acquired: true, LockID: g.LockId, FencingToken: g.FencingToken}
+			if g.ExpiresAt != nil {
+				out.ExpiresAt = rfc3339(g.ExpiresAt.AsTime())
+			}
+			if err := json.NewEncoder(w).Encode(out); err != nil {
+				return fmt.Errorf("the message was not delivered: %w", err)
+			}
+			if rc != nil {
+				if err := rc.Flush(); err != nil {
+					return fmt.Errorf("the message was not delivered: %w", err)
+				}
+			}
+			return nil
+		},
+	})
+	switch {
+	case written:
+		if err != nil {
+			recordOf(ctx).setErr(toConnect(err))
+		}
+		return 0, nil, errAnswered
+	case errors.Is(err, queue.ErrWaitTimeout):
+		recordOf(ctx).setOutcome("busy")
+		_, d, derr := s.router.Describe(ctx, id.Tenant, r.Name)
+		if derr != nil {
+			return 0, nil, derr
+		}
+		var expires time.Time
+		if d.Holder != nil {
+			expires = d.Holder.Expires
+		}
+		return http.StatusOK, refusal(expires, d.DelayUntil), nil
+	case err != nil:
+		return 0, nil, err
+	}
+	// streamAcquire returns nil only after the grant was written.
+	return 0, nil, errAnswered
 }

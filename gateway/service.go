@@ -31,6 +31,9 @@ type Service struct {
 	cfg    Config
 	router *locks.Router
 	log    *slog.Logger
+	// restGrantHook, when set (by tests), runs as a waiting REST acquire's
+	// grant is about to be written, with the request's context.
+	restGrantHook func(context.Context)
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{}

@@ -81,7 +81,7 @@ func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path strin
 	}
 	t.lost(ctx, shard, loss)
 	if hist != nil {
-		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, mode))
+		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, rec.modeOr(mode)))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("leasegate.outcome", outcome), attribute.String("leasegate.shard", shard))

@@ -303,3 +303,38 @@ func TestMetricsOffByFlag(t *testing.T) {
 		t.Errorf("GET /metrics with metrics off: %s; want an error status", resp.Status)
 	}
 }
+
+// TestMetricsOfWaitingRESTAcquires: a REST acquire with waitTimeoutMs is
+// labelled by how it went, as a stream is (immediate, queued), and one
+// without it stays a try.
+func TestMetricsOfWaitingRESTAcquires(t *testing.T) {
+	t.Parallel()
+	p, err := telemetry.New(context.Background(), telemetry.Config{Version: "v0.0.0-test", Metrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	srv := startGateway(t, p, func(*server.Config) {})
+	post := func(body string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL()+"/api/v1/locks/acquire", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s = %d", body, resp.StatusCode)
+		}
+	}
+	post(`{"name":"jobs/held","ttlMs":30000}`)
+	post(`{"name":"jobs/free","ttlMs":30000,"waitTimeoutMs":5000}`)
+	post(`{"name":"jobs/held","ttlMs":30000,"waitTimeoutMs":200}`)
+	fams := scrape(t, srv.URL())
+	for _, c := range []struct{ mode, outcome string }{{"try", "ok"}, {"immediate", "ok"}, {"queued", "busy"}} {
+		m := sample(fams, "leasegate_acquire_duration_seconds", map[string]string{"shard": "main", "mode": c.mode, "outcome": c.outcome})
+		if m == nil || m.Histogram == nil || m.Histogram.GetSampleCount() != 1 {
+			t.Errorf("REST acquires of mode %s, outcome %s: %v; want 1", c.mode, c.outcome, m)
+		}
+	}
+}
