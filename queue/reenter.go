@@ -335,13 +335,22 @@ func (e *Engine) dropHoldOwned(ctx context.Context, g Grant) {
 		resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(hkey)).Commit()
 		if err == nil {
 			mine, rec := firstKV(resp.Responses[0]), firstKV(resp.Responses[1])
-			if mine == nil || mine.CreateRevision != g.Revision || rec == nil {
-				// The lock is gone, or holds only its own hold, which
-				// deleteOwned gives up.
-				return
+			if mine == nil || mine.CreateRevision != g.Revision {
+				return // the lock is gone
 			}
 			var final bool
-			if _, final, err = e.dropHold(ctx, g.Handle, rec, nonce, keyMod); err == nil {
+			switch {
+			case g.HoldID != "" && (rec == nil || holdIndex(decodeHolds(rec), g.HoldID) < 0):
+				// Not added, or added by a write still in flight, which
+				// compares the record's mod revision it read: the fence
+				// changes it, so that write cannot land after this look.
+				final, err = e.fenceHolds(ctx, g.Handle, rec)
+			case rec == nil:
+				return // the key's own hold alone, which deleteOwned gives up
+			default:
+				_, final, err = e.dropHold(ctx, g.Handle, rec, nonce, keyMod)
+			}
+			if err == nil {
 				if final {
 					return
 				}
@@ -353,6 +362,30 @@ func (e *Engine) dropHoldOwned(ctx context.Context, g Grant) {
 			return
 		}
 	}
+}
+
+// fenceHolds rewrites h's lock's holds record, read as rec (nil: none,
+// written then as the key's own hold alone), unchanged but for its mod
+// revision, comparing the lock key's identity, lease and secret and the
+// record's mod revision as read. A hold's write compares the record's mod
+// revision its attempt read, so one in flight that etcd has not applied
+// yet never lands after the fence: the give-up of an undelivered hold that
+// found it missing stands. final is false when the keys changed since the
+// read, and the caller reads again.
+func (e *Engine) fenceHolds(ctx context.Context, h Handle, rec *mvccpb.KeyValue) (final bool, err error) {
+	key := e.keys.waiter(h.Name, h.WaiterID)
+	hkey := e.keys.holds(h.Name, h.WaiterID, h.Revision)
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
+		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
+		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
+	}, ownerCmps(key, h.Secret)...)
+	resp, err := e.cli.Txn(ctx).If(cmps...).
+		Then(clientv3.OpPut(hkey, encodeHolds(decodeHolds(rec)), clientv3.WithLease(h.Lease))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("queue: fence a hold's give-up: %w", err)
+	}
+	return resp.Succeeded, nil
 }
 
 // reenterSeal is what a waiter value of r records for re-entry: the
