@@ -17,7 +17,13 @@ type dockerInstr struct {
 
 func readDockerfile(t *testing.T) []dockerInstr {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	return readDockerfileAt(t, "Dockerfile")
+}
+
+// readDockerfileAt reads the Dockerfile at name, relative to the repository root.
+func readDockerfileAt(t *testing.T, name string) []dockerInstr {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +262,9 @@ func TestDockerignoreKeepsSources(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(repoRoot, p)
-		if d.IsDir() && (rel == ".git" || rel == "deploy" || rel == "docs") {
+		// .ci/tools holds the tools modules (goreleaser's), which the image
+		// build does not use; dist is goreleaser's output.
+		if d.IsDir() && (rel == ".git" || rel == "deploy" || rel == "docs" || rel == filepath.Join(".ci", "tools") || rel == "dist") {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(rel, ".go") && !strings.HasSuffix(rel, "_test.go") && !strings.Contains(rel, "testdata") {
