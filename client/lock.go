@@ -41,6 +41,11 @@ type Lock struct {
 
 	mu       sync.Mutex
 	released bool
+	// asked: a Release ran and cancelled ctx itself, so ctx no longer
+	// tells a loss; lostFirst is what had ended the lock before it (nil:
+	// nothing). Session locks only.
+	asked     bool
+	lostFirst error
 }
 
 // Name is the lock's name.
@@ -150,6 +155,32 @@ func (l *Lock) attach(s *Session, lease *shardLease) {
 	l.c.watchHold(l, func(err error) { l.cancel(err) })
 }
 
+// lostBeforeRelease ends a session lock's context for its Release and
+// returns what had ended the lock before, nil if nothing had: on the first
+// call the context's cause, on later ones (a Release no gateway answered)
+// that cause, or the end since of the session's lease on the lock's shard.
+// The context is cancelled by the first call, so later calls cannot read a
+// loss from it; a Release retried after an unanswered one must still be
+// sent, for a session lock does not lapse while its session lives.
+func (l *Lock) lostBeforeRelease() error {
+	if !l.asked {
+		l.stopAfter()
+		if l.ctx.Err() != nil {
+			l.lostFirst = context.Cause(l.ctx)
+		}
+		l.asked = true
+		l.cancel(ErrReleased)
+		return l.lostFirst
+	}
+	if l.lostFirst != nil || l.lease.ctx.Err() == nil {
+		return l.lostFirst
+	}
+	if cause := context.Cause(l.lease.ctx); !errors.Is(cause, ErrClosed) {
+		return l.lostError(cause)
+	}
+	return ErrReleased // the session's close freed it
+}
+
 // Release frees the lock and stops its renewal; Done closes and Err
 // reports ErrReleased. It blocks until a gateway confirms, the retries
 // (every endpoint, at least 3 attempts) are spent, or ctx ends.
@@ -171,11 +202,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if l.keeper != nil {
 		lost = l.keeper.stop(ErrReleased)
 	} else {
-		l.stopAfter()
-		if l.ctx.Err() != nil {
-			lost = context.Cause(l.ctx)
-		}
-		l.cancel(ErrReleased)
+		lost = l.lostBeforeRelease()
 	}
 	if lost != nil && !errors.Is(lost, ErrUnavailable) {
 		// A gateway proved the lock gone, or its session was closed:
