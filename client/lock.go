@@ -190,8 +190,9 @@ func (l *Lock) lostBeforeRelease() error {
 // free a newer holder's lock with it. When the lock was lost only because
 // no gateway could confirm it, Release still tries to free it, but it
 // returns nil whatever the outcome. Otherwise, if no gateway answers, it
-// returns an error wrapping ErrUnavailable; the lock then lapses at its TTL
-// at the latest, and calling Release again retries.
+// returns an error wrapping ErrUnavailable and calling Release again
+// retries; a lock of its own then lapses at its TTL at the latest, a
+// session's lock lives as long as its session.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
