@@ -243,18 +243,27 @@ func TestReentryWithALostAnswerIsGivenUp(t *testing.T) {
 	}
 }
 
-// lateKV holds the next transaction that puts key until proceed is
-// closed; if its caller's context ended meanwhile, the caller is told so
-// and the transaction is applied only when land is closed: what etcd does
-// with a write whose caller cancelled it in flight, which it may still
-// apply after every cleanup has looked.
+// lateKV holds the next transaction that puts key (or nests one) once
+// armed, until proceed is closed — or, with atDeadline, until its caller's
+// context ends (the engine's RequestTimeout). If the caller's context
+// ended meanwhile, the caller is told so and the transaction is applied
+// only when land is closed: what etcd does with a write whose caller
+// cancelled it or timed out in flight (a leader paused with the proposal
+// in its log), which it may still apply after every cleanup has looked.
 type lateKV struct {
 	clientv3.KV
 	key                    string
+	atDeadline             bool
 	armed                  atomic.Bool
 	entered, proceed, land chan struct{}
 	late                   chan struct{} // closed once a late write was applied
 	wasLate                atomic.Bool
+}
+
+// newLateKV wraps in; see lateKV.
+func newLateKV(in clientv3.KV, atDeadline bool) *lateKV {
+	return &lateKV{KV: in, atDeadline: atDeadline, entered: make(chan struct{}), proceed: make(chan struct{}),
+		land: make(chan struct{}), late: make(chan struct{})}
 }
 
 type lateTxn struct {
@@ -282,7 +291,11 @@ func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
 		return t.Txn.Commit()
 	}
 	close(t.kv.entered)
-	<-t.kv.proceed
+	if t.kv.atDeadline {
+		<-t.ctx.Done()
+	} else {
+		<-t.kv.proceed
+	}
 	if err := t.ctx.Err(); err != nil {
 		t.kv.wasLate.Store(true)
 		go func() {
@@ -307,7 +320,7 @@ func TestAnEnqueueItsCallerLeftIsAnswered(t *testing.T) {
 	e, _ := newEngine(t)
 	var kv *lateKV
 	le := engineThrough(t, e, func(in clientv3.KV) clientv3.KV {
-		kv = &lateKV{KV: in, entered: make(chan struct{}), proceed: make(chan struct{}), land: make(chan struct{}), late: make(chan struct{})}
+		kv = newLateKV(in, false)
 		return kv
 	})
 	cleaned := cleanups(le)
