@@ -408,7 +408,8 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 	rc, _ := ctx.Value(unaryRCKey{}).(*http.ResponseController)
 	if rc != nil {
 		// The answer comes after the wait: the edge's unary write deadline
-		// would cut a legitimate wait short.
+		// would cut a legitimate wait short. (Socket deadlines are wall
+		// clock times, never the gateway's clock.)
 		_ = rc.SetWriteDeadline(time.Now().Add(time.Duration(waitMs)*time.Millisecond + s.router.RequestTimeout() + s.cfg.SendTimeout))
 	}
 	recordOf(ctx).setMode("immediate")
