@@ -42,37 +42,27 @@ func recordOf(ctx context.Context) *callRecord {
 	return r
 }
 
-// setShard records the shard that granted the call, over the one the
-// fleet routed it to.
-func (r *callRecord) setShard(shard string) {
+// set runs f under r's lock; a call without a record (outside the edge)
+// records nothing.
+func (r *callRecord) set(f func()) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	r.shard = shard
+	f()
 	r.mu.Unlock()
 }
 
+// setShard records the shard that granted the call, over the one the
+// fleet routed it to.
+func (r *callRecord) setShard(shard string) { r.set(func() { r.shard = shard }) }
+
 // setOutcome records an outcome that is not an error ("busy", "not_held").
-func (r *callRecord) setOutcome(outcome string) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	r.outcome = outcome
-	r.mu.Unlock()
-}
+func (r *callRecord) setOutcome(outcome string) { r.set(func() { r.outcome = outcome }) }
 
 // setMode records a REST acquire's mode ("immediate", "queued") when it
 // waits rather than tries.
-func (r *callRecord) setMode(mode string) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	r.mode = mode
-	r.mu.Unlock()
-}
+func (r *callRecord) setMode(mode string) { r.set(func() { r.mode = mode }) }
 
 // modeOr returns the recorded mode, or def when none was.
 func (r *callRecord) modeOr(def string) string {
