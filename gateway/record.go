@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/leasegate/leasegate/locks"
 )
@@ -24,6 +25,10 @@ type callRecord struct {
 	mode    string // a REST acquire's mode label, when it is not a try
 	loss    string
 	err     error
+	// queuedAt and waitShard: when and where a waiting REST acquire was
+	// first queued (zero: it never was).
+	queuedAt  time.Time
+	waitShard string
 }
 
 type recordKey struct{}
@@ -77,24 +82,35 @@ func (r *callRecord) modeOr(def string) string {
 // setLoss records a lease found lost, by reason (expired, stolen,
 // waiter_lease_lost, session_lost), when the answer carries no error that
 // says so (a REST renew answers a lost lock with a body).
-func (r *callRecord) setLoss(reason string) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	r.loss = reason
-	r.mu.Unlock()
-}
+func (r *callRecord) setLoss(reason string) { r.set(func() { r.loss = reason }) }
 
 // setErr records the error a REST call answered with, as the Connect error
 // it was translated to.
-func (r *callRecord) setErr(err error) {
+func (r *callRecord) setErr(err error) { r.set(func() { r.err = err }) }
+
+// queued marks a waiting REST acquire queued at its first queue position:
+// its mode label, and when and on which shard its wait began. It reports
+// whether this call marked it (later ones change nothing).
+func (r *callRecord) queued(now time.Time) (first bool, shard string) {
 	if r == nil {
-		return
+		return false, ""
 	}
 	r.mu.Lock()
-	r.err = err
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	r.mode = "queued"
+	if !r.queuedAt.IsZero() {
+		return false, ""
+	}
+	r.queuedAt, r.waitShard = now, orUnknown(r.shardLocked())
+	return true, r.waitShard
+}
+
+// waitBegan returns when and on which shard queued marked the call; a zero
+// time when it never queued.
+func (r *callRecord) waitBegan() (time.Time, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.queuedAt, r.waitShard
 }
 
 // read returns the record: the shard ("unknown" when the call never got
@@ -102,11 +118,7 @@ func (r *callRecord) setErr(err error) {
 func (r *callRecord) read() (shard, outcome, loss string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	shard = r.shardLocked()
-	if shard == "" {
-		shard = "unknown"
-	}
-	return shard, r.outcome, r.loss, r.err
+	return orUnknown(r.shardLocked()), r.outcome, r.loss, r.err
 }
 
 // currentShard is the shard recorded so far, "" before routing.
@@ -123,4 +135,12 @@ func (r *callRecord) shardLocked() string {
 		return r.shard
 	}
 	return r.route.Shard()
+}
+
+// orUnknown is shard, or "unknown" for a call never routed.
+func orUnknown(shard string) string {
+	if shard == "" {
+		return "unknown"
+	}
+	return shard
 }

@@ -414,7 +414,9 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 	}
 	recordOf(ctx).setMode("immediate")
 	alive := func(*v1.Queued) error {
-		recordOf(ctx).setMode("queued")
+		if first, shard := recordOf(ctx).queued(time.Now()); first {
+			s.tel.waitBegan(ctx, shard)
+		}
 		return context.Cause(ctx)
 	}
 	written := false

@@ -341,15 +341,28 @@ type acquireConn struct {
 
 func (a *acquireConn) Send(msg any) error {
 	if a.queuedAt.IsZero() && isQueued(msg) {
-		a.queuedAt, a.waitShard = time.Now(), a.rec.currentShard()
-		if a.waitShard == "" {
-			a.waitShard = "unknown"
-		}
-		if a.t.m != nil {
-			a.t.m.waiters.Add(a.ctx, 1, a.t.labels(a.waitShard, "", ""))
-		}
+		a.queuedAt, a.waitShard = time.Now(), orUnknown(a.rec.currentShard())
+		a.t.waitBegan(a.ctx, a.waitShard)
 	}
 	return a.StreamingHandlerConn.Send(msg)
+}
+
+// waitBegan counts a call queued on shard as a waiter (leasegate_waiters)
+// until waitEnded: a streaming Acquire or Campaign from its first queue
+// position, and a REST acquire that waits alike.
+func (t *telemetry) waitBegan(ctx context.Context, shard string) {
+	if t != nil && t.m != nil {
+		t.m.waiters.Add(ctx, 1, t.labels(shard, "", ""))
+	}
+}
+
+// waitEnded ends the wait waitBegan counted, begun at at, with outcome:
+// one waiter fewer, and the wait in leasegate_wait_duration_seconds.
+func (t *telemetry) waitEnded(ctx context.Context, shard, outcome string, at, now time.Time) {
+	if t != nil && t.m != nil {
+		t.m.waiters.Add(ctx, -1, t.labels(shard, "", ""))
+		t.m.wait.Record(ctx, now.Sub(at).Seconds(), t.labels(shard, outcome, ""))
+	}
 }
 
 // isQueued reports whether msg is a streaming acquire's queue position.
@@ -369,10 +382,7 @@ func (a *acquireConn) done(err error) {
 	shard, _, _, _ := a.rec.read()
 	if !a.queuedAt.IsZero() {
 		mode = "queued"
-		if a.t.m != nil {
-			a.t.m.waiters.Add(a.ctx, -1, a.t.labels(a.waitShard, "", ""))
-			a.t.m.wait.Record(a.ctx, now.Sub(a.queuedAt).Seconds(), a.t.labels(a.waitShard, outcome, ""))
-		}
+		a.t.waitEnded(a.ctx, a.waitShard, outcome, a.queuedAt, now)
 	}
 	if a.t.m != nil {
 		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), a.t.labels(shard, outcome, mode))

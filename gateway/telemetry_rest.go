@@ -80,6 +80,9 @@ func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path strin
 		outcome = "ok"
 	}
 	t.lost(ctx, shard, loss)
+	if at, waitShard := rec.waitBegan(); !at.IsZero() {
+		t.waitEnded(ctx, waitShard, outcome, at, start.Add(d))
+	}
 	if hist != nil {
 		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, rec.modeOr(mode)))
 	}

@@ -338,3 +338,78 @@ func TestMetricsOfWaitingRESTAcquires(t *testing.T) {
 		}
 	}
 }
+
+// TestRESTWaitIsCountedAsAWaiter: a REST acquire that waits is a waiter as
+// a streaming one is: leasegate_waiters counts it while it waits, and its
+// wait is in leasegate_wait_duration_seconds once it is granted.
+func TestRESTWaitIsCountedAsAWaiter(t *testing.T) {
+	t.Parallel()
+	srv := metricsGateway(t)
+	url := srv.URL()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := leasegatev1connect.NewLockServiceClient(http.DefaultClient, url)
+	st, err := c.Acquire(ctx, connect.NewRequest(&v1.AcquireRequest{Name: "rest/waited", TtlMs: 10000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var held *v1.Granted
+	for held == nil && st.Receive() {
+		held = st.Msg().GetGranted()
+	}
+	if held == nil {
+		t.Fatalf("holder not granted: %v", st.Err())
+	}
+	type answer struct {
+		body string
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(url+"/api/v1/locks/acquire", "application/json",
+			strings.NewReader(`{"name":"rest/waited","ttlMs":5000,"clientId":"t","waitTimeoutMs":15000}`))
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{string(b), err}
+	}()
+	waiters := func() float64 {
+		m := sample(scrape(t, url), "leasegate_waiters", map[string]string{"shard": "main"})
+		if m == nil || m.Gauge == nil {
+			return 0
+		}
+		return m.Gauge.GetValue()
+	}
+	// The gauge is what is awaited: the REST waiter shows in it, or the
+	// test ends at its context.
+	for waiters() != 1 {
+		select {
+		case a := <-done:
+			t.Fatalf("the REST acquire answered before the holder released: %q, %v", a.body, a.err)
+		case <-ctx.Done():
+			t.Fatal("leasegate_waiters never counted the waiting REST acquire")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := c.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: held.LockId, FencingToken: held.FencingToken})); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || !strings.Contains(a.body, `"acquired":true`) {
+		t.Fatalf("REST wait answered %q, %v; want acquired", a.body, a.err)
+	}
+	fams := scrape(t, url)
+	if m := sample(fams, "leasegate_waiters", map[string]string{"shard": "main"}); m == nil || m.Gauge.GetValue() != 0 {
+		t.Fatalf("leasegate_waiters after the grant: %v; want 0", m)
+	}
+	if m := sample(fams, "leasegate_wait_duration_seconds", map[string]string{"shard": "main", "outcome": "ok"}); m == nil || m.Histogram.GetSampleCount() != 1 {
+		t.Fatalf("leasegate_wait_duration_seconds{outcome=ok}: %v; want one wait", m)
+	}
+	if m := sample(fams, "leasegate_acquire_duration_seconds", map[string]string{"shard": "main", "outcome": "ok", "mode": "queued"}); m == nil || m.Histogram.GetSampleCount() != 1 {
+		t.Fatalf("leasegate_acquire_duration_seconds{mode=queued}: %v; want the REST acquire", m)
+	}
+}
