@@ -182,7 +182,7 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		return err
 	}
-	if err := c.EtcdTLS.validate(); err != nil {
+	if err := c.EtcdTLS.Validate(); err != nil {
 		return err
 	}
 	return c.Gateway.Validate()
@@ -308,7 +308,7 @@ func (s *Server) start(ctx context.Context) error {
 		return configErr(err)
 	}
 	s.tlsPair = pair
-	if s.dial, err = cfg.EtcdTLS.dialer(cfg.Telemetry.EtcdDialOptions); err != nil {
+	if s.dial, err = cfg.EtcdTLS.Dialer(cfg.Telemetry.EtcdDialOptions); err != nil {
 		return configErr(err)
 	}
 	if cfg.IDKeysFile != "" {
