@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/shard"
@@ -147,6 +149,19 @@ func TestOperatorCommandsWithEtcdAuth(t *testing.T) {
 			"permission denied", "--prefix")
 		wantRefusal(t, true, args("--etcd-user", "leasegate"), "--etcd-user and --etcd-password go together")
 	}
+	// Nothing listening: refused at once, not after the command's timeout.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "a=http://" + ln.Addr().String()
+	ln.Close()
+	start := time.Now()
+	wantRefusal(t, false, []string{"shards", "show", "--etcd", closed}, ln.Addr().String(), "connection refused", "is etcd running there?")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal of a closed port took %s; want it at once", d)
+	}
+
 	t.Setenv("LEASEGATE_ETCD_PASSWORD", "gateway-secret")
 	if _, _, err := runRoot(t, append([]string{"shards", "show", "--etcd-user", "leasegate"}, home...)...); err != nil {
 		t.Errorf("shards show --etcd-user with LEASEGATE_ETCD_PASSWORD: %v", err)
