@@ -37,7 +37,14 @@ const maxConfigFileBytes = 1 << 20
 // A flag that repeats (--etcd) takes a list or a single string. Unknown keys,
 // duplicate keys and nested values are errors that name the key, so a typo
 // never silently falls back to a default. With no --config it does nothing.
-func applyConfigFile(fs *pflag.FlagSet) error {
+func applyConfigFile(fs *pflag.FlagSet) error { return applyConfigFileKeys(fs, fs) }
+
+// applyConfigFileKeys is applyConfigFile for a command that takes some of
+// the keys of a file written for another one, whose flags are known: every
+// key must be a flag of known with a value that flag takes, and the keys
+// that are flags of fs are set. So the gateway's file serves an operator
+// command, which uses its own keys of it, and a typo is still refused.
+func applyConfigFileKeys(fs, known *pflag.FlagSet) error {
 	cf := fs.Lookup(configFlag)
 	if cf == nil || cf.Value.String() == "" {
 		return nil
@@ -55,9 +62,9 @@ func applyConfigFile(fs *pflag.FlagSet) error {
 	// Check every key before setting any, so a bad file changes nothing.
 	items := make(map[string][]string, len(keys))
 	for _, k := range keys {
-		f := fs.Lookup(k)
+		f := known.Lookup(k)
 		if f == nil || k == configFlag || notConfig[k] {
-			return fmt.Errorf("config file %s: unknown key %q; keys are flag names: %s", path, k, strings.Join(configKeys(fs), ", "))
+			return fmt.Errorf("config file %s: unknown key %q; keys are flag names: %s", path, k, strings.Join(configKeys(known), ", "))
 		}
 		if items[k], err = configValues(f, vals[k]); err != nil {
 			return fmt.Errorf("config file %s: key %q: %w", path, k, err)
@@ -65,6 +72,9 @@ func applyConfigFile(fs *pflag.FlagSet) error {
 	}
 	for _, k := range keys {
 		f := fs.Lookup(k)
+		if f == nil {
+			continue // another command's key
+		}
 		if f.Changed {
 			continue // given as a flag or by LEASEGATE_*: those win
 		}

@@ -50,11 +50,7 @@ func addSecurityFlags(f *pflag.FlagSet, cfg *server.Config, sec *securityFlags) 
 	f.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "connections the listener holds open (0 = unlimited)")
 	f.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", cfg.MaxConnsPerIP, "connections from one remote address (0 = unlimited)")
 	f.StringSliceVar(&cfg.Gateway.CORSOrigins, "cors-origin", nil, "origin (scheme://host[:port], or *) whose browser pages may call the gateway; repeat or comma-separate")
-	f.StringVar(&cfg.EtcdTLS.Cert, "etcd-cert", "", "PEM client certificate for etcd")
-	f.StringVar(&cfg.EtcdTLS.Key, "etcd-key", "", "PEM private key for --etcd-cert")
-	f.StringVar(&cfg.EtcdTLS.CA, "etcd-ca", "", "PEM CA bundle that signed etcd's server certificates (enables TLS to etcd)")
-	f.StringVar(&cfg.EtcdTLS.User, "etcd-user", "", "etcd user (etcd auth); see docs/security.md for the role it needs")
-	f.StringVar(&cfg.EtcdTLS.Password, "etcd-password", "", "etcd password for --etcd-user (prefer LEASEGATE_ETCD_PASSWORD)")
+	addEtcdSecurityFlags(f, &cfg.EtcdTLS)
 }
 
 // apply loads the files the flags name into cfg.

@@ -21,6 +21,7 @@ func newIDKeysCmd() *cobra.Command {
 	var etcd []string
 	var prefix string
 	var keep int
+	var access etcdAccess
 	cmd := &cobra.Command{
 		Use:   "id-keys",
 		Short: "Show or rotate the keys that sign lock and session ids",
@@ -38,6 +39,7 @@ printed.`,
 	pf := cmd.PersistentFlags()
 	pf.StringArrayVar(&etcd, "etcd", nil, "the home etcd cluster as name=url1,url2 (required)")
 	pf.StringVar(&prefix, "prefix", shard.DefaultPrefix, "etcd key prefix")
+	access.addFlags(pf)
 	run := func(cmd *cobra.Command, fn func(ctx context.Context, cli clientKV) (*gateway.IDKeys, error)) error {
 		clusters, err := parseClusters(etcd)
 		if err != nil {
@@ -46,13 +48,17 @@ printed.`,
 		if len(clusters) == 0 {
 			return usageError{errors.New("--etcd is required: the home cluster as name=url1,url2")}
 		}
-		cli, err := shard.DialCluster(clusters[0].Name, clusters[0].Endpoints)
+		dial, err := access.dialer(cmd)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+		defer cancel()
+		cli, err := access.connect(ctx, dial, clusters[0], prefix)
 		if err != nil {
 			return err
 		}
 		defer cli.Close()
-		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-		defer cancel()
 		k, err := fn(ctx, clientKV{cli: cli, prefix: prefix})
 		if err != nil {
 			return err

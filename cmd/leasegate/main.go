@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -57,7 +58,7 @@ func newRootCmd() *cobra.Command {
 	var sec securityFlags
 	var tf telemetryFlags
 	var etcdFlags []string
-	var logLevel string
+	var logLevel, logFormat string
 	var noLossWait bool // --no-loss-wait: cfg.Fleet.Queue.LossWait off
 	cmd := &cobra.Command{
 		Use:   "leasegate",
@@ -84,7 +85,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 			if err := sec.apply(&cfg); err != nil {
 				return usageError{err}
 			}
-			log, err := newLogger(logLevel)
+			log, err := newLogger(logLevel, logFormat, cmd.ErrOrStderr())
 			if err != nil {
 				return usageError{err}
 			}
@@ -107,6 +108,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for embedded etcd data (unused with --etcd)")
 	f.StringArrayVar(&etcdFlags, "etcd", nil, "an external etcd cluster as name=url1,url2 (repeat once per cluster); replaces the embedded one")
 	f.IntVar(&cfg.EmbeddedShards, "shards", cfg.EmbeddedShards, "embedded etcd clusters to start when no --etcd is given (1 to 16)")
+	f.StringVar(&cfg.EmbeddedEtcdListen, "embedded-etcd-listen", "", "loopback host:port (127.0.0.1:2379) on which the embedded etcd serves etcd clients such as etcdctl and leasegate shards, without credentials; shard-N on the port N above; empty: a free port picked at each start (unused with --etcd)")
 	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "etcd key prefix for every key leasegate writes")
 	f.DurationVar(&cfg.Gateway.DefaultTTL, "default-ttl", cfg.Gateway.DefaultTTL, "lease TTL when a request gives none")
 	f.DurationVar(&cfg.Gateway.MaxWaitTimeout, "max-wait", cfg.Gateway.MaxWaitTimeout, "longest wait_timeout_ms a client may ask for")
@@ -120,6 +122,7 @@ With no --etcd flag it starts etcd embedded in the process, its data under --dat
 	f.BoolVar(&noLossWait, "no-loss-wait", !cfg.Fleet.Queue.LossWait, "free a name the moment its holder's key goes, even when it went without a release (a lapsed or early-revoked lease); by default such a name waits its holder's TTL, so that no two holders ever believe at once")
 	f.DurationVar(&cfg.Fleet.Breaker.OpenTimeout, "breaker-open-timeout", cfg.Fleet.Breaker.OpenTimeout, "how long a cluster's tripped circuit breaker refuses calls before it lets a probe through (100ms to 1m); about the etcd election timeout")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", logAuto, "log format on stderr: text (key=value lines), json (one object a line), or auto: text when stderr is a terminal, json otherwise")
 	addSecurityFlags(f, &cfg, &sec)
 	addTelemetryFlags(f, &cfg, &tf)
 	f.String(configFlag, "", "optional YAML or JSON file of flag values, keys = flag names (flags and LEASEGATE_* win over it)")
@@ -169,13 +172,49 @@ func parseClusters(vals []string) ([]server.Cluster, error) {
 	return out, nil
 }
 
-func newLogger(level string) (*slog.Logger, error) {
+// The values of --log-format.
+const (
+	logText = "text"
+	logJSON = "json"
+	logAuto = "auto"
+)
+
+// newLogger is the gateway's logger on w at level, in format (logText,
+// logJSON, or logAuto: text when w is a terminal).
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
+	if format == logAuto {
+		format = logJSON
+		if isTerminal(w) {
+			format = logText
+		}
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler
+	switch format {
+	case logText:
+		h = slog.NewTextHandler(w, opts)
+	case logJSON:
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text, json or auto", format)
+	}
 	// Lines logged with a request's context carry its trace and span ids.
-	return slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))), nil
+	return slog.New(telemetry.NewTraceHandler(h)), nil
+}
+
+// isTerminal reports whether w is a terminal: a file that is a character
+// device. (/dev/null is one too; what it is given does not matter.)
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {

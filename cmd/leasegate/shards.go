@@ -24,6 +24,7 @@ type shardsFlags struct {
 	timeout  time.Duration
 	output   string
 	maxEpoch uint16
+	access   etcdAccess
 }
 
 // maxEpochFlag registers --max-epoch on a subcommand that spends an epoch.
@@ -48,6 +49,7 @@ it never grants a name twice: see docs/operations.md.`,
 	pf.StringVar(&f.prefix, "prefix", shard.DefaultPrefix, "etcd key prefix")
 	pf.DurationVar(&f.timeout, "timeout", 10*time.Minute, "bound on the whole operation, draining included")
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	f.access.addFlags(pf)
 	cmd.AddCommand(
 		f.maxEpochFlag(&cobra.Command{
 			Use:   "bump-epoch",
@@ -156,20 +158,23 @@ func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Re
 	if f.maxEpoch < shard.MinEpoch || f.maxEpoch > shard.MaxEpoch {
 		return usageError{fmt.Errorf("--max-epoch %d: want %d to %d", f.maxEpoch, shard.MinEpoch, shard.MaxEpoch)}
 	}
-	home := clusters[0]
-	cli, err := shard.DialCluster(home.Name, home.Endpoints)
+	dial, err := f.access.dialer(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	cli, err := f.access.connect(ctx, dial, clusters[0], f.prefix)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	defer cancel()
 	overrides := map[string][]string{}
 	for _, c := range clusters {
 		overrides[c.Name] = c.Endpoints
 	}
 	rs := &shard.Resharder{
-		Store: shard.NewStore(cli, f.prefix), Prefix: f.prefix, Endpoints: overrides, EpochLimit: f.maxEpoch,
+		Store: shard.NewStore(cli, f.prefix), Prefix: f.prefix, Endpoints: overrides, EpochLimit: f.maxEpoch, Dial: dial,
 		Names:    locks.Names{},
 		Progress: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
 	}

@@ -88,6 +88,15 @@ func TestStartupErrorsNameTheirCause(t *testing.T) {
 		{"bad --etcd", []string{"--etcd", "a="}, 2, []string{"--etcd", "no endpoints"}},
 		{"data directory under a file", []string{"--data-dir", filepath.Join(notPEM, "data")}, 1, []string{notPEM, "not a directory"}},
 		{"stray argument", []string{"serve"}, 2, []string{"serve"}},
+		{"bad log format", []string{"--log-format", "xml"}, 2, []string{`--log-format "xml"`, "text, json or auto"}},
+		{"embedded etcd on every interface", []string{"--embedded-etcd-listen", "0.0.0.0:2379"}, 2, []string{`--embedded-etcd-listen "0.0.0.0:2379"`, "loopback only"}},
+		{"embedded etcd on no host", []string{"--embedded-etcd-listen", ":2379"}, 2, []string{`--embedded-etcd-listen ":2379"`, "loopback only"}},
+		{"embedded etcd on a remote address", []string{"--embedded-etcd-listen", "192.0.2.1:2379"}, 2, []string{`--embedded-etcd-listen "192.0.2.1:2379"`, "loopback only"}},
+		{"embedded etcd on an IPv6 wildcard", []string{"--embedded-etcd-listen", "[::]:2379"}, 2, []string{`--embedded-etcd-listen "[::]:2379"`, "loopback only"}},
+		{"embedded etcd without a port", []string{"--embedded-etcd-listen", "127.0.0.1"}, 2, []string{`--embedded-etcd-listen "127.0.0.1"`, "host:port"}},
+		{"embedded etcd ports past 65535", []string{"--shards", "2", "--embedded-etcd-listen", "127.0.0.1:65535"}, 2, []string{`--embedded-etcd-listen "127.0.0.1:65535"`, "1 to 65534"}},
+		{"embedded etcd listen with --etcd", []string{"--etcd", "a=http://127.0.0.1:1", "--embedded-etcd-listen", "127.0.0.1:2379"}, 2, []string{"--embedded-etcd-listen", "--etcd"}},
+		{"embedded etcd port in use", []string{"--embedded-etcd-listen", busy.Addr().String()}, 1, []string{"--embedded-etcd-listen", busy.Addr().String(), "address already in use"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"), "--shards", "1"}, tc.args...)

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -45,6 +46,18 @@ type Config struct {
 	UnsafeNoFsync bool
 	// LogLevel is etcd's own log level. Default "error".
 	LogLevel string
+	// ClientTLS, when its CertFile is set, makes the member serve clients
+	// over TLS only: its Endpoint is then an https:// URL.
+	ClientTLS ClientTLS
+}
+
+// ClientTLS is the TLS a member serves its clients with.
+type ClientTLS struct {
+	// CertFile and KeyFile are the member's PEM server certificate and key.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, makes every client present a certificate
+	// this PEM bundle signed (etcd's --client-cert-auth).
+	ClientCAFile string
 }
 
 // Server is a running embedded member.
@@ -103,6 +116,17 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		// them: keep five minutes of history, compacting as it ages.
 		ec.AutoCompactionMode = "periodic"
 		ec.AutoCompactionRetention = "5m"
+		if t := cfg.ClientTLS; t.CertFile != "" {
+			ec.ClientTLSInfo = transport.TLSInfo{
+				CertFile: t.CertFile, KeyFile: t.KeyFile,
+				TrustedCAFile: t.ClientCAFile, ClientCertAuth: t.ClientCAFile != "",
+			}
+			for _, us := range [][]url.URL{ec.ListenClientUrls, ec.AdvertiseClientUrls} {
+				for i := range us {
+					us[i].Scheme = "https"
+				}
+			}
+		}
 	})
 }
 

@@ -4,6 +4,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"testing"
@@ -23,6 +24,9 @@ type Cluster struct {
 	cfg      embedetcd.Config
 	srv      *embedetcd.Server
 	endpoint string
+	// tls and user, password are what Client presents (StartTLS, EnableAuth).
+	tls            *tls.Config
+	user, password string
 }
 
 // Start launches a member with fsync disabled and registers its shutdown
@@ -101,7 +105,7 @@ func (c *Cluster) Client() *clientv3.Client {
 // ClientFor returns a new client for the member, closed at t's cleanup.
 func (c *Cluster) ClientFor(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, err := NewClient(c.endpoint)
+	cli, err := c.newClient()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,11 @@ type Config struct {
 	// EmbeddedShards is how many embedded clusters to start when Clusters is
 	// empty. Default 3.
 	EmbeddedShards int
+	// EmbeddedEtcdListen, when set, is the loopback host:port the first
+	// embedded cluster serves etcd clients on; the i-th serves on the port
+	// i above it. Empty: each picks a free loopback port at every start.
+	// Only with embedded clusters (no Clusters).
+	EmbeddedEtcdListen string
 	// Prefix is the etcd key prefix of every key the process writes: the
 	// fleet's (Fleet.Prefix is set from it) and the id keys'. Default
 	// "/leasegate".
@@ -182,7 +187,10 @@ func (c Config) Validate() error {
 	if err := c.validateDebug(); err != nil {
 		return err
 	}
-	if err := c.EtcdTLS.validate(); err != nil {
+	if err := c.validateEmbeddedEtcdListen(); err != nil {
+		return err
+	}
+	if err := c.EtcdTLS.Validate(); err != nil {
 		return err
 	}
 	return c.Gateway.Validate()
@@ -308,7 +316,7 @@ func (s *Server) start(ctx context.Context) error {
 		return configErr(err)
 	}
 	s.tlsPair = pair
-	if s.dial, err = cfg.EtcdTLS.dialer(cfg.Telemetry.EtcdDialOptions); err != nil {
+	if s.dial, err = cfg.EtcdTLS.Dialer(cfg.Telemetry.EtcdDialOptions); err != nil {
 		return configErr(err)
 	}
 	if cfg.IDKeysFile != "" {
@@ -329,6 +337,11 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	if err := s.listen(tlsCfg); err != nil {
 		return err
+	}
+	if len(cfg.Clusters) == 0 {
+		if err := checkEmbeddedEtcdListen(cfg.embeddedEtcdAddrs()); err != nil {
+			return err
+		}
 	}
 	clusters := cfg.Clusters
 	if len(clusters) == 0 {
@@ -411,18 +424,33 @@ func (s *Server) abort() {
 
 func (s *Server) startEmbedded() ([]Cluster, error) {
 	var out []Cluster
+	addrs := s.cfg.embeddedEtcdAddrs()
 	for i := 0; i < s.cfg.EmbeddedShards; i++ {
 		name := fmt.Sprintf("shard-%d", i)
 		dir := filepath.Join(s.cfg.DataDir, name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir %s: %w", s.cfg.DataDir, err)
 		}
-		srv, err := embedetcd.Start(embedetcd.Config{Name: name, Dir: dir})
+		ec := embedetcd.Config{Name: name, Dir: dir}
+		if addrs != nil {
+			ec.ClientAddr = addrs[i]
+			var err error
+			if ec.PeerAddr, err = freeAddrBut(addrs); err != nil {
+				return nil, err
+			}
+		}
+		srv, err := embedetcd.Start(ec)
 		if err != nil {
+			if addrs != nil {
+				err = fmt.Errorf("--embedded-etcd-listen %s: %s on %s: %w", s.cfg.EmbeddedEtcdListen, name, addrs[i], err)
+			}
 			return nil, dataDirErr(err)
 		}
 		s.embedded = append(s.embedded, srv)
 		out = append(out, Cluster{Name: name, Endpoints: []string{srv.Endpoint()}})
+	}
+	if addrs != nil {
+		logEmbeddedEtcdListen(s.log, s.cfg.Prefix, out)
 	}
 	return out, nil
 }

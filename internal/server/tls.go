@@ -26,7 +26,8 @@ type EtcdSecurity struct {
 	User, Password string
 }
 
-func (e EtcdSecurity) validate() error {
+// Validate reports the first mistake in e, naming the flags that set it.
+func (e EtcdSecurity) Validate() error {
 	if (e.Cert == "") != (e.Key == "") {
 		return errors.New("--etcd-cert and --etcd-key go together")
 	}
@@ -39,23 +40,15 @@ func (e EtcdSecurity) validate() error {
 	return nil
 }
 
-// dialer returns the function that connects to an etcd cluster.
-// extra, when not nil, adds gRPC dial options per cluster (telemetry).
-func (e EtcdSecurity) dialer(extra func(name string) []grpc.DialOption) (func(name string, endpoints []string) (*clientv3.Client, error), error) {
-	var tlsCfg *tls.Config
-	if e.CA != "" {
-		pool, err := loadPool(e.CA)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-ca: %w", err)
-		}
-		tlsCfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		if e.Cert != "" {
-			cert, err := tls.LoadX509KeyPair(e.Cert, e.Key)
-			if err != nil {
-				return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
-			}
-			tlsCfg.Certificates = []tls.Certificate{cert}
-		}
+// Dialer returns the function that connects to an etcd cluster with e's
+// TLS and credentials: the one way the gateway and the operator commands
+// dial etcd. It reads the files e names once, here; an error names the
+// flag of the file that does not load. extra, when not nil, adds gRPC
+// dial options per cluster (telemetry).
+func (e EtcdSecurity) Dialer(extra func(name string) []grpc.DialOption) (func(name string, endpoints []string) (*clientv3.Client, error), error) {
+	tlsCfg, err := e.TLSConfig()
+	if err != nil {
+		return nil, err
 	}
 	return func(name string, endpoints []string) (*clientv3.Client, error) {
 		var opts []grpc.DialOption
@@ -74,6 +67,27 @@ func (e EtcdSecurity) dialer(extra func(name string) []grpc.DialOption) (func(na
 			Logger:               zap.NewNop(),
 		})
 	}, nil
+}
+
+// TLSConfig is the TLS configuration Dialer's clients use, nil without
+// --etcd-ca (plain connections). It reads the files e names.
+func (e EtcdSecurity) TLSConfig() (*tls.Config, error) {
+	if e.CA == "" {
+		return nil, nil
+	}
+	pool, err := loadPool(e.CA)
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-ca: %w", err)
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if e.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(e.Cert, e.Key)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // listenerTLS builds the listener's TLS configuration, nil without TLS.
