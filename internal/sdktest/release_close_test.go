@@ -92,3 +92,41 @@ func TestReleaseAfterAnUnconfirmedCloseFreesTheName(t *testing.T) {
 		})
 	}
 }
+
+// Resign is Release for an election's term: after a Close no gateway
+// confirmed, it ends the term, or reports that it could not.
+func TestResignAfterAnUnconfirmedCloseEndsTheTerm(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, "")
+	tr := &refuseCalls{base: h2cTransport(), methods: []string{"CloseSession"}}
+	c := newClient(t, []string{g.URL}, client.WithHTTPClient(&http.Client{Transport: tr}),
+		client.WithRequestTimeout(2*time.Second), client.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	other := newClient(t, []string{g.URL})
+	ctx := ctxT(t)
+	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "resign-after-close"
+	lead, err := s.Election(name).Campaign(ctx, []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.on.Store(true)
+	if err := s.Close(ctx); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("Close with no gateway reachable = %v; want ErrUnavailable", err)
+	}
+	if _, err := other.Election(name).Leader(ctx); err != nil {
+		t.Fatalf("Leader after an unconfirmed Close = %v; want the term still led", err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatalf("Resign that reaches a gateway = %v; want nil", err)
+	}
+	if info, err := other.Election(name).Leader(ctx); !errors.Is(err, client.ErrNoLeader) {
+		t.Fatalf("Leader after Resign returned nil = %+v, %v; want ErrNoLeader", info, err)
+	}
+	tr.on.Store(false)
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close again = %v; want nil", err)
+	}
+}
