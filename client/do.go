@@ -21,7 +21,9 @@ import (
 // (wrapping ErrLockLost: the work may have run on past it); otherwise the
 // error of Release. Release runs even when ctx has ended, bounded by the
 // client's request timeout per attempt, and when fn panics, before the
-// panic goes on.
+// panic goes on. A session's lock whose Release no gateway answered does
+// not lapse while the session lives, so Do goes on releasing it in the
+// background until a gateway answers or the session ends.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
@@ -53,7 +55,9 @@ func holdFor(ctx context.Context, l *Lock, fn func(ctx context.Context) error) e
 			// fn panicked: free the lock before the panic goes on.
 			stop()
 			cancel(nil)
-			_ = l.Release(context.WithoutCancel(ctx))
+			if l.Release(context.WithoutCancel(ctx)) != nil && l.sess != nil {
+				releaseLater(l)
+			}
 			panic(p)
 		}
 	}()
@@ -62,6 +66,9 @@ func holdFor(ctx context.Context, l *Lock, fn func(ctx context.Context) error) e
 	cancel(nil)
 	lost := l.Err()
 	rerr := l.Release(context.WithoutCancel(ctx))
+	if rerr != nil && l.sess != nil {
+		releaseLater(l)
+	}
 	switch {
 	case ferr != nil:
 		return ferr
@@ -69,4 +76,28 @@ func holdFor(ctx context.Context, l *Lock, fn func(ctx context.Context) error) e
 		return lost
 	}
 	return rerr
+}
+
+// releaseLater goes on releasing l, a session's lock whose Release no
+// gateway answered, in the background until one answers, the failure is
+// not one a retry can fix, or the session ends: Do's caller holds no Lock
+// to retry with, and a session's lock does not lapse while its session
+// lives.
+func releaseLater(l *Lock) {
+	s, c := l.sess, l.c
+	clk := c.cfg.clock
+	go func() {
+		bo := c.newBackoff()
+		for {
+			if err := sleep(s.ctx, clk, bo.next()); err != nil {
+				return
+			}
+			rctx, cancel := withTimeout(s.ctx, clk, c.cfg.requestTimeout)
+			err := l.Release(rctx)
+			cancel()
+			if err == nil || !retryable(err) && rateLimited(err) == nil {
+				return
+			}
+		}
+	}()
 }

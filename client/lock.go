@@ -156,12 +156,15 @@ func (l *Lock) attach(s *Session, lease *shardLease) {
 }
 
 // lostBeforeRelease ends a session lock's context for its Release and
-// returns what had ended the lock before, nil if nothing had: on the first
-// call the context's cause, on later ones (a Release no gateway answered)
-// that cause, or the end since of the session's lease on the lock's shard.
-// The context is cancelled by the first call, so later calls cannot read a
+// returns what had ended the lock before, nil if nothing had: the cause
+// its context ended with before the first call, or the end since of the
+// session's lease on the lock's shard. The context is cancelled by the
+// first call, so later calls (a Release no gateway answered) cannot read a
 // loss from it; a Release retried after an unanswered one must still be
-// sent, for a session lock does not lapse while its session lives.
+// sent, for a session lock does not lapse while its session lives. A
+// session closed without a gateway's confirmation ends the lock's context
+// but frees nothing (its lease lives on until its TTL): that end is
+// reported as nil, so the release is sent and its failure reported.
 func (l *Lock) lostBeforeRelease() error {
 	if !l.asked {
 		l.stopAfter()
@@ -170,15 +173,20 @@ func (l *Lock) lostBeforeRelease() error {
 		}
 		l.asked = true
 		l.cancel(ErrReleased)
+	}
+	if l.lostFirst != nil && !errors.Is(l.lostFirst, ErrReleased) {
 		return l.lostFirst
 	}
-	if l.lostFirst != nil || l.lease.ctx.Err() == nil {
-		return l.lostFirst
+	if l.lease.ctx.Err() == nil {
+		return nil
 	}
 	if cause := context.Cause(l.lease.ctx); !errors.Is(cause, ErrClosed) {
 		return l.lostError(cause)
 	}
-	return ErrReleased // the session's close freed it
+	if l.sess.freed.Load() {
+		return ErrReleased // the session's close freed it
+	}
+	return nil // closed, but no gateway confirmed that the lease is gone
 }
 
 // Release frees the lock and stops its renewal; Done closes and Err
@@ -192,7 +200,10 @@ func (l *Lock) lostBeforeRelease() error {
 // returns nil whatever the outcome. Otherwise, if no gateway answers, it
 // returns an error wrapping ErrUnavailable and calling Release again
 // retries; a lock of its own then lapses at its TTL at the latest, a
-// session's lock lives as long as its session.
+// session's lock lives as long as its session. A session's lock whose
+// session was closed frees nothing more once a gateway confirmed the
+// close; before that, Release still frees it, and fails as above if no
+// gateway answers.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -48,6 +49,10 @@ type Session struct {
 
 	closeMu sync.Mutex
 	closed  bool
+	// freed is set once Close has left nothing of the session's leases to
+	// free: a gateway confirmed it, or no lease was left live. Until then
+	// a closed session's leases may live on in etcd until their TTL.
+	freed atomic.Bool
 }
 
 // errSessionClosed is the cause a session's context ends with on Close.
@@ -262,6 +267,7 @@ func (s *Session) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	if !free {
 		s.closed = true
+		s.freed.Store(true)
 		return nil
 	}
 	err := s.c.call(ctx, "close session", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
@@ -272,5 +278,6 @@ func (s *Session) Close(ctx context.Context) error {
 		return err
 	}
 	s.closed = true
+	s.freed.Store(true)
 	return nil
 }
