@@ -79,12 +79,12 @@ func TestEditDistance(t *testing.T) {
 		{"", "abc", 3},
 		{"abc", "", 3},
 		{"release", "release", 0},
-		{"relase", "release", 1},   // deletion
-		{"releasse", "release", 1}, // insertion
-		{"relaase", "release", 1},  // substitution
-		{"relaese", "release", 1},  // adjacent swap
-		{"ca", "abc", 3},           // optimal string alignment: no edit of a swapped pair
-		{"frobnicate", "release", 8},
+		{"relase", "release", 1},     // deletion
+		{"releasse", "release", 1},   // insertion
+		{"relaase", "release", 1},    // substitution
+		{"relaese", "release", 1},    // adjacent swap
+		{"ca", "abc", 3},             // optimal string alignment: no edit of a swapped pair
+		{"frobnicate", "release", 7}, // f deleted; "obnic" to "ele" and "t" to "s"
 	} {
 		if got := editDistance(tc.a, tc.b); got != tc.want {
 			t.Errorf("editDistance(%q, %q) = %d; want %d", tc.a, tc.b, got, tc.want)
