@@ -176,14 +176,22 @@ unexpectedly. "leasectl run" otherwise exits with the command's status, or
 		Args:          cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q; see leasectl --help", args[0])
+				return unknownCommand(cmd, args[0])
 			}
 			return cmd.Help()
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.validate(cmd.Flags()) },
 	}
 	cmd.SetOut(stdout)
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		// A flag of the command meant ("relase --ttl 5s") is unknown to the
+		// root, which got it because the command's name was mistyped: the
+		// name is the error to report.
+		if !c.HasParent() && len(c.Flags().Args()) > 0 {
+			return unknownCommand(c, c.Flags().Arg(0))
+		}
+		return usageError{err}
+	})
 	f := cmd.PersistentFlags()
 	f.StringArrayVar(&g.endpoints, "endpoint", nil, "gateway URL; repeat for several (default: the environment variable, else "+defaultEndpoint+")")
 	bindEnv(f, "endpoint", envEndpoint)

@@ -176,22 +176,14 @@ var toolModules = append([]string{
 // TestSDKConsumerGoSum proves the SDK's dependency claim: a program that
 // imports only the SDK resolves, with `go mod tidy`, a go.sum free of the
 // server's and the tests' dependencies, and nothing the SDK's and the
-// generated API's own modules do not already list.
+// generated API's own modules do not already list. The program's go.mod is
+// the one README.md tells SDK users to write, so the test also proves that
+// it builds against a checkout with nothing published.
 func TestSDKConsumerGoSum(t *testing.T) {
 	root := repoRoot(t)
 	dir := t.TempDir()
 	files := map[string]string{
-		"go.mod": `module example.com/sdkconsumer
-
-go 1.26.0
-
-require github.com/leasegate/leasegate/client v0.0.0-00010101000000-000000000000
-
-replace (
-	github.com/leasegate/leasegate/client => ` + filepath.Join(root, "client") + `
-	github.com/leasegate/leasegate/proto => ` + filepath.Join(root, "proto") + `
-)
-`,
+		"go.mod": readmeConsumer(t, root),
 		"main.go": `package main
 
 import (
