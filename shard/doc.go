@@ -43,6 +43,10 @@ var (
 	// ErrNoMap: the home cluster holds no shard map yet.
 	ErrNoMap = errors.New("no shard map stored")
 
+	// ErrLayout: the home cluster's layout record names a key layout this
+	// build does not read (KeyLayout); nothing is read or written under it.
+	ErrLayout = errors.New("unsupported etcd key layout")
+
 	// ErrMapConflict: CompareAndSwap lost a race, the stored map is not the
 	// one the caller read.
 	ErrMapConflict = errors.New("shard map changed concurrently")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -12,10 +13,16 @@ import (
 )
 
 // Store keeps the shard map in the home cluster, as the JSON of [Map] under
-// the key <prefix>/shardmap. Safe for concurrent use.
+// the key <prefix>/shardmap, beside the layout record <prefix>/layout: the
+// version of the etcd key layout of every cluster under the prefix
+// ([KeyLayout]). The first map stored writes the record; every read of the
+// map reads it in the same transaction and refuses (ErrLayout) a layout
+// this build does not read, so a gateway or operator command of another
+// layout never acts on the keys. Safe for concurrent use.
 type Store struct {
-	cli *clientv3.Client
-	key string
+	cli    *clientv3.Client
+	key    string
+	layout string
 
 	// Watch's retry delays while the home cluster cannot be read.
 	minBackoff, maxBackoff time.Duration
@@ -28,6 +35,7 @@ func NewStore(cli *clientv3.Client, prefix string) *Store {
 	return &Store{
 		cli:         cli,
 		key:         normPrefix(prefix) + "/shardmap",
+		layout:      normPrefix(prefix) + "/layout",
 		minBackoff:  50 * time.Millisecond,
 		maxBackoff:  2 * time.Second,
 		readTimeout: 5 * time.Second,
@@ -55,14 +63,34 @@ func (s *Store) Load(ctx context.Context) (Snapshot, error) {
 	return snap, err
 }
 
+// KeyLayout is the version of the etcd key layout this build reads and
+// writes (locks, queues, sessions, elections, records; docs/releasing.md).
+// A release that changes what a key means or where it lives raises it,
+// and reads the previous layout too or refuses it by this record.
+const KeyLayout = 1
+
 // load also returns the revision the read saw, where a watch can resume.
+// It reads the layout record in the same transaction and refuses another
+// layout; no record (a map not stored yet) is this build's.
 func (s *Store) load(ctx context.Context) (Snapshot, int64, error) {
-	resp, err := s.cli.Get(ctx, s.key)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.key), clientv3.OpGet(s.layout)).Commit()
 	if err != nil {
 		return Snapshot{}, 0, fmt.Errorf("shard: load %s: %w", s.key, err)
 	}
-	snap, err := s.decode(resp.Kvs)
+	if err := s.checkLayout(resp.Responses[1].GetResponseRange().GetKvs()); err != nil {
+		return Snapshot{}, 0, err
+	}
+	snap, err := s.decode(resp.Responses[0].GetResponseRange().GetKvs())
 	return snap, resp.Header.Revision, err
+}
+
+// checkLayout refuses a layout record, as read, of another layout.
+func (s *Store) checkLayout(kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 || string(kvs[0].Value) == strconv.Itoa(KeyLayout) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s says the keys under it have layout %q; this build reads layout %d: "+
+		"run a release that reads layout %q (or migrate the keys as its release notes say)", ErrLayout, s.layout, kvs[0].Value, KeyLayout, kvs[0].Value)
 }
 
 func (s *Store) decode(kvs []*mvccpb.KeyValue) (Snapshot, error) {
@@ -83,7 +111,7 @@ func (s *Store) decode(kvs []*mvccpb.KeyValue) (Snapshot, error) {
 // what is stored does not decode). next must be valid,
 // and when a map is stored it must follow from old.Map (see
 // [CheckTransition]); otherwise the error wraps ErrInvalidMap and nothing
-// is written.
+// is written. A layout record of another layout refuses it (ErrLayout).
 func (s *Store) CompareAndSwap(ctx context.Context, old Snapshot, next Map) (Snapshot, error) {
 	data, err := next.Marshal()
 	if err != nil {
@@ -94,16 +122,30 @@ func (s *Store) CompareAndSwap(ctx context.Context, old Snapshot, next Map) (Sna
 			return Snapshot{}, err
 		}
 	}
+	// One transaction: the map is stored only over this layout's record,
+	// or with the record when there is none yet (the first map); never
+	// under another layout's record.
+	layout := strconv.Itoa(KeyLayout)
+	put := clientv3.OpPut(s.key, string(data))
+	store := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(s.layout), "=", layout)},
+		[]clientv3.Op{put},
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.layout), "=", 0)},
+			[]clientv3.Op{put, clientv3.OpPut(s.layout, layout)},
+			[]clientv3.Op{clientv3.OpGet(s.layout)})})
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(s.key), "=", old.ModRevision)).
-		Then(clientv3.OpPut(s.key, string(data))).
+		Then(store).
 		Else(clientv3.OpGet(s.key)).
 		Commit()
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("shard: store map epoch %d at %s: %w", next.Epoch, s.key, err)
 	}
 	if resp.Succeeded {
-		return Snapshot{Map: next, ModRevision: resp.Header.Revision}, nil
+		in := resp.Responses[0].GetResponseTxn()
+		if in.GetSucceeded() || in.GetResponses()[0].GetResponseTxn().GetSucceeded() {
+			return Snapshot{Map: next, ModRevision: resp.Header.Revision}, nil
+		}
+		return Snapshot{}, s.checkLayout(in.GetResponses()[0].GetResponseTxn().GetResponses()[0].GetResponseRange().GetKvs())
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	var rev int64

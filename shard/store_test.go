@@ -72,6 +72,61 @@ func TestStoreLoadCompareAndSwap(t *testing.T) {
 	}
 }
 
+// The layout record goes in with the first map; a record of another
+// layout refuses every read and write of the map, naming the record and
+// both layouts, and nothing is written under it.
+func TestStoreRefusesAnotherKeyLayout(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client()
+	ctx := testCtx(t)
+	s := NewStore(cli, "/lay")
+	s1, err := s.CompareAndSwap(ctx, Snapshot{}, mapOf(1, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(ctx, "/lay/layout"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != fmt.Sprint(KeyLayout) {
+		t.Fatalf("layout record after the first map: %v, %v; want %d", resp, err, KeyLayout)
+	}
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatalf("Load under this build's layout = %v", err)
+	}
+
+	// A later release's record.
+	if _, err := cli.Put(ctx, "/lay/layout", "2"); err != nil {
+		t.Fatal(err)
+	}
+	want := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "/lay/layout") || !strings.Contains(err.Error(), `"2"`) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("layout %d", KeyLayout)) {
+			t.Fatalf("%s under layout 2 = %v; want ErrLayout naming the record and both layouts", what, err)
+		}
+	}
+	_, err = s.Load(ctx)
+	want("Load", err)
+	_, err = s.CompareAndSwap(ctx, s1, withPending(mapOf(1, "a"), mapOf(2, "a", "b")))
+	want("CompareAndSwap", err)
+	if got, err := cli.Get(ctx, s.Key()); err != nil || got.Kvs[0].ModRevision != s1.ModRevision {
+		t.Fatalf("the map was written under another layout: %v, %v", got, err)
+	}
+
+	// And a first map under another layout's record is refused too.
+	other := NewStore(cli, "/lay2")
+	if _, err := cli.Put(ctx, "/lay2/layout", "2"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.Load(ctx)
+	if !errors.Is(err, ErrLayout) {
+		t.Fatalf("Load of an empty prefix under layout 2 = %v; want ErrLayout", err)
+	}
+	if _, err := other.CompareAndSwap(ctx, Snapshot{}, mapOf(1, "a")); !errors.Is(err, ErrLayout) {
+		t.Fatalf("first CompareAndSwap under layout 2 = %v; want ErrLayout", err)
+	}
+	if got, err := cli.Get(ctx, other.Key()); err != nil || len(got.Kvs) != 0 {
+		t.Fatalf("a first map was written under another layout: %v, %v", got, err)
+	}
+}
+
 // next receives one map from ch or fails the test.
 func next(t *testing.T, ch <-chan Map) Map {
 	t.Helper()

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/server"
 )
 
@@ -154,5 +157,30 @@ func TestBadArgumentsAreUsageErrors(t *testing.T) {
 		if err == nil || code != exitUsage {
 			t.Errorf("leasegate %s: %v (exit %d); want a usage error, exit %d", strings.Join(args, " "), err, code, exitUsage)
 		}
+	}
+}
+
+// A gateway and the operator commands refuse etcd keys of another key
+// layout at once, naming the layout record and both layouts, and write
+// nothing under it.
+func TestAnotherKeyLayoutIsRefused(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Client().Put(ctx, "/future/layout", "2"); err != nil {
+		t.Fatal(err)
+	}
+	err, code := runFor(t, 30*time.Second, "--listen", "127.0.0.1:0", "--etcd", "a="+c.Endpoint(), "--prefix", "/future")
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "/future/layout") || !strings.Contains(err.Error(), `layout "2"`) {
+		t.Fatalf("gateway over layout 2: exit %d, %v; want 1 naming /future/layout and layout \"2\"", code, err)
+	}
+	_, _, err = runRoot(t, "shards", "show", "--etcd", "a="+c.Endpoint(), "--prefix", "/future")
+	if err == nil || !strings.Contains(err.Error(), "/future/layout") {
+		t.Fatalf("shards show over layout 2 = %v; want a refusal naming /future/layout", err)
+	}
+	resp, err := c.Client().Get(ctx, "/future/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("keys under /future after the refusals: %v, %v; want the layout record alone", resp.Kvs, err)
 	}
 }
