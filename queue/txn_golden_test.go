@@ -345,9 +345,9 @@ func (s *shapeEnv) outcome(w *Waiter, err error) string {
 		return "error: " + errText(err)
 	}
 	q := w.q
-	return fmt.Sprintf("lease=%s keyLease=%s att=%v ttl=%v deadline=%v resumed=%v first=%s holds=%v recorded=%v keep=%v delays=%v ahead=%d aheadRev=%v firstAt=%v",
+	return fmt.Sprintf("lease=%s keyLease=%s att=%v ttl=%v deadline=%v resumed=%v first=%s holds=%v recorded=%v keep=%v delays=%v ahead=%d firstAt=%v onSession=%v",
 		s.norm.lease(int64(q.h.Lease)), s.norm.lease(int64(q.keyLease)), q.att.id != 0, q.ttl, !q.deadline.IsZero(), q.resumed,
-		s.norm.key(q.first.GetKey()), q.holds, q.recorded, q.keep, q.delays, q.ahead, q.aheadRev == q.modRev, q.firstAt)
+		s.norm.key(q.first.GetKey()), q.holds, q.recorded, q.keep, q.delays, q.ahead, q.firstAt, q.onSession())
 }
 
 // TestEnqueueTxnGolden pins the exact acquire and takeover transactions
