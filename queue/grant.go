@@ -157,7 +157,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		if resp.Succeeded {
 			e.att.release(q.att)
 			q.recorded = q.recorded || record
-			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, resp.Header.Revision
+			q.att, q.modRev = attemptRef{}, resp.Header.Revision
 			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
 			return nil
 		}
@@ -171,7 +171,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 			// landed, and the key would have gone with the session). No
 			// other attempt writes this value, so the key is this grant's.
 			e.att.release(q.att)
-			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, mine.ModRevision
+			q.att, q.modRev = attemptRef{}, mine.ModRevision
 			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
 			return nil
 		case mine.ModRevision != q.modRev:

@@ -345,8 +345,12 @@ func (s *shapeEnv) outcome(w *Waiter, err error) string {
 		return "error: " + errText(err)
 	}
 	q := w.q
+	keyLease := q.h.Lease // the lease the key rides on: the attempt lease while q holds a reference to it
+	if q.att.id != 0 {
+		keyLease = q.att.id
+	}
 	return fmt.Sprintf("lease=%s keyLease=%s att=%v ttl=%v deadline=%v resumed=%v first=%s holds=%v recorded=%v keep=%v delays=%v ahead=%d firstAt=%v onSession=%v",
-		s.norm.lease(int64(q.h.Lease)), s.norm.lease(int64(q.keyLease)), q.att.id != 0, q.ttl, !q.deadline.IsZero(), q.resumed,
+		s.norm.lease(int64(q.h.Lease)), s.norm.lease(int64(keyLease)), q.att.id != 0, q.ttl, !q.deadline.IsZero(), q.resumed,
 		s.norm.key(q.first.GetKey()), q.holds, q.recorded, q.keep, q.delays, q.ahead, q.firstAt, q.onSession())
 }
 
