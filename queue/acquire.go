@@ -145,10 +145,11 @@ func (r *AcquireRequest) binding() string { return ownerBinding(r.Owner, r.Clien
 // deleting the key its client now holds through the retry.
 type enqueued struct {
 	h Handle
-	// att is the attempt lease reference, held exactly while a session
-	// waiter's key rides on the attempt lease — until its grant moves it
-	// onto h.Lease, or the attempt lets the key go (forgetDetached). Every
-	// other key rides on h.Lease.
+	// att is the attempt lease reference of a session waiter whose key
+	// rides on the attempt lease (attempt.go). It is zero for every key on
+	// h.Lease — a lock's own lease, or the session's once the key is
+	// granted — and once the attempt has let its key go (forgetDetached),
+	// after which nothing grants it: where the key rides is read from it.
 	att      attemptRef
 	modRev   int64  // the revision of this attempt's last write to its key
 	value    string // the key's value as this attempt wrote it
@@ -164,7 +165,7 @@ type enqueued struct {
 	// gives the key up; it ends with its lease.
 	keep    bool
 	delays  bool  // the name may have lock-delay records: look before granting (delay.go)
-	ahead   int64 // keys ahead when enqueued (at modRev); -1 when unknown
+	ahead   int64 // keys ahead as its put counted them; -1 when unknown
 	handoff *handoffRecord
 	firstAt int64 // a revision the key was known first at, if later than modRev
 	// moveInDoubt: the move onto the session lease that grants the key
@@ -174,7 +175,8 @@ type enqueued struct {
 }
 
 // onSession reports whether a session waiter's key already rides on the
-// session lease (it was first when enqueued, or has been granted).
+// session lease (it was first when enqueued, or has been granted): it
+// holds no attempt lease reference.
 func (q *enqueued) onSession() bool { return q.h.Session && q.att.id == 0 }
 
 // grantLease grants a per-lock lease and measures its conservative deadline

@@ -19,10 +19,11 @@ import (
 // same request id (mine) for the caller to take over.
 //
 // The transaction is its base (acquireTxn) and a part for each feature the
-// request asks for: TryAcquire's (onlyIfFree), the session's, the loss
-// wait's holder record, the guards. A refused transaction is explained by
-// the base (the key exists: mine) and then by the parts in that order; an
-// applied one is admitted by its limit and MaxKeys, or its key is taken
+// request asks for, added in this order: TryAcquire's (onlyIfFree), the
+// session's, the loss wait's holder record, the guards. A refused
+// transaction is explained by the key it found (mine), else by the
+// session, else by the name's first key (TryAcquire), else by the guards;
+// an applied one is admitted by its limit and MaxKeys, or its key is taken
 // back.
 //
 // keep, when set, is started right before the transaction is sent, so the
