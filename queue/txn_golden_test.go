@@ -28,10 +28,11 @@ var updateTxnGolden = flag.Bool("golden.update", false, "rewrite testdata/enqueu
 // right after each of its enqueue and takeover points, as etcd receives it.
 type txnCapture struct {
 	pb.KVClient
-	mu    sync.Mutex
-	armed bool
-	next  string // the point whose transaction is recorded next
-	got   []capturedTxn
+	mu     sync.Mutex
+	armed  bool
+	grants bool   // record the transaction after each grant point too
+	next   string // the point whose transaction is recorded next
+	got    []capturedTxn
 }
 
 type capturedTxn struct {
@@ -50,12 +51,12 @@ func (c *txnCapture) Txn(ctx context.Context, in *pb.TxnRequest, opts ...grpc.Ca
 }
 
 func (c *txnCapture) point(p string) {
-	if p != pointEnqueue && p != pointTakeover {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p != pointEnqueue && p != pointTakeover && (p != pointGrant || !c.grants) {
 		return
 	}
-	c.mu.Lock()
 	c.next = p
-	c.mu.Unlock()
 }
 
 // run records the transactions of f, and returns them normalized.
@@ -263,12 +264,13 @@ func (n *txnNormalizer) msg(m proto.Message) string {
 // shapeEnv is one enqueue shape's engines: e is plain, le sends its
 // transactions through cap.
 type shapeEnv struct {
-	t    *testing.T
-	e    *Engine
-	le   *Engine
-	cap  *txnCapture
-	norm *txnNormalizer
-	sess Session
+	t      *testing.T
+	e      *Engine
+	le     *Engine
+	cap    *txnCapture
+	norm   *txnNormalizer
+	sess   Session
+	waiter *Waiter // the last enqueue's
 }
 
 func newShapeEnv(t *testing.T, lossWait bool) *shapeEnv {
@@ -318,7 +320,30 @@ func (s *shapeEnv) enqueue(r AcquireRequest) string {
 	var w *Waiter
 	var err error
 	txns := s.cap.run(s.norm, func() { w, err = s.le.Enqueue(testCtx(s.t), r) })
+	s.waiter = w
 	return txns + "=> " + s.outcome(w, err) + "\n"
+}
+
+// granted enqueues r behind the holder of its name, lets the holder go
+// and renders the transactions of the grant that follows (a session
+// waiter's move onto its session lease).
+func (s *shapeEnv) granted(r AcquireRequest) string {
+	r2 := s.req(r.Name, "holder", false)
+	holder := mustAcquire(s.t, s.e, r2)
+	out := s.enqueue(r)
+	w := s.waiter
+	mustRelease(s.t, s.e, holder)
+	var g Grant
+	var err error
+	s.cap.grants = true
+	txns := s.cap.run(s.norm, func() { g, err = w.Wait(testCtx(s.t)) })
+	s.cap.grants = false
+	if err != nil {
+		return out + txns + "=> error: " + errText(err) + "\n"
+	}
+	q := w.q
+	return out + txns + fmt.Sprintf("=> granted lease=%s onSession=%v att=%v ttl=%v recorded=%v resumed=%v\n",
+		s.norm.lease(int64(g.Lease)), q.onSession(), q.att.id != 0, g.TTL, q.recorded, g.Resumed)
 }
 
 func (s *shapeEnv) try(r AcquireRequest) string {
@@ -355,8 +380,8 @@ func (s *shapeEnv) outcome(w *Waiter, err error) string {
 }
 
 // TestEnqueueTxnGolden pins the exact acquire and takeover transactions
-// (compares, operations, leases, values) of each enqueue shape, and what
-// the attempt reads from their answers, against
+// (compares, operations, leases, values) of each enqueue shape, a session
+// waiter's grant, and what the attempt reads from their answers, against
 // testdata/enqueue_txns.golden: the enqueue's parts may be arranged
 // differently in code, never in what reaches etcd.
 func TestEnqueueTxnGolden(t *testing.T) {
@@ -456,6 +481,13 @@ func TestEnqueueTxnGolden(t *testing.T) {
 			r = s.req("b", "r2", false)
 			r.Guards = []clientv3.Cmp{clientv3.Compare(clientv3.Value(gk), "=", "8")}
 			return out + s.enqueue(r)
+		}},
+		{"session granted", false, func(s *shapeEnv) string { return s.granted(s.req("a", "r1", true)) }},
+		{"session granted loss wait", true, func(s *shapeEnv) string { return s.granted(s.req("a", "r1", true)) }},
+		{"session granted delay", false, func(s *shapeEnv) string {
+			r := s.req("a", "r1", true)
+			r.LockDelay = time.Second
+			return s.granted(r)
 		}},
 		{"retry queued", true, func(s *shapeEnv) string {
 			s.hold("a", 0)
