@@ -354,14 +354,6 @@ func (e *Engine) admit(ctx context.Context, r *AcquireRequest, q *enqueued, n in
 	return nil
 }
 
-// learnSessionRecord is the TTL of the session record op read, learnt as
-// lease's.
-func (e *Engine) learnSessionRecord(lease clientv3.LeaseID, op *pb.ResponseOp) time.Duration {
-	ttl := time.Duration(decodeSession(firstKV(op).GetValue()).TTL) * time.Second
-	e.learnSessionTTL(lease, ttl)
-	return ttl
-}
-
 // pendingAmong reports whether any of recs, a name's delay records, is not
 // of one of firstN, its first keys (its holders), read at the same
 // revision: a record whose key is gone, which may withhold a grant.
