@@ -166,9 +166,9 @@ func (t *acquireTxn) enqueued(resp *clientv3.TxnResponse) *enqueued {
 // keys, and what a part adds) is granted by the transaction itself, with
 // no hub to see it go: it goes onto firstLease with firstOps beside it, as
 // a nested transaction decides atomically, so an uncontested acquire stays
-// one round trip. A put whose first key would differ in nothing from one
-// that waits is a plain put, and so is every put with firstIf nil (a part
-// needs the key to wait first).
+// one round trip. A put that would write nothing else for a first key
+// (the same lease, nothing beside) is a plain put, and so is every put
+// with firstIf nil (a part needs the key to wait first).
 type waiterPut struct {
 	key, value string
 	lease      clientv3.LeaseID
