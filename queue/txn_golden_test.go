@@ -25,7 +25,8 @@ import (
 var updateTxnGolden = flag.Bool("golden.update", false, "rewrite testdata/enqueue_txns.golden from the code under test")
 
 // txnCapture is a KV client that records the transaction an engine sends
-// right after each of its enqueue and takeover points, as etcd receives it.
+// right after each of its enqueue and takeover points (and grant points,
+// when asked), as etcd receives it.
 type txnCapture struct {
 	pb.KVClient
 	mu     sync.Mutex
@@ -59,15 +60,16 @@ func (c *txnCapture) point(p string) {
 	c.next = p
 }
 
-// run records the transactions of f, and returns them normalized.
-func (c *txnCapture) run(n *txnNormalizer, f func()) string {
+// run records the transactions of f (with grants, those after its grant
+// points too), and returns them normalized.
+func (c *txnCapture) run(n *txnNormalizer, grants bool, f func()) string {
 	c.mu.Lock()
-	c.armed, c.got, c.next = true, nil, ""
+	c.armed, c.grants, c.got, c.next = true, grants, nil, ""
 	c.mu.Unlock()
 	f()
 	c.mu.Lock()
 	got := c.got
-	c.armed = false
+	c.armed, c.grants = false, false
 	c.mu.Unlock()
 	var b strings.Builder
 	for _, t := range got {
@@ -319,7 +321,7 @@ func (s *shapeEnv) hold(name string, limit int) {
 func (s *shapeEnv) enqueue(r AcquireRequest) string {
 	var w *Waiter
 	var err error
-	txns := s.cap.run(s.norm, func() { w, err = s.le.Enqueue(testCtx(s.t), r) })
+	txns := s.cap.run(s.norm, false, func() { w, err = s.le.Enqueue(testCtx(s.t), r) })
 	s.waiter = w
 	return txns + "=> " + s.outcome(w, err) + "\n"
 }
@@ -335,9 +337,7 @@ func (s *shapeEnv) granted(r AcquireRequest) string {
 	mustRelease(s.t, s.e, holder)
 	var g Grant
 	var err error
-	s.cap.grants = true
-	txns := s.cap.run(s.norm, func() { g, err = w.Wait(testCtx(s.t)) })
-	s.cap.grants = false
+	txns := s.cap.run(s.norm, true, func() { g, err = w.Wait(testCtx(s.t)) })
 	if err != nil {
 		return out + txns + "=> error: " + errText(err) + "\n"
 	}
@@ -349,7 +349,7 @@ func (s *shapeEnv) granted(r AcquireRequest) string {
 func (s *shapeEnv) try(r AcquireRequest) string {
 	var res TryResult
 	var err error
-	txns := s.cap.run(s.norm, func() { res, err = s.le.TryAcquire(testCtx(s.t), r) })
+	txns := s.cap.run(s.norm, false, func() { res, err = s.le.TryAcquire(testCtx(s.t), r) })
 	if err != nil {
 		return txns + "=> error: " + errText(err) + "\n"
 	}
