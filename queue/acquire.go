@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -146,11 +144,15 @@ func (r *AcquireRequest) binding() string { return ownerBinding(r.Owner, r.Clien
 // keeps a zombie attempt, whose client has moved to another gateway, from
 // deleting the key its client now holds through the retry.
 type enqueued struct {
-	h        Handle
-	keyLease clientv3.LeaseID // the lease the key rides on now (h.Lease, or the attempt lease)
-	att      attemptRef       // the attempt lease reference held while the key rides on it
-	modRev   int64            // the revision of this attempt's last write to its key
-	value    string           // the key's value as this attempt wrote it
+	h Handle
+	// att is the attempt lease reference of a session waiter whose key
+	// rides on the attempt lease (attempt.go). It is zero for every key on
+	// h.Lease — a lock's own lease, or the session's once the key is
+	// granted — and once the attempt has let its key go (forgetDetached),
+	// after which nothing grants it: where the key rides is read from it.
+	att      attemptRef
+	modRev   int64  // the revision of this attempt's last write to its key
+	value    string // the key's value as this attempt wrote it
 	ttl      time.Duration
 	mu       sync.Mutex // guards deadline once the wait renews the lease
 	deadline time.Time  // last confirmed: send time + TTL; zero when unknown (resumed waiter, session lock)
@@ -161,12 +163,11 @@ type enqueued struct {
 	// keep: the key was granted before this attempt took it over, and the
 	// attempt it replaced may have delivered that grant: this attempt never
 	// gives the key up; it ends with its lease.
-	keep     bool
-	delays   bool  // the name may have lock-delay records: look before granting (delay.go)
-	ahead    int64 // keys ahead when enqueued; -1 when unknown
-	aheadRev int64 // the revision ahead was counted at
-	handoff  *handoffRecord
-	firstAt  int64 // a revision the key was known first at, if later than modRev
+	keep    bool
+	delays  bool  // the name may have lock-delay records: look before granting (delay.go)
+	ahead   int64 // keys ahead as its put counted them; -1 when unknown
+	handoff *handoffRecord
+	firstAt int64 // a revision the key was known first at, if later than modRev
 	// moveInDoubt: the move onto the session lease that grants the key
 	// (grant.go) went without an answer before its caller gave up; it may
 	// have landed, so the key is taken back by its value (cleanup.go).
@@ -174,8 +175,9 @@ type enqueued struct {
 }
 
 // onSession reports whether a session waiter's key already rides on the
-// session lease (it was first when enqueued, or has been granted).
-func (q *enqueued) onSession() bool { return q.h.Session && q.keyLease == q.h.Lease }
+// session lease (it was first when enqueued, or has been granted): it
+// holds no attempt lease reference.
+func (q *enqueued) onSession() bool { return q.h.Session && q.att.id == 0 }
 
 // grantLease grants a per-lock lease and measures its conservative deadline
 // from the send.
@@ -318,215 +320,6 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 		}
 		return q, err
 	}
-}
-
-// enqueueTxn runs the acquire transaction on lease (per-lock, of the TTL
-// class ttlSec; leaseTTL is the TTL etcd granted it) or for the session. It returns the enqueued
-// waiter, or the key of an earlier attempt with the same request id (mine)
-// for the caller to take over.
-//
-// keep, when set, is started right before the transaction is sent, so the
-// keepalive of a pooled lease runs beside it.
-func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease clientv3.LeaseID, ttlSec int64, leaseTTL time.Duration, onlyIfFree bool, keep *besideKeep) (*enqueued, *mvccpb.KeyValue, error) {
-	secret, err := NewSecret()
-	if err != nil {
-		return nil, nil, err
-	}
-	prefix := e.keys.namePrefix(r.Name)
-	wid := WaiterID(r.RequestID)
-	key := prefix + wid
-	nonce := newAttempt()
-	value := encodeValue(secret, waiterMeta{
-		ClientID: r.ClientID,
-		TTL:      ttlSec,
-		Epoch:    r.Epoch,
-		Session:  r.Session != 0,
-		Sealed:   sealSecret(secret, r.RequestID),
-		Owner:    r.binding(),
-		Enqueued: e.cfg.Clock.Now().UnixMilli(),
-		Attempt:  nonce,
-		Value:    r.Value,
-		Limit:    storedLimit(r.effectiveLimit()),
-		Reenter:  reenterSeal(r, secret),
-		Delay:    r.LockDelay.Milliseconds(),
-	})
-
-	// A session waiter rides on the attempt lease until its grant, so that
-	// it dies with its attempt (attempt.go); only a key that is granted in
-	// the enqueue's own transaction goes straight onto the session lease,
-	// which its caller keeps alive for as long as the session lives. That
-	// is a key of a name with no keys at all and no lock-delay record (a
-	// pending delay would make it wait), and no BeforeGrant (a moved name's
-	// first waiter still waits for the previous cluster): a nested
-	// transaction decides it atomically, so an uncontested session acquire
-	// stays one round trip.
-	// The session's TTL is read first: every return between the attempt
-	// lease's reference and the transaction must give the reference back.
-	recTTL := leaseTTL
-	if r.Session != 0 {
-		if recTTL, err = e.knownSessionTTL(ctx, r.Session); err != nil {
-			return nil, nil, err
-		}
-	}
-	var att attemptRef
-	if r.Session != 0 {
-		if att, err = e.att.acquire(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	var put clientv3.Op
-	empty := clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)
-	undelayed := clientv3.Compare(clientv3.CreateRevision(e.keys.delayPrefix(r.Name)).WithPrefix(), "=", 0)
-	// A key first in its name is granted by this transaction, without a
-	// hub to see it go: with losses waiting, its holder record goes in
-	// with it (loss.go).
-	var firstOps []clientv3.Op
-	var hval string // the holder record's value, when one goes in
-	hrec := e.keys.holderRecord(r.Name, wid)
-	if e.cfg.LossWait {
-		// Only a record of no other key of this waiter id: one an earlier
-		// key left behind is that key's loss to wait out (loss.go).
-		hval = holderRecordValue(r.LockDelay, recTTL, nonce)
-		firstOps = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(hrec, hval)}, nil)}
-	}
-	switch {
-	case r.Session == 0 && firstOps == nil:
-		put = clientv3.OpPut(key, value, clientv3.WithLease(lease))
-	case r.Session == 0:
-		own := clientv3.OpPut(key, value, clientv3.WithLease(lease))
-		put = clientv3.OpTxn([]clientv3.Cmp{empty}, append([]clientv3.Op{own}, firstOps...), []clientv3.Op{own})
-	case r.BeforeGrant == nil:
-		put = clientv3.OpTxn([]clientv3.Cmp{empty, undelayed},
-			append([]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(r.Session))}, firstOps...),
-			[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(att.id))})
-	default:
-		put = clientv3.OpPut(key, value, clientv3.WithLease(att.id))
-	}
-
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
-	n := r.effectiveLimit()
-	if onlyIfFree && n == 1 {
-		// A semaphore's TryAcquire puts its key and looks (TryAcquire):
-		// "fewer than N keys" is no compare etcd can make.
-		cmps = append(cmps, empty)
-	}
-	if r.Session != 0 {
-		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
-	}
-	cmps = append(cmps, r.Guards...)
-	// Responses: 0 the put (or the key), 1 the first n keys by create
-	// revision (the first key for a lock), 2 the count of keys, 3 the
-	// count of lock-delay records, 4 the session record (session waiters
-	// only).
-	countOp := clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	// The name's delay records, whole: a record of a key among the first
-	// keys is a live holder's and withholds nothing; any other is pending
-	// (delay.go). Records are written for holders only, so they are few.
-	delaysOp := clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix())
-	thenOps := []clientv3.Op{put, clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
-	elseOps := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(prefix, withFirstN(n)...), countOp, delaysOp}
-	if r.Session != 0 {
-		thenOps = append(thenOps, clientv3.OpGet(e.keys.session(r.Session)))
-		elseOps = append(elseOps, clientv3.OpGet(e.keys.session(r.Session)))
-	}
-	e.at(ctx, pointEnqueue)
-	keep.start(ctx)
-	tctx, cancel := e.answered(ctx)
-	resp, err := e.cli.Txn(tctx).If(cmps...).Then(thenOps...).Else(elseOps...).Commit()
-	cancel()
-	if err != nil {
-		if lease != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			// Nothing was written: the per-lock lease is gone.
-			return nil, nil, errLeaseGone
-		}
-		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			e.att.release(att)
-			e.att.invalidate(att.id) // it lapsed behind our back: take a new one
-			return nil, nil, errRaced
-		}
-		// The transaction may have been applied and its answer lost: take
-		// back what this attempt may have written, by its exact value.
-		e.forgetUnknown(ctx, key, value, hrec, hval, lease, att)
-		return nil, nil, fmt.Errorf("queue: enqueue: %w: %w", errUnknownOutcome, err)
-	}
-	if !resp.Succeeded {
-		e.att.release(att)
-		return e.notEnqueued(r, resp, onlyIfFree)
-	}
-
-	h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: resp.Header.Revision, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0}
-	firstN := resp.Responses[1].GetResponseRange().GetKvs()
-	nested := resp.Responses[0].GetResponseTxn() // the nested put of a key first in its name
-	first := nested.GetSucceeded()
-	recorded := first && firstOps != nil && nested.Responses[1].GetResponseTxn().GetSucceeded()
-	q := &enqueued{h: h, keyLease: lease, modRev: resp.Header.Revision, value: value,
-		first: firstKV(resp.Responses[1]), holds: holdsIn(firstN, h.Revision, n), recorded: recorded,
-		delays: pendingAmong(resp.Responses[3].GetResponseRange().GetKvs(), firstN),
-		ahead:  resp.Responses[2].GetResponseRange().Count - 1, aheadRev: resp.Header.Revision}
-	if r.Session != 0 {
-		q.h.Lease, q.keyLease = r.Session, r.Session
-		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[4]).GetValue()).TTL) * time.Second
-		e.learnSessionTTL(r.Session, q.ttl)
-		if first {
-			e.att.release(att) // it went straight onto the session lease
-		} else {
-			q.keyLease, q.att = att.id, att
-		}
-	}
-
-	if have := limitOf(q.first.GetValue()); have != n {
-		// The first key at the enqueue's revision carries the name's limit
-		// (doc.go, "Semaphores"): one written with another is taken back.
-		e.takeBack(ctx, q)
-		return nil, nil, keyTakenBack{limitMismatch(r.Name, n, have)}
-	}
-	if r.MaxKeys > 0 && q.ahead+1 > int64(r.MaxKeys) {
-		e.takeBack(ctx, q)
-		return nil, nil, keyTakenBack{fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)}
-	}
-	return q, nil, nil
-}
-
-// pendingAmong reports whether any of recs, a name's delay records, is not
-// of one of firstN, its first keys (its holders), read at the same
-// revision: a record whose key is gone, which may withhold a grant.
-func pendingAmong(recs, firstN []*mvccpb.KeyValue) bool {
-	for _, kv := range recs {
-		rec, ok := parseDelay(kv)
-		if !ok || !slices.ContainsFunc(firstN, func(k *mvccpb.KeyValue) bool { return k.CreateRevision == rec.rev }) {
-			return true
-		}
-	}
-	return false
-}
-
-// keyTakenBack is the error of an enqueue that put its key and then took
-// it back (removeWaiter): the key's per-lock lease is being revoked and
-// must never go back to the pool (enqueueOn).
-type keyTakenBack struct{ error }
-
-func (k keyTakenBack) Unwrap() error { return k.error }
-
-// notEnqueued explains a failed acquire transaction.
-func (e *Engine) notEnqueued(r *AcquireRequest, resp *clientv3.TxnResponse, onlyIfFree bool) (*enqueued, *mvccpb.KeyValue, error) {
-	mine := firstKV(resp.Responses[0])
-	first := firstKV(resp.Responses[1])
-	if mine != nil {
-		return nil, mine, nil
-	}
-	if r.Session != 0 {
-		if s := firstKV(resp.Responses[4]); s == nil || !hasHeader(s.Value, r.SessionSecret) {
-			return nil, nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
-		}
-	}
-	if onlyIfFree && first != nil {
-		if have := limitOf(first.Value); have != r.effectiveLimit() {
-			return nil, nil, limitMismatch(r.Name, r.effectiveLimit(), have)
-		}
-		return &enqueued{first: first, ahead: -1}, nil, nil
-	}
-	return nil, nil, fmt.Errorf("%w: the cluster refused the enqueue", ErrGuardFailed)
 }
 
 func hasHeader(v []byte, s Secret) bool {

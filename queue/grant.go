@@ -118,11 +118,12 @@ func (q *enqueued) confirmed() time.Time {
 func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueued) error {
 	key := e.keys.waiter(q.h.Name, q.h.WaiterID)
 	skey := e.keys.session(q.h.Lease)
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
-		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev),
-	}, ownerCmps(skey, r.SessionSecret)...)
-	then := []clientv3.Op{clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(skey)}
+	var t txnParts
+	t.compare(clientv3.Compare(clientv3.CreateRevision(key), "=", q.h.Revision),
+		clientv3.Compare(clientv3.ModRevision(key), "=", q.modRev))
+	t.compare(ownerCmps(skey, r.SessionSecret)...)
+	keyNow := t.both(clientv3.OpPut(key, q.value, clientv3.WithLease(q.h.Lease)), clientv3.OpGet(key))
+	session := t.read(clientv3.OpGet(skey))
 	record := !q.recorded && (r.LockDelay > 0 || e.cfg.LossWait)
 	if record {
 		// The holder's record goes with the move that grants it (grant.go,
@@ -131,7 +132,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		if err != nil {
 			return err
 		}
-		then = append(then, clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, max(ttl, q.ttl))))
+		t.onThen(clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, max(ttl, q.ttl))))
 	}
 	b := newBackoff(e.cfg.Clock)
 	for {
@@ -144,8 +145,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		// an answer after the wait ended leaves the move in doubt, and the
 		// attempt's cleanup takes the key back whichever lease it is on.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
-		resp, err := e.cli.Txn(tctx).If(cmps...).Then(then...).
-			Else(clientv3.OpGet(key), clientv3.OpGet(skey)).Commit()
+		resp, err := t.commit(tctx, e.cli)
 		cancel()
 		if err != nil {
 			if werr := b.wait(ctx); werr != nil {
@@ -157,11 +157,11 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		if resp.Succeeded {
 			e.att.release(q.att)
 			q.recorded = q.recorded || record
-			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, resp.Header.Revision
-			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
+			q.att, q.modRev = attemptRef{}, resp.Header.Revision
+			q.ttl = sessionRecordTTL(session.of(resp.Responses))
 			return nil
 		}
-		switch mine := firstKV(resp.Responses[0]); {
+		switch mine := firstKV(keyNow.of(resp.Responses)); {
 		case mine == nil || mine.CreateRevision != q.h.Revision:
 			return fmt.Errorf("%w: the waiter's key is gone", ErrLeaseLost)
 		case mine.ModRevision != q.modRev && clientv3.LeaseID(mine.Lease) == q.h.Lease && string(mine.Value) == q.value:
@@ -171,8 +171,8 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 			// landed, and the key would have gone with the session). No
 			// other attempt writes this value, so the key is this grant's.
 			e.att.release(q.att)
-			q.att, q.keyLease, q.modRev = attemptRef{}, q.h.Lease, mine.ModRevision
-			q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
+			q.att, q.modRev = attemptRef{}, mine.ModRevision
+			q.ttl = sessionRecordTTL(session.of(resp.Responses))
 			return nil
 		case mine.ModRevision != q.modRev:
 			return fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)

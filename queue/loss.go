@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -96,6 +97,19 @@ func (e *Engine) learnSessionTTL(lease clientv3.LeaseID, ttl time.Duration) {
 	if ttl > 0 {
 		e.sessTTLs.Add(sessionRef{e.keys.prefix, lease}, ttl)
 	}
+}
+
+// sessionRecordTTL is the TTL of the session record op read; 0 when
+// there was none.
+func sessionRecordTTL(op *pb.ResponseOp) time.Duration {
+	return time.Duration(decodeSession(firstKV(op).GetValue()).TTL) * time.Second
+}
+
+// learnSessionRecord is sessionRecordTTL, learnt as lease's.
+func (e *Engine) learnSessionRecord(lease clientv3.LeaseID, op *pb.ResponseOp) time.Duration {
+	ttl := sessionRecordTTL(op)
+	e.learnSessionTTL(lease, ttl)
+	return ttl
 }
 
 // knownSessionTTL is lease's TTL, read from its session record the first

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -257,7 +256,7 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	if !resp.Succeeded {
 		return nil, errRaced // released, expired or re-entered meanwhile: look again
 	}
-	ttl := time.Duration(decodeSession(firstKV(resp.Responses[1]).GetValue()).TTL) * time.Second
+	ttl := sessionRecordTTL(resp.Responses[1])
 	// attempt is the write the key carries, unchanged: the grant rests on
 	// it as an attempt's does (the explorer checks it); giving the grant
 	// up compares the hold's nonce instead.

@@ -43,7 +43,6 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		return nil, limitMismatch(r.Name, r.effectiveLimit(), have)
 	}
 	n := r.effectiveLimit()
-	prefix := e.keys.namePrefix(r.Name)
 	key := string(mine.Key)
 	// The takeover writes the value again with a nonce of its own, and
 	// with what the retry asks for where a retry may ask anew: the value is
@@ -61,12 +60,14 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	}
 	keyLease := h.Lease
 	var att attemptRef
+	var t txnParts
+	t.compare(clientv3.Compare(clientv3.CreateRevision(key), "=", mine.CreateRevision),
+		clientv3.Compare(clientv3.ModRevision(key), "=", mine.ModRevision))
+	put := t.onThen(clientv3.Op{})
+	firstN := t.onThen(clientv3.OpGet(e.keys.namePrefix(r.Name), withFirstN(n)...))
+	var session slot
 	var holdsRev int64 // the mod revision of the key's holds record as read (0: none)
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", mine.CreateRevision),
-		clientv3.Compare(clientv3.ModRevision(key), "=", mine.ModRevision),
-	}
-	then := []clientv3.Op{{}, clientv3.OpGet(prefix, withFirstN(n)...)}
+	hkey := e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision)
 	if meta.Session {
 		h.Lease = r.Session
 		if keyLease != r.Session {
@@ -75,13 +76,12 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 			}
 			keyLease = att.id
 		}
-		cmps = append(cmps, ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
-		then = append(then, clientv3.OpGet(e.keys.session(r.Session)))
+		t.compare(ownerCmps(e.keys.session(r.Session), r.SessionSecret)...)
+		session = t.onThen(clientv3.OpGet(e.keys.session(r.Session)))
 		// A session lock re-entered keeps its holds in a record; once the
 		// key's own hold is released there, the request id's lock is let go
 		// and a retry of it must not be handed that hold again: the lock
 		// lives on only for its other holds (reenter.go).
-		hkey := e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision)
 		hr, err := e.cli.Get(ctx, hkey)
 		if err != nil {
 			e.att.release(att)
@@ -96,9 +96,9 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 			return nil, fmt.Errorf("%w: the lock acquired under this request id was released; the session's other holds keep it: acquire re-entrant to add a hold, or use another request id", ErrReleased)
 		}
 		holdsRev = rec.GetModRevision()
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hkey), "=", holdsRev))
+		t.compare(clientv3.Compare(clientv3.ModRevision(hkey), "=", holdsRev))
 	}
-	then[0] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
+	t.then[put] = clientv3.OpPut(key, value, clientv3.WithLease(keyLease))
 	// The key's records take the retry's lock-delay and nonce, while they
 	// are this key's (delay.go, loss.go), and are read back: a key with a
 	// record was granted, perhaps delivered by the attempt this one
@@ -110,16 +110,16 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	}
 	dkey, hrec := e.keys.delay(r.Name, h.WaiterID), e.keys.holderRecord(r.Name, h.WaiterID)
 	own := strconv.FormatInt(mine.CreateRevision, 10) + " "
-	recs := len(then)
-	then = append(then, clientv3.OpGet(dkey), clientv3.OpGet(hrec),
-		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
-			[]clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil),
-		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
-			[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
+	delayRec, holderRec := t.onThen(clientv3.OpGet(dkey)), t.onThen(clientv3.OpGet(hrec))
+	t.onThen(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
+		[]clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil))
+	t.onThen(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
+		[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
+	keyNow, holdsNow := t.onElse(clientv3.OpGet(key, clientv3.WithKeysOnly())), t.onElse(clientv3.OpGet(hkey, clientv3.WithKeysOnly()))
 	e.at(ctx, pointTakeover)
 	tctx, cancel := e.answered(ctx)
 	defer cancel()
-	resp, err := e.cli.Txn(tctx).If(cmps...).Then(then...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(e.keys.holds(r.Name, h.WaiterID, mine.CreateRevision), clientv3.WithKeysOnly())).Commit()
+	resp, err := t.commit(tctx, e.cli)
 	if err != nil {
 		if att.id != 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			e.att.release(att)
@@ -136,21 +136,20 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	if !resp.Succeeded {
 		e.att.release(att)
 		if meta.Session {
-			if kv := firstKV(resp.Responses[0]); kv != nil && kv.ModRevision == mine.ModRevision && firstKV(resp.Responses[1]).GetModRevision() == holdsRev {
+			if kv := firstKV(keyNow.of(resp.Responses)); kv != nil && kv.ModRevision == mine.ModRevision && firstKV(holdsNow.of(resp.Responses)).GetModRevision() == holdsRev {
 				// Neither the key nor its holds changed: the session compare failed.
 				return nil, fmt.Errorf("%w: session %x is unknown, expired or not yours", ErrSessionLost, int64(r.Session))
 			}
 		}
 		return nil, errRaced
 	}
-	q := &enqueued{h: h, keyLease: keyLease, att: att, modRev: resp.Header.Revision, value: value,
-		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(resp.Responses[1]), ahead: -1, delays: true,
-		holds: holdsIn(resp.Responses[1].GetResponseRange().GetKvs(), mine.CreateRevision, n)}
+	q := &enqueued{h: h, att: att, modRev: resp.Header.Revision, value: value,
+		ttl: time.Duration(meta.TTL) * time.Second, resumed: true, first: firstKV(firstN.of(resp.Responses)), ahead: -1, delays: true,
+		holds: holdsIn(firstN.of(resp.Responses).GetResponseRange().GetKvs(), mine.CreateRevision, n)}
 	if meta.Session {
-		q.ttl = time.Duration(decodeSession(firstKV(resp.Responses[2]).GetValue()).TTL) * time.Second
-		e.learnSessionTTL(r.Session, q.ttl)
+		q.ttl = e.learnSessionRecord(r.Session, session.of(resp.Responses))
 	}
-	q.recorded = ownRecord(resp.Responses[recs], mine.CreateRevision) || ownRecord(resp.Responses[recs+1], mine.CreateRevision)
+	q.recorded = ownRecord(delayRec.of(resp.Responses), mine.CreateRevision) || ownRecord(holderRec.of(resp.Responses), mine.CreateRevision)
 	q.keep = q.recorded || meta.Session && clientv3.LeaseID(mine.Lease) == r.Session
 	return q, nil
 }
