@@ -29,3 +29,29 @@ func TestLayers(t *testing.T) {
 		}
 	}
 }
+
+// internal/ holds leaves, the assembly and test harnesses, apart: the
+// leaves (clocks, build info, telemetry, the embedded etcd, …) import no
+// package of the product above them, so anything may use them; only the
+// assembly (internal/server) and the harnesses that start it (gwtest,
+// sdktest, fencetest, modules) sit on top.
+func TestInternalLeavesImportNothingAbove(t *testing.T) {
+	const module = "github.com/leasegate/leasegate/"
+	leaves := []string{"buildinfo", "clock", "depfence", "embedetcd", "etcdtest", "netfault", "reload", "telemetry", "timingtest"}
+	isLeaf := map[string]bool{}
+	for _, l := range leaves {
+		isLeaf[module+"internal/"+l] = true
+	}
+	for _, l := range leaves {
+		out, err := exec.Command("go", "list", "-deps", "../internal/"+l).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list internal/%s: %v\n%s", l, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.HasPrefix(dep, module) && !isLeaf[dep] {
+				t.Errorf("internal/%s depends on %s; want a leaf to import only other leaves", l, dep)
+			}
+		}
+	}
+}
+
