@@ -138,20 +138,9 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 	}
 	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
 		LockDelayMs: cfg.lockDelay.Milliseconds()}
-	var doubted *v1.AcquireRequest // the last attempt in doubt, if any
-	var prev settleAgain           // the ask of a settlement this call took over
+	var sc *sessionCall // this call's part in its session's settlements
 	if s != nil {
-		defer func() {
-			switch {
-			case l != nil:
-				s.claim(l, settleKey(election, name, l.rid))
-			case doubted == nil:
-			case prev != nil && doubted.RequestId == req.RequestId:
-				s.settleLater(settleKey(election, name, doubted.RequestId), prev)
-			default:
-				s.settleLater(settleKey(election, name, doubted.RequestId), existingOf(doubted, election))
-			}
-		}()
+		defer func() { sc.end(l, req.RequestId) }()
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -167,17 +156,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		waitUntil = anchor.Add(cfg.wait)
 	}
 	if s != nil {
-		took, p, released, err := s.takeOver(ctx, waitUntil, settleKey(election, name, req.RequestId))
-		prev = p
-		if took {
-			doubted = proto.CloneOf(req) // the settlement is this call's now
-		}
-		if released {
-			// The id's grant was released, and a copy of that release
-			// may still land (takeOver): nothing is left to retry under it.
-			req.RequestId, doubted, prev = newRequestID(), nil, nil
-		}
-		if err != nil {
+		if sc, err = s.beginCall(ctx, waitUntil, election, name, &req.RequestId, func() settleAgain { return existingOf(req, election) }); err != nil {
 			return nil, &opError{op: op, kind: err}
 		}
 	}
@@ -211,7 +190,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		g, queued, err := once(actx, ep, req, cfg.onQueued)
 		cancelAttempt()
 		if err != nil && inDoubt(err) {
-			doubted = proto.CloneOf(req)
+			sc.doubt(req.RequestId, existingOf(req, election))
 		}
 		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
 			c.letGo(ctx, g, waitUntil)
@@ -238,7 +217,8 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 				if rid := s.requestIDAfter(err, req.RequestId); rid != req.RequestId {
 					// The key an attempt left under the old id died
 					// with the old lease.
-					req.RequestId, doubted = rid, nil
+					req.RequestId = rid
+					sc.clear()
 				}
 				if rerr == nil {
 					continue // the session covers the shard now: retry at once
@@ -349,31 +329,13 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
 		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	anchor := c.cfg.clock.Now()
-	var doubted *v1.TryAcquireRequest // the last attempt in doubt, if any
-	var prev settleAgain              // the ask of a settlement this call took over
+	var sc *sessionCall // this call's part in its session's settlements
 	if s != nil {
-		defer func() {
-			switch {
-			case l != nil:
-				s.claim(l, settleKey(false, name, l.rid))
-			case doubted != nil && prev != nil && doubted.RequestId == req.RequestId:
-				s.settleLater(settleKey(false, name, doubted.RequestId), prev)
-			case doubted != nil:
-				s.settleLater(settleKey(false, name, doubted.RequestId), existing(doubted))
-			}
-		}()
+		defer func() { sc.end(l, req.RequestId) }()
 		// A try blocks for a call's time at most: a settlement's release in
 		// flight is answered within it.
-		took, p, released, err := s.takeOver(ctx, c.cfg.clock.Now().Add(c.cfg.requestTimeout), settleKey(false, name, req.RequestId))
-		prev = p
-		if took {
-			doubted = proto.CloneOf(req) // the settlement is this call's now
-		}
-		if released {
-			// As for Acquire: the id is spent (takeOver).
-			req.RequestId, doubted, prev = newRequestID(), nil, nil
-		}
-		if err != nil {
+		if sc, err = s.beginCall(ctx, c.cfg.clock.Now().Add(c.cfg.requestTimeout), false, name, &req.RequestId,
+			func() settleAgain { return existing(proto.CloneOf(req)) }); err != nil {
 			return nil, &opError{op: op, kind: err}
 		}
 	}
@@ -394,7 +356,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			if err == nil {
 				resp = r.Msg
 			} else if inDoubt(err) {
-				doubted = proto.CloneOf(req)
+				sc.doubt(req.RequestId, existing(proto.CloneOf(req)))
 			}
 			return err
 		})
@@ -406,7 +368,8 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			if s != nil && recoveries < maxSessionRecoveries {
 				if handled, rerr := s.recover(ctx, op, err, view); handled {
 					if rid := s.requestIDAfter(err, req.RequestId); rid != req.RequestId {
-						req.RequestId, doubted = rid, nil
+						req.RequestId = rid
+						sc.clear()
 					}
 					if rerr != nil {
 						return nil, rerr

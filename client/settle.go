@@ -138,6 +138,71 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 	return false, nil, false, err
 }
 
+// sessionCall is one acquire's or campaign's part in its session's
+// settlements: the ask of a settlement it took over, and its last
+// attempt in doubt. A nil sessionCall (no session) does nothing.
+type sessionCall struct {
+	s        *Session
+	election bool
+	name     string
+	prev     settleAgain // the ask of the settlement this call took over
+	doubtRID string      // the request id of the last attempt in doubt; "" when none
+	ask      settleAgain // that attempt's ask
+}
+
+// beginCall takes over the settlement of request id *rid, if one runs
+// (takeOver), waiting until until at most (zero: no bound). Taken over,
+// the settlement is the call's own attempt in doubt, asked with ask();
+// when the settlement had released its grant, *rid is spent and replaced
+// by a fresh id.
+func (s *Session) beginCall(ctx context.Context, until time.Time, election bool, name string, rid *string, ask func() settleAgain) (*sessionCall, error) {
+	sc := &sessionCall{s: s, election: election, name: name}
+	took, prev, released, err := s.takeOver(ctx, until, settleKey(election, name, *rid))
+	sc.prev = prev
+	if took {
+		sc.doubt(*rid, ask())
+	}
+	if released {
+		// A copy of that release may still land (takeOver): nothing is
+		// left to retry under the id.
+		*rid, sc.prev = newRequestID(), nil
+		sc.clear()
+	}
+	return sc, err
+}
+
+// doubt records an attempt under request id rid whose outcome is in
+// doubt (inDoubt), settled with ask should the call end without a Lock.
+func (sc *sessionCall) doubt(rid string, ask settleAgain) {
+	if sc != nil {
+		sc.doubtRID, sc.ask = rid, ask
+	}
+}
+
+// clear forgets the attempt in doubt: what it left died with its lease.
+func (sc *sessionCall) clear() {
+	if sc != nil {
+		sc.doubtRID, sc.ask = "", nil
+	}
+}
+
+// end closes the call: a Lock it returns is claimed under its request id;
+// without one, the attempt in doubt is settled — with the ask of the
+// settlement the call took over while it is still that request id's (rid,
+// the call's id at its end), with its own ask otherwise.
+func (sc *sessionCall) end(l *Lock, rid string) {
+	switch {
+	case sc == nil:
+	case l != nil:
+		sc.s.claim(l, settleKey(sc.election, sc.name, l.rid))
+	case sc.doubtRID == "":
+	case sc.prev != nil && sc.doubtRID == rid:
+		sc.s.settleLater(settleKey(sc.election, sc.name, sc.doubtRID), sc.prev)
+	default:
+		sc.s.settleLater(settleKey(sc.election, sc.name, sc.doubtRID), sc.ask)
+	}
+}
+
 // settleLater settles request id rid in the background (see above) with
 // again, unless a held Lock of the session was granted under it.
 func (s *Session) settleLater(rid string, again settleAgain) {
