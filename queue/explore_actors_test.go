@@ -47,7 +47,7 @@ type world struct {
 	mu         sync.Mutex
 	holding    map[string]Grant // by client: the grant it believes it holds
 	limitOf    map[int64]int    // the limit each granted key was acquired with, by create revision (granted ones only)
-	expiredRev map[int64]bool   // create revisions of keys whose lease a nemesis revoked
+	expiredRev map[int64]int    // create revisions of keys whose lease a nemesis revoked (or an evictor evicts): how many marked each
 	// earlyUntil are the keys whose lease etcd revoked early, under holders
 	// that rightly go on believing until the time given (fake time): their
 	// grant's TTL after the revocation.
@@ -89,7 +89,7 @@ func newWorld(sch *scheduler, engines []*Engine, prefix string, seed uint64) *wo
 	return &world{
 		sch: sch, engines: engines, prefix: prefix, name: "n",
 		rng:     rand.New(rand.NewPCG(seed, 0xac7025)),
-		holding: map[string]Grant{}, expiredRev: map[int64]bool{}, earlyUntil: map[int64]time.Time{}, proclaimed: map[int64]string{}, limitOf: map[int64]int{},
+		holding: map[string]Grant{}, expiredRev: map[int64]int{}, earlyUntil: map[int64]time.Time{}, proclaimed: map[int64]string{}, limitOf: map[int64]int{},
 		cancels: map[string]context.CancelCauseFunc{}, killed: map[string]bool{},
 		leases: &leaseBook{takenAt: map[clientv3.LeaseID]int64{}},
 	}
@@ -190,7 +190,7 @@ func (w *world) believe(client string, g Grant) bool {
 	c := w.cert(g)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.expiredRev[g.Revision] {
+	if w.expiredRev[g.Revision] > 0 {
 		return false
 	}
 	w.grants++
@@ -276,7 +276,7 @@ func (w *world) proclaim(ctx context.Context, client string, e *Engine, g Grant)
 	case err == nil:
 		w.proclaimed[g.Revision] = v
 	case ctx.Err() != nil:
-	case (w.expiredRev[g.Revision] || !w.earlyUntil[g.Revision].IsZero()) && errors.Is(err, ErrNotLeader):
+	case (w.expiredRev[g.Revision] > 0 || !w.earlyUntil[g.Revision].IsZero()) && errors.Is(err, ErrNotLeader):
 	default:
 		w.violations = append(w.violations, fmt.Sprintf("%s: proclaim while leading: %v", client, err))
 	}
@@ -498,7 +498,7 @@ func (w *world) holder(name string, session bool) actorSpec {
 func (w *world) expired(rev int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.expiredRev[rev] || !w.earlyUntil[rev].IsZero()
+	return w.expiredRev[rev] > 0 || !w.earlyUntil[rev].IsZero()
 }
 
 // reacquirer takes and lets go of the lock twice with one stable request
@@ -985,7 +985,7 @@ func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
 			if !strings.HasPrefix(string(kv.Key), p.engines[0].keys.locks()) {
 				continue
 			}
-			p.expiredRev[kv.CreateRevision] = true
+			p.expiredRev[kv.CreateRevision]++
 			if _, m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && p.limitOf[kv.CreateRevision] > 0 {
 				// A holder that was granted expires now: nobody may be
 				// granted before its lock-delay has passed. (A waiter
@@ -1098,7 +1098,7 @@ func (w *world) reenterer(name string) actorSpec {
 			return
 		case g2.Revision != g1.Revision:
 			w.mu.Lock()
-			lost := w.expiredRev[g1.Revision] || !w.earlyUntil[g1.Revision].IsZero()
+			lost := w.expiredRev[g1.Revision] > 0 || !w.earlyUntil[g1.Revision].IsZero()
 			w.mu.Unlock()
 			if !lost {
 				w.violate("%s: re-entrant acquire of its held lock (token %d) got another (token %d)", name, g1.Token(), g2.Token())
@@ -1138,7 +1138,7 @@ func (w *world) reenterer(name string) actorSpec {
 func (w *world) releaseHold(ctx context.Context, client string, e *Engine, g Grant, repeated bool) {
 	ok, err := e.Release(ctx, g.Handle, g.Token())
 	w.mu.Lock()
-	lost := w.expiredRev[g.Revision] || !w.earlyUntil[g.Revision].IsZero()
+	lost := w.expiredRev[g.Revision] > 0 || !w.earlyUntil[g.Revision].IsZero()
 	w.mu.Unlock()
 	switch {
 	case ctx.Err() != nil: // its caller went: the session's end frees the rest
@@ -1423,7 +1423,7 @@ func (w *world) check() error {
 				}
 				continue
 			}
-			if w.expiredRev[g.Revision] {
+			if w.expiredRev[g.Revision] > 0 {
 				delete(w.holding, client) // it lost the lock to an expiry
 				continue
 			}

@@ -63,7 +63,7 @@ func (w *world) evictor(name string) actorSpec {
 		// The key is about to go (by this eviction, or it is gone
 		// already: the first key changes only by its deletion).
 		w.mu.Lock()
-		w.expiredRev[first.Revision] = true
+		w.expiredRev[first.Revision]++
 		w.mu.Unlock()
 		fr := ForceReleaseRequest{Name: w.name, Reason: "explore", Actor: name, Token: first.Token}
 		for try := 0; try < 2; try++ {
@@ -83,8 +83,10 @@ func (w *world) evictor(name string) actorSpec {
 				resp, gerr := w.sch.cli.Get(rctx, string(resp.Kvs[0].Key))
 				cancel()
 				if gerr == nil && len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == first.Revision {
+					// Only this evictor's mark goes: another evictor may
+					// still evict the key.
 					w.mu.Lock()
-					delete(w.expiredRev, first.Revision)
+					w.expiredRev[first.Revision]--
 					w.mu.Unlock()
 				}
 				return
