@@ -54,4 +54,3 @@ func TestInternalLeavesImportNothingAbove(t *testing.T) {
 		}
 	}
 }
-
