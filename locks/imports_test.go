@@ -31,13 +31,13 @@ func TestLayers(t *testing.T) {
 }
 
 // internal/ holds leaves, the assembly and test harnesses, apart: the
-// leaves (clocks, build info, telemetry, the embedded etcd, …) import no
+// leaves (clocks, build info, telemetry, the embedded etcd, test certificates, …) import no
 // package of the product above them, so anything may use them; only the
 // assembly (internal/server) and the harnesses that start it (gwtest,
 // sdktest, fencetest, modules) sit on top.
 func TestInternalLeavesImportNothingAbove(t *testing.T) {
 	const module = "github.com/leasegate/leasegate/"
-	leaves := []string{"buildinfo", "clock", "depfence", "embedetcd", "etcdtest", "netfault", "reload", "telemetry", "timingtest"}
+	leaves := []string{"buildinfo", "clock", "depfence", "embedetcd", "etcdtest", "netfault", "reload", "telemetry", "testpki", "timingtest"}
 	isLeaf := map[string]bool{}
 	for _, l := range leaves {
 		isLeaf[module+"internal/"+l] = true

@@ -53,7 +53,7 @@ func wantRefusal(t *testing.T, usage bool, args []string, want ...string) {
 // added cluster and bumps its epoch) and id-keys show. Without them, or
 // with the wrong ones, each is refused at once, naming what is missing.
 func TestOperatorCommandsOverTLS(t *testing.T) {
-	certs := etcdtest.WriteCerts(t, t.TempDir())
+	certs := etcdtest.NewCerts(t)
 	a, b := etcdtest.StartTLS(t, certs, true), etcdtest.StartTLS(t, certs, true)
 	const prefix = "/lg-tls"
 	storeMap(t, a, prefix)

@@ -2,17 +2,9 @@ package etcdtest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasegate/leasegate/internal/embedetcd"
+	"github.com/leasegate/leasegate/internal/testpki"
 )
 
 // Certs are the PEM files of a CA made for one test, a server certificate
@@ -31,87 +24,14 @@ type Certs struct {
 	Other string
 }
 
-// WriteCerts creates a fresh CA and the certificates it signs in dir.
-func WriteCerts(t testing.TB, dir string) Certs {
+// NewCerts creates a fresh CA and the certificates it signs, and another
+// CA, in t's temporary directory.
+func NewCerts(t testing.TB) Certs {
 	t.Helper()
-	c := Certs{
-		CA: filepath.Join(dir, "ca.pem"), Other: filepath.Join(dir, "other-ca.pem"),
-		ServerCert: filepath.Join(dir, "server.pem"), ServerKey: filepath.Join(dir, "server-key.pem"),
-		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client-key.pem"),
-	}
-	ca, caKey := newCA(t, "leasegate test CA", c.CA)
-	newCA(t, "unrelated test CA", c.Other)
-	server := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "etcd"},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	signed(t, server, ca, caKey, c.ServerCert, c.ServerKey)
-	client := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "leasegate"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	signed(t, client, ca, caKey, c.ClientCert, c.ClientKey)
-	return c
-}
-
-var serial = big.NewInt(time.Now().UnixNano())
-
-func nextSerial() *big.Int { return serial.Add(serial, big.NewInt(1)) }
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func newCA(t testing.TB, name, certFile string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	k := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, certFile, "CERTIFICATE", der)
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, k
-}
-
-func signed(t testing.TB, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certFile, keyFile string) {
-	t.Helper()
-	k := newKey(t)
-	tmpl.SerialNumber = nextSerial()
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, certFile, "CERTIFICATE", der)
-	kder, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, keyFile, "PRIVATE KEY", kder)
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p := testpki.New(t)
+	cert, key := p.ClientCert(t, "", "leasegate")
+	return Certs{CA: p.CAFile, ServerCert: p.ServerCert, ServerKey: p.ServerKey, ClientCert: cert, ClientKey: key,
+		Other: testpki.New(t).CAFile}
 }
 
 // StartTLS launches a member, as Start does, that serves clients over TLS

@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/testpki"
 )
 
 // JWT issuer and audience the gateways of JWTAuth expect.
@@ -32,7 +33,7 @@ type JWTIssuer struct {
 // temporary directory.
 func NewJWTIssuer(tb testing.TB) *JWTIssuer {
 	tb.Helper()
-	k := newKey(tb)
+	k := testpki.NewKey(tb)
 	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
 	if err != nil {
 		tb.Fatal(err)
