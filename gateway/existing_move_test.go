@@ -44,17 +44,10 @@ func TestExistingOnlyAnswersNoPlaceOfADrainingName(t *testing.T) {
 		t.Fatalf("existing_only answered the waiter's place on %s as a grant (%v) while the name's holder on %s still holds it", ask.Msg.Granted.Shard, ask.Msg.Granted, held.Msg.Granted.Shard)
 	}
 	release(t, g0, held.Msg.Granted)
-	select {
-	case gr := <-w.granted:
-		if gr == nil {
-			t.Fatal("no grant")
-		}
-		again, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 30000, ClientId: "next", RequestId: "next-1", ExistingOnly: true}))
-		if err != nil || !again.Msg.Acquired || again.Msg.Granted.FencingToken != gr.FencingToken {
-			t.Fatalf("existing_only after the grant = %v, %v; want the grant %v", again, err, gr)
-		}
-	case err := <-w.err:
-		t.Fatal(err)
+	gr := awaitGrant(t, w)
+	again, err := g.Client.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: moved, TtlMs: 30000, ClientId: "next", RequestId: "next-1", ExistingOnly: true}))
+	if err != nil || !again.Msg.Acquired || again.Msg.Granted.FencingToken != gr.FencingToken {
+		t.Fatalf("existing_only after the grant = %v, %v; want the grant %v", again, err, gr)
 	}
 }
 
