@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/shard"
 )
 
 // etcdSecurityFlags are the flags addEtcdSecurityFlags defines.
@@ -93,7 +94,7 @@ func (a *etcdAccess) connect(ctx context.Context, dial func(string, []string) (*
 		cli.Close()
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	if _, err := cli.Get(ctx, prefix+"/shardmap", clientv3.WithCountOnly()); err != nil {
+	if _, err := cli.Get(ctx, shard.NewStore(cli, prefix).Key(), clientv3.WithCountOnly()); err != nil {
 		cli.Close()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: no answer within %s: is etcd running there, and are the endpoint's scheme (http:// or https://) and --etcd-ca right?", where, connectWait)
