@@ -3,7 +3,6 @@ package sdktest_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"testing"
 	"time"
 
@@ -25,9 +24,7 @@ func TestSessionDoWhoseReleaseFailedLeavesNoKeyHoldingTheName(t *testing.T) {
 		{"fn succeeds", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := &refuseReleases{base: h2cTransport()}
-			c := newClient(t, []string{g.URL}, client.WithHTTPClient(&http.Client{Transport: tr}),
-				client.WithRequestTimeout(2*time.Second), client.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+			c, tr := refusingClient(t, g, "Release")
 			other := newClient(t, []string{g.URL})
 			ctx := ctxT(t)
 			s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))

@@ -2,6 +2,7 @@ package sdktest_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -146,4 +147,35 @@ func h2cTransport() *http.Transport {
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	return &http.Transport{Protocols: &p}
+}
+
+// refuseCalls fails every call whose path ends in one of the given
+// method names before it leaves the client, while on is set: to the
+// caller, no gateway answered.
+type refuseCalls struct {
+	base    http.RoundTripper
+	methods []string
+	on      atomic.Bool
+}
+
+func (r *refuseCalls) RoundTrip(req *http.Request) (*http.Response, error) {
+	if r.on.Load() {
+		for _, m := range r.methods {
+			if strings.HasSuffix(req.URL.Path, "/"+m) {
+				return nil, errors.New("refused by the test: no gateway reached")
+			}
+		}
+	}
+	return r.base.RoundTrip(req)
+}
+
+// refusingClient is a client of g whose calls of methods fail before
+// they leave it while tr.on is set, with a short request timeout and
+// quick retries, so an unanswered call ends fast.
+func refusingClient(tb testing.TB, g *gateway, methods ...string) (*client.Client, *refuseCalls) {
+	tb.Helper()
+	tr := &refuseCalls{base: h2cTransport(), methods: methods}
+	c := newClient(tb, []string{g.URL}, client.WithHTTPClient(&http.Client{Transport: tr}),
+		client.WithRequestTimeout(2*time.Second), client.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	return c, tr
 }

@@ -2,34 +2,12 @@ package sdktest_test
 
 import (
 	"errors"
-	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasegate/leasegate/client"
 )
-
-// refuseCalls fails every call whose path ends in one of the given
-// method names before it leaves the client, while on is set: to the
-// caller, no gateway answered.
-type refuseCalls struct {
-	base    http.RoundTripper
-	methods []string
-	on      atomic.Bool
-}
-
-func (r *refuseCalls) RoundTrip(req *http.Request) (*http.Response, error) {
-	if r.on.Load() {
-		for _, m := range r.methods {
-			if strings.HasSuffix(req.URL.Path, "/"+m) {
-				return nil, errors.New("refused by the test: no gateway reached")
-			}
-		}
-	}
-	return r.base.RoundTrip(req)
-}
 
 // A session Close that no gateway confirmed freed nothing: the session's
 // leases live on in etcd until their TTL. A Release of one of its locks
@@ -50,9 +28,7 @@ func TestReleaseAfterAnUnconfirmedCloseFreesTheName(t *testing.T) {
 			if !tc.releases {
 				methods = append(methods, "Release")
 			}
-			tr := &refuseCalls{base: h2cTransport(), methods: methods}
-			c := newClient(t, []string{g.URL}, client.WithHTTPClient(&http.Client{Transport: tr}),
-				client.WithRequestTimeout(2*time.Second), client.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+			c, tr := refusingClient(t, g, methods...)
 			other := newClient(t, []string{g.URL})
 			ctx := ctxT(t)
 			s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
@@ -98,9 +74,7 @@ func TestReleaseAfterAnUnconfirmedCloseFreesTheName(t *testing.T) {
 func TestResignAfterAnUnconfirmedCloseEndsTheTerm(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, "")
-	tr := &refuseCalls{base: h2cTransport(), methods: []string{"CloseSession"}}
-	c := newClient(t, []string{g.URL}, client.WithHTTPClient(&http.Client{Transport: tr}),
-		client.WithRequestTimeout(2*time.Second), client.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	c, tr := refusingClient(t, g, "CloseSession")
 	other := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))

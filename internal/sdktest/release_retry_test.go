@@ -2,28 +2,11 @@ package sdktest_test
 
 import (
 	"errors"
-	"net/http"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasegate/leasegate/client"
 )
-
-// refuseReleases fails every Release call before it leaves the client
-// while on is set: to the caller, no gateway answered.
-type refuseReleases struct {
-	base http.RoundTripper
-	on   atomic.Bool
-}
-
-func (r *refuseReleases) RoundTrip(req *http.Request) (*http.Response, error) {
-	if r.on.Load() && strings.HasSuffix(req.URL.Path, "/Release") {
-		return nil, errors.New("refused by the test: no gateway reached")
-	}
-	return r.base.RoundTrip(req)
-}
 
 // A Release that no gateway answered returns an error, and calling it again
 // retries: the second call frees the name. A session lock never lapses on
@@ -32,9 +15,7 @@ func (r *refuseReleases) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestReleaseAgainAfterAnUnansweredReleaseFreesTheName(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, "")
-	tr := &refuseReleases{base: h2cTransport()}
-	c := newClient(t, []string{g.URL}, client.WithHTTPClient(&http.Client{Transport: tr}),
-		client.WithRequestTimeout(2*time.Second), client.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
+	c, tr := refusingClient(t, g, "Release")
 	other := newClient(t, []string{g.URL})
 	ctx := ctxT(t)
 	s, err := c.OpenSession(ctx, client.WithTTL(30*time.Second))
