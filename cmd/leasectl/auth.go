@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
@@ -23,6 +24,12 @@ type credentials struct {
 	token, tokenFile string
 	caCert           string
 	cert, key        string
+
+	// certAsked records that a gateway asked for a client certificate
+	// in a handshake that had none to give: with TLS 1.3 a gateway that
+	// requires one may close the connection before its alert is read,
+	// so the call fails as a broken connection and this is the evidence.
+	certAsked atomic.Bool
 }
 
 // credentialEnv maps each credential flag to its environment variable.
@@ -103,6 +110,11 @@ func (cr *credentials) options(endpoints []string) ([]client.Option, error) {
 			return nil, usagef("--cert %s / --key %s: %v", cr.cert, cr.key, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
+	} else {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			cr.certAsked.Store(true)
+			return &tls.Certificate{}, nil
+		}
 	}
 	return append(opts, client.WithTLSConfig(cfg)), nil
 }
@@ -138,6 +150,9 @@ func (cr *credentials) explain(err error) error {
 		st.err = cr.explain(st.err)
 		return st
 	}
+	if cr.cert == "" && cr.certAsked.Load() && unanswered(err) {
+		return explained{fmt.Sprintf("the gateway asked for a client certificate and closed the connection (%v): it requires a client certificate: --cert and --key (or LEASEGATE_CERT and LEASEGATE_KEY)", err), err}
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err
@@ -154,6 +169,17 @@ func (cr *credentials) explain(err error) error {
 			"locks, lock ids and request ids belong to the tenant and caller that made them, and a tenant policy may limit names)", msg), err}
 	}
 	return err
+}
+
+// unanswered reports whether err is a call no gateway answered: the
+// connection broke, closed or never came up, so the error is leasectl's
+// side's account, not a gateway's.
+func unanswered(err error) bool {
+	if !errors.Is(err, client.ErrUnavailable) {
+		return false
+	}
+	var ce *connect.Error
+	return !errors.As(err, &ce) || !connect.IsWireError(ce)
 }
 
 func (cr *credentials) unauthenticated(err error, ce *connect.Error) string {

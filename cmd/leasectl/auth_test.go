@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -171,4 +173,65 @@ func TestMutualTLSCredentials(t *testing.T) {
 func fmtToken(v any) string {
 	f, _ := v.(float64)
 	return strconv.FormatInt(int64(f), 10)
+}
+
+// TestCertificateAskedThenDropped covers a gateway that requires a client
+// certificate and closes the connection before its alert reaches
+// leasectl (TLS 1.3 finishes the client's handshake first): the call
+// fails as a broken connection, and the hint still names --cert and --key.
+func TestCertificateAskedThenDropped(t *testing.T) {
+	t.Parallel()
+	pki := gwtest.NewPKI(t)
+	pair, err := tls.LoadX509KeyPair(pki.ServerCert, pki.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS13,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// The handshake completes (no certificate is required by
+			// this listener), then the connection goes without an alert.
+			_ = c.(*tls.Conn).Handshake()
+			raw := c.(*tls.Conn).NetConn()
+			raw.(*net.TCPConn).SetLinger(0)
+			raw.Close()
+		}
+	}()
+	url := "https://" + ln.Addr().String()
+	wantFail(t, nil, exitError, []string{"asked for a client certificate", "requires a client certificate: --cert and --key"},
+		"--endpoint", url, "--cacert", pki.CAFile, "try", "x")
+
+	// A gateway that never asks for a certificate and drops the connection
+	// gets no such hint: the evidence is the request, not the failure.
+	plain, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	go func() {
+		for {
+			c, err := plain.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			raw := c.(*tls.Conn).NetConn()
+			raw.(*net.TCPConn).SetLinger(0)
+			raw.Close()
+		}
+	}()
+	r := run(t, nil, "--endpoint", "https://"+plain.Addr().String(), "--cacert", pki.CAFile, "try", "x")
+	if r.code == 0 || strings.Contains(r.stderr, "client certificate") {
+		t.Errorf("leasectl against a gateway that drops connections without asking for a certificate: exit %d, stderr %q; want a failure that does not blame a missing certificate", r.code, r.stderr)
+	}
 }
