@@ -170,14 +170,32 @@ func (a *etcdAccess) whyNoConnection(ctx context.Context, endpoint string) error
 	}
 	cfg = cfg.Clone()
 	cfg.ServerName = u.Hostname()
+	asked := false
+	if a.sec.Cert == "" {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			asked = true
+			return &tls.Certificate{}, nil
+		}
+	}
 	tc := tls.Client(conn, cfg)
 	err = tc.HandshakeContext(ctx)
 	if err == nil {
 		// TLS 1.3 refuses a client certificate after the handshake: a
-		// refusal arrives as the first thing read.
-		_ = tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		// refusal arrives as the first thing read, as an alert or, when
+		// the server closed first, as the connection's end. A server
+		// that asked for a certificate this side has none of is given
+		// until the probe's deadline to refuse; any other only briefly,
+		// as etcd waits for the client to speak first.
+		if !asked {
+			_ = tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		}
 		_, err = tc.Read(make([]byte, 1))
-		if !isTLSAlert(err) {
+		var ne net.Error
+		switch {
+		case isTLSAlert(err):
+		case asked && err != nil && !(errors.As(err, &ne) && ne.Timeout()):
+			return fmt.Errorf("%w: etcd asked for a client certificate and closed the connection: it requires one: set --etcd-cert and --etcd-key", err)
+		default:
 			return nil
 		}
 	}
