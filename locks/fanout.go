@@ -211,10 +211,14 @@ type ShardHealth struct {
 // Ping asks every shard names are hashed over, at once, for a
 // linearizable read (Backend.Ping) through its Reach, so that a shard
 // without a connection answers at once rather than at ctx's end; it
-// reports each shard's answer in map order. It blocks until every shard
+// reports each shard's answer in map order. While the layout record
+// names another layout (LayoutRefused) every shard reports that refusal. It blocks until every shard
 // has answered or ctx ends.
 func (r *Router) Ping(ctx context.Context) []ShardHealth {
 	backends := r.Backends()
+	if err := r.LayoutRefused(); err != nil {
+		return each(len(backends), func(i int) ShardHealth { return ShardHealth{Shard: backends[i].Name, Err: err} })
+	}
 	return each(len(backends), func(i int) ShardHealth {
 		b := backends[i]
 		return ShardHealth{Shard: b.Name, Err: b.Reach.Call(ctx, b.Ping)}

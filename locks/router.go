@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -95,6 +96,10 @@ type Router struct {
 
 	keys sync.Map // tenant@shard → *keyCount, for checkKeys
 
+	// layout is the map watch's refusal of the layout record (an error
+	// wrapping shard.ErrLayout), nil while the record is this build's.
+	layout atomic.Pointer[error]
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -143,6 +148,7 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cf
 	wctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	if cfg.Watch {
+		r.store.OnLayoutChange(r.layoutChanged)
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -154,6 +160,29 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cf
 		}()
 	}
 	return r, nil
+}
+
+// layoutChanged hears the map watch on the layout record. While the
+// record names another layout no map is applied and Ping reports every
+// shard unavailable, so the gateway reads as not ready and its load
+// balancer drains it; the locks it holds are served until they end.
+func (r *Router) layoutChanged(err error) {
+	if err != nil {
+		r.layout.Store(&err)
+		r.cfg.Log.Error("shard map updates refused and this gateway is not ready: stop it before the keys are migrated", "err", err)
+		return
+	}
+	r.layout.Store(nil)
+	r.cfg.Log.Info("the layout record is this build's again: following the shard map")
+}
+
+// LayoutRefused returns the map watch's refusal of the layout record
+// (wrapping shard.ErrLayout), or nil while the record is this build's.
+func (r *Router) LayoutRefused() error {
+	if p := r.layout.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // apply makes m the map in force, dialling clusters it names for the first

@@ -28,7 +28,15 @@ type Store struct {
 	minBackoff, maxBackoff time.Duration
 	// readTimeout bounds each read Watch makes, so a stuck read is retried.
 	readTimeout time.Duration
+	// onLayout hears Watch's refusals of the layout record; see OnLayoutChange.
+	onLayout func(error)
 }
+
+// OnLayoutChange sets fn to hear, from Watch's goroutine, when the layout
+// record as Watch reads it starts naming another layout (err wraps
+// ErrLayout) and when it is this build's again (err nil). Call it before
+// Watch.
+func (s *Store) OnLayoutChange(fn func(err error)) { s.onLayout = fn }
 
 // NewStore returns a store over cli. An empty prefix means DefaultPrefix.
 func NewStore(cli *clientv3.Client, prefix string) *Store {
@@ -78,7 +86,7 @@ func (s *Store) load(ctx context.Context) (Snapshot, int64, error) {
 		return Snapshot{}, 0, fmt.Errorf("shard: load %s: %w", s.key, err)
 	}
 	if err := s.checkLayout(resp.Responses[1].GetResponseRange().GetKvs()); err != nil {
-		return Snapshot{}, 0, err
+		return Snapshot{}, resp.Header.Revision, err
 	}
 	snap, err := s.decode(resp.Responses[0].GetResponseRange().GetKvs())
 	return snap, resp.Header.Revision, err
@@ -197,6 +205,11 @@ func sortedNames(cs []Cluster) []string {
 // newer than the last. Values that do not decode or validate are skipped,
 // so the last good map stays in force; a deleted map delivers nothing.
 //
+// Every map delivered was read in one transaction with the layout record:
+// while the record names another layout Watch delivers nothing (the map
+// in force stays) and says so through OnLayoutChange; when it is this
+// build's again Watch delivers the map then stored.
+//
 // Watch never hangs on a broken watch: it watches with
 // clientv3.WithRequireLeader, and on compaction, cancellation, leader loss
 // or a closed watch it re-reads the map and watches again from there,
@@ -224,6 +237,16 @@ func (s *Store) watch(ctx context.Context, out chan Map, startRev int64) {
 		}
 		out <- m
 	}
+	refused := false
+	layout := func(err error) {
+		if refused == (err != nil) {
+			return
+		}
+		refused = err != nil
+		if s.onLayout != nil {
+			s.onLayout(err)
+		}
+	}
 	rev, backoff := startRev, s.minBackoff
 	retry := func() {
 		wait(ctx, backoff)
@@ -232,12 +255,12 @@ func (s *Store) watch(ctx context.Context, out chan Map, startRev int64) {
 	for ctx.Err() == nil {
 		if rev == 0 {
 			var err error
-			if rev, err = s.read(ctx, deliver); err != nil {
+			if rev, err = s.read(ctx, deliver, layout); err != nil {
 				retry()
 				continue
 			}
 		}
-		if s.follow(ctx, rev, deliver) {
+		if s.follow(ctx, rev) {
 			backoff = s.minBackoff
 		} else {
 			retry() // refused at once (no leader?): do not spin
@@ -246,43 +269,55 @@ func (s *Store) watch(ctx context.Context, out chan Map, startRev int64) {
 	}
 }
 
-// read loads the map, delivers it if there is one, and returns the
-// revision to watch from.
-func (s *Store) read(ctx context.Context, deliver func(Map, int64)) (int64, error) {
+// read loads the map and the layout record in one transaction, delivers
+// the map if there is one under this build's layout, tells layout how the
+// record reads, and returns the revision to watch from.
+func (s *Store) read(ctx context.Context, deliver func(Map, int64), layout func(error)) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.readTimeout)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, s.key)
-	if err != nil {
+	snap, rev, err := s.load(rctx)
+	switch {
+	case errors.Is(err, ErrLayout):
+		layout(err)
+	case err == nil:
+		layout(nil)
+		deliver(snap.Map, snap.ModRevision)
+	case errors.Is(err, ErrNoMap), errors.Is(err, ErrInvalidMap):
+		layout(nil)
+	default:
 		return 0, err
 	}
-	if snap, err := s.decode(resp.Kvs); err == nil {
-		deliver(snap.Map, snap.ModRevision)
-	}
-	return resp.Header.Revision + 1, nil
+	return rev + 1, nil
 }
 
-// follow delivers the maps of one watch from rev until the watch ends for
-// any reason: compaction, cancellation (leader lost), an error, ctx done.
-// It reports whether the watch delivered anything before it ended.
-func (s *Store) follow(ctx context.Context, rev int64, deliver func(Map, int64)) (progressed bool) {
+// follow watches the map and the layout record from rev until either
+// changes or the watch ends for any reason (compaction, cancellation
+// when the leader is lost, an error, ctx done); the caller then reads
+// both again in one transaction, so a map is never taken from an event
+// whose layout record it did not read with it. It reports whether the
+// watch saw a change (or a compaction: re-read at once) before it ended.
+func (s *Store) follow(ctx context.Context, rev int64) (progressed bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel() // also ends the server-side watch
-	for resp := range s.cli.Watch(wctx, s.key, clientv3.WithRev(rev)) {
-		if resp.Canceled || resp.CompactRevision != 0 || resp.Err() != nil {
-			// Compaction is not the cluster refusing us: re-read at once.
-			return progressed || resp.CompactRevision != 0
+	defer cancel() // also ends the server-side watches
+	maps := s.cli.Watch(wctx, s.key, clientv3.WithRev(rev))
+	layouts := s.cli.Watch(wctx, s.layout, clientv3.WithRev(rev))
+	for {
+		var resp clientv3.WatchResponse
+		var ok bool
+		select {
+		case resp, ok = <-maps:
+		case resp, ok = <-layouts:
 		}
-		progressed = true
-		for _, ev := range resp.Events {
-			if ev.Type != mvccpb.PUT {
-				continue
-			}
-			if m, err := UnmarshalMap(ev.Kv.Value); err == nil {
-				deliver(m, ev.Kv.ModRevision)
-			}
+		switch {
+		case !ok:
+			return false
+		case resp.Canceled || resp.CompactRevision != 0 || resp.Err() != nil:
+			// Compaction is not the cluster refusing us: re-read at once.
+			return resp.CompactRevision != 0
+		case len(resp.Events) > 0:
+			return true
 		}
 	}
-	return progressed
 }
 
 // wait sleeps for d or until ctx is done.

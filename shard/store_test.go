@@ -286,3 +286,78 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// While the layout record names another layout, Watch delivers no map and
+// says so; when the record is this build's again it delivers the map then
+// stored, never one written while the record was another layout's.
+func TestStoreWatchRefusesAnotherLayout(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client()
+	ctx := testCtx(t)
+	s := NewStore(cli, "/lw")
+	heard := make(chan error, 4)
+	s.OnLayoutChange(func(err error) { heard <- err })
+	e1 := mapOf(1, "a")
+	if _, err := s.CompareAndSwap(ctx, Snapshot{}, e1); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ch := s.Watch(wctx)
+	if m := next(t, ch); !reflect.DeepEqual(m, e1) {
+		t.Fatalf("Watch delivered %+v; want %+v", m, e1)
+	}
+	await := func(want bool) {
+		t.Helper()
+		select {
+		case err := <-heard:
+			if (err != nil) != want || (want && !errors.Is(err, ErrLayout)) {
+				t.Fatalf("OnLayoutChange heard %v; want refused=%v (ErrLayout)", err, want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("OnLayoutChange heard nothing within 15s; want refused=%v", want)
+		}
+	}
+
+	put := func(key, val string) {
+		t.Helper()
+		if _, err := cli.Put(ctx, key, val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("/lw/layout", "2")
+	await(true)
+	// Written under another layout's record: never delivered.
+	put(s.Key(), string(must(mapOf(1, "a", "b").Marshal())))
+	put(s.Key(), "garbage")
+	put("/lw/layout", "1")
+	await(false)
+	e3 := mapOf(1, "a", "c")
+	put(s.Key(), string(must(e3.Marshal())))
+	if m := next(t, ch); !reflect.DeepEqual(m, e3) {
+		t.Fatalf("after the layout record was this build's again, Watch delivered %+v; want %+v (nothing written under layout 2)", m, e3)
+	}
+
+	// A watch started under another layout's record delivers nothing until
+	// the record is this build's, and then the map stored.
+	put("/lw/layout", "2")
+	await(true)
+	late := NewStore(cli, "/lw")
+	lateHeard := make(chan error, 4)
+	late.OnLayoutChange(func(err error) { lateHeard <- err })
+	lch := late.Watch(wctx)
+	select {
+	case err := <-lateHeard:
+		if !errors.Is(err, ErrLayout) {
+			t.Fatalf("a Watch started under layout 2 heard %v; want ErrLayout", err)
+		}
+	case m := <-lch:
+		t.Fatalf("a Watch started under layout 2 delivered %+v before hearing the refusal", m)
+	case <-time.After(15 * time.Second):
+		t.Fatal("a Watch started under layout 2 heard no refusal within 15s")
+	}
+	put("/lw/layout", "1")
+	if m := next(t, lch); !reflect.DeepEqual(m, e3) {
+		t.Fatalf("a Watch started under layout 2 delivered %+v once the record was this build's; want %+v", m, e3)
+	}
+}
