@@ -275,6 +275,9 @@ func TestCapsLeaveNoHoles(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeResourceExhausted || opened != 3 {
 			t.Fatalf("opened %d sessions under a key cap of 3, then %v; want 3 (a session is one key), then resource_exhausted", opened, err)
 		}
+		if msg := connect.CodeOf(err).String() + ": " + err.Error(); !strings.Contains(msg, `on shard "main"`) || strings.Contains(msg, "@") {
+			t.Fatalf("key cap refusal %q; want it to name the tenant and the shard \"main\" apart", msg)
+		}
 	})
 	t.Run("lookups, releases and closes are charged", func(t *testing.T) {
 		g := startSecureGateway(t, func(c *server.Config) {

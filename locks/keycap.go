@@ -15,15 +15,18 @@ import (
 var ErrKeyCap = errors.New("tenant key cap")
 
 type keyCapError struct {
-	tenant string
-	max    int
+	tenant, shard string
+	max           int
 }
 
 func (e *keyCapError) Error() string {
-	return fmt.Sprintf("tenant %q holds or waits for %d locks on this shard, the limit", e.tenant, e.max)
+	return fmt.Sprintf("tenant %q holds or waits for %d locks on shard %q, the limit", e.tenant, e.max, e.shard)
 }
 
 func (e *keyCapError) Is(target error) bool { return target == ErrKeyCap }
+
+// tenantShard keys Router.keys: one count per tenant and shard.
+type tenantShard struct{ tenant, shard string }
 
 // keyCount is a tenant's key count on one shard, as last read.
 type keyCount struct {
@@ -40,8 +43,7 @@ func (r *Router) checkKeys(ctx context.Context, tenant string, t Target, max int
 	if max <= 0 {
 		return nil
 	}
-	key := tenant + "@" + t.Shard
-	v, _ := r.keys.LoadOrStore(key, &keyCount{})
+	v, _ := r.keys.LoadOrStore(tenantShard{tenant, t.Shard}, &keyCount{})
 	kc := v.(*keyCount)
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
@@ -55,7 +57,7 @@ func (r *Router) checkKeys(ctx context.Context, tenant string, t Target, max int
 		kc.n, kc.at = n, r.cfg.Clock.Now()
 	}
 	if kc.n >= int64(max) {
-		return &keyCapError{tenant: key, max: max}
+		return &keyCapError{tenant: tenant, shard: t.Shard, max: max}
 	}
 	kc.n++ // count this call until the next count
 	return nil

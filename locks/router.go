@@ -68,6 +68,9 @@ func (c RouterConfig) Validate() error {
 	if c.RequestTimeout < 0 {
 		return fmt.Errorf("locks: RequestTimeout %s is negative; want a positive duration, or 0 for the default", c.RequestTimeout)
 	}
+	if err := shard.CheckPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("locks: %w", err)
+	}
 	q := c.Queue
 	if q.Prefix = strings.TrimSuffix(c.Prefix, "/"); q.Prefix == "" {
 		q.Prefix = shard.DefaultPrefix
@@ -94,7 +97,7 @@ type Router struct {
 	backends map[string]*Backend
 	changed  chan struct{} // closed and replaced on every applied map
 
-	keys sync.Map // tenant@shard → *keyCount, for checkKeys
+	keys sync.Map // tenantShard → *keyCount, for checkKeys
 
 	// layout is the map watch's refusal of the layout record (an error
 	// wrapping shard.ErrLayout), nil while the record is this build's.

@@ -37,6 +37,21 @@ const epochWidth = 5
 //     same epoch.
 func EpochKey(prefix string) string { return normPrefix(prefix) + "/meta/epoch" }
 
+// CheckPrefix reports whether prefix is a usable etcd key prefix for
+// leasegate: empty (DefaultPrefix), or starting with '/' with something
+// after it (a trailing '/' is dropped). "/" alone is refused: it is not
+// one spelling of the default, and every component would read it
+// differently.
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if !strings.HasPrefix(prefix, "/") || strings.TrimSuffix(prefix, "/") == "" || strings.ContainsAny(prefix, " \t\n") {
+		return fmt.Errorf("key prefix %q: want a path such as %s (starting with '/', with a name after it, no spaces)", prefix, DefaultPrefix)
+	}
+	return nil
+}
+
 func normPrefix(prefix string) string {
 	if prefix == "" {
 		return DefaultPrefix

@@ -83,6 +83,9 @@ func (a *etcdAccess) dialer(cmd *cobra.Command) (func(name string, endpoints []s
 // the server's certificate, a client certificate etcd requires or
 // refuses, missing or wrong credentials, a role without the prefix.
 func (a *etcdAccess) connect(ctx context.Context, dial func(string, []string) (*clientv3.Client, error), c server.Cluster, prefix string) (*clientv3.Client, error) {
+	if err := shard.CheckPrefix(prefix); err != nil {
+		return nil, usageError{fmt.Errorf("--prefix: %w", err)}
+	}
 	where := fmt.Sprintf("etcd cluster %q at %s", c.Name, strings.Join(c.Endpoints, ","))
 	cli, err := dial(c.Name, c.Endpoints)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -180,6 +181,18 @@ func TestOperatorHelpShowsEtcdEnv(t *testing.T) {
 			if !strings.Contains(out, "--"+name) || !strings.Contains(out, "[$"+envName(name)+"]") {
 				t.Errorf("leasegate %s show --help does not list --%s with $%s:\n%s", sub, name, envName(name), out)
 			}
+		}
+	}
+}
+
+// The operator commands refuse the key prefixes the gateway refuses, so
+// they never read or write a map the gateway does not: "/" alone and a
+// prefix without its leading '/'.
+func TestOperatorCommandsRefuseABadPrefix(t *testing.T) {
+	t.Parallel()
+	for _, sub := range [][]string{{"shards", "show"}, {"id-keys", "show"}} {
+		for _, p := range []string{"/", "leasegate", "/with space"} {
+			wantRefusal(t, true, append(append([]string{}, sub...), "--etcd", "a=http://127.0.0.1:1", "--prefix", p), "--prefix", fmt.Sprintf("key prefix %q", p))
 		}
 	}
 }

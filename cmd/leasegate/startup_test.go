@@ -99,6 +99,8 @@ func TestStartupErrorsNameTheirCause(t *testing.T) {
 		{"embedded etcd without a port", []string{"--embedded-etcd-listen", "127.0.0.1"}, 2, []string{`--embedded-etcd-listen "127.0.0.1"`, "host:port"}},
 		{"embedded etcd ports past 65535", []string{"--shards", "2", "--embedded-etcd-listen", "127.0.0.1:65535"}, 2, []string{`--embedded-etcd-listen "127.0.0.1:65535"`, "1 to 65534"}},
 		{"embedded etcd listen with --etcd", []string{"--etcd", "a=http://127.0.0.1:1", "--embedded-etcd-listen", "127.0.0.1:2379"}, 2, []string{"--embedded-etcd-listen", "--etcd"}},
+		{"root key prefix", []string{"--prefix", "/"}, 2, []string{`key prefix "/"`, "/leasegate"}},
+		{"key prefix without a slash", []string{"--prefix", "leasegate"}, 2, []string{`key prefix "leasegate"`}},
 		{"embedded etcd port in use", []string{"--embedded-etcd-listen", busy.Addr().String()}, 1, []string{"--embedded-etcd-listen", busy.Addr().String(), "address already in use"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

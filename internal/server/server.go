@@ -135,6 +135,9 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen address %q: want host:port", c.Listen)
 	}
+	if err := shard.CheckPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("--prefix: %w", err)
+	}
 	if len(c.Clusters) == 0 && c.DataDir == "" {
 		return errors.New("data dir is empty; it is needed for embedded etcd")
 	}
