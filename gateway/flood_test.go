@@ -142,7 +142,23 @@ func TestFloodingTenantDoesNotStarveAnother(t *testing.T) {
 	stop()
 	wg.Wait()
 	if refused.Load() == 0 {
-		t.Error("the flood was never refused: the limits did not engage")
+		// The storm's pace is the machine's: on a loaded one it may stay
+		// under the rate. Three times the burst at once cannot.
+		var burst sync.WaitGroup
+		for range 3 * 50 {
+			burst.Add(1)
+			go func() {
+				defer burst.Done()
+				_, err := a.TryAcquire(ctxT(t), connect.NewRequest(&v1.TryAcquireRequest{Name: "storm", TtlMs: 5000}))
+				if connect.CodeOf(err) == connect.CodeResourceExhausted {
+					refused.Add(1)
+				}
+			}()
+		}
+		burst.Wait()
+	}
+	if refused.Load() == 0 {
+		t.Error("neither the flood nor three times the burst at once was refused: the limits did not engage")
 	}
 	if judge && slices.Min(ratios) > 2 {
 		t.Errorf("tenant b p99 ratios %.2f while tenant a floods; want one within 2× of its quiet p99", ratios)
