@@ -327,12 +327,15 @@ func hasHeader(v []byte, s Secret) bool {
 	return len(v) > len(h) && string(v[:len(h)]) == h
 }
 
-func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
-	rr := r.GetResponseRange()
-	if rr == nil || len(rr.Kvs) == 0 {
+// firstKV is the first key a range response of a transaction read, or nil.
+func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue { return firstOf(r.GetResponseRange().GetKvs()) }
+
+// firstOf is kvs' first key, or nil.
+func firstOf(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
 		return nil
 	}
-	return rr.Kvs[0]
+	return kvs[0]
 }
 
 // Waiter is an enqueued acquire that has not been granted yet. Call Wait

@@ -164,13 +164,6 @@ func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
 	}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
 }
 
-// delayDue reports whether a holder key with a value asking for a
-// lock-delay left: a hub's cue to make its next grants look.
-func delayDue(v []byte) bool {
-	_, m, err := decodeValue(v)
-	return err == nil && m.Delay > 0
-}
-
 // pendingDelays reads name's delay records whose holder key is gone, as
 // of now.
 func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord, error) {

@@ -112,11 +112,7 @@ func (e *Engine) Leader(ctx context.Context, election string) (*Leader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: read leader: %w", err)
 	}
-	var kv *mvccpb.KeyValue
-	if len(resp.Kvs) > 0 {
-		kv = resp.Kvs[0]
-	}
-	l, err := leaderOf(kv)
+	l, err := leaderOf(firstOf(resp.Kvs))
 	if err == nil && l == nil {
 		err = fmt.Errorf("%w: election %q", ErrNoLeader, election)
 	}

@@ -65,14 +65,7 @@ type endSpace struct {
 
 type endSub struct {
 	rev  int64
-	wake chan struct{}
-}
-
-func (s *endSub) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	wake wakeup
 }
 
 func newEndWatch(e *Engine) *endWatch {
@@ -82,7 +75,7 @@ func newEndWatch(e *Engine) *endWatch {
 // subscribe registers an awaiter of key, a key of the space ks created at
 // rev, starting the space's watches with its first.
 func (w *endWatch) subscribe(ks keys, key string, rev int64) (*endSub, func()) {
-	sub := &endSub{rev: rev, wake: make(chan struct{}, 1)}
+	sub := &endSub{rev: rev, wake: newWakeup()}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sp := w.spaces[ks.prefix]
@@ -173,7 +166,7 @@ func (w *endWatch) put(sp *endSpace, kv *mvccpb.KeyValue) {
 	defer w.mu.Unlock()
 	for sub := range sp.subs[key] {
 		if sub.rev == rev {
-			sub.signal()
+			sub.wake.signal()
 		}
 	}
 }
@@ -183,7 +176,7 @@ func (w *endWatch) wakeAll(sp *endSpace) {
 	defer w.mu.Unlock()
 	for _, m := range sp.subs {
 		for sub := range m {
-			sub.signal()
+			sub.wake.signal()
 		}
 	}
 }

@@ -30,21 +30,15 @@ import (
 //
 // Waiters register with their key's create revision and their attempt's
 // mod revision. After every revision's events (a transaction's, applied
-// together) the hub judges each waiter against the view at that revision R
-// (see doc.go, "The name hub"): its key
-// gone or created again → ErrLeaseLost; its key written by another
-// attempt → ErrSuperseded; fewer keys with a lower create revision than
-// its semaphore limit, all with its limit (for a lock: none) → it holds,
-// granted with no further read; otherwise the count of keys ahead, from
-// which its position follows. A waiter is woken only when its verdict changes in a way it
-// acts on: first, an error, or a position it has not been told to wait
-// for (see wait.go on pacing).
+// together) the hub judges each waiter against the view at that revision
+// (doc.go, "The name hub"; judgeLocked), and wakes it only when its verdict
+// changes in a way it acts on (wait.go on pacing).
 
 // viewKey is one key of a hub's view.
 type viewKey struct {
 	create, mod, lease int64
 	limit              int           // the semaphore limit its value records (limitOf)
-	delay              bool          // its value asks for a lock-delay (delayDue)
+	delay              bool          // its value asks for a lock-delay (delay.go)
 	session            bool          // its value says it is a session's lock
 	ttl                time.Duration // a lock with a lease of its own: its TTL
 }
@@ -82,7 +76,7 @@ type hubWaiter struct {
 	mod       int64 // the attempt's last write: its ownership
 	limit     int   // its semaphore limit, 1 for a lock
 	positions bool  // the waiter reports positions
-	wake      chan struct{}
+	wake      wakeup
 
 	// Guarded by h.mu.
 	st    hubStatus
@@ -142,18 +136,16 @@ func (w *hubWaiter) setPaced(p bool) {
 	w.h.mu.Unlock()
 }
 
-func (w *hubWaiter) signal() {
+// wakeup wakes one goroutine: a signal while one is pending is dropped.
+type wakeup chan struct{}
+
+func newWakeup() wakeup { return make(wakeup, 1) }
+
+func (w wakeup) signal() {
 	select {
-	case w.wake <- struct{}{}:
+	case w <- struct{}{}:
 	default:
 	}
-}
-
-// viewRev is the revision the hub's view is exact at now.
-func (w *hubWaiter) viewRev() int64 {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
-	return w.h.rev
 }
 
 type nameHub struct {
@@ -200,7 +192,7 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 	h.refs++
 	s.mu.Unlock()
 
-	w := &hubWaiter{h: h, key: key, create: create, mod: mod, limit: max(limit, 1), positions: positions, wake: make(chan struct{}, 1)}
+	w := &hubWaiter{h: h, key: key, create: create, mod: mod, limit: max(limit, 1), positions: positions, wake: newWakeup()}
 	h.mu.Lock()
 	h.waiters[w] = struct{}{}
 	if s.e.ctx.Err() != nil {
@@ -211,9 +203,8 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 	return w
 }
 
-// hubLocked returns prefix's hub, starting it if there is none. ctx is
-// the caller's: the hub started for it carries its values (the explorer's
-// actor identity), not its cancellation.
+// hubLocked returns prefix's hub, starting it for ctx (as register) if
+// there is none.
 func (s *hubSet) hubLocked(ctx context.Context, prefix, delays string) *nameHub {
 	h := s.hubs[prefix]
 	if h == nil {
@@ -346,7 +337,7 @@ func (h *nameHub) run(ctx context.Context) {
 		// The engine closed under its waiters (a hub whose waiters all
 		// left has none).
 		w.st.err = fmt.Errorf("%w: the engine closed while the waiter waited", ErrClosed)
-		w.signal()
+		w.wake.signal()
 	}
 }
 
@@ -375,9 +366,8 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
-		parkedNow := false
-		if e.hooks != nil {
-			parkedNow = true
+		parkedNow := e.hooks != nil
+		if parkedNow {
 			e.hooks.park(ctx, parked{hub: true, prefix: h.prefix, viewRev: h.viewRev, closing: h.closing})
 		}
 		select {
@@ -414,6 +404,7 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	}
 }
 
+// viewRev is the revision the hub's view is exact at now.
 func (h *nameHub) viewRev() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -590,11 +581,11 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
 	w.st = st
 	switch {
 	case st.err != nil, st.holds:
-		w.signal()
+		w.wake.signal()
 	case prev.rev == 0 && w.positions:
-		w.signal() // first verdict: the waiter learns its position
+		w.wake.signal() // first verdict: the waiter learns its position
 	case w.positions && st.pos != prev.pos && (!w.paced || st.pos <= 1):
-		w.signal()
+		w.wake.signal()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,7 +127,7 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 			return r.ttl, r.sent, r.err
 		case <-hedge.C:
 			k.mu.Lock()
-			if !s.dead && len(s.fifo) > 0 && s.fifo[0] != f && pending(s, f) {
+			if !s.dead && len(s.fifo) > 0 && s.fifo[0] != f && slices.Contains(s.fifo, f) {
 				now := time.Now()
 				if s2, err := k.pickLocked(now, s); err == nil && s2 != s {
 					if f2, err := k.sendOnLocked(s2, int64(id), now); err == nil {
@@ -139,12 +140,7 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 		case <-ctx.Done():
 			k.mu.Lock()
 			for _, f := range sent {
-				for i, c := range f.waiters {
-					if c == ch {
-						f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
-						break
-					}
-				}
+				f.waiters = slices.DeleteFunc(f.waiters, func(c chan keepAliveResult) bool { return c == ch })
 			}
 			// The requests stay in their streams' FIFOs: their answers will
 			// come, and must be matched to them, not to later requests.
@@ -162,16 +158,6 @@ func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
 	defer k.mu.Unlock()
 	for _, s := range k.streams {
 		if s.byLease[int64(id)] != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// pending reports whether f still waits for its answer on s.
-func pending(s *kaStream, f *inflight) bool {
-	for _, g := range s.fifo {
-		if g == f {
 			return true
 		}
 	}
@@ -318,12 +304,7 @@ func (k *keepAliver) failLocked(s *kaStream, err error) {
 	}
 	s.fifo, s.byLease = nil, nil
 	s.cancel()
-	for i, o := range k.streams {
-		if o == s {
-			k.streams = append(k.streams[:i], k.streams[i+1:]...)
-			break
-		}
-	}
+	k.streams = slices.DeleteFunc(k.streams, func(o *kaStream) bool { return o == s })
 }
 
 func (k *keepAliver) close() {

@@ -39,6 +39,16 @@ func valueHeader(s Secret) string {
 	return "lg1 " + hex.EncodeToString(h[:]) + "\n"
 }
 
+// handleCmps are the compares proving that key is h's key — its create
+// revision, its lease — then extra, then ownerCmps for h's secret.
+func handleCmps(key string, h Handle, extra ...clientv3.Cmp) []clientv3.Cmp {
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
+		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
+	}, extra...)
+	return append(cmps, ownerCmps(key, h.Secret)...)
+}
+
 // ownerCmps are the compares proving that key carries the owner's secret:
 // every transaction that acts for an owner includes them.
 func ownerCmps(key string, s Secret) []clientv3.Cmp {

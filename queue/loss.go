@@ -101,8 +101,11 @@ func (e *Engine) learnSessionTTL(lease clientv3.LeaseID, ttl time.Duration) {
 
 // sessionRecordTTL is the TTL of the session record op read; 0 when
 // there was none.
-func sessionRecordTTL(op *pb.ResponseOp) time.Duration {
-	return time.Duration(decodeSession(firstKV(op).GetValue()).TTL) * time.Second
+func sessionRecordTTL(op *pb.ResponseOp) time.Duration { return sessionTTLOf(firstKV(op)) }
+
+// sessionTTLOf is the TTL session record kv records; 0 for nil.
+func sessionTTLOf(kv *mvccpb.KeyValue) time.Duration {
+	return time.Duration(decodeSession(kv.GetValue()).TTL) * time.Second
 }
 
 // learnSessionRecord is sessionRecordTTL, learnt as lease's.
@@ -125,10 +128,7 @@ func (e *Engine) knownSessionTTL(ctx context.Context, lease clientv3.LeaseID) (t
 	if err != nil {
 		return 0, fmt.Errorf("queue: read the session: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	ttl := time.Duration(decodeSession(resp.Kvs[0].Value).TTL) * time.Second
+	ttl := sessionTTLOf(firstOf(resp.Kvs))
 	e.learnSessionTTL(lease, ttl)
 	return ttl, nil
 }
@@ -191,7 +191,7 @@ func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk vie
 		if s == nil {
 			return lossClean, 0, nil // its owner closed the session first
 		}
-		ttl = time.Duration(decodeSession(s.Value).TTL) * time.Second
+		ttl = sessionTTLOf(s)
 	}
 	return lossUnclean, ttl, nil
 }

@@ -84,11 +84,8 @@ type holdsValue struct {
 // A record that cannot be read counts as that one hold, which can only
 // withhold a release, never make one.
 func decodeHolds(kv *mvccpb.KeyValue) []holdEntry {
-	if kv == nil {
-		return []holdEntry{{}}
-	}
 	var v holdsValue
-	if json.Unmarshal(kv.Value, &v) != nil || len(v.Holds) == 0 {
+	if kv == nil || json.Unmarshal(kv.Value, &v) != nil || len(v.Holds) == 0 {
 		return []holdEntry{{}}
 	}
 	return v.Holds
@@ -211,10 +208,7 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	if err != nil {
 		return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 	}
-	var rec *mvccpb.KeyValue
-	if len(hr.Kvs) > 0 {
-		rec = hr.Kvs[0]
-	}
+	rec := firstOf(hr.Kvs)
 	holds := decodeHolds(rec)
 	nonce := newAttempt()
 	i := holdOf(holds, rid)
@@ -287,11 +281,7 @@ func (e *Engine) dropHold(ctx context.Context, h Handle, rec *mvccpb.KeyValue, n
 	rest := slices.Delete(slices.Clone(holds), i, i+1)
 	key := e.keys.waiter(h.Name, h.WaiterID)
 	hkey := string(rec.Key)
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision),
-	}, ownerCmps(key, h.Secret)...)
+	cmps := handleCmps(key, h, clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision))
 	if keyMod != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", keyMod))
 	}
@@ -374,11 +364,7 @@ func (e *Engine) dropHoldOwned(ctx context.Context, g Grant) {
 func (e *Engine) fenceHolds(ctx context.Context, h Handle, rec *mvccpb.KeyValue) (final bool, err error) {
 	key := e.keys.waiter(h.Name, h.WaiterID)
 	hkey := e.keys.holds(h.Name, h.WaiterID, h.Revision)
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
-	}, ownerCmps(key, h.Secret)...)
+	cmps := handleCmps(key, h, clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()))
 	resp, err := e.cli.Txn(ctx).If(cmps...).
 		Then(clientv3.OpPut(hkey, encodeHolds(decodeHolds(rec)), clientv3.WithLease(h.Lease))).Commit()
 	if err != nil {

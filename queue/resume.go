@@ -87,10 +87,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 			e.att.release(att)
 			return nil, fmt.Errorf("queue: resume: %w", err)
 		}
-		var rec *mvccpb.KeyValue
-		if len(hr.Kvs) > 0 {
-			rec = hr.Kvs[0]
-		}
+		rec := firstOf(hr.Kvs)
 		if rec != nil && holdIndex(decodeHolds(rec), "") < 0 {
 			e.att.release(att)
 			return nil, fmt.Errorf("%w: the lock acquired under this request id was released; the session's other holds keep it: acquire re-entrant to add a hold, or use another request id", ErrReleased)

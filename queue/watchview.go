@@ -157,19 +157,12 @@ type watchView struct {
 // watchSub is one subscriber of a view.
 type watchSub struct {
 	v    *watchView
-	wake chan struct{}
+	wake wakeup
 
 	// Guarded by v.mu.
 	queue []WatchBatch
 	n     int // events in queue
 	err   error
-}
-
-func (sub *watchSub) signal() {
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
 }
 
 // take returns the subscriber's queued batches and, once it has ended,
@@ -192,11 +185,11 @@ func (s *watchSet) newView(id viewID) *watchView {
 
 // addLocked subscribes a new watcher and queues the ring's batches for it.
 func (v *watchView) addLocked(ring bool) *watchSub {
-	sub := &watchSub{v: v, wake: make(chan struct{}, 1)}
+	sub := &watchSub{v: v, wake: newWakeup()}
 	v.subs[sub] = struct{}{}
 	if ring && len(v.ring) > 0 {
 		sub.queue = slices.Clone(v.ring)
-		sub.signal()
+		sub.wake.signal()
 	}
 	return sub
 }
@@ -242,7 +235,7 @@ func (v *watchView) publishLocked(b WatchBatch) {
 			sub.queue, sub.n, sub.err = nil, 0, errWatchLagging
 			delete(v.subs, sub)
 		}
-		sub.signal()
+		sub.wake.signal()
 	}
 }
 
@@ -254,7 +247,7 @@ func (v *watchView) endLocked(err error) {
 	v.err = err
 	for sub := range v.subs {
 		sub.err = err
-		sub.signal()
+		sub.wake.signal()
 	}
 	v.ring = nil
 	if v.cancel != nil {
