@@ -167,20 +167,9 @@ func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
 // pendingDelays reads name's delay records whose holder key is gone, as
 // of now.
 func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord, error) {
-	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(e.keys.delayPrefix(name), clientv3.WithPrefix()),
-		clientv3.OpGet(e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-	).Commit()
+	kvs, live, err := e.delaysNow(ctx, e.keys.delayPrefix(name), e.keys.namePrefix(name))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read lock-delays: %w", err)
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	live := map[int64]bool{}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-		live[kv.CreateRevision] = true
+		return nil, err
 	}
 	var out []delayRecord
 	for _, kv := range kvs {
@@ -196,6 +185,23 @@ func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord,
 		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// delaysNow reads, in one revision, the delay records under delays and
+// the create revisions of the keys under prefix, their name's.
+func (e *Engine) delaysNow(ctx context.Context, delays, prefix string) ([]*mvccpb.KeyValue, map[int64]bool, error) {
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(delays, clientv3.WithPrefix()),
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: read lock-delays: %w", err)
+	}
+	live := map[int64]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		live[kv.CreateRevision] = true
+	}
+	return resp.Responses[0].GetResponseRange().GetKvs(), live, nil
 }
 
 // stampDelay stamps rec with the moment at, its first sighting, unless

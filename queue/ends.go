@@ -18,12 +18,11 @@ import (
 // tells it sooner: it blocks while the lock is held and returns how it
 // ended as soon as this engine learns of it. An eviction writes its audit
 // record, and the first gateway to see an unclean loss writes its wait
-// record (loss.go); both are rare, so the engine keeps one watch over each
-// of the two prefixes of a key space while any AwaitEnd of that space
-// runs, whichever gateway wrote them, and wakes the awaiters of the key
-// they concern, which then read how the key ended (endOf). A failed watch wakes every awaiter, which
-// proves its lock again. A lock released by its holder is not waited on:
-// the holder ends its AwaitEnd itself.
+// record (loss.go); both are rare, so while any AwaitEnd of a key space
+// runs the engine watches the two prefixes, whichever gateway wrote them,
+// and wakes the awaiters of the key they concern, which then read how the
+// key ended (endOf). A failed watch wakes every awaiter, which proves its
+// lock again. A holder that releases its lock ends its AwaitEnd itself.
 
 // EndKind is how a held lock ended.
 type EndKind int
@@ -333,10 +332,8 @@ func (e *Engine) gaveUp(ctx context.Context, key string, rev int64) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
-		return false, nil
-	}
-	return string(resp.Kvs[0].Value) == markGiveUp+e.keys.rel(key), nil
+	m := firstOf(resp.Kvs)
+	return m != nil && m.ModRevision == rev && string(m.Value) == markGiveUp+e.keys.rel(key), nil
 }
 
 // auditAt reads the audit record written at rev, nil when there is none
@@ -346,11 +343,8 @@ func (e *Engine) auditAt(ctx context.Context, rev int64) (*AuditRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
-	}
 	var rec AuditRecord
-	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
+	if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
 		return nil, nil
 	}
 	return &rec, nil

@@ -25,11 +25,10 @@ import (
 // vanish on their own without a revocation each.
 //
 // A traced waiter reads the record when its name's hub (hub.go) finds it
-// first — an untraced one never does — and links its grant span to the
-// release only when the record names the very key whose deletion made it
-// first and was written after the waiter enqueued; an expired holder, or a release not traced, leaves no
-// link. Untraced releases write nothing: with tracing off, the release
-// transaction is exactly the compare-and-delete.
+// first, and links its grant span to the release only when the record
+// names the very key whose deletion made it first and was written after
+// the waiter enqueued. Untraced releases write nothing: with tracing off,
+// the release transaction is exactly the compare-and-delete.
 const (
 	handoffTTL    = 60 * time.Second
 	handoffRotate = 15 * time.Second

@@ -55,17 +55,14 @@ func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
 
 // hubStatus is the hub's verdict on one waiter, exact at revision rev.
 type hubStatus struct {
-	rev     int64     // the view revision it is exact at; 0 until known
-	ahead   int64     // keys with a lower create revision
-	holds   bool      // fewer than limit keys ahead, all with the waiter's limit
-	pos     int64     // the position to report (position)
-	delayed bool      // the name may have lock-delay records (delay.go)
-	pred    int64     // create revision of the key right ahead; 0 when first
-	left    string    // the last key ahead seen to go (the handoff record names it)
-	leftRev int64     // the revision of its deletion
-	leftAt  time.Time // when the hub saw it go, on the engine's clock
-	leftKey viewKey   // what the view knew of it
-	err     error     // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
+	rev     int64  // the view revision it is exact at; 0 until known
+	ahead   int64  // keys with a lower create revision
+	holds   bool   // fewer than limit keys ahead, all with the waiter's limit
+	pos     int64  // the position to report (position)
+	delayed bool   // the name may have lock-delay records (delay.go)
+	pred    int64  // create revision of the key right ahead; 0 when first
+	left    string // the last key ahead seen to go (the handoff record names it)
+	err     error  // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
 }
 
 // hubWaiter is one waiter registered with a hub.
@@ -104,23 +101,13 @@ func (w *hubWaiter) pendingRecords(ctx context.Context) (bool, error) {
 		live[c] = true
 	}
 	h.mu.Unlock()
-	e := h.set.e
-	resp, err := e.cli.Get(ctx, h.delays, clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		now, err := e.cli.Txn(ctx).Then(
-			clientv3.OpGet(h.delays, clientv3.WithPrefix()),
-			clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		).Commit()
-		if err != nil {
-			return true, fmt.Errorf("queue: read lock-delays: %w", err)
-		}
-		live = map[int64]bool{}
-		for _, kv := range now.Responses[1].GetResponseRange().GetKvs() {
-			live[kv.CreateRevision] = true
-		}
-		resp = (*clientv3.GetResponse)(now.Responses[0].GetResponseRange())
+	var kvs []*mvccpb.KeyValue
+	if resp, err := h.set.e.cli.Get(ctx, h.delays, clientv3.WithPrefix(), clientv3.WithRev(rev)); err == nil {
+		kvs = resp.Kvs
+	} else if kvs, live, err = h.set.e.delaysNow(ctx, h.delays, h.prefix); err != nil {
+		return true, err
 	}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if rec, ok := parseDelay(kv); !ok || !live[rec.rev] {
 			return true, nil
 		}
@@ -198,7 +185,7 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 	if s.e.ctx.Err() != nil {
 		w.st.err = fmt.Errorf("%w: the engine is closed", ErrClosed)
 	}
-	h.judgeLocked(w, nil)
+	h.judgeLocked(w, "")
 	h.mu.Unlock()
 	return w
 }
@@ -450,7 +437,7 @@ func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, recs []*mvccpb.KeyV
 	slices.Sort(h.order)
 	h.rev = rev
 	for w := range h.waiters {
-		h.judgeLocked(w, nil)
+		h.judgeLocked(w, "")
 	}
 	return h.expiredLocked(h.set.e.cfg.Clock.Now())
 }
@@ -465,8 +452,8 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 	defer h.mu.Unlock()
 	var gone []expiry
 	type leftKey struct {
-		key string
-		vk  viewKey
+		key    string
+		create int64
 	}
 	var left []leftKey
 	now := h.set.e.cfg.Clock.Now()
@@ -500,7 +487,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 			}
 			delete(h.keys, key)
 			h.removeLocked(old.create)
-			left = append(left, leftKey{key, *old})
+			left = append(left, leftKey{key, old.create})
 			h.delayed = h.delayed || old.delay
 			if watched := h.watched[key] == old.create; watched || old.delay {
 				if watched {
@@ -512,17 +499,13 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 	}
 	h.rev = evs[len(evs)-1].Kv.ModRevision
 	for w := range h.waiters {
-		var gone *leftKey
-		for i, g := range left {
-			if g.vk.create < w.create {
-				gone = &left[i]
+		ahead := "" // the last key ahead of w that the revision deleted
+		for _, g := range left {
+			if g.create < w.create {
+				ahead = g.key
 			}
 		}
-		if gone != nil {
-			h.judgeLocked(w, &leftAhead{key: gone.key, rev: h.rev, at: now, vk: gone.vk})
-		} else {
-			h.judgeLocked(w, nil)
-		}
+		h.judgeLocked(w, ahead)
 	}
 	return gone
 }
@@ -534,27 +517,19 @@ func (h *nameHub) removeLocked(create int64) {
 	}
 }
 
-// leftAhead is a key ahead of a waiter that a revision deleted.
-type leftAhead struct {
-	key string
-	rev int64
-	at  time.Time
-	vk  viewKey
-}
-
 // judgeLocked gives w its verdict at the view's revision and wakes it when
 // the change is one it acts on. left, when set, is a key ahead of w that
 // this revision deleted.
-func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
+func (h *nameHub) judgeLocked(w *hubWaiter, left string) {
 	if w.st.err != nil || h.rev == 0 || h.rev < w.mod {
 		// Over; or the view does not yet reach the attempt's own write
 		// (its event is on its way).
 		return
 	}
 	prev := w.st
-	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev, leftAt: prev.leftAt, leftKey: prev.leftKey, delayed: h.delayed}
-	if left != nil {
-		st.left, st.leftRev, st.leftAt, st.leftKey = left.key, left.rev, left.at, left.vk
+	st := hubStatus{rev: h.rev, left: prev.left, delayed: h.delayed}
+	if left != "" {
+		st.left = left
 	}
 	k := h.keys[w.key]
 	switch {

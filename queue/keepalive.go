@@ -13,30 +13,27 @@ import (
 )
 
 // keepAliver renews leases over long-lived LeaseKeepAlive streams shared by
-// every renewal of the engine. etcd's leader renews leases in memory, so a
-// renewal is cheap for etcd; opening a gRPC stream per renewal is not.
+// every renewal of the engine: etcd's leader renews leases in memory, so a
+// renewal is cheap for etcd, but a gRPC stream per renewal is not. Two
+// facts of etcd's side shape it:
 //
-// Two facts of etcd's side shape it:
-//
-//   - A stream's requests are answered one at a time, in the order they
-//     were sent. So each stream keeps its requests in one FIFO and matches
-//     every answer to its head: an answer is never credited to a request
-//     sent later than the one it answers.
+//   - A stream's requests are answered one at a time, in the order sent.
+//     So each stream keeps its requests in one FIFO and matches every
+//     answer to its head: an answer is never credited to a later request.
 //   - Renewing a lease that has expired but is not yet revoked blocks until
 //     etcd revokes it, and revocations are rate-limited (1,000/s by
-//     default). When many leases expire at once, a renewal of one of them
-//     holds up every request behind it on its stream. So a new request is
-//     never queued behind one that has waited longer than stuckAfter: it
-//     goes to another stream, opened if needed, up to maxStreams; and a
-//     request already queued behind a stuck one is sent again elsewhere.
+//     default), holding up every request behind it on its stream. So a new
+//     request is never queued behind one that has waited longer than
+//     stuckAfter: it goes to another stream, opened if needed, up to
+//     maxStreams; and a request already queued behind a stuck one is sent
+//     again elsewhere.
 //
-// A renewal may join a request for the same lease that is already in
-// flight only if that request was sent at most joinWindow before the
-// renewal began; it then reports that request's send time, so the
-// deadline it yields (send time + TTL) stays conservative and the callers'
-// Valid (measured from their own start) is short by at most joinWindow.
-// An older request in flight is never joined: its answer would be credited
-// to a renewal that arrived after it was sent.
+// A renewal may join a request for the same lease already in flight only
+// if it was sent at most joinWindow before the renewal began; it then
+// reports that request's send time, so its deadline (send time + TTL)
+// stays conservative and the callers' Valid is short by at most
+// joinWindow. An older request is never joined: its answer would be
+// credited to a renewal that arrived after it was sent.
 type keepAliver struct {
 	cli *clientv3.Client
 	now func() time.Time

@@ -29,11 +29,10 @@ func NewSecret() (Secret, error) {
 
 // valueHeader is the fixed prefix of every waiter and session value: a
 // version tag and the hex SHA-256 of the owner's secret, then a newline.
-// Renew and release
-// prove ownership inside their transaction by comparing the value to lie
-// strictly between header and header+"\xff": exactly the values that begin
-// with the header, since the JSON that follows is UTF-8 and UTF-8 never
-// contains the byte 0xff.
+// Renew and release prove ownership inside their transaction by comparing
+// the value to lie strictly between header and header+"\xff": exactly the
+// values that begin with the header, since the JSON that follows is UTF-8
+// and UTF-8 never contains the byte 0xff.
 func valueHeader(s Secret) string {
 	h := sha256.Sum256(s[:])
 	return "lg1 " + hex.EncodeToString(h[:]) + "\n"

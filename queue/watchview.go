@@ -176,11 +176,13 @@ func (sub *watchSub) take() ([]WatchBatch, error) {
 	return q, sub.err
 }
 
-// newView is a view of id with no state yet.
-func (s *watchSet) newView(id viewID) *watchView {
+// newViewLocked adds a view of id, with no state yet, to the set, and
+// subscribes its first watcher.
+func (s *watchSet) newViewLocked(id viewID) (*watchView, *watchSub) {
 	v := &watchView{set: s, id: id, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
 	v.drained.L = &v.mu
-	return v
+	s.views[id] = v
+	return v, v.addLocked(false)
 }
 
 // addLocked subscribes a new watcher and queues the ring's batches for it.
@@ -351,9 +353,7 @@ func (s *watchSet) join(ctx context.Context, ks keys, prefix string, from int64,
 		v := s.views[id]
 		if v == nil {
 			// The first watcher of the prefix loads its view.
-			v = s.newView(id)
-			sub := v.addLocked(false)
-			s.views[id] = v
+			v, sub := s.newViewLocked(id)
 			s.mu.Unlock()
 			st := s.newState(ks, id)
 			if err := st.load(ctx, s.e.cli, from); err != nil {
@@ -441,9 +441,7 @@ func (s *watchSet) tryJoin(st *viewState) (*watchSub, bool) {
 	s.mu.Lock()
 	v := s.views[st.id]
 	if v == nil {
-		v = s.newView(st.id)
-		sub := v.addLocked(false)
-		s.views[st.id] = v
+		v, sub := s.newViewLocked(st.id)
 		s.mu.Unlock()
 		s.start(v, st)
 		return sub, true
