@@ -311,7 +311,7 @@ func (e *Engine) readEnd(ctx context.Context, key string, h Handle) (endFacts, e
 	if prev == nil {
 		return endFacts{}, fmt.Errorf("queue: no value of %q before its deletion", key)
 	}
-	kind, _, err := e.classifyLoss(ctx, key, rev, viewKey{create: h.Revision, lease: int64(h.Lease), session: h.Session})
+	kind, err := e.classifyLoss(ctx, key, rev, h)
 	if err != nil {
 		return endFacts{}, err
 	}

@@ -37,18 +37,15 @@ import (
 // viewKey is one key of a hub's view.
 type viewKey struct {
 	create, mod, lease int64
-	limit              int           // the semaphore limit its value records (limitOf)
-	delay              bool          // its value asks for a lock-delay (delay.go)
-	session            bool          // its value says it is a session's lock
-	ttl                time.Duration // a lock with a lease of its own: its TTL
+	limit              int  // the semaphore limit its value records (limitOf)
+	delay              bool // its value asks for a lock-delay (delay.go)
 }
 
 // viewKeyOf is kv as a view records it.
 func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
-	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: 0}
+	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease}
 	if _, m, err := decodeValue(kv.Value); err == nil {
-		k.limit, k.delay, k.session = max(m.Limit, 1), m.Delay > 0, m.Session
-		k.ttl = time.Duration(m.TTL) * time.Second
+		k.limit, k.delay = max(m.Limit, 1), m.Delay > 0
 	}
 	return k
 }
@@ -265,8 +262,7 @@ func (s *hubSet) watchHolder(ctx context.Context, prefix, delays, key string, cr
 // expiry is a watched holder's key seen gone at a moment.
 type expiry struct {
 	key     string
-	vk      viewKey   // what the view knew of it (zero when it left unseen)
-	rev     int64     // the revision that deleted it; 0 when unseen
+	create  int64     // its create revision
 	at      time.Time // when the hub saw it gone
 	watched bool      // it was on the watch list, and held a reference
 }
@@ -277,7 +273,7 @@ func (h *nameHub) expiredLocked(at time.Time) []expiry {
 	var out []expiry
 	for key, create := range h.watched {
 		if k := h.keys[key]; k == nil || k.create != create {
-			out = append(out, expiry{key: key, vk: viewKey{create: create}, at: at, watched: true})
+			out = append(out, expiry{key: key, create: create, at: at, watched: true})
 			delete(h.watched, key)
 		}
 	}
@@ -493,7 +489,7 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 				if watched {
 					delete(h.watched, key)
 				}
-				gone = append(gone, expiry{key: key, vk: *old, rev: evs[0].Kv.ModRevision, at: now, watched: watched})
+				gone = append(gone, expiry{key: key, create: old.create, at: now, watched: watched})
 			}
 		}
 	}

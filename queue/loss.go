@@ -157,43 +157,29 @@ func (e *Engine) lossWait(d, ttl time.Duration) time.Duration {
 	return d
 }
 
-// classifyLoss says how the holder key key of name, as the view knew it
-// (vk), ended at revision rev (0 when unknown: it is found from etcd's
-// history), and the TTL its holder's belief may have lasted for.
-func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk viewKey) (lossKind, time.Duration, error) {
-	if rev == 0 {
-		var err error
-		if rev, _, err = e.deletionRev(ctx, key, vk.create); err != nil {
-			// History gone: nothing can tell, so it may have been unclean.
-			return lossUnclean, vk.ttl, nil
-		}
-	}
+// classifyLoss says how h's key, key, ended at revision rev.
+func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, h Handle) (lossKind, error) {
 	ops := []clientv3.Op{clientv3.OpGet(e.keys.mark(), clientv3.WithRev(rev))}
-	if vk.session {
-		ops = append(ops, clientv3.OpGet(e.keys.session(clientv3.LeaseID(vk.lease)), clientv3.WithRev(rev-1)))
+	if h.Session {
+		ops = append(ops, clientv3.OpGet(e.keys.session(h.Lease), clientv3.WithRev(rev-1)))
 	}
 	resp, err := e.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return lossUnclean, vk.ttl, fmt.Errorf("queue: read how a holder ended: %w", err)
+		return lossUnclean, fmt.Errorf("queue: read how a holder ended: %w", err)
 	}
 	rel := e.keys.rel(key)
 	if m := firstKV(resp.Responses[0]); m != nil && m.ModRevision == rev {
 		switch string(m.Value) {
 		case rel, markGiveUp + rel:
-			return lossClean, 0, nil
+			return lossClean, nil
 		case markForce + rel:
-			return lossEvicted, 0, nil
+			return lossEvicted, nil
 		}
 	}
-	ttl := vk.ttl
-	if vk.session {
-		s := firstKV(resp.Responses[1])
-		if s == nil {
-			return lossClean, 0, nil // its owner closed the session first
-		}
-		ttl = sessionTTLOf(s)
+	if h.Session && firstKV(resp.Responses[1]) == nil {
+		return lossClean, nil // its owner closed the session first
 	}
-	return lossUnclean, ttl, nil
+	return lossUnclean, nil
 }
 
 // deletionRev finds the revision that deleted key, created at create, in
@@ -266,7 +252,7 @@ func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) (bool
 			continue
 		}
 		rec, ok := parseDelay(kv)
-		if !ok || rec.rev != g.vk.create {
+		if !ok || rec.rev != g.create {
 			continue // another key's
 		}
 		waits = true
