@@ -363,10 +363,10 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 	}
 	if r.Reentrant {
 		g, err := e.reenter(ctx, &r)
-		if err != nil || g != nil {
-			if err != nil {
-				return nil, err
-			}
+		if err != nil {
+			return nil, err
+		}
+		if g != nil {
 			return &Waiter{e: e, r: r, began: began, reentered: g}, nil
 		}
 	}
@@ -458,10 +458,11 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		return TryResult{}, err
 	}
 	if r.Reentrant {
-		if g, err := e.reenter(ctx, &r); err != nil || g != nil {
-			if err != nil {
-				return TryResult{}, err
-			}
+		g, err := e.reenter(ctx, &r)
+		if err != nil {
+			return TryResult{}, err
+		}
+		if g != nil {
 			return TryResult{Acquired: true, Grant: *g}, nil
 		}
 	}

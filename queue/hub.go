@@ -16,17 +16,17 @@ import (
 //
 // An engine keeps one hub per name that has local waiters, in each key
 // space (hubs are kept by the name's key prefix, which names the space):
-// one prefix watch over the name's keys and, in memory, an ordered view of its queue
-// — every key with its create revision, mod revision and lease — that is
-// exactly etcd's state of the prefix at a known revision. The view is
-// built from a read at revision R0 and the watch's events from R0+1 on:
-// the watch is created first (at the current revision, so etcd never has
+// one prefix watch over the name's keys and, in memory, an ordered view of
+// its queue — every key with its create revision, mod revision and lease —
+// that is exactly etcd's state of the prefix at a known revision. The view
+// is built from a read at revision R0 and the watch's events from R0+1 on:
+// the watch is created first, at the current revision (so etcd has no
 // history to catch up on for it, which it would deliver only every
-// 100 ms) and its created notice names R0; the read is made at R0. etcd
+// 100 ms), and its created notice names R0; the read is made at R0. etcd
 // delivers every later revision of the prefix in order, so the view after
-// applying the event of revision R is etcd's state at R. A watch that fails
-// (compaction, cancellation, a lost leader) is replaced and the view built
-// again from a fresh read; every waiter is judged again against it.
+// applying the event of revision R is etcd's state at R. A watch that
+// fails (compaction, cancellation, a lost leader) is replaced and the view
+// built again from a fresh read; every waiter is judged again against it.
 //
 // Waiters register with their key's create revision and their attempt's
 // mod revision. After every revision's events (a transaction's, applied
@@ -290,7 +290,7 @@ func (h *nameHub) stamp(ctx context.Context, gone []expiry) {
 			refs++
 		}
 		e.background(ctx, "stamp", e.cfg.RequestTimeout, func(ctx context.Context) {
-			_, _ = e.observeLoss(ctx, h.delays, g)
+			e.observeLoss(ctx, h.delays, g)
 		})
 	}
 	h.set.unref(h, refs)

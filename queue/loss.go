@@ -237,31 +237,24 @@ func (e *Engine) watchDeletion(ctx context.Context, key string, create, from int
 // observeLoss stamps, with the moment a hub saw g's key go (g.at), the
 // delay and holder records g's key left behind: a clean end took them
 // with the key (a force-release left its lock-delay stamped already), so a
-// record still there is an expiry or a loss, waited out from now. It
-// reports whether one was.
-func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) (bool, error) {
+// record still there is an expiry or a loss, waited out from now. A
+// failure leaves the record to the next look (an acquire, the sweep).
+func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) {
 	wid := g.key[strings.LastIndexByte(g.key, '/')+1:]
 	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(delays+wid), clientv3.OpGet(delays+wid+".h")).Commit()
 	if err != nil {
-		return true, fmt.Errorf("queue: read a holder's records: %w", err)
+		return
 	}
-	waits := false
 	for _, r := range resp.Responses {
 		kv := firstKV(r)
 		if kv == nil {
 			continue
 		}
-		rec, ok := parseDelay(kv)
-		if !ok || rec.rev != g.create {
-			continue // another key's
-		}
-		waits = true
-		if rec.expired.IsZero() {
+		if rec, ok := parseDelay(kv); ok && rec.rev == g.create && rec.expired.IsZero() {
 			rec.d = e.lossWait(rec.d, rec.ttl)
 			if _, _, err := e.stampDelay(ctx, rec, g.at); err != nil {
-				return true, err
+				return
 			}
 		}
 	}
-	return waits, nil
 }

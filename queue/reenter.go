@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,12 +108,7 @@ func holdOf(hs []holdEntry, wid string) int {
 
 // reenterMask masks a lock's secret for the re-entrant acquires of the
 // session whose secret is s.
-func reenterMask(s Secret) [SecretLen]byte {
-	h := sha256.Sum256(append([]byte("leasegate/reenter\x00"), s[:]...))
-	var m [SecretLen]byte
-	copy(m[:], h[:])
-	return m
-}
+func reenterMask(s Secret) [SecretLen]byte { return maskOf("leasegate/reenter\x00", s[:]) }
 
 // errReenterContended reports a re-entrant acquire whose lock kept changing
 // under it; retrying the same request is safe.
