@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -225,13 +224,11 @@ func (e *Engine) forgetUnknown(ctx context.Context, key, value, hrec, hval strin
 // key was granted, perhaps delivered by the attempt the takeover replaced,
 // and no retry gives it up (its end is its lease's).
 func (e *Engine) forgetTakeover(ctx context.Context, key, value, dkey, hrec string, rev int64, att attemptRef) {
-	own := strconv.FormatInt(rev, 10) + " "
 	del := []clientv3.Op{clientv3.OpDelete(key), e.endMark(markGiveUp, key)}
 	// A value compare on an absent key fails: each Else runs when that
 	// record is not the key's.
 	noHolderRecord := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", rev)}, nil, del)
-	noRecord := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
-		nil, []clientv3.Op{noHolderRecord})
+	noRecord := clientv3.OpTxn(recordOfCmps(dkey, rev), nil, []clientv3.Op{noHolderRecord})
 	e.forget(ctx, key, value, []clientv3.Op{noRecord}, 0, att)
 }
 

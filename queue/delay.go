@@ -157,11 +157,15 @@ func (e *Engine) releaseDelayOp(h Handle) clientv3.Op {
 // it is h's.
 func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
 	dkey := e.keys.delay(h.Name, h.WaiterID)
-	own := strconv.FormatInt(h.Revision, 10) + " "
-	return clientv3.OpTxn([]clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(dkey), ">", own),
-		clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff"),
-	}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	return clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+}
+
+// recordOfCmps are the compares that the delay record dkey is the one of
+// the key created at rev: its value begins "<rev> " (a value compare on an
+// absent key fails).
+func recordOfCmps(dkey string, rev int64) []clientv3.Cmp {
+	own := strconv.FormatInt(rev, 10) + " "
+	return []clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")}
 }
 
 // pendingDelays reads name's delay records whose holder key is gone, as

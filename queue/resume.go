@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -106,10 +105,8 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		return nil, err
 	}
 	dkey, hrec := e.keys.delay(r.Name, h.WaiterID), e.keys.holderRecord(r.Name, h.WaiterID)
-	own := strconv.FormatInt(mine.CreateRevision, 10) + " "
 	delayRec, holderRec := t.onThen(clientv3.OpGet(dkey)), t.onThen(clientv3.OpGet(hrec))
-	t.onThen(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
-		[]clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil))
+	t.onThen(clientv3.OpTxn(recordOfCmps(dkey, mine.CreateRevision), []clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil))
 	t.onThen(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
 		[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
 	keyNow, holdsNow := t.onElse(clientv3.OpGet(key, clientv3.WithKeysOnly())), t.onElse(clientv3.OpGet(hkey, clientv3.WithKeysOnly()))
