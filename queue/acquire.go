@@ -282,7 +282,7 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 					// Its removal runs without the caller: the lease is
 					// past its deadline, and etcd's revocation would take
 					// the key too, later.
-					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+					dctx, cancel := e.answered(ctx)
 					e.deleteOwned(dctx, r.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
 					cancel()
 				}

@@ -44,7 +44,7 @@ func (e *Engine) takeBack(ctx context.Context, q *enqueued) {
 		e.forgetMove(ctx, q)
 		return
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+	dctx, cancel := e.answered(ctx)
 	e.deleteOwned(dctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
 	settled := dctx.Err() == nil
 	cancel()

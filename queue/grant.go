@@ -150,7 +150,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		// caller can no longer receive is given up (Abandon). A try without
 		// an answer after the wait ended leaves the move in doubt, and the
 		// attempt's cleanup takes the key back whichever lease it is on.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+		tctx, cancel := e.answered(ctx)
 		resp, err := t.commit(tctx, e.cli)
 		cancel()
 		if err != nil {

@@ -107,7 +107,10 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 	s, f := k.joinable(int64(id), now)
 	if f == nil {
 		var err error
-		if s, f, err = k.sendLocked(int64(id), now, nil); err != nil {
+		if s, err = k.pickLocked(now, nil); err == nil {
+			f, err = k.sendOnLocked(s, int64(id), now)
+		}
+		if err != nil {
 			k.mu.Unlock()
 			return 0, time.Time{}, err
 		}
@@ -159,17 +162,6 @@ func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
 		}
 	}
 	return false
-}
-
-// sendLocked sends a keepalive for id on a stream picked by pickLocked,
-// avoiding the stream avoid.
-func (k *keepAliver) sendLocked(id int64, now time.Time, avoid *kaStream) (*kaStream, *inflight, error) {
-	s, err := k.pickLocked(now, avoid)
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := k.sendOnLocked(s, id, now)
-	return s, f, err
 }
 
 // sendOnLocked sends a keepalive for id on s.
