@@ -172,21 +172,14 @@ func waiterIDOf(kv *mvccpb.KeyValue) string {
 // with r's limit, and whose secret the session unseals.
 func (e *Engine) heldBySession(r *AcquireRequest, kvs []*mvccpb.KeyValue, n int) (*mvccpb.KeyValue, Secret) {
 	for _, kv := range kvs {
-		if clientv3.LeaseID(kv.Lease) != r.Session {
-			continue
-		}
 		_, meta, err := decodeValue(kv.Value)
-		if err != nil || meta.Reenter == "" || meta.Owner != r.binding() || max(meta.Limit, 1) != n {
+		if clientv3.LeaseID(kv.Lease) != r.Session || err != nil || meta.Reenter == "" || meta.Owner != r.binding() ||
+			max(meta.Limit, 1) != n || !holdsIn(kvs, kv.CreateRevision, n) {
 			continue
 		}
-		if !holdsIn(kvs, kv.CreateRevision, n) {
-			continue
+		if secret, err := unsealWith(meta.Reenter, reenterMask(r.SessionSecret)); err == nil && hasHeader(kv.Value, secret) {
+			return kv, secret
 		}
-		secret, err := unsealWith(meta.Reenter, reenterMask(r.SessionSecret))
-		if err != nil || !hasHeader(kv.Value, secret) {
-			continue
-		}
-		return kv, secret
 	}
 	return nil, Secret{}
 }

@@ -259,9 +259,9 @@ func (st *viewState) split(key string) (seg, waiter string, ok bool) {
 	return seg, waiter, true
 }
 
-// nameOf is the name, and whether it is an election's, of a segment split
-// accepted.
-func (st *viewState) nameOf(seg string) (string, bool) {
+// segName is the name, and whether it is an election's, of a segment
+// split accepted.
+func segName(seg string) (string, bool) {
 	n, _ := unescapeName(seg)
 	return nameOf(n)
 }
@@ -396,7 +396,7 @@ func (st *viewState) apply(rev int64, evs []*clientv3.Event) (int64, []WatchEven
 			}
 			st.queues[seg] = c.after
 		}
-		name, election := st.nameOf(seg)
+		name, election := segName(seg)
 		out = append(out, c.events(name, election, seg, rev, released, forced)...)
 	}
 	st.keys += grew

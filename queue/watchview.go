@@ -546,8 +546,7 @@ func (snap *watchSnapshot) emit(emit func(WatchBatch) error) error {
 	slices.SortFunc(snap.queues, func(a, b capturedQueue) int { return cmp.Compare(a.seg+"/", b.seg+"/") })
 	b := WatchBatch{Snapshot: true, Revision: snap.rev}
 	for _, q := range snap.queues {
-		n, _ := unescapeName(q.seg)
-		name, election := nameOf(n)
+		name, election := segName(q.seg)
 		held := heldOf(q.keys)
 		for i, k := range q.keys {
 			en := k.entry(i, held)
