@@ -282,7 +282,7 @@ func (e *Engine) enqueueOn(ctx context.Context, r *AcquireRequest, ttlSec int64,
 					// Its removal runs without the caller: the lease is
 					// past its deadline, and etcd's revocation would take
 					// the key too, later.
-					dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+					dctx, cancel := e.answered(ctx)
 					e.deleteOwned(dctx, r.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
 					cancel()
 				}
@@ -327,12 +327,15 @@ func hasHeader(v []byte, s Secret) bool {
 	return len(v) > len(h) && string(v[:len(h)]) == h
 }
 
-func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue {
-	rr := r.GetResponseRange()
-	if rr == nil || len(rr.Kvs) == 0 {
+// firstKV is the first key a range response of a transaction read, or nil.
+func firstKV(r *pb.ResponseOp) *mvccpb.KeyValue { return firstOf(r.GetResponseRange().GetKvs()) }
+
+// firstOf is kvs' first key, or nil.
+func firstOf(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
 		return nil
 	}
-	return rr.Kvs[0]
+	return kvs[0]
 }
 
 // Waiter is an enqueued acquire that has not been granted yet. Call Wait
@@ -360,10 +363,10 @@ func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error)
 	}
 	if r.Reentrant {
 		g, err := e.reenter(ctx, &r)
-		if err != nil || g != nil {
-			if err != nil {
-				return nil, err
-			}
+		if err != nil {
+			return nil, err
+		}
+		if g != nil {
 			return &Waiter{e: e, r: r, began: began, reentered: g}, nil
 		}
 	}
@@ -455,10 +458,11 @@ func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, e
 		return TryResult{}, err
 	}
 	if r.Reentrant {
-		if g, err := e.reenter(ctx, &r); err != nil || g != nil {
-			if err != nil {
-				return TryResult{}, err
-			}
+		g, err := e.reenter(ctx, &r)
+		if err != nil {
+			return TryResult{}, err
+		}
+		if g != nil {
 			return TryResult{Acquired: true, Grant: *g}, nil
 		}
 	}

@@ -12,30 +12,24 @@ import (
 
 // The attempt lease.
 //
-// A waiter's key must die without a live attempt to serve it, within a
-// bound, whatever lease it rides on. A lock with a lease of its own
-// satisfies that by itself: its lease is renewed only by the attempt that
-// waits (or, once granted, by the holder), so it lapses within its TTL when
-// nobody is there. A session lease is different: its owner keeps it alive
-// for as long as the client runs, so a session waiter whose attempt is gone
-// — its gateway shut down or crashed, or its grant could not be delivered —
-// would sit in the queue, become the holder, and block the name for as
-// long as the session lives.
+// A waiter's key must die, within a bound, without a live attempt to serve
+// it, whatever lease it rides on. A lock's own lease does so by itself: only
+// the waiting attempt (then the holder) renews it. A session lease does
+// not: its owner keeps it alive as long as the client runs, so a session
+// waiter whose attempt is gone (its gateway shut down or crashed, its grant
+// undeliverable) would become the holder and block the name for the
+// session's life.
 //
-// So a session waiter's key does not ride on the session lease while it
-// waits. It rides on this engine's attempt lease, which is renewed every
-// AttemptTTL/3 only while some attempt of this process holds a reference
-// to it: once the last reference is given back it is renewed no more and
-// lapses within AttemptTTL, with every key left on it (a waiter detached
-// by a shutdown, which keeps its place that long for a retry on another
-// gateway to take over). A lease not renewed for AttemptTTL/3 is retired:
-// the next attempt is given a fresh one, so no attempt puts its key on a
-// lease about to lapse. A process that stops renews nothing, so its
-// waiters' keys lapse within AttemptTTL alike. The grant moves the key onto
-// the session lease in the same transaction that proves the session (see
-// grant.go), and a waiter granted in its enqueue's own transaction is put
-// on the session lease at once, so an uncontested session acquire stays
-// one transaction.
+// So a session waiter's key rides, while it waits, on this engine's attempt
+// lease, renewed every AttemptTTL/3 only while some attempt of this process
+// holds a reference to it: with none it lapses within AttemptTTL, with
+// every key left on it (a waiter detached by a shutdown keeps its place
+// that long, for a retry elsewhere to take over). A lease not renewed for
+// AttemptTTL/3 is retired, so no attempt puts its key on a lease about to
+// lapse; a process that stops renews nothing. The grant moves the key onto
+// the session lease in the transaction that proves the session (grant.go),
+// and a waiter granted in its enqueue's own transaction goes on the session
+// lease at once, so an uncontested session acquire stays one transaction.
 type attemptLease struct {
 	e *Engine
 

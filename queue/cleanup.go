@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,7 +44,7 @@ func (e *Engine) takeBack(ctx context.Context, q *enqueued) {
 		e.forgetMove(ctx, q)
 		return
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+	dctx, cancel := e.answered(ctx)
 	e.deleteOwned(dctx, q.h.Name, q.h.WaiterID, q.h.Revision, q.modRev, pointCleanup)
 	settled := dctx.Err() == nil
 	cancel()
@@ -121,6 +120,7 @@ func (e *Engine) forgetMove(ctx context.Context, q *enqueued) {
 // whether it deleted.
 func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, modRev int64, point string) bool {
 	key := e.keys.waiter(name, waiterID)
+	defer e.at(ctx, pointCleaned)
 	b := newBackoff(e.cfg.Clock)
 	for {
 		e.at(ctx, point)
@@ -141,11 +141,9 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 			if resp.Succeeded {
 				e.revokeOwnLease(ctx, deletedKV(resp, 0))
 			}
-			e.at(ctx, pointCleaned)
 			return resp.Succeeded
 		}
 		if b.wait(ctx) != nil {
-			e.at(ctx, pointCleaned)
 			return false
 		}
 	}
@@ -172,30 +170,27 @@ func (e *Engine) Abandon(ctx context.Context, g Grant) {
 	})
 }
 
-// revokeOwnLease revokes the lease of a waiter key that was just deleted,
-// read back from the deletion, when the key's value says the lease is the
-// lock's own.
-func (e *Engine) revokeOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
+// ownLease reports whether prev, a waiter key just deleted (read back from
+// the deletion), has a lease its value says is the lock's own.
+func ownLease(prev *mvccpb.KeyValue) (waiterMeta, bool) {
 	if prev == nil || prev.Lease == 0 {
-		return
+		return waiterMeta{}, false
 	}
-	if _, meta, err := decodeValue(prev.Value); err != nil || meta.Session {
-		return
+	_, meta, err := decodeValue(prev.Value)
+	return meta, err == nil && !meta.Session
+}
+
+// revokeOwnLease revokes prev's lease when it is the lock's own (ownLease).
+func (e *Engine) revokeOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
+	if _, own := ownLease(prev); own {
+		e.revokeLater(ctx, clientv3.LeaseID(prev.Lease))
 	}
-	e.revokeLater(ctx, clientv3.LeaseID(prev.Lease))
 }
 
 // recycleOwnLease is revokeOwnLease for a clean release: the lease goes
 // back to the pool when the pool may reuse it, and is revoked otherwise.
 func (e *Engine) recycleOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
-	if prev == nil || prev.Lease == 0 {
-		return
-	}
-	_, meta, err := decodeValue(prev.Value)
-	if err != nil || meta.Session {
-		return
-	}
-	if !e.pool.giveBackReleased(ctx, prev, meta) {
+	if meta, own := ownLease(prev); own && !e.pool.giveBackReleased(ctx, prev, meta) {
 		e.revokeLater(ctx, clientv3.LeaseID(prev.Lease))
 	}
 }
@@ -205,11 +200,7 @@ func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
 	if len(resp.Responses) <= i {
 		return nil
 	}
-	d := resp.Responses[i].GetResponseDeleteRange()
-	if d == nil || len(d.PrevKvs) == 0 {
-		return nil
-	}
-	return d.PrevKvs[0]
+	return firstOf(resp.Responses[i].GetResponseDeleteRange().GetPrevKvs())
 }
 
 // forgetUnknown takes back what an enqueue transaction whose answer was
@@ -233,13 +224,11 @@ func (e *Engine) forgetUnknown(ctx context.Context, key, value, hrec, hval strin
 // key was granted, perhaps delivered by the attempt the takeover replaced,
 // and no retry gives it up (its end is its lease's).
 func (e *Engine) forgetTakeover(ctx context.Context, key, value, dkey, hrec string, rev int64, att attemptRef) {
-	own := strconv.FormatInt(rev, 10) + " "
 	del := []clientv3.Op{clientv3.OpDelete(key), e.endMark(markGiveUp, key)}
 	// A value compare on an absent key fails: each Else runs when that
 	// record is not the key's.
 	noHolderRecord := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", rev)}, nil, del)
-	noRecord := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
-		nil, []clientv3.Op{noHolderRecord})
+	noRecord := clientv3.OpTxn(recordOfCmps(dkey, rev), nil, []clientv3.Op{noHolderRecord})
 	e.forget(ctx, key, value, []clientv3.Op{noRecord}, 0, att)
 }
 
@@ -249,6 +238,7 @@ func (e *Engine) forgetTakeover(ctx context.Context, key, value, dkey, hrec stri
 func (e *Engine) forget(ctx context.Context, key, value string, then []clientv3.Op, lease clientv3.LeaseID, att attemptRef) {
 	e.background(ctx, "forget", 0, func(ctx context.Context) {
 		defer e.att.release(att)
+		defer e.at(ctx, pointCleaned)
 		b := newBackoff(e.cfg.Clock)
 		for {
 			e.at(ctx, pointCleanup)
@@ -265,11 +255,9 @@ func (e *Engine) forget(ctx context.Context, key, value string, then []clientv3.
 					_, _ = e.cli.Revoke(rctx, lease)
 					cancel()
 				}
-				e.at(ctx, pointCleaned)
 				return
 			}
 			if b.wait(ctx) != nil {
-				e.at(ctx, pointCleaned)
 				return
 			}
 		}

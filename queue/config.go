@@ -36,9 +36,8 @@ type Config struct {
 	// end with one.
 	Prefix string
 	// MinTTL is the shortest lease a caller may ask for. Default and
-	// lowest MinLeaseTTL (1 s).
-	// etcd raises TTLs below its own minimum (about 1.5 × the election
-	// timeout); the effective TTL is always reported.
+	// lowest MinLeaseTTL (1 s). etcd raises TTLs below its own minimum
+	// (about 1.5 × the election timeout); the effective TTL is reported.
 	MinTTL time.Duration
 	// MaxTTL is the longest lease a caller may ask for. Default and
 	// highest MaxLeaseTTL (24 h).
@@ -65,9 +64,9 @@ type Config struct {
 	LossWait bool
 	// MaxWatchKeys bounds the keys the engine's WatchLocks views of one
 	// key space hold in memory together (watchview.go): watchers of one
-	// prefix share a view, and a view whose keys would pass the bound is refused with
-	// ErrWatchBudget before it is read (one that grows past it ends with
-	// it). Default DefaultMaxWatchKeys; 0 disables the bound.
+	// prefix share a view, and a view whose keys would pass the bound is
+	// refused with ErrWatchBudget before it is read (one that grows past it
+	// ends with it). Default DefaultMaxWatchKeys; 0 disables the bound.
 	MaxWatchKeys int
 	// MaxClockSkew bounds how far the clocks of the gateways over one
 	// cluster may disagree: a lock-delay or a loss wait stamped by another

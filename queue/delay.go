@@ -157,37 +157,23 @@ func (e *Engine) releaseDelayOp(h Handle) clientv3.Op {
 // it is h's.
 func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
 	dkey := e.keys.delay(h.Name, h.WaiterID)
-	own := strconv.FormatInt(h.Revision, 10) + " "
-	return clientv3.OpTxn([]clientv3.Cmp{
-		clientv3.Compare(clientv3.Value(dkey), ">", own),
-		clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff"),
-	}, []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
+	return clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
 }
 
-// delayDue reports whether a holder key with a value asking for a
-// lock-delay left: a hub's cue to make its next grants look.
-func delayDue(v []byte) bool {
-	_, m, err := decodeValue(v)
-	return err == nil && m.Delay > 0
+// recordOfCmps are the compares that the delay record dkey is the one of
+// the key created at rev: its value begins "<rev> " (a value compare on an
+// absent key fails).
+func recordOfCmps(dkey string, rev int64) []clientv3.Cmp {
+	own := strconv.FormatInt(rev, 10) + " "
+	return []clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")}
 }
 
 // pendingDelays reads name's delay records whose holder key is gone, as
 // of now.
 func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord, error) {
-	resp, err := e.cli.Txn(ctx).Then(
-		clientv3.OpGet(e.keys.delayPrefix(name), clientv3.WithPrefix()),
-		clientv3.OpGet(e.keys.namePrefix(name), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-	).Commit()
+	kvs, live, err := e.delaysNow(ctx, e.keys.delayPrefix(name), e.keys.namePrefix(name))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read lock-delays: %w", err)
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return nil, nil
-	}
-	live := map[int64]bool{}
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
-		live[kv.CreateRevision] = true
+		return nil, err
 	}
 	var out []delayRecord
 	for _, kv := range kvs {
@@ -203,6 +189,23 @@ func (e *Engine) pendingDelays(ctx context.Context, name string) ([]delayRecord,
 		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// delaysNow reads, in one revision, the delay records under delays and
+// the create revisions of the keys under prefix, their name's.
+func (e *Engine) delaysNow(ctx context.Context, delays, prefix string) ([]*mvccpb.KeyValue, map[int64]bool, error) {
+	resp, err := e.cli.Txn(ctx).Then(
+		clientv3.OpGet(delays, clientv3.WithPrefix()),
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: read lock-delays: %w", err)
+	}
+	live := map[int64]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		live[kv.CreateRevision] = true
+	}
+	return resp.Responses[0].GetResponseRange().GetKvs(), live, nil
 }
 
 // stampDelay stamps rec with the moment at, its first sighting, unless

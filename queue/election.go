@@ -112,11 +112,7 @@ func (e *Engine) Leader(ctx context.Context, election string) (*Leader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: read leader: %w", err)
 	}
-	var kv *mvccpb.KeyValue
-	if len(resp.Kvs) > 0 {
-		kv = resp.Kvs[0]
-	}
-	l, err := leaderOf(kv)
+	l, err := leaderOf(firstOf(resp.Kvs))
 	if err == nil && l == nil {
 		err = fmt.Errorf("%w: election %q", ErrNoLeader, election)
 	}
@@ -186,13 +182,13 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 // Observe calls fn with election's leader (nil when nobody leads) now, and
 // then whenever the leader or its value changes, until ctx ends or fn
 // returns an error, which Observe returns (ErrClosed when the engine
-// closes). It follows one etcd watch of the
-// election's keys and never polls: a watch starts at the revision of the
-// read before it, so nothing between the two is missed. When the leader's
-// key goes, or the watch fails (compaction, a member without a leader),
-// Observe reads the state again and watches from there: it never reports a
-// state older than one already reported, though it can skip states that
-// came and went while it re-read.
+// closes). It follows one etcd watch of the election's keys and never
+// polls: a watch starts at the revision of the read before it, so nothing
+// between the two is missed. When the leader's key goes, or the watch
+// fails (compaction, a member without a leader), Observe reads the state
+// again and watches from there: it never reports a state older than one
+// already reported, though it can skip states that came and went while it
+// re-read.
 func (e *Engine) Observe(ctx context.Context, election string, fn func(*Leader) error) error {
 	return e.observeLeader(ctx, election, fn, nil)
 }

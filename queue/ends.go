@@ -18,12 +18,11 @@ import (
 // tells it sooner: it blocks while the lock is held and returns how it
 // ended as soon as this engine learns of it. An eviction writes its audit
 // record, and the first gateway to see an unclean loss writes its wait
-// record (loss.go); both are rare, so the engine keeps one watch over each
-// of the two prefixes of a key space while any AwaitEnd of that space
-// runs, whichever gateway wrote them, and wakes the awaiters of the key
-// they concern, which then read how the key ended (endOf). A failed watch wakes every awaiter, which
-// proves its lock again. A lock released by its holder is not waited on:
-// the holder ends its AwaitEnd itself.
+// record (loss.go); both are rare, so while any AwaitEnd of a key space
+// runs the engine watches the two prefixes, whichever gateway wrote them,
+// and wakes the awaiters of the key they concern, which then read how the
+// key ended (endOf). A failed watch wakes every awaiter, which proves its
+// lock again. A holder that releases its lock ends its AwaitEnd itself.
 
 // EndKind is how a held lock ended.
 type EndKind int
@@ -65,14 +64,7 @@ type endSpace struct {
 
 type endSub struct {
 	rev  int64
-	wake chan struct{}
-}
-
-func (s *endSub) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	wake wakeup
 }
 
 func newEndWatch(e *Engine) *endWatch {
@@ -82,7 +74,7 @@ func newEndWatch(e *Engine) *endWatch {
 // subscribe registers an awaiter of key, a key of the space ks created at
 // rev, starting the space's watches with its first.
 func (w *endWatch) subscribe(ks keys, key string, rev int64) (*endSub, func()) {
-	sub := &endSub{rev: rev, wake: make(chan struct{}, 1)}
+	sub := &endSub{rev: rev, wake: newWakeup()}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sp := w.spaces[ks.prefix]
@@ -173,7 +165,7 @@ func (w *endWatch) put(sp *endSpace, kv *mvccpb.KeyValue) {
 	defer w.mu.Unlock()
 	for sub := range sp.subs[key] {
 		if sub.rev == rev {
-			sub.signal()
+			sub.wake.signal()
 		}
 	}
 }
@@ -183,7 +175,7 @@ func (w *endWatch) wakeAll(sp *endSpace) {
 	defer w.mu.Unlock()
 	for _, m := range sp.subs {
 		for sub := range m {
-			sub.signal()
+			sub.wake.signal()
 		}
 	}
 }
@@ -319,7 +311,7 @@ func (e *Engine) readEnd(ctx context.Context, key string, h Handle) (endFacts, e
 	if prev == nil {
 		return endFacts{}, fmt.Errorf("queue: no value of %q before its deletion", key)
 	}
-	kind, _, err := e.classifyLoss(ctx, key, rev, viewKey{create: h.Revision, lease: int64(h.Lease), session: h.Session})
+	kind, err := e.classifyLoss(ctx, key, rev, h)
 	if err != nil {
 		return endFacts{}, err
 	}
@@ -340,10 +332,8 @@ func (e *Engine) gaveUp(ctx context.Context, key string, rev int64) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rev {
-		return false, nil
-	}
-	return string(resp.Kvs[0].Value) == markGiveUp+e.keys.rel(key), nil
+	m := firstOf(resp.Kvs)
+	return m != nil && m.ModRevision == rev && string(m.Value) == markGiveUp+e.keys.rel(key), nil
 }
 
 // auditAt reads the audit record written at rev, nil when there is none
@@ -353,11 +343,8 @@ func (e *Engine) auditAt(ctx context.Context, rev int64) (*AuditRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
-	}
 	var rec AuditRecord
-	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
+	if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &rec) != nil {
 		return nil, nil
 	}
 	return &rec, nil

@@ -59,10 +59,7 @@ type core struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// bg is the context of background tasks (cleanups, give-ups, revokes):
-	// it outlives ctx by up to closeGrace, so that Close lets the tasks
-	// that make a key nobody serves go away finish instead of cutting
-	// them (a give-up cut short leaves a session key behind for as long as
-	// its session lives).
+	// it outlives ctx by up to closeGrace (Close).
 	bg       context.Context
 	bgCancel context.CancelFunc
 	// tasks counts the background tasks (background); wg the engine's
@@ -156,16 +153,15 @@ func (e *Engine) Config() Config {
 const closeGrace = 2 * time.Second
 
 // Close stops background work, in every space of the engine, and blocks
-// until it has stopped. Cleanups,
-// give-ups and revocations already started get up to closeGrace (bounded
-// by RequestTimeout) to finish, because a session key whose give-up is cut
-// short stays for as long as its session lives; past it they are
-// abandoned, and per-lock leases expire on their own. A wait still in progress ends with ErrClosed: its name's watch
-// stops with the engine. It revokes the pooled leases, spending at most a
-// second on it (any left lapse within their TTL; no key rides on them). It
-// does not revoke the attempt lease: waiters detached from their attempts
-// keep their places for about an AttemptTTL, for a retry on another
-// gateway to take over.
+// until it has stopped. Cleanups, give-ups and revocations already started
+// get up to closeGrace (bounded by RequestTimeout) to finish, because a
+// session key whose give-up is cut short stays for as long as its session
+// lives; past it they are abandoned, and per-lock leases expire on their
+// own. A wait in progress ends with ErrClosed. It revokes the pooled
+// leases, spending at most a second on it (any left lapse within their
+// TTL; no key rides on them). It leaves the attempt lease to lapse:
+// detached waiters keep their places for about an AttemptTTL, for a retry
+// on another gateway to take over.
 func (e *Engine) Close() {
 	e.pool.close()
 	e.cancel()

@@ -75,10 +75,7 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	if err != nil {
 		return Grant{}, false, fmt.Errorf("queue: find a grant: %w", err)
 	}
-	var rec *mvccpb.KeyValue
-	if len(hr.Kvs) > 0 {
-		rec = hr.Kvs[0]
-	}
+	rec := firstOf(hr.Kvs)
 	holds := decodeHolds(rec)
 	i := holdOf(holds, wid)
 	if i < 0 {

@@ -280,10 +280,7 @@ func (e *Engine) forceTarget(ctx context.Context, prefix string, token int64) (*
 		if err != nil {
 			return nil, fmt.Errorf("queue: force release: %w", err)
 		}
-		if len(resp.Kvs) == 0 {
-			return nil, nil
-		}
-		return resp.Kvs[0], nil
+		return firstOf(resp.Kvs), nil
 	}
 	_, rev, err := SplitToken(token)
 	if err != nil || rev <= 0 {

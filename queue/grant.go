@@ -134,6 +134,12 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		}
 		t.onThen(clientv3.OpPut(e.keys.delay(q.h.Name, q.h.WaiterID), delayValue(q.h.Revision, r.LockDelay, max(ttl, q.ttl))))
 	}
+	moved := func(resp *clientv3.TxnResponse, rev int64) error {
+		e.att.release(q.att)
+		q.att, q.modRev = attemptRef{}, rev
+		q.ttl = sessionRecordTTL(session.of(resp.Responses))
+		return nil
+	}
 	b := newBackoff(e.cfg.Clock)
 	for {
 		// A try runs to its answer even when the wait ends meanwhile (a
@@ -144,7 +150,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 		// caller can no longer receive is given up (Abandon). A try without
 		// an answer after the wait ended leaves the move in doubt, and the
 		// attempt's cleanup takes the key back whichever lease it is on.
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RequestTimeout)
+		tctx, cancel := e.answered(ctx)
 		resp, err := t.commit(tctx, e.cli)
 		cancel()
 		if err != nil {
@@ -155,11 +161,8 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 			continue
 		}
 		if resp.Succeeded {
-			e.att.release(q.att)
 			q.recorded = q.recorded || record
-			q.att, q.modRev = attemptRef{}, resp.Header.Revision
-			q.ttl = sessionRecordTTL(session.of(resp.Responses))
-			return nil
+			return moved(resp, resp.Header.Revision)
 		}
 		switch mine := firstKV(keyNow.of(resp.Responses)); {
 		case mine == nil || mine.CreateRevision != q.h.Revision:
@@ -170,10 +173,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 			// session lease (the session's secret was compared when it
 			// landed, and the key would have gone with the session). No
 			// other attempt writes this value, so the key is this grant's.
-			e.att.release(q.att)
-			q.att, q.modRev = attemptRef{}, mine.ModRevision
-			q.ttl = sessionRecordTTL(session.of(resp.Responses))
-			return nil
+			return moved(resp, mine.ModRevision)
 		case mine.ModRevision != q.modRev:
 			return fmt.Errorf("%w: a retry with the same request id took the waiter over", ErrSuperseded)
 		default:
@@ -185,11 +185,7 @@ func (e *Engine) moveToSession(ctx context.Context, r *AcquireRequest, q *enqueu
 // endAttempt cleans up after an attempt that ended without a grant. An
 // attempt that took over a key already granted leaves it (enqueued.keep).
 func (e *Engine) endAttempt(ctx context.Context, q *enqueued, err error) {
-	if q.keep {
-		e.att.release(q.att)
-		return
-	}
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) || errors.Is(err, ErrClosed) {
+	if q.keep || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrSuperseded) || errors.Is(err, ErrClosed) {
 		// The key is gone, or another attempt owns it: nothing here to
 		// remove. A closed engine starts no work: its waiter's key lapses
 		// with its lease, as after a crash.

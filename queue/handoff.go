@@ -25,11 +25,10 @@ import (
 // vanish on their own without a revocation each.
 //
 // A traced waiter reads the record when its name's hub (hub.go) finds it
-// first — an untraced one never does — and links its grant span to the
-// release only when the record names the very key whose deletion made it
-// first and was written after the waiter enqueued; an expired holder, or a release not traced, leaves no
-// link. Untraced releases write nothing: with tracing off, the release
-// transaction is exactly the compare-and-delete.
+// first, and links its grant span to the release only when the record
+// names the very key whose deletion made it first and was written after
+// the waiter enqueued. Untraced releases write nothing: with tracing off,
+// the release transaction is exactly the compare-and-delete.
 const (
 	handoffTTL    = 60 * time.Second
 	handoffRotate = 15 * time.Second
@@ -106,10 +105,9 @@ func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
 //
 // An etcd delete looks the same whether a release or a lease expiry caused
 // it. So that a watcher can tell them apart exactly, the release
-// transaction also overwrites one key per key space,
-// <prefix>/locks-released, with the released key (relative to the locks
-// prefix): a delete of a key at the revision where the mark names it is a
-// release. The mark is an unconditional put beside the delete in the same
+// transaction also overwrites one key per key space, <prefix>/locks-released,
+// with the released key (relative to the locks prefix): a delete of a key
+// at the revision where the mark names it is a release. The mark is an unconditional put beside the delete in the same
 // transaction: no round trip, no compare, and so no change to when the
 // release succeeds; it is one small key per prefix, overwritten, never a
 // key per name. It sorts just before <prefix>/locks/ ('-' < '/'), so one
@@ -117,10 +115,8 @@ func (e *Engine) handoffLeaseID(ctx context.Context) clientv3.LeaseID {
 // revision order.
 const releaseMarkKey = "/locks-released"
 
-func (e *Engine) releaseMark(key string) clientv3.Op { return e.endMark("", key) }
-
-// endMark is the mark of another clean end of key (loss.go): the key
-// after kind, which a watcher does not take for a release.
+// endMark is the mark of a clean end of key: the key after kind, "" for a
+// release; a watcher does not take another kind (loss.go) for a release.
 func (e *Engine) endMark(kind, key string) clientv3.Op {
 	return clientv3.OpPut(e.keys.mark(), kind+e.keys.rel(key))
 }
@@ -134,7 +130,7 @@ func (e *Engine) endMark(kind, key string) clientv3.Op {
 func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp, also ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	// The lock-delay record goes with a clean release (delay.go), and the
 	// release marker tells a watcher this delete was a release (watch.go).
-	ops := append([]clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseDelayOp(h), e.releaseMark(key)}, also...)
+	ops := append([]clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseDelayOp(h), e.endMark("", key)}, also...)
 	base := len(ops)
 	var lease clientv3.LeaseID
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() && e.tel.tracer != nil {

@@ -16,62 +16,50 @@ import (
 //
 // An engine keeps one hub per name that has local waiters, in each key
 // space (hubs are kept by the name's key prefix, which names the space):
-// one prefix watch over the name's keys and, in memory, an ordered view of its queue
-// — every key with its create revision, mod revision and lease — that is
-// exactly etcd's state of the prefix at a known revision. The view is
-// built from a read at revision R0 and the watch's events from R0+1 on:
-// the watch is created first (at the current revision, so etcd never has
+// one prefix watch over the name's keys and, in memory, an ordered view of
+// its queue — every key with its create revision, mod revision and lease —
+// that is exactly etcd's state of the prefix at a known revision. The view
+// is built from a read at revision R0 and the watch's events from R0+1 on:
+// the watch is created first, at the current revision (so etcd has no
 // history to catch up on for it, which it would deliver only every
-// 100 ms) and its created notice names R0; the read is made at R0. etcd
+// 100 ms), and its created notice names R0; the read is made at R0. etcd
 // delivers every later revision of the prefix in order, so the view after
-// applying the event of revision R is etcd's state at R. A watch that fails
-// (compaction, cancellation, a lost leader) is replaced and the view built
-// again from a fresh read; every waiter is judged again against it.
+// applying the event of revision R is etcd's state at R. A watch that
+// fails (compaction, cancellation, a lost leader) is replaced and the view
+// built again from a fresh read; every waiter is judged again against it.
 //
 // Waiters register with their key's create revision and their attempt's
 // mod revision. After every revision's events (a transaction's, applied
-// together) the hub judges each waiter against the view at that revision R
-// (see doc.go, "The name hub"): its key
-// gone or created again → ErrLeaseLost; its key written by another
-// attempt → ErrSuperseded; fewer keys with a lower create revision than
-// its semaphore limit, all with its limit (for a lock: none) → it holds,
-// granted with no further read; otherwise the count of keys ahead, from
-// which its position follows. A waiter is woken only when its verdict changes in a way it
-// acts on: first, an error, or a position it has not been told to wait
-// for (see wait.go on pacing).
+// together) the hub judges each waiter against the view at that revision
+// (doc.go, "The name hub"; judgeLocked), and wakes it only when its verdict
+// changes in a way it acts on (wait.go on pacing).
 
 // viewKey is one key of a hub's view.
 type viewKey struct {
 	create, mod, lease int64
-	limit              int           // the semaphore limit its value records (limitOf)
-	delay              bool          // its value asks for a lock-delay (delayDue)
-	session            bool          // its value says it is a session's lock
-	ttl                time.Duration // a lock with a lease of its own: its TTL
+	limit              int  // the semaphore limit its value records (limitOf)
+	delay              bool // its value asks for a lock-delay (delay.go)
 }
 
 // viewKeyOf is kv as a view records it.
 func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
-	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease, limit: 0}
+	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease}
 	if _, m, err := decodeValue(kv.Value); err == nil {
-		k.limit, k.delay, k.session = max(m.Limit, 1), m.Delay > 0, m.Session
-		k.ttl = time.Duration(m.TTL) * time.Second
+		k.limit, k.delay = max(m.Limit, 1), m.Delay > 0
 	}
 	return k
 }
 
 // hubStatus is the hub's verdict on one waiter, exact at revision rev.
 type hubStatus struct {
-	rev     int64     // the view revision it is exact at; 0 until known
-	ahead   int64     // keys with a lower create revision
-	holds   bool      // fewer than limit keys ahead, all with the waiter's limit
-	pos     int64     // the position to report (position)
-	delayed bool      // the name may have lock-delay records (delay.go)
-	pred    int64     // create revision of the key right ahead; 0 when first
-	left    string    // the last key ahead seen to go (the handoff record names it)
-	leftRev int64     // the revision of its deletion
-	leftAt  time.Time // when the hub saw it go, on the engine's clock
-	leftKey viewKey   // what the view knew of it
-	err     error     // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
+	rev     int64  // the view revision it is exact at; 0 until known
+	ahead   int64  // keys with a lower create revision
+	holds   bool   // fewer than limit keys ahead, all with the waiter's limit
+	pos     int64  // the position to report (position)
+	delayed bool   // the name may have lock-delay records (delay.go)
+	pred    int64  // create revision of the key right ahead; 0 when first
+	left    string // the last key ahead seen to go (the handoff record names it)
+	err     error  // ErrLeaseLost, ErrSuperseded or ErrClosed: the wait is over
 }
 
 // hubWaiter is one waiter registered with a hub.
@@ -82,7 +70,7 @@ type hubWaiter struct {
 	mod       int64 // the attempt's last write: its ownership
 	limit     int   // its semaphore limit, 1 for a lock
 	positions bool  // the waiter reports positions
-	wake      chan struct{}
+	wake      wakeup
 
 	// Guarded by h.mu.
 	st    hubStatus
@@ -110,23 +98,13 @@ func (w *hubWaiter) pendingRecords(ctx context.Context) (bool, error) {
 		live[c] = true
 	}
 	h.mu.Unlock()
-	e := h.set.e
-	resp, err := e.cli.Get(ctx, h.delays, clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		now, err := e.cli.Txn(ctx).Then(
-			clientv3.OpGet(h.delays, clientv3.WithPrefix()),
-			clientv3.OpGet(h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		).Commit()
-		if err != nil {
-			return true, fmt.Errorf("queue: read lock-delays: %w", err)
-		}
-		live = map[int64]bool{}
-		for _, kv := range now.Responses[1].GetResponseRange().GetKvs() {
-			live[kv.CreateRevision] = true
-		}
-		resp = (*clientv3.GetResponse)(now.Responses[0].GetResponseRange())
+	var kvs []*mvccpb.KeyValue
+	if resp, err := h.set.e.cli.Get(ctx, h.delays, clientv3.WithPrefix(), clientv3.WithRev(rev)); err == nil {
+		kvs = resp.Kvs
+	} else if kvs, live, err = h.set.e.delaysNow(ctx, h.delays, h.prefix); err != nil {
+		return true, err
 	}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if rec, ok := parseDelay(kv); !ok || !live[rec.rev] {
 			return true, nil
 		}
@@ -142,18 +120,16 @@ func (w *hubWaiter) setPaced(p bool) {
 	w.h.mu.Unlock()
 }
 
-func (w *hubWaiter) signal() {
+// wakeup wakes one goroutine: a signal while one is pending is dropped.
+type wakeup chan struct{}
+
+func newWakeup() wakeup { return make(wakeup, 1) }
+
+func (w wakeup) signal() {
 	select {
-	case w.wake <- struct{}{}:
+	case w <- struct{}{}:
 	default:
 	}
-}
-
-// viewRev is the revision the hub's view is exact at now.
-func (w *hubWaiter) viewRev() int64 {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
-	return w.h.rev
 }
 
 type nameHub struct {
@@ -200,20 +176,19 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 	h.refs++
 	s.mu.Unlock()
 
-	w := &hubWaiter{h: h, key: key, create: create, mod: mod, limit: max(limit, 1), positions: positions, wake: make(chan struct{}, 1)}
+	w := &hubWaiter{h: h, key: key, create: create, mod: mod, limit: max(limit, 1), positions: positions, wake: newWakeup()}
 	h.mu.Lock()
 	h.waiters[w] = struct{}{}
 	if s.e.ctx.Err() != nil {
 		w.st.err = fmt.Errorf("%w: the engine is closed", ErrClosed)
 	}
-	h.judgeLocked(w, nil)
+	h.judgeLocked(w, "")
 	h.mu.Unlock()
 	return w
 }
 
-// hubLocked returns prefix's hub, starting it if there is none. ctx is
-// the caller's: the hub started for it carries its values (the explorer's
-// actor identity), not its cancellation.
+// hubLocked returns prefix's hub, starting it for ctx (as register) if
+// there is none.
 func (s *hubSet) hubLocked(ctx context.Context, prefix, delays string) *nameHub {
 	h := s.hubs[prefix]
 	if h == nil {
@@ -287,8 +262,7 @@ func (s *hubSet) watchHolder(ctx context.Context, prefix, delays, key string, cr
 // expiry is a watched holder's key seen gone at a moment.
 type expiry struct {
 	key     string
-	vk      viewKey   // what the view knew of it (zero when it left unseen)
-	rev     int64     // the revision that deleted it; 0 when unseen
+	create  int64     // its create revision
 	at      time.Time // when the hub saw it gone
 	watched bool      // it was on the watch list, and held a reference
 }
@@ -299,7 +273,7 @@ func (h *nameHub) expiredLocked(at time.Time) []expiry {
 	var out []expiry
 	for key, create := range h.watched {
 		if k := h.keys[key]; k == nil || k.create != create {
-			out = append(out, expiry{key: key, vk: viewKey{create: create}, at: at, watched: true})
+			out = append(out, expiry{key: key, create: create, at: at, watched: true})
 			delete(h.watched, key)
 		}
 	}
@@ -316,7 +290,7 @@ func (h *nameHub) stamp(ctx context.Context, gone []expiry) {
 			refs++
 		}
 		e.background(ctx, "stamp", e.cfg.RequestTimeout, func(ctx context.Context) {
-			_, _ = e.observeLoss(ctx, h.delays, g)
+			e.observeLoss(ctx, h.delays, g)
 		})
 	}
 	h.set.unref(h, refs)
@@ -346,7 +320,7 @@ func (h *nameHub) run(ctx context.Context) {
 		// The engine closed under its waiters (a hub whose waiters all
 		// left has none).
 		w.st.err = fmt.Errorf("%w: the engine closed while the waiter waited", ErrClosed)
-		w.signal()
+		w.wake.signal()
 	}
 }
 
@@ -375,9 +349,8 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
-		parkedNow := false
-		if e.hooks != nil {
-			parkedNow = true
+		parkedNow := e.hooks != nil
+		if parkedNow {
 			e.hooks.park(ctx, parked{hub: true, prefix: h.prefix, viewRev: h.viewRev, closing: h.closing})
 		}
 		select {
@@ -414,6 +387,7 @@ func (h *nameHub) follow(ctx context.Context, b *backoff) error {
 	}
 }
 
+// viewRev is the revision the hub's view is exact at now.
 func (h *nameHub) viewRev() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -459,7 +433,7 @@ func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, recs []*mvccpb.KeyV
 	slices.Sort(h.order)
 	h.rev = rev
 	for w := range h.waiters {
-		h.judgeLocked(w, nil)
+		h.judgeLocked(w, "")
 	}
 	return h.expiredLocked(h.set.e.cfg.Clock.Now())
 }
@@ -474,8 +448,8 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 	defer h.mu.Unlock()
 	var gone []expiry
 	type leftKey struct {
-		key string
-		vk  viewKey
+		key    string
+		create int64
 	}
 	var left []leftKey
 	now := h.set.e.cfg.Clock.Now()
@@ -509,29 +483,25 @@ func (h *nameHub) apply(evs []*clientv3.Event) []expiry {
 			}
 			delete(h.keys, key)
 			h.removeLocked(old.create)
-			left = append(left, leftKey{key, *old})
+			left = append(left, leftKey{key, old.create})
 			h.delayed = h.delayed || old.delay
 			if watched := h.watched[key] == old.create; watched || old.delay {
 				if watched {
 					delete(h.watched, key)
 				}
-				gone = append(gone, expiry{key: key, vk: *old, rev: evs[0].Kv.ModRevision, at: now, watched: watched})
+				gone = append(gone, expiry{key: key, create: old.create, at: now, watched: watched})
 			}
 		}
 	}
 	h.rev = evs[len(evs)-1].Kv.ModRevision
 	for w := range h.waiters {
-		var gone *leftKey
-		for i, g := range left {
-			if g.vk.create < w.create {
-				gone = &left[i]
+		ahead := "" // the last key ahead of w that the revision deleted
+		for _, g := range left {
+			if g.create < w.create {
+				ahead = g.key
 			}
 		}
-		if gone != nil {
-			h.judgeLocked(w, &leftAhead{key: gone.key, rev: h.rev, at: now, vk: gone.vk})
-		} else {
-			h.judgeLocked(w, nil)
-		}
+		h.judgeLocked(w, ahead)
 	}
 	return gone
 }
@@ -543,27 +513,19 @@ func (h *nameHub) removeLocked(create int64) {
 	}
 }
 
-// leftAhead is a key ahead of a waiter that a revision deleted.
-type leftAhead struct {
-	key string
-	rev int64
-	at  time.Time
-	vk  viewKey
-}
-
 // judgeLocked gives w its verdict at the view's revision and wakes it when
 // the change is one it acts on. left, when set, is a key ahead of w that
 // this revision deleted.
-func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
+func (h *nameHub) judgeLocked(w *hubWaiter, left string) {
 	if w.st.err != nil || h.rev == 0 || h.rev < w.mod {
 		// Over; or the view does not yet reach the attempt's own write
 		// (its event is on its way).
 		return
 	}
 	prev := w.st
-	st := hubStatus{rev: h.rev, left: prev.left, leftRev: prev.leftRev, leftAt: prev.leftAt, leftKey: prev.leftKey, delayed: h.delayed}
-	if left != nil {
-		st.left, st.leftRev, st.leftAt, st.leftKey = left.key, left.rev, left.at, left.vk
+	st := hubStatus{rev: h.rev, left: prev.left, delayed: h.delayed}
+	if left != "" {
+		st.left = left
 	}
 	k := h.keys[w.key]
 	switch {
@@ -590,11 +552,11 @@ func (h *nameHub) judgeLocked(w *hubWaiter, left *leftAhead) {
 	w.st = st
 	switch {
 	case st.err != nil, st.holds:
-		w.signal()
+		w.wake.signal()
 	case prev.rev == 0 && w.positions:
-		w.signal() // first verdict: the waiter learns its position
+		w.wake.signal() // first verdict: the waiter learns its position
 	case w.positions && st.pos != prev.pos && (!w.paced || st.pos <= 1):
-		w.signal()
+		w.wake.signal()
 	}
 }
 

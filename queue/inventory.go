@@ -56,17 +56,12 @@ func (e *Engine) WaitEmpty(ctx context.Context, name string, onCount func(int64)
 	b := newBackoff(e.cfg.Clock)
 	for {
 		resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			if werr := b.wait(ctx); werr != nil {
-				return werr
-			}
-			continue
-		}
-		if resp.Count == 0 {
-			_, err := e.awaitLockDelays(ctx, name, true)
-			if err == nil || ctx.Err() != nil {
+		if err == nil && resp.Count == 0 {
+			if _, err = e.awaitLockDelays(ctx, name, true); err == nil || ctx.Err() != nil {
 				return err
 			}
+		}
+		if err != nil {
 			if werr := b.wait(ctx); werr != nil {
 				return werr
 			}

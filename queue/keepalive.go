@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,30 +13,27 @@ import (
 )
 
 // keepAliver renews leases over long-lived LeaseKeepAlive streams shared by
-// every renewal of the engine. etcd's leader renews leases in memory, so a
-// renewal is cheap for etcd; opening a gRPC stream per renewal is not.
+// every renewal of the engine: etcd's leader renews leases in memory, so a
+// renewal is cheap for etcd, but a gRPC stream per renewal is not. Two
+// facts of etcd's side shape it:
 //
-// Two facts of etcd's side shape it:
-//
-//   - A stream's requests are answered one at a time, in the order they
-//     were sent. So each stream keeps its requests in one FIFO and matches
-//     every answer to its head: an answer is never credited to a request
-//     sent later than the one it answers.
+//   - A stream's requests are answered one at a time, in the order sent.
+//     So each stream keeps its requests in one FIFO and matches every
+//     answer to its head: an answer is never credited to a later request.
 //   - Renewing a lease that has expired but is not yet revoked blocks until
 //     etcd revokes it, and revocations are rate-limited (1,000/s by
-//     default). When many leases expire at once, a renewal of one of them
-//     holds up every request behind it on its stream. So a new request is
-//     never queued behind one that has waited longer than stuckAfter: it
-//     goes to another stream, opened if needed, up to maxStreams; and a
-//     request already queued behind a stuck one is sent again elsewhere.
+//     default), holding up every request behind it on its stream. So a new
+//     request is never queued behind one that has waited longer than
+//     stuckAfter: it goes to another stream, opened if needed, up to
+//     maxStreams; and a request already queued behind a stuck one is sent
+//     again elsewhere.
 //
-// A renewal may join a request for the same lease that is already in
-// flight only if that request was sent at most joinWindow before the
-// renewal began; it then reports that request's send time, so the
-// deadline it yields (send time + TTL) stays conservative and the callers'
-// Valid (measured from their own start) is short by at most joinWindow.
-// An older request in flight is never joined: its answer would be credited
-// to a renewal that arrived after it was sent.
+// A renewal may join a request for the same lease already in flight only
+// if it was sent at most joinWindow before the renewal began; it then
+// reports that request's send time, so its deadline (send time + TTL)
+// stays conservative and the callers' Valid is short by at most
+// joinWindow. An older request is never joined: its answer would be
+// credited to a renewal that arrived after it was sent.
 type keepAliver struct {
 	cli *clientv3.Client
 	now func() time.Time
@@ -109,7 +107,10 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 	s, f := k.joinable(int64(id), now)
 	if f == nil {
 		var err error
-		if s, f, err = k.sendLocked(int64(id), now, nil); err != nil {
+		if s, err = k.pickLocked(now, nil); err == nil {
+			f, err = k.sendOnLocked(s, int64(id), now)
+		}
+		if err != nil {
 			k.mu.Unlock()
 			return 0, time.Time{}, err
 		}
@@ -126,7 +127,7 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 			return r.ttl, r.sent, r.err
 		case <-hedge.C:
 			k.mu.Lock()
-			if !s.dead && len(s.fifo) > 0 && s.fifo[0] != f && pending(s, f) {
+			if !s.dead && len(s.fifo) > 0 && s.fifo[0] != f && slices.Contains(s.fifo, f) {
 				now := time.Now()
 				if s2, err := k.pickLocked(now, s); err == nil && s2 != s {
 					if f2, err := k.sendOnLocked(s2, int64(id), now); err == nil {
@@ -139,12 +140,7 @@ func (k *keepAliver) renew(ctx context.Context, id clientv3.LeaseID) (int64, tim
 		case <-ctx.Done():
 			k.mu.Lock()
 			for _, f := range sent {
-				for i, c := range f.waiters {
-					if c == ch {
-						f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
-						break
-					}
-				}
+				f.waiters = slices.DeleteFunc(f.waiters, func(c chan keepAliveResult) bool { return c == ch })
 			}
 			// The requests stay in their streams' FIFOs: their answers will
 			// come, and must be matched to them, not to later requests.
@@ -166,27 +162,6 @@ func (k *keepAliver) inFlight(id clientv3.LeaseID) bool {
 		}
 	}
 	return false
-}
-
-// pending reports whether f still waits for its answer on s.
-func pending(s *kaStream, f *inflight) bool {
-	for _, g := range s.fifo {
-		if g == f {
-			return true
-		}
-	}
-	return false
-}
-
-// sendLocked sends a keepalive for id on a stream picked by pickLocked,
-// avoiding the stream avoid.
-func (k *keepAliver) sendLocked(id int64, now time.Time, avoid *kaStream) (*kaStream, *inflight, error) {
-	s, err := k.pickLocked(now, avoid)
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := k.sendOnLocked(s, id, now)
-	return s, f, err
 }
 
 // sendOnLocked sends a keepalive for id on s.
@@ -318,12 +293,7 @@ func (k *keepAliver) failLocked(s *kaStream, err error) {
 	}
 	s.fifo, s.byLease = nil, nil
 	s.cancel()
-	for i, o := range k.streams {
-		if o == s {
-			k.streams = append(k.streams[:i], k.streams[i+1:]...)
-			break
-		}
-	}
+	k.streams = slices.DeleteFunc(k.streams, func(o *kaStream) bool { return o == s })
 }
 
 func (k *keepAliver) close() {

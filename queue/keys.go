@@ -29,14 +29,23 @@ func NewSecret() (Secret, error) {
 
 // valueHeader is the fixed prefix of every waiter and session value: a
 // version tag and the hex SHA-256 of the owner's secret, then a newline.
-// Renew and release
-// prove ownership inside their transaction by comparing the value to lie
-// strictly between header and header+"\xff": exactly the values that begin
-// with the header, since the JSON that follows is UTF-8 and UTF-8 never
-// contains the byte 0xff.
+// Renew and release prove ownership inside their transaction by comparing
+// the value to lie strictly between header and header+"\xff": exactly the
+// values that begin with the header, since the JSON that follows is UTF-8
+// and UTF-8 never contains the byte 0xff.
 func valueHeader(s Secret) string {
 	h := sha256.Sum256(s[:])
 	return "lg1 " + hex.EncodeToString(h[:]) + "\n"
+}
+
+// handleCmps are the compares proving that key is h's key — its create
+// revision, its lease — then extra, then ownerCmps for h's secret.
+func handleCmps(key string, h Handle, extra ...clientv3.Cmp) []clientv3.Cmp {
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
+		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
+	}, extra...)
+	return append(cmps, ownerCmps(key, h.Secret)...)
 }
 
 // ownerCmps are the compares proving that key carries the owner's secret:

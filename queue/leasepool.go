@@ -36,14 +36,7 @@ import (
 // error.
 //
 // Why reuse is sound, and the one window it opens, is in doc.go ("Recycled
-// leases") and docs/safety.md. In short, a lease is given back only when
-// nothing but its lock's own attempt ever served the key (its mod revision
-// is its create revision: no takeover, so no zombie attempt of it exists),
-// no renewal of it is in flight on this engine (renewing, and no keepalive
-// for it is unanswered on this engine's streams), and it then waits out a
-// quarantine before it is refreshed and handed out again, longer than any
-// Renew of any engine lets pass between its proof and its keepalive
-// (proofWindow).
+// leases") and docs/safety.md.
 const (
 	// poolQuarantine is how long a lease given back waits before the
 	// pool refreshes it and may hand it out again. It must exceed
@@ -276,14 +269,12 @@ func (p *leasePool) giveBack(ctx context.Context, l pooledLease) {
 	}
 }
 
-// giveBackReleased returns the lease of a key that Release just deleted, or
-// reports false for the caller to revoke it. prev is the deleted key as
-// etcd returned it, never what a lock id claims. The lease is pooled only
-// when the key's value says it is the lock's own, with the TTL of a class
-// of this engine; the key was never taken over (its mod revision is its
-// create revision), so no other attempt of it can be about to keep the
-// lease alive; and no renewal of it is in flight on this engine. It is
-// quarantined for poolQuarantine before it is refreshed and handed out.
+// giveBackReleased quarantines the lease of a key that Release just
+// deleted (prev, as etcd returned it, never what a lock id claims), or
+// reports false for the caller to revoke it. It pools only the lock's own
+// lease, of a TTL class of this engine, of a key never taken over (no
+// other attempt of it can be about to keep the lease alive), with no
+// renewal of it in flight on this engine (doc.go, "Recycled leases").
 func (p *leasePool) giveBackReleased(ctx context.Context, prev *mvccpb.KeyValue, meta waiterMeta) bool {
 	if p.size == 0 || meta.Session || prev.ModRevision != prev.CreateRevision {
 		return false

@@ -31,8 +31,8 @@ import (
 const MaxLimit = leasegatev1.MaxSemaphoreLimit
 
 // limitOf is the limit a waiter value records; 1 for a value written
-// before limits existed or that cannot be read (a key the engine cannot
-// read counts as a different limit, which only ever withholds a grant).
+// before limits existed, 0 for one the engine cannot read (a different
+// limit, which only ever withholds a grant).
 func limitOf(v []byte) int {
 	_, m, err := decodeValue(v)
 	if err != nil {

@@ -381,10 +381,8 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 	)
 	now := e.cfg.Clock.Now()
 	for _, id := range ids {
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer func() { <-sem }()
 			ttl, err := e.cli.TimeToLive(ctx, id)
 			mu.Lock()
@@ -396,7 +394,7 @@ func (e *Engine) FillExpiry(ctx context.Context, locks []LockInfo) error {
 				return
 			}
 			leases[id] = now.Add(time.Duration(max(ttl.TTL, 0)) * time.Second)
-		}()
+		})
 	}
 	wg.Wait()
 	if first != nil {

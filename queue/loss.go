@@ -101,8 +101,11 @@ func (e *Engine) learnSessionTTL(lease clientv3.LeaseID, ttl time.Duration) {
 
 // sessionRecordTTL is the TTL of the session record op read; 0 when
 // there was none.
-func sessionRecordTTL(op *pb.ResponseOp) time.Duration {
-	return time.Duration(decodeSession(firstKV(op).GetValue()).TTL) * time.Second
+func sessionRecordTTL(op *pb.ResponseOp) time.Duration { return sessionTTLOf(firstKV(op)) }
+
+// sessionTTLOf is the TTL session record kv records; 0 for nil.
+func sessionTTLOf(kv *mvccpb.KeyValue) time.Duration {
+	return time.Duration(decodeSession(kv.GetValue()).TTL) * time.Second
 }
 
 // learnSessionRecord is sessionRecordTTL, learnt as lease's.
@@ -125,10 +128,7 @@ func (e *Engine) knownSessionTTL(ctx context.Context, lease clientv3.LeaseID) (t
 	if err != nil {
 		return 0, fmt.Errorf("queue: read the session: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	ttl := time.Duration(decodeSession(resp.Kvs[0].Value).TTL) * time.Second
+	ttl := sessionTTLOf(firstOf(resp.Kvs))
 	e.learnSessionTTL(lease, ttl)
 	return ttl, nil
 }
@@ -157,43 +157,29 @@ func (e *Engine) lossWait(d, ttl time.Duration) time.Duration {
 	return d
 }
 
-// classifyLoss says how the holder key key of name, as the view knew it
-// (vk), ended at revision rev (0 when unknown: it is found from etcd's
-// history), and the TTL its holder's belief may have lasted for.
-func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, vk viewKey) (lossKind, time.Duration, error) {
-	if rev == 0 {
-		var err error
-		if rev, _, err = e.deletionRev(ctx, key, vk.create); err != nil {
-			// History gone: nothing can tell, so it may have been unclean.
-			return lossUnclean, vk.ttl, nil
-		}
-	}
+// classifyLoss says how h's key, key, ended at revision rev.
+func (e *Engine) classifyLoss(ctx context.Context, key string, rev int64, h Handle) (lossKind, error) {
 	ops := []clientv3.Op{clientv3.OpGet(e.keys.mark(), clientv3.WithRev(rev))}
-	if vk.session {
-		ops = append(ops, clientv3.OpGet(e.keys.session(clientv3.LeaseID(vk.lease)), clientv3.WithRev(rev-1)))
+	if h.Session {
+		ops = append(ops, clientv3.OpGet(e.keys.session(h.Lease), clientv3.WithRev(rev-1)))
 	}
 	resp, err := e.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return lossUnclean, vk.ttl, fmt.Errorf("queue: read how a holder ended: %w", err)
+		return lossUnclean, fmt.Errorf("queue: read how a holder ended: %w", err)
 	}
 	rel := e.keys.rel(key)
 	if m := firstKV(resp.Responses[0]); m != nil && m.ModRevision == rev {
 		switch string(m.Value) {
 		case rel, markGiveUp + rel:
-			return lossClean, 0, nil
+			return lossClean, nil
 		case markForce + rel:
-			return lossEvicted, 0, nil
+			return lossEvicted, nil
 		}
 	}
-	ttl := vk.ttl
-	if vk.session {
-		s := firstKV(resp.Responses[1])
-		if s == nil {
-			return lossClean, 0, nil // its owner closed the session first
-		}
-		ttl = time.Duration(decodeSession(s.Value).TTL) * time.Second
+	if h.Session && firstKV(resp.Responses[1]) == nil {
+		return lossClean, nil // its owner closed the session first
 	}
-	return lossUnclean, ttl, nil
+	return lossUnclean, nil
 }
 
 // deletionRev finds the revision that deleted key, created at create, in
@@ -251,31 +237,24 @@ func (e *Engine) watchDeletion(ctx context.Context, key string, create, from int
 // observeLoss stamps, with the moment a hub saw g's key go (g.at), the
 // delay and holder records g's key left behind: a clean end took them
 // with the key (a force-release left its lock-delay stamped already), so a
-// record still there is an expiry or a loss, waited out from now. It
-// reports whether one was.
-func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) (bool, error) {
+// record still there is an expiry or a loss, waited out from now. A
+// failure leaves the record to the next look (an acquire, the sweep).
+func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) {
 	wid := g.key[strings.LastIndexByte(g.key, '/')+1:]
 	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(delays+wid), clientv3.OpGet(delays+wid+".h")).Commit()
 	if err != nil {
-		return true, fmt.Errorf("queue: read a holder's records: %w", err)
+		return
 	}
-	waits := false
 	for _, r := range resp.Responses {
 		kv := firstKV(r)
 		if kv == nil {
 			continue
 		}
-		rec, ok := parseDelay(kv)
-		if !ok || rec.rev != g.vk.create {
-			continue // another key's
-		}
-		waits = true
-		if rec.expired.IsZero() {
+		if rec, ok := parseDelay(kv); ok && rec.rev == g.create && rec.expired.IsZero() {
 			rec.d = e.lossWait(rec.d, rec.ttl)
 			if _, _, err := e.stampDelay(ctx, rec, g.at); err != nil {
-				return true, err
+				return
 			}
 		}
 	}
-	return waits, nil
 }

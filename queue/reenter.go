@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,11 +83,8 @@ type holdsValue struct {
 // A record that cannot be read counts as that one hold, which can only
 // withhold a release, never make one.
 func decodeHolds(kv *mvccpb.KeyValue) []holdEntry {
-	if kv == nil {
-		return []holdEntry{{}}
-	}
 	var v holdsValue
-	if json.Unmarshal(kv.Value, &v) != nil || len(v.Holds) == 0 {
+	if kv == nil || json.Unmarshal(kv.Value, &v) != nil || len(v.Holds) == 0 {
 		return []holdEntry{{}}
 	}
 	return v.Holds
@@ -112,12 +108,7 @@ func holdOf(hs []holdEntry, wid string) int {
 
 // reenterMask masks a lock's secret for the re-entrant acquires of the
 // session whose secret is s.
-func reenterMask(s Secret) [SecretLen]byte {
-	h := sha256.Sum256(append([]byte("leasegate/reenter\x00"), s[:]...))
-	var m [SecretLen]byte
-	copy(m[:], h[:])
-	return m
-}
+func reenterMask(s Secret) [SecretLen]byte { return maskOf("leasegate/reenter\x00", s[:]) }
 
 // errReenterContended reports a re-entrant acquire whose lock kept changing
 // under it; retrying the same request is safe.
@@ -181,21 +172,14 @@ func waiterIDOf(kv *mvccpb.KeyValue) string {
 // with r's limit, and whose secret the session unseals.
 func (e *Engine) heldBySession(r *AcquireRequest, kvs []*mvccpb.KeyValue, n int) (*mvccpb.KeyValue, Secret) {
 	for _, kv := range kvs {
-		if clientv3.LeaseID(kv.Lease) != r.Session {
-			continue
-		}
 		_, meta, err := decodeValue(kv.Value)
-		if err != nil || meta.Reenter == "" || meta.Owner != r.binding() || max(meta.Limit, 1) != n {
+		if clientv3.LeaseID(kv.Lease) != r.Session || err != nil || meta.Reenter == "" || meta.Owner != r.binding() ||
+			max(meta.Limit, 1) != n || !holdsIn(kvs, kv.CreateRevision, n) {
 			continue
 		}
-		if !holdsIn(kvs, kv.CreateRevision, n) {
-			continue
+		if secret, err := unsealWith(meta.Reenter, reenterMask(r.SessionSecret)); err == nil && hasHeader(kv.Value, secret) {
+			return kv, secret
 		}
-		secret, err := unsealWith(meta.Reenter, reenterMask(r.SessionSecret))
-		if err != nil || !hasHeader(kv.Value, secret) {
-			continue
-		}
-		return kv, secret
 	}
 	return nil, Secret{}
 }
@@ -211,10 +195,7 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 	if err != nil {
 		return nil, fmt.Errorf("queue: re-entrant acquire: %w", err)
 	}
-	var rec *mvccpb.KeyValue
-	if len(hr.Kvs) > 0 {
-		rec = hr.Kvs[0]
-	}
+	rec := firstOf(hr.Kvs)
 	holds := decodeHolds(rec)
 	nonce := newAttempt()
 	i := holdOf(holds, rid)
@@ -287,11 +268,7 @@ func (e *Engine) dropHold(ctx context.Context, h Handle, rec *mvccpb.KeyValue, n
 	rest := slices.Delete(slices.Clone(holds), i, i+1)
 	key := e.keys.waiter(h.Name, h.WaiterID)
 	hkey := string(rec.Key)
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision),
-	}, ownerCmps(key, h.Secret)...)
+	cmps := handleCmps(key, h, clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.ModRevision))
 	if keyMod != 0 {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", keyMod))
 	}
@@ -374,11 +351,7 @@ func (e *Engine) dropHoldOwned(ctx context.Context, g Grant) {
 func (e *Engine) fenceHolds(ctx context.Context, h Handle, rec *mvccpb.KeyValue) (final bool, err error) {
 	key := e.keys.waiter(h.Name, h.WaiterID)
 	hkey := e.keys.holds(h.Name, h.WaiterID, h.Revision)
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
-	}, ownerCmps(key, h.Secret)...)
+	cmps := handleCmps(key, h, clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()))
 	resp, err := e.cli.Txn(ctx).If(cmps...).
 		Then(clientv3.OpPut(hkey, encodeHolds(decodeHolds(rec)), clientv3.WithLease(h.Lease))).Commit()
 	if err != nil {

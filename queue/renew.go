@@ -97,10 +97,7 @@ func (e *Engine) Renew(ctx context.Context, h Handle, token int64) (rn Renewal, 
 func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
 	prefix := e.keys.namePrefix(h.Name)
 	key := prefix + h.WaiterID
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-	}, ownerCmps(key, h.Secret)...)
+	cmps := handleCmps(key, h)
 	var then []clientv3.Op
 	if h.HoldID != "" {
 		// A hold of a re-entered lock is held while its record lists it
@@ -141,10 +138,7 @@ func (e *Engine) classifyGone(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("queue: read holder: %w", err)
 	}
-	if len(resp.Kvs) > 0 {
-		return goneError(resp.Kvs[0])
-	}
-	return goneError(nil)
+	return goneError(firstOf(resp.Kvs))
 }
 
 // Release frees a held lock with a compare-and-delete, never a plain
@@ -170,10 +164,7 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 	}
 	key := e.keys.waiter(h.Name, h.WaiterID)
 	hkey := e.keys.holds(h.Name, h.WaiterID, h.Revision)
-	cmps := append([]clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(key), "=", h.Revision),
-		clientv3.Compare(clientv3.LeaseValue(key), "=", h.Lease),
-	}, ownerCmps(key, h.Secret)...)
+	cmps := handleCmps(key, h)
 	for {
 		e.at(ctx, pointRelease)
 		var mine, rec *mvccpb.KeyValue

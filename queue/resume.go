@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -87,10 +86,7 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 			e.att.release(att)
 			return nil, fmt.Errorf("queue: resume: %w", err)
 		}
-		var rec *mvccpb.KeyValue
-		if len(hr.Kvs) > 0 {
-			rec = hr.Kvs[0]
-		}
+		rec := firstOf(hr.Kvs)
 		if rec != nil && holdIndex(decodeHolds(rec), "") < 0 {
 			e.att.release(att)
 			return nil, fmt.Errorf("%w: the lock acquired under this request id was released; the session's other holds keep it: acquire re-entrant to add a hold, or use another request id", ErrReleased)
@@ -109,10 +105,8 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		return nil, err
 	}
 	dkey, hrec := e.keys.delay(r.Name, h.WaiterID), e.keys.holderRecord(r.Name, h.WaiterID)
-	own := strconv.FormatInt(mine.CreateRevision, 10) + " "
 	delayRec, holderRec := t.onThen(clientv3.OpGet(dkey)), t.onThen(clientv3.OpGet(hrec))
-	t.onThen(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(dkey), ">", own), clientv3.Compare(clientv3.Value(dkey), "<", own+"\xff")},
-		[]clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil))
+	t.onThen(clientv3.OpTxn(recordOfCmps(dkey, mine.CreateRevision), []clientv3.Op{clientv3.OpPut(dkey, delayValue(mine.CreateRevision, r.LockDelay, ttl))}, nil))
 	t.onThen(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", mine.CreateRevision)},
 		[]clientv3.Op{clientv3.OpPut(hrec, holderRecordValue(r.LockDelay, ttl, meta.Attempt))}, nil))
 	keyNow, holdsNow := t.onElse(clientv3.OpGet(key, clientv3.WithKeysOnly())), t.onElse(clientv3.OpGet(hkey, clientv3.WithKeysOnly()))

@@ -13,26 +13,23 @@ import (
 // Session ends, for waiters.
 //
 // A session waiter's key rides on the attempt lease while it waits, so the
-// session's end does not remove it: the waiter must learn it from the
-// session record. Its safety does not depend on that: the grant moves the
-// key onto the session lease in a transaction that proves the session
-// (ownerCmps), so a waiter whose session is gone is never granted. What
-// the record's watch buys is promptness — a waiter deep in a queue learns
-// at once that its session ended, not when it reaches the head.
+// session's end does not remove it: the waiter learns it from the session
+// record. Safety does not depend on that — the grant's move onto the
+// session lease proves the session (ownerCmps) — but promptness does: a
+// waiter deep in a queue learns at once that its session ended, not at
+// the head.
 //
-// So the engine keeps one delete-only watch over every session record of
-// a key space (<prefix>/sessions/) while the space has session waiters,
-// not one per waiter. A waiter registers with the revision its session
-// was last proven at (its enqueue or takeover, which compared the
-// record's secret). The
-// watch started for the first waiter starts right after that revision;
-// for a later one, the deletions already delivered since its revision are
-// remembered (the last sessionMemory of them), so none is missed; a
-// waiter older than that memory checks its record with one read. A failed
-// watch is started again from a fresh revision, and every registered
-// session is checked at that revision in the same read (a waiter that
-// registers during that read may learn of its session's end only at its
-// grant, whose transaction proves the session anyway).
+// So the engine keeps one delete-only watch over the session records of a
+// key space (<prefix>/sessions/) while the space has session waiters. A
+// waiter registers with the revision its session was last proven at (its
+// enqueue or takeover). The watch started for the first waiter starts
+// right after that revision; for a later one, the deletions delivered
+// since its revision are remembered (the last sessionMemory of them), so
+// none is missed; a waiter older than that memory reads its record once.
+// A failed watch is started again from a fresh revision, and every
+// registered session is checked at that revision in the same read (a
+// waiter that registers during that read may learn of its session's end
+// only at its grant, whose transaction proves the session anyway).
 const sessionMemory = 4096
 
 type sessionSub struct {

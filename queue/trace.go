@@ -158,37 +158,26 @@ func (s *span) end(ok string, err error) {
 	s.s.End()
 }
 
+// outcomes name engine errors for the outcome attribute, the first match
+// winning.
+var outcomes = [...]struct {
+	err  error
+	name string
+}{
+	{ErrWaitTimeout, "wait_timeout"}, {ErrLeaseLost, "lease_lost"}, {ErrReleased, "released"},
+	{ErrExpired, "expired"}, {ErrStolen, "stolen"}, {ErrNotOwner, "not_owner"},
+	{ErrSessionLost, "session_lost"}, {ErrQueueFull, "queue_full"}, {ErrGuardFailed, "epoch_refused"},
+	{ErrDetached, "detached"}, {ErrSuperseded, "superseded"}, {context.Canceled, "canceled"},
+	{context.DeadlineExceeded, "deadline_exceeded"}, {ErrInvalidArgument, "invalid_argument"},
+	{ErrInvalidName, "invalid_argument"}, {ErrInvalidTTL, "invalid_argument"},
+}
+
 // outcomeOf names an engine error for the outcome attribute.
 func outcomeOf(err error) string {
-	switch {
-	case errors.Is(err, ErrWaitTimeout):
-		return "wait_timeout"
-	case errors.Is(err, ErrLeaseLost):
-		return "lease_lost"
-	case errors.Is(err, ErrReleased):
-		return "released"
-	case errors.Is(err, ErrExpired):
-		return "expired"
-	case errors.Is(err, ErrStolen):
-		return "stolen"
-	case errors.Is(err, ErrNotOwner):
-		return "not_owner"
-	case errors.Is(err, ErrSessionLost):
-		return "session_lost"
-	case errors.Is(err, ErrQueueFull):
-		return "queue_full"
-	case errors.Is(err, ErrGuardFailed):
-		return "epoch_refused"
-	case errors.Is(err, ErrDetached):
-		return "detached"
-	case errors.Is(err, ErrSuperseded):
-		return "superseded"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "deadline_exceeded"
-	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrInvalidName), errors.Is(err, ErrInvalidTTL):
-		return "invalid_argument"
+	for _, o := range outcomes {
+		if errors.Is(err, o.err) {
+			return o.name
+		}
 	}
 	return "error"
 }
@@ -227,9 +216,9 @@ func (s *span) endEnqueue(q *enqueued, err error) {
 		}
 		if q.h.Revision != 0 {
 			s.set(attribute.Int64(attrToken, q.h.Token()))
-		}
-		if q.h.Revision != 0 && q.holds {
-			s.set(attribute.Bool("leasegate.first", true))
+			if q.holds {
+				s.set(attribute.Bool("leasegate.first", true))
+			}
 		}
 	}
 	s.end(outcome, err)
@@ -269,9 +258,6 @@ func (e *Engine) traceGrant(ctx context.Context, q *enqueued) (context.Context, 
 }
 
 func (s *span) endGrant(g Grant, err error) {
-	if s == nil {
-		return
-	}
 	if err == nil {
 		s.set(attribute.Int64(attrTTL, int64(g.TTL/time.Second)))
 	}
@@ -303,12 +289,9 @@ func (e *Engine) predecessorLeft(ctx context.Context) {
 }
 
 func (s *span) endRelease(released bool, err error) {
-	if s == nil {
-		return
-	}
+	outcome := "not_held"
 	if released {
-		s.end("released", err)
-	} else {
-		s.end("not_held", err)
+		outcome = "released"
 	}
+	s.end(outcome, err)
 }

@@ -43,9 +43,8 @@ func ValidateName(name string) error {
 // and the plain space (unicode.IsPrint) — control characters (newlines,
 // ESC, C1 controls), other spaces, format characters such as bidi
 // overrides, and invalid UTF-8 (utf8.RuneError, and so U+FFFD, which
-// stands for it). It is the one rule for
-// every text a caller stores that operators read on a terminal: names,
-// client ids and force-release reasons.
+// stands for it). It is the one rule for every text a caller stores that
+// operators read on a terminal: names, client ids and force-release reasons.
 func firstUnprintable(s string) (int, rune) {
 	for i, r := range s {
 		if !unicode.IsPrint(r) || r == utf8.RuneError {

@@ -101,11 +101,16 @@ func ownerBinding(owner, clientID string, session clientv3.LeaseID) string {
 	return hex.EncodeToString(h[:16])
 }
 
-func sealMask(requestID string) [SecretLen]byte {
-	h := sha256.Sum256([]byte("leasegate/seal\x00" + requestID))
-	var m [SecretLen]byte
+// maskOf is a secret's mask: the first SecretLen bytes of the SHA-256 of
+// label and data.
+func maskOf(label string, data []byte) (m [SecretLen]byte) {
+	h := sha256.Sum256(append([]byte(label), data...))
 	copy(m[:], h[:])
 	return m
+}
+
+func sealMask(requestID string) [SecretLen]byte {
+	return maskOf("leasegate/seal\x00", []byte(requestID))
 }
 
 func sealSecret(s Secret, requestID string) string { return sealWith(s, sealMask(requestID)) }

@@ -232,11 +232,10 @@ func (e *Engine) waitLoop(ctx context.Context, r *AcquireRequest, q *enqueued, b
 			waited = true
 			hw.setPaced(rep.offer(st.pos))
 		}
-		parkedNow := false
-		if e.hooks != nil {
-			parkedNow = true
+		parkedNow := e.hooks != nil
+		if parkedNow {
 			e.hooks.park(ctx, parked{prefix: prefix, own: key, myRev: q.h.Revision, ownMod: q.modRev,
-				limit: r.effectiveLimit(), session: sessKey, viewRev: hw.viewRev})
+				limit: r.effectiveLimit(), session: sessKey, viewRev: hw.h.viewRev})
 		}
 		var err error
 		select {

@@ -20,28 +20,24 @@ import (
 // Watching queues.
 //
 // A view (viewState) keeps the queues of the names a prefix covers, read
-// at one revision, and applies etcd's events to them one revision at a
-// time, so every event it reports is derived from an exact before and
-// after, holders judged by the grant rule (limit.go, holders) on both:
+// at one revision, and applies etcd's events one revision at a time, so
+// every event it reports is derived from an exact before and after,
+// holders judged by the grant rule (limit.go, holders) on both:
 //
-//   - a key that holds after a revision and did not before is HELD
-//     (created into a free name, or the keys ahead of it went);
+//   - a key that holds after a revision and did not before is HELD;
 //   - a key created that does not hold is QUEUED;
 //   - a deleted key that held is RELEASED when the release mark
 //     (handoff.go) names it at the same revision, FORCE_RELEASED when an
 //     audit record written at that revision names it, and otherwise
-//     EXPIRED: that last one is inferred from the absence of a mark (a
-//     lapsed or revoked lease, a closed session, a grant the gateway gave
-//     up because it could not deliver it);
-//   - a deleted key that did not hold LEFT — a waiter, or an acquire
-//     refused for its semaphore limit whose key lived a moment behind
-//     holders of another limit.
+//     EXPIRED, inferred from the absence of a mark (a lapsed or revoked
+//     lease, a closed session, a grant given up undelivered);
+//   - a deleted key that did not hold LEFT.
 //
 // One range watch covers the audit records, the release mark and the lock
-// keys (they are adjacent in key order), so the mark or the record of a
-// delete arrives in the same response as the delete: etcd never splits
-// one revision's events across watch responses. Views are shared by every
-// watcher of the same prefix on an engine (watchview.go).
+// keys (adjacent in key order), so the mark or record of a delete arrives
+// in the same response as the delete: etcd never splits one revision's
+// events across watch responses. Views are shared by every watcher of the
+// same prefix on an engine (watchview.go).
 
 // EventType is what happened to a key of a queue.
 type EventType int
@@ -156,21 +152,19 @@ func (k watchKey) entry(i, held int) QueueEntry {
 // one), so a snapshot may keep the slices it captured while the view
 // moves on.
 type viewState struct {
-	set                 *watchSet // counts the keys the state holds
-	base, mark, audit   string
-	id                  viewID // its space and prefix
-	prefix              string
-	queues              map[string][]watchKey // by escaped segment, in create order
-	keys                int64                 // keys in queues
-	rev                 int64
-	testHookBeforeApply func()
+	set               *watchSet // counts the keys the state holds
+	base, mark, audit string
+	id                viewID                // its space and prefix
+	queues            map[string][]watchKey // by escaped segment, in create order
+	keys              int64                 // keys in queues
+	rev               int64
 }
 
 // newState is a state of the view id, of the space ks, with nothing read
 // yet.
 func (s *watchSet) newState(ks keys, id viewID) *viewState {
 	return &viewState{set: s, base: ks.locks(), mark: ks.mark(),
-		audit: ks.auditPrefix(), id: id, prefix: id.prefix, queues: map[string][]watchKey{}}
+		audit: ks.auditPrefix(), id: id, queues: map[string][]watchKey{}}
 }
 
 // drop gives the state's keys back to the budget.
@@ -183,7 +177,7 @@ func (st *viewState) drop() {
 // sets rev. It counts the keys first and asks the budget for them
 // (watchSet.reserve), so a prefix too large is refused before it is read.
 func (st *viewState) load(ctx context.Context, cli *clientv3.Client, from int64) error {
-	ranges := nameRanges(st.base, st.prefix)
+	ranges := nameRanges(st.base, st.id.prefix)
 	rev, count := from, int64(0)
 	for _, r := range ranges {
 		opts := []clientv3.OpOption{clientv3.WithRange(r.end), clientv3.WithCountOnly()}
@@ -256,7 +250,7 @@ func (st *viewState) split(key string) (seg, waiter string, ok bool) {
 		return "", "", false
 	}
 	seg, waiter, ok = strings.Cut(rest, "/")
-	if !ok || !segWithin(seg, st.prefix) {
+	if !ok || !segWithin(seg, st.id.prefix) {
 		return "", "", false
 	}
 	if _, err := unescapeName(seg); err != nil {
@@ -265,9 +259,9 @@ func (st *viewState) split(key string) (seg, waiter string, ok bool) {
 	return seg, waiter, true
 }
 
-// nameOf is the name, and whether it is an election's, of a segment split
-// accepted.
-func (st *viewState) nameOf(seg string) (string, bool) {
+// segName is the name, and whether it is an election's, of a segment
+// split accepted.
+func segName(seg string) (string, bool) {
 	n, _ := unescapeName(seg)
 	return nameOf(n)
 }
@@ -280,7 +274,7 @@ func (st *viewState) nameOf(seg string) (string, bool) {
 func (st *viewState) watchFrom(ctx context.Context, cli *clientv3.Client, rev int64, fn func(clientv3.WatchResponse) error) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	end := clientv3.GetPrefixRangeEnd(st.base + escapeName(st.prefix))
+	end := clientv3.GetPrefixRangeEnd(st.base + escapeName(st.id.prefix))
 	wch := cli.Watch(wctx, st.audit, clientv3.WithRange(end), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
 	for {
 		var wr clientv3.WatchResponse
@@ -312,9 +306,6 @@ func (st *viewState) watchFrom(ctx context.Context, cli *clientv3.Client, rev in
 // reports ErrWatchBudget, and applies nothing more, once the state grew
 // past the budget.
 func (st *viewState) batchOf(wr clientv3.WatchResponse) (WatchBatch, error) {
-	if st.testHookBeforeApply != nil {
-		st.testHookBeforeApply()
-	}
 	if wr.IsProgressNotify() {
 		st.rev = max(st.rev, wr.Header.Revision)
 		return WatchBatch{Revision: st.rev}, nil
@@ -405,7 +396,7 @@ func (st *viewState) apply(rev int64, evs []*clientv3.Event) (int64, []WatchEven
 			}
 			st.queues[seg] = c.after
 		}
-		name, election := st.nameOf(seg)
+		name, election := segName(seg)
 		out = append(out, c.events(name, election, seg, rev, released, forced)...)
 	}
 	st.keys += grew

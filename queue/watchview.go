@@ -14,43 +14,40 @@ import (
 // Shared watch views.
 //
 // Every WatchLocks of one prefix of one key space on an engine shares one
-// view (viewState):
-// one etcd watch, one copy of the queues, whatever the number of
-// watchers. A watcher is a subscriber: the view applies each etcd
-// response once, under its lock, and hands the same batch to every
-// subscriber's queue, from which the subscriber's own goroutine emits it.
-// So what one watcher pins is its queue of batches not yet emitted
-// (shared with the others and the ring) and, while its snapshot is sent,
-// the queue slices it captured (views store a changed queue as a new
-// slice, so a capture is a list of slice headers, not a copy of keys):
+// view (viewState): one etcd watch and one copy of the queues, however
+// many watchers. The view applies each etcd response once, under its lock,
+// and hands the same batch to every subscriber's queue, which the
+// subscriber's own goroutine emits. So a watcher pins only its batches not
+// yet emitted (shared with the others and the ring) and, while its
+// snapshot is sent, the queue slices it captured (a changed queue is
+// stored as a new slice, so a capture copies slice headers, not keys):
 //
 //   - A watcher from revision 0 captures the view's queues at the view's
 //     revision R under the lock, subscribes at R, and sends the capture
 //     as its snapshot; the view's batches after R follow.
 //   - A watcher resuming from revision F joins directly when the view's
-//     ring — its latest batches, watchRingEvents events at most — holds
-//     every event after F (F at or above the ring's floor and at most R):
-//     it gets the ring's events after F, then the view's. Otherwise it
-//     catches up on a view of its own, loaded at F (which checks that F's
-//     history is still there), emitting what it derives, until that view
-//     reaches the shared view's ring or passes it; then it drops its view
-//     and joins. With no shared view of the prefix, its view becomes it.
+//     ring (its latest batches, watchRingEvents events at most) holds
+//     every event after F: F at or above the ring's floor and at most R.
+//     Otherwise it catches up on a view of its own, loaded at F (which
+//     checks that F's history is still there), until that view reaches
+//     the shared view's ring or passes it; then it drops its view and
+//     joins. With no shared view of the prefix, its view becomes it.
 //   - A subscriber whose queue passes watchSubEvents events (and holds
 //     more than one batch) is dropped with errWatchLagging, its queue
-//     freed: the caller resumes from the last revision it emitted, as
-//     after any broken watch. One slow watcher never holds the others
-//     back, nor more than its queue. A view's only subscriber is not
-//     dropped: the view waits for it instead (it holds nobody else back),
-//     so a watch resumed far behind replays history at its own pace.
-//   - A view's broken etcd watch is resumed by the view from its
-//     revision; history compacted under it ends the view and every
-//     subscriber with ErrCompacted. The last subscriber to leave ends it.
+//     freed: the caller resumes from the last revision it emitted. One
+//     slow watcher never holds the others back, nor more than its queue.
+//     A view's only subscriber is not dropped: the view waits for it (it
+//     holds nobody else back), so a watch resumed far behind replays
+//     history at its own pace.
+//   - A view's broken etcd watch is resumed from its revision; history
+//     compacted under it ends the view and every subscriber with
+//     ErrCompacted. The last subscriber to leave ends it.
 //
 // Every view (shared or catching up) counts its keys against its key
-// space's budget on the engine, Config.MaxWatchKeys (one space's watches
-// never take another's): a view is refused before it is read when
-// its keys would pass it (one count read), and a view that grows past it
-// ends with ErrWatchBudget.
+// space's budget, Config.MaxWatchKeys (one space's watches never take
+// another's): a view whose keys would pass it is refused before it is
+// read (one count read), and one that grows past it ends with
+// ErrWatchBudget.
 
 // Bounds on a view's memory beside its keys; variables so that tests can
 // reach them with few events.
@@ -157,19 +154,12 @@ type watchView struct {
 // watchSub is one subscriber of a view.
 type watchSub struct {
 	v    *watchView
-	wake chan struct{}
+	wake wakeup
 
 	// Guarded by v.mu.
 	queue []WatchBatch
 	n     int // events in queue
 	err   error
-}
-
-func (sub *watchSub) signal() {
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
 }
 
 // take returns the subscriber's queued batches and, once it has ended,
@@ -183,20 +173,22 @@ func (sub *watchSub) take() ([]WatchBatch, error) {
 	return q, sub.err
 }
 
-// newView is a view of id with no state yet.
-func (s *watchSet) newView(id viewID) *watchView {
+// newViewLocked adds a view of id, with no state yet, to the set, and
+// subscribes its first watcher.
+func (s *watchSet) newViewLocked(id viewID) (*watchView, *watchSub) {
 	v := &watchView{set: s, id: id, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
 	v.drained.L = &v.mu
-	return v
+	s.views[id] = v
+	return v, v.addLocked(false)
 }
 
 // addLocked subscribes a new watcher and queues the ring's batches for it.
 func (v *watchView) addLocked(ring bool) *watchSub {
-	sub := &watchSub{v: v, wake: make(chan struct{}, 1)}
+	sub := &watchSub{v: v, wake: newWakeup()}
 	v.subs[sub] = struct{}{}
 	if ring && len(v.ring) > 0 {
 		sub.queue = slices.Clone(v.ring)
-		sub.signal()
+		sub.wake.signal()
 	}
 	return sub
 }
@@ -242,7 +234,7 @@ func (v *watchView) publishLocked(b WatchBatch) {
 			sub.queue, sub.n, sub.err = nil, 0, errWatchLagging
 			delete(v.subs, sub)
 		}
-		sub.signal()
+		sub.wake.signal()
 	}
 }
 
@@ -254,7 +246,7 @@ func (v *watchView) endLocked(err error) {
 	v.err = err
 	for sub := range v.subs {
 		sub.err = err
-		sub.signal()
+		sub.wake.signal()
 	}
 	v.ring = nil
 	if v.cancel != nil {
@@ -358,9 +350,7 @@ func (s *watchSet) join(ctx context.Context, ks keys, prefix string, from int64,
 		v := s.views[id]
 		if v == nil {
 			// The first watcher of the prefix loads its view.
-			v = s.newView(id)
-			sub := v.addLocked(false)
-			s.views[id] = v
+			v, sub := s.newViewLocked(id)
 			s.mu.Unlock()
 			st := s.newState(ks, id)
 			if err := st.load(ctx, s.e.cli, from); err != nil {
@@ -448,9 +438,7 @@ func (s *watchSet) tryJoin(st *viewState) (*watchSub, bool) {
 	s.mu.Lock()
 	v := s.views[st.id]
 	if v == nil {
-		v = s.newView(st.id)
-		sub := v.addLocked(false)
-		s.views[st.id] = v
+		v, sub := s.newViewLocked(st.id)
 		s.mu.Unlock()
 		s.start(v, st)
 		return sub, true
@@ -558,8 +546,7 @@ func (snap *watchSnapshot) emit(emit func(WatchBatch) error) error {
 	slices.SortFunc(snap.queues, func(a, b capturedQueue) int { return cmp.Compare(a.seg+"/", b.seg+"/") })
 	b := WatchBatch{Snapshot: true, Revision: snap.rev}
 	for _, q := range snap.queues {
-		n, _ := unescapeName(q.seg)
-		name, election := nameOf(n)
+		name, election := segName(q.seg)
 		held := heldOf(q.keys)
 		for i, k := range q.keys {
 			en := k.entry(i, held)
