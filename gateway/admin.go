@@ -23,7 +23,7 @@ var _ leasegatev1connect.AdminServiceHandler = (*Service)(nil)
 // admin returns the caller's identity if it may use AdminService: its
 // credentials grant RoleAdmin, or, with no authentication configured, it
 // is the local operator, whom the edge gave that role (it then acts as
-// "loopback/<address>").
+// "loopback/<address>"), charged to its acquire rates.
 func (s *Service) admin(ctx context.Context, peer connect.Peer) (Identity, error) {
 	id, err := s.caller(ctx)
 	if err != nil {
@@ -42,7 +42,7 @@ func (s *Service) admin(ctx context.Context, peer connect.Peer) (Identity, error
 	if id.Method == "none" {
 		id.Subject = "loopback/" + peer.Addr
 	}
-	return id, nil
+	return id, s.lim.acquire(id)
 }
 
 // loopbackPeer reports whether a peer address ("host:port") is loopback.
@@ -66,9 +66,6 @@ func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.Forc
 	}
 	id, err := s.admin(ctx, req.Peer())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	if err := s.allow(id, name); err != nil {
@@ -114,9 +111,6 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 	}
 	id, err := s.admin(ctx, req.Peer())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	all, more, err := s.router.ListAudit(ctx, id.Tenant, tok.Before, size)

@@ -29,11 +29,7 @@ func (s *Service) Elections() Elections { return Elections{s: s} }
 // Campaign streams queue positions until the caller leads.
 func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.CampaignRequest], stream *connect.ServerStream[v1.CampaignResponse]) error {
 	s, m := el.s, req.Msg
-	id, err := s.caller(ctx)
-	if err != nil {
-		return err
-	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, 0, false, 0)
+	id, r, sess, err := s.acquireRequest(ctx, m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, 0, false, 0)
 	if err != nil {
 		return err
 	}
@@ -53,19 +49,16 @@ func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.Campai
 
 // leader is Service.held for a leader id: it must name an election.
 func (el Elections) leader(ctx context.Context, leaderID string) (LockID, locks.Held, error) {
-	id, t, err := el.s.held(ctx, leaderID)
-	var fe *fieldError
-	if errors.As(err, &fe) {
+	id, t, err := el.s.held(ctx, leaderID, func(t locks.Held) error {
+		if !t.Election() {
+			return badField("leader_id", "names a lock, not an election's leader; use LockService")
+		}
+		return nil
+	})
+	if fe := (*fieldError)(nil); errors.As(err, &fe) {
 		fe.field = "leader_id"
 	}
-	if err != nil {
-		return id, t, err
-	}
-	if !t.Election() {
-		return id, t, badField("leader_id", "names a lock, not an election's leader; use LockService")
-	}
-	who, _ := el.s.caller(ctx) // held has authenticated the call
-	return id, t, el.s.lim.renew(who)
+	return id, t, err
 }
 
 // Proclaim replaces the leader's value while the caller leads.
@@ -128,7 +121,7 @@ func leaderMsg(l *queue.Leader) *v1.Leader {
 // again.
 func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.ObserveRequest], stream *connect.ServerStream[v1.ObserveResponse]) error {
 	s := el.s
-	id, err := el.s.reader(ctx, req.Msg.Name)
+	id, err := s.reader(ctx, req.Msg.Name)
 	if err != nil {
 		return err
 	}
@@ -143,13 +136,7 @@ func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.Observe
 	defer endWait()
 	octx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go func() {
-		select {
-		case <-s.shutdown:
-			cancel(errShuttingDown)
-		case <-octx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.stopping, func() { cancel(errShuttingDown) })()
 	var last *v1.Leader
 	sent := false
 	err = observe(octx, func(l *queue.Leader) error {

@@ -86,11 +86,8 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 			return nil, fieldOf("page_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
 		}
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	all, more, err := s.router.ListLocks(ctx, id.Tenant, prefix, tok.Cursor, size)
@@ -190,11 +187,8 @@ func (s *Service) reader(ctx context.Context, name string) (Identity, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return Identity{}, fieldOf("name", err)
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return id, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return id, err
 	}
 	return id, s.allow(id, name)

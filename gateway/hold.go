@@ -25,14 +25,11 @@ const holdBeat = 30 * time.Second
 // only a caller that holds the lock's id can open it. A gateway shutting
 // down ends it with SHUTTING_DOWN, for the SDK to watch on through another.
 func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHoldRequest], stream *connect.ServerStream[v1.WatchHoldResponse]) error {
-	_, h, err := s.held(ctx, req.Msg.LockId)
+	_, h, err := s.held(ctx, req.Msg.LockId, nil)
 	if err != nil {
 		return err
 	}
 	who, _ := s.caller(ctx) // held has authenticated the call
-	if err := s.lim.renew(who); err != nil {
-		return err
-	}
 	// An open watch costs like an open wait (a stream, its goroutines and
 	// an engine subscription for as long as the lock is held): it counts
 	// against the same cap.

@@ -285,11 +285,7 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 			return 0, nil, badField("wait_timeout_ms", "%d is outside 0 (no wait) to %d", waitMs, s.cfg.MaxWaitTimeout.Milliseconds())
 		}
 	}
-	id, err := s.caller(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false, in.LockDelayMs)
+	id, r, _, err := s.acquireRequest(ctx, *in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false, in.LockDelayMs)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -298,9 +294,6 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	}
 	a, err := s.acquireOf(id, r, nil, false)
 	if err != nil {
-		return 0, nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return 0, nil, err
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)

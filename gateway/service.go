@@ -147,41 +147,35 @@ func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Dur
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// acquireRequest reads the wire fields shared by Acquire and TryAcquire
-// into the engine's request (acquireOf checks the rest by the engine's
-// rules): milliseconds, compared before they are converted, the session
-// id, the default TTL and request id.
-func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (queue.AcquireRequest, *SessionID, error) {
-	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
-		return queue.AcquireRequest{}, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
-	}
-	if requestID == "" {
-		requestID = newRequestID()
-	}
+// acquireRequest authenticates the caller and reads the wire fields
+// shared by every acquire into the engine's request (acquireOf checks the
+// rest by the engine's rules): milliseconds, compared before they are
+// converted, the session id, the default TTL and request id.
+func (s *Service) acquireRequest(ctx context.Context, name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (Identity, queue.AcquireRequest, *SessionID, error) {
 	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant,
 		LockDelay: time.Duration(lockDelayMs) * time.Millisecond}
-	var sess *SessionID
-	if sessionID != "" {
-		id, err := DecodeSessionID(s.keys, sessionID)
-		if err != nil {
-			return r, nil, fieldOf("session_id", err)
-		}
-		sess = &id
-		r.SessionSecret = id.Secret
-	} else {
-		ttl, err := s.ttl("ttl_ms", ttlMs)
-		if err != nil {
-			return r, nil, err
-		}
-		r.TTL = ttl
+	who, err := s.caller(ctx)
+	if err != nil {
+		return who, r, nil, err
 	}
-	return r, sess, nil
+	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
+		return who, r, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
+	}
+	if r.RequestID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		r.RequestID = hex.EncodeToString(b[:])
+	}
+	if sessionID == "" {
+		r.TTL, err = s.ttl("ttl_ms", ttlMs)
+		return who, r, nil, err
+	}
+	id, err := DecodeSessionID(s.keys, sessionID)
+	if err != nil {
+		return who, r, nil, fieldOf("session_id", err)
+	}
+	r.SessionSecret = id.Secret
+	return who, r, &id, nil
 }
 
 // acquireOf is the fleet's acquire of r (a campaign in the election
@@ -189,7 +183,8 @@ func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, 
 // (locks.Acquire.Validate) first, before anything is limited or routed,
 // so a bad request is refused as such even while its cluster is down; the
 // tenant's policy must allow the name, a session must be the caller's,
-// and the call is limited as the gateway is configured.
+// and the call is limited as the gateway is configured and charged to
+// the caller's acquire rates.
 func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
 	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
 	if sess != nil {
@@ -206,7 +201,7 @@ func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID
 	}
 	a.Request.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	a.Request.Owner = id.owner()
-	return a, nil
+	return a, s.lim.acquire(id)
 }
 
 func (s *Service) granted(id Identity, shard string, g queue.Grant) *v1.Granted {
@@ -228,11 +223,7 @@ func (s *Service) granted(id Identity, shard string, g queue.Grant) *v1.Granted 
 // Acquire streams queue positions until the caller is granted.
 func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRequest], stream *connect.ServerStream[v1.AcquireResponse]) error {
 	m := req.Msg
-	id, err := s.caller(ctx)
-	if err != nil {
-		return err
-	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
+	id, r, sess, err := s.acquireRequest(ctx, m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return err
 	}
@@ -336,9 +327,6 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 	if err != nil {
 		return err
 	}
-	if err := s.lim.acquire(id); err != nil {
-		return err
-	}
 	endWait, err := s.lim.startWait(id)
 	if err != nil {
 		return err
@@ -391,11 +379,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 // TryAcquire grants the lock only if it is free.
 func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcquireRequest]) (*connect.Response[v1.TryAcquireResponse], error) {
 	m := req.Msg
-	id, err := s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
+	id, r, sess, err := s.acquireRequest(ctx, m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return nil, err
 	}
@@ -407,9 +391,6 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	}
 	a, err := s.acquireOf(id, r, sess, m.Election)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	if m.ExistingOnly {
@@ -445,8 +426,9 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 }
 
 // held authenticates the caller, decodes a lock id, checks that it
-// belongs to the caller's tenant and finds its shard.
-func (s *Service) held(ctx context.Context, lockID string) (LockID, locks.Held, error) {
+// belongs to the caller's tenant, finds its shard, passes check (when not
+// nil) and charges the call to the caller's renewal rates.
+func (s *Service) held(ctx context.Context, lockID string, check func(locks.Held) error) (LockID, locks.Held, error) {
 	who, err := s.caller(ctx)
 	if err != nil {
 		return LockID{}, locks.Held{}, err
@@ -459,7 +441,13 @@ func (s *Service) held(ctx context.Context, lockID string) (LockID, locks.Held, 
 		return id, locks.Held{}, fmt.Errorf("%w: the lock id belongs to another tenant", queue.ErrNotOwner)
 	}
 	h, err := s.router.Held(ctx, who.Tenant, id.Shard, id.Handle)
-	return id, h, err
+	if err == nil && check != nil {
+		err = check(h)
+	}
+	if err != nil {
+		return id, h, err
+	}
+	return id, h, s.lim.renew(who)
 }
 
 // Renew extends a held lock's lease.
@@ -475,12 +463,8 @@ func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) 
 	if _, err := s.ttl("ttl_ms", ttlMs); err != nil {
 		return queue.Renewal{}, err
 	}
-	_, h, err := s.held(ctx, lockID)
+	_, h, err := s.held(ctx, lockID, nil)
 	if err != nil {
-		return queue.Renewal{}, err
-	}
-	who, _ := s.caller(ctx) // held has authenticated the call
-	if err := s.lim.renew(who); err != nil {
 		return queue.Renewal{}, err
 	}
 	return h.Renew(ctx, token)
@@ -499,12 +483,8 @@ func (s *Service) Release(ctx context.Context, req *connect.Request[v1.ReleaseRe
 }
 
 func (s *Service) release(ctx context.Context, lockID string, token int64) (bool, error) {
-	_, h, err := s.held(ctx, lockID)
+	_, h, err := s.held(ctx, lockID, nil)
 	if err != nil {
-		return false, err
-	}
-	who, _ := s.caller(ctx) // held has authenticated the call
-	if err := s.lim.renew(who); err != nil {
 		return false, err
 	}
 	return h.Release(ctx, token)
@@ -548,11 +528,8 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	if req.Msg.FencingToken <= 0 {
 		return nil, badField("fencing_token", "%d is not positive", req.Msg.FencingToken)
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	if err := s.allow(id, name); err != nil {

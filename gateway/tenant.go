@@ -20,6 +20,16 @@ func (s *Service) caller(ctx context.Context) (Identity, error) {
 	return id, err
 }
 
+// admit authenticates the caller and charges the call to its acquire
+// rates.
+func (s *Service) admit(ctx context.Context) (Identity, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return id, err
+	}
+	return id, s.lim.acquire(id)
+}
+
 // sessionFor decodes a session id and checks it belongs to the caller.
 func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, SessionID, error) {
 	who, err := s.caller(ctx)

@@ -48,11 +48,8 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 			return fieldOf("resume_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
 		}
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return err
 	}
 	// An open watch costs like an open wait (a stream, goroutines, and the
