@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -158,16 +159,18 @@ func toConnect(err error) *connect.Error {
 				info.Metadata[v1.MetadataShard] = se.shard
 			}
 		}
-		if d, derr := connect.NewErrorDetail(info); derr == nil {
-			out.AddDetail(d)
-		}
+		addDetail(out, info)
 	}
 	if field := errField(err); field != "" {
-		if d, derr := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}}); derr == nil {
-			out.AddDetail(d)
-		}
+		addDetail(out, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}})
 	}
 	return out
+}
+
+func addDetail(ce *connect.Error, m proto.Message) {
+	if d, err := connect.NewErrorDetail(m); err == nil {
+		ce.AddDetail(d)
+	}
 }
 
 // errField is the request field an error concerns, as the API names it:

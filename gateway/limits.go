@@ -235,13 +235,8 @@ func limitedToConnect(err error) *connect.Error {
 	if le.rate {
 		reason = v1.ErrorReason_RATE_LIMITED
 	}
-	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain, Metadata: map[string]string{v1.MetadataLimit: le.kind}}
-	if d, derr := connect.NewErrorDetail(info); derr == nil {
-		ce.AddDetail(d)
-	}
-	if d, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(le.retry)}); derr == nil {
-		ce.AddDetail(d)
-	}
+	addDetail(ce, &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain, Metadata: map[string]string{v1.MetadataLimit: le.kind}})
+	addDetail(ce, &errdetails.RetryInfo{RetryDelay: durationpb.New(le.retry)})
 	return ce
 }
 

@@ -71,8 +71,12 @@ type restLockRef struct {
 	FencingToken *int64  `json:"fencingToken"`
 }
 
-// required reports the first missing field.
-func (r restLockRef) required() error {
+// decodeRef decodes a renew or release body into in and reports the
+// first missing field of r, its lock reference.
+func decodeRef(body []byte, in any, r *restLockRef) error {
+	if err := decodeStrict(body, in); err != nil {
+		return err
+	}
 	if r.LockID == nil {
 		return badField("lock_id", "is required")
 	}
@@ -91,10 +95,6 @@ type restRenewed struct {
 	Renewed   bool   `json:"renewed"`
 	ExpiresAt string `json:"expiresAt,omitempty"`
 	Reason    string `json:"reason,omitempty"`
-}
-
-type restRelease struct {
-	restLockRef
 }
 
 type restError struct {
@@ -315,43 +315,33 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 
 func (s *Service) restRenew(ctx context.Context, _ http.ResponseWriter, body []byte) (int, any, error) {
 	var in restRenew
-	if err := decodeStrict(body, &in); err != nil {
-		return 0, nil, err
-	}
-	if err := in.required(); err != nil {
+	if err := decodeRef(body, &in, &in.restLockRef); err != nil {
 		return 0, nil, err
 	}
 	rn, err := s.renew(ctx, *in.LockID, *in.FencingToken, in.TTLMs)
-	// A lost lock is an answer here, not an error: record the loss it is.
-	switch {
-	case errors.Is(err, queue.ErrReleased):
-		// Let go, not lost: no loss is recorded.
-		recordOf(ctx).setErr(toConnect(err))
-		return http.StatusConflict, restRenewed{Reason: "released"}, nil
-	case errors.Is(err, queue.ErrEvicted):
-		recordOf(ctx).setErr(toConnect(err))
-		recordOf(ctx).setLoss("evicted")
-		return http.StatusConflict, restRenewed{Reason: "evicted"}, nil
-	case errors.Is(err, queue.ErrExpired):
-		recordOf(ctx).setErr(toConnect(err))
-		recordOf(ctx).setLoss("expired")
-		return http.StatusConflict, restRenewed{Reason: "expired"}, nil
-	case errors.Is(err, queue.ErrStolen):
-		recordOf(ctx).setErr(toConnect(err))
-		recordOf(ctx).setLoss("stolen")
-		return http.StatusConflict, restRenewed{Reason: "stolen"}, nil
-	case err != nil:
-		return 0, nil, err
+	if err == nil {
+		return http.StatusOK, restRenewed{Renewed: true, ExpiresAt: rfc3339(rn.Deadline)}, nil
 	}
-	return http.StatusOK, restRenewed{Renewed: true, ExpiresAt: rfc3339(rn.Deadline)}, nil
+	// A lost lock is an answer here, not an error: record the loss it is
+	// (a released lock was let go, not lost).
+	for _, end := range []struct {
+		err    error
+		reason string
+	}{{queue.ErrReleased, "released"}, {queue.ErrEvicted, "evicted"}, {queue.ErrExpired, "expired"}, {queue.ErrStolen, "stolen"}} {
+		if errors.Is(err, end.err) {
+			recordOf(ctx).setErr(toConnect(err))
+			if end.err != queue.ErrReleased {
+				recordOf(ctx).setLoss(end.reason)
+			}
+			return http.StatusConflict, restRenewed{Reason: end.reason}, nil
+		}
+	}
+	return 0, nil, err
 }
 
 func (s *Service) restRelease(ctx context.Context, _ http.ResponseWriter, body []byte) (int, any, error) {
-	var in restRelease
-	if err := decodeStrict(body, &in); err != nil {
-		return 0, nil, err
-	}
-	if err := in.required(); err != nil {
+	var in restLockRef
+	if err := decodeRef(body, &in, &in); err != nil {
 		return 0, nil, err
 	}
 	if _, err := s.release(ctx, *in.LockID, *in.FencingToken); err != nil {

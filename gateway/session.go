@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -137,14 +138,12 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 		return nil, err
 	}
 	id.Secret = outs.Secret
-	s.capped(outs.Shards)
 	for _, o := range outs.Shards {
 		if o.Err == nil {
 			id.Leases = append(id.Leases, ShardLease{Shard: o.Shard, Lease: o.Lease})
 		}
 	}
-	if err := refuseOpen(outs.Shards); err != nil {
-		s.router.RevokeOpened(s.session(id), outs.Shards) // do not leave half a session behind
+	if err := s.refuseOpen(id, outs.Shards); err != nil {
 		return nil, err
 	}
 	deadline, effTTL, valid := earliest(outs.Shards)
@@ -154,16 +153,26 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	}), nil
 }
 
-// refuseOpen is the error of an open or extension that must not go ahead:
-// a failure that is not transient (the request itself is at fault), or no
-// lease live at all.
-func refuseOpen(outs []locks.LeaseOutcome) error {
+// refuseOpen is the error of an open or extension of id that must not go
+// ahead: a failure that is not transient (the request itself is at
+// fault), or no lease live at all; the leases it opened are then revoked,
+// so no half session is left behind. First each shard's key cap refusal
+// is made the limit's (limiter.capped).
+func (s *Service) refuseOpen(id SessionID, outs []locks.LeaseOutcome) error {
+	for i := range outs {
+		outs[i].Err = s.lim.capped(outs[i].Err)
+	}
+	err := verdict(outs)
 	for _, o := range outs {
 		if o.Err != nil && o.Opened && !transient(o.Err) {
-			return o.Err
+			err = o.Err
+			break
 		}
 	}
-	return verdict(outs)
+	if err != nil {
+		s.router.RevokeOpened(s.session(id), outs)
+	}
+	return err
 }
 
 // KeepAliveSession renews the session's leases, each on its own: a shard
@@ -255,13 +264,6 @@ func (s *Service) session(id SessionID) locks.Session {
 	return locks.Session{Tenant: id.Tenant, Secret: id.Secret, Leases: id, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
 }
 
-// capped makes each shard's key cap refusal the limit's (limiter.capped).
-func (s *Service) capped(outs []locks.LeaseOutcome) {
-	for i := range outs {
-		outs[i].Err = s.lim.capped(outs[i].Err)
-	}
-}
-
 // shards lists the shards id holds a lease on, in id's order.
 func (id SessionID) shards() []string {
 	out := make([]string, len(id.Leases))
@@ -269,4 +271,74 @@ func (id SessionID) shards() []string {
 		out[i] = l.Shard
 	}
 	return out
+}
+
+// maxSessionShards bounds the shards one session spans; session ids with
+// more do not decode.
+const maxSessionShards = 64
+
+// ExtendSession opens the session's lease on the named shards and returns
+// a session id that lists them besides the leases the old id listed.
+//
+// A session id is signed, so only a gateway can add to it; the new lease is
+// proven by the session's secret like the others. A shard the id already
+// lists keeps its lease, renewed, unless the caller asks to replace it:
+// then the old lease is revoked before a new one is opened, so the locks of
+// a lease the client has given up as lost are released, never carried
+// over to the new lease (their lock ids name the old one).
+func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error) {
+	m := req.Msg
+	who, id, err := s.sessionFor(ctx, m.SessionId)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := s.ttl("ttl_ms", m.TtlMs)
+	if err != nil {
+		return nil, err
+	}
+	// Checked before a replaced lease is revoked, as the engine would not.
+	if err := queue.ValidateClientID(m.ClientId); err != nil {
+		return nil, fieldOf("client_id", err)
+	}
+	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
+		return nil, badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards)
+	}
+	seen := map[string]bool{}
+	for _, sh := range m.Shards {
+		if seen[sh] {
+			return nil, badField("shards", "%q is named twice", sh)
+		}
+		seen[sh] = true
+		if err := s.router.Known(sh); err != nil {
+			return nil, err
+		}
+	}
+	if n := len(id.Leases) + len(m.Shards); n > maxSessionShards {
+		// Counted generously (listed shards named again count twice),
+		// which can only refuse a session that is near the bound anyway.
+		return nil, badField("shards", "would make the session span up to %d shards; the limit is %d", n, maxSessionShards)
+	}
+	if err := s.lim.acquire(who); err != nil {
+		return nil, err
+	}
+	outs, err := s.router.ExtendSession(ctx, s.session(id), m.Shards, m.Replace, m.ClientId, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.refuseOpen(id, outs); err != nil {
+		return nil, err
+	}
+	next := SessionID{Tenant: id.Tenant, Secret: id.Secret, Leases: slices.Clone(id.Leases)}
+	for _, o := range outs {
+		if o.Err != nil || !o.Opened {
+			continue
+		}
+		l := ShardLease{Shard: o.Shard, Lease: o.Lease}
+		if i := slices.IndexFunc(next.Leases, func(x ShardLease) bool { return x.Shard == l.Shard }); i >= 0 {
+			next.Leases[i] = l
+		} else {
+			next.Leases = append(next.Leases, l)
+		}
+	}
+	return connect.NewResponse(&v1.ExtendSessionResponse{SessionId: EncodeSessionID(s.keys, next), Shards: shardProtos(outs)}), nil
 }
