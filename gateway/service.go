@@ -59,36 +59,32 @@ var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
 
 // NewService returns the lock service over router, which the caller keeps
 // and closes. log may be nil.
-func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, error) {
+func NewService(cfg Config, router *locks.Router, log *slog.Logger) (_ *Service, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	clk := clockOf(cfg)
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real
+	}
 	auth := cfg.Authenticator
 	if auth == nil {
-		var err error
 		if auth, err = NewAuthenticator(cfg.Auth, log, clk); err != nil {
 			return nil, err
 		}
 	}
-	s, err := newService(cfg, router, log, clk, auth)
-	if err != nil {
-		auth.Close() // no JWKS refresh outlives a service that never ran
-		return nil, err
-	}
-	return s, nil
-}
-
-// newService builds the service around auth.
-func newService(cfg Config, router *locks.Router, log *slog.Logger, clk clock.Clock, auth *Authenticator) (s *Service, err error) {
-	s = &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
+	defer func() {
+		if err != nil {
+			auth.Close() // no JWKS refresh outlives a service that never ran
+		}
+	}()
+	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	s.stopping, s.stop = context.WithCancelCause(context.Background())
 	if s.keys == nil {
-		var k IDKey
-		k, err = GenerateIDKey(1)
+		k, err := GenerateIDKey(1)
 		if err != nil {
 			return nil, err
 		}
@@ -117,6 +113,12 @@ func (s *Service) Shutdown() {
 		s.stop(errors.Join(queue.ErrDetached, errShuttingDown))
 		s.auth.Close()
 	})
+}
+
+// withTimeout bounds ctx by d on the gateway's clock; the context ends
+// with cause.
+func (s *Service) withTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+	return clock.WithTimeoutCause(ctx, s.clk, d, cause)
 }
 
 // ttl reads a TTL field in which 0 means the gateway's default TTL.
