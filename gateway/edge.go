@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,12 +43,7 @@ import (
 var publicPaths = []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/", "/healthz"}
 
 func isPublic(path string) bool {
-	for _, p := range publicPaths {
-		if strings.HasPrefix(path, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(publicPaths, func(p string) bool { return strings.HasPrefix(path, p) })
 }
 
 // streamingPaths answer with a stream whose messages are bounded one by

@@ -302,11 +302,7 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")
-		var expires time.Time
-		if res.Holder != nil {
-			expires = res.Holder.Expires
-		}
-		return http.StatusOK, refusal(expires, res.DelayedUntil), nil
+		return http.StatusOK, refusal(res.Holder, res.DelayedUntil), nil
 	}
 	recordOf(ctx).setShard(shard)
 	g := s.granted(id, shard, res.Grant)
@@ -363,12 +359,12 @@ func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) 
 }
 
 // refusal is the answer of an acquire that was not granted: the holder's
-// expiry (zero: no holder), or the end of a lock-delay that holds a free
+// expiry (nil: no holder), or the end of a lock-delay that holds a free
 // name back.
-func refusal(holderExpires, delayUntil time.Time) restAcquired {
+func refusal(holder *queue.Holder, delayUntil time.Time) restAcquired {
 	out := restAcquired{}
-	if !holderExpires.IsZero() {
-		out.ExpiresAt = rfc3339(holderExpires)
+	if holder != nil && !holder.Expires.IsZero() {
+		out.ExpiresAt = rfc3339(holder.Expires)
 	}
 	if !delayUntil.IsZero() {
 		// Free, but held back by an expired holder's lock-delay: the
@@ -445,11 +441,7 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 		if derr != nil {
 			return 0, nil, derr
 		}
-		var expires time.Time
-		if d.Holder != nil {
-			expires = d.Holder.Expires
-		}
-		return http.StatusOK, refusal(expires, d.DelayUntil), nil
+		return http.StatusOK, refusal(d.Holder, d.DelayUntil), nil
 	case err != nil:
 		return 0, nil, err
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -164,8 +165,6 @@ func (h *Health) shardStatus() map[string]string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[string]string, len(h.shards))
-	for k, v := range h.shards {
-		out[k] = v
-	}
+	maps.Copy(out, h.shards)
 	return out
 }

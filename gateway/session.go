@@ -33,16 +33,6 @@ func state(o locks.LeaseOutcome) v1.ShardLeaseState {
 	}
 }
 
-func shardProto(o locks.LeaseOutcome) *v1.SessionShard {
-	out := &v1.SessionShard{Shard: o.Shard, State: state(o)}
-	if o.Err == nil {
-		out.ExpiresAt = timestamppb.New(o.Renewal.Deadline)
-		out.TtlMs = o.Renewal.TTL.Milliseconds()
-		out.ValidForMs = max(o.Renewal.Valid.Milliseconds(), 0)
-	}
-	return out
-}
-
 // transient reports a failure that says nothing about the request: the
 // shard was down, slow or resharding. Only such a failure leaves a shard
 // out of a session; any other fails the call.
@@ -107,7 +97,12 @@ func verdict(outs []locks.LeaseOutcome) error {
 func shardProtos(outs []locks.LeaseOutcome) []*v1.SessionShard {
 	out := make([]*v1.SessionShard, len(outs))
 	for i, o := range outs {
-		out[i] = shardProto(o)
+		out[i] = &v1.SessionShard{Shard: o.Shard, State: state(o)}
+		if o.Err == nil {
+			out[i].ExpiresAt = timestamppb.New(o.Renewal.Deadline)
+			out[i].TtlMs = o.Renewal.TTL.Milliseconds()
+			out[i].ValidForMs = max(o.Renewal.Valid.Milliseconds(), 0)
+		}
 	}
 	return out
 }
@@ -200,7 +195,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 		return nil, err
 	}
 	out := &v1.KeepAliveSessionResponse{Shards: shardProtos(outs)}
-	if every(outs, v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE) {
+	if !slices.ContainsFunc(outs, func(o locks.LeaseOutcome) bool { return state(o) != v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE }) {
 		// The top-level fields confirm the whole session. A client that
 		// reads only them takes them for every lease's, so they stay unset
 		// while any lease went unconfirmed: such a client confirms
@@ -209,15 +204,6 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 		out.ExpiresAt, out.TtlMs, out.ValidForMs = timestamppb.New(deadline), effTTL.Milliseconds(), valid.Milliseconds()
 	}
 	return connect.NewResponse(out), nil
-}
-
-func every(outs []locks.LeaseOutcome, st v1.ShardLeaseState) bool {
-	for _, o := range outs {
-		if state(o) != st {
-			return false
-		}
-	}
-	return true
 }
 
 // pickLeases returns the shards of id's leases among shards, or all of

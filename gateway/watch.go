@@ -82,10 +82,7 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 			revs[sh] = r
 		}
 	}
-	token := func() string {
-		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
-		return encodeToken(t)
-	}
+	token := func() string { return encodeToken(watchToken{Prefix: prefix, Revs: maps.Clone(revs)}) }
 	// The response headers go at once, so a client knows the watch is
 	// open whether or not anything happens soon (a resumed watch on a
 	// quiet tenant has nothing to send for a while).
