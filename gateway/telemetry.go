@@ -66,7 +66,6 @@ const scopeName = "github.com/leasegate/leasegate/gateway"
 // telemetry is the service's instruments; a nil *telemetry records nothing.
 type telemetry struct {
 	s      *Service
-	tracer trace.Tracer // nil without tracing
 	prop   propagation.TextMapPropagator
 	trace  connect.Interceptor // nil without tracing
 	rest   []otelhttp.Option   // the REST calls' spans and HTTP metrics
@@ -122,7 +121,6 @@ func newTelemetry(s *Service, cfg Telemetry) (*telemetry, error) {
 		t.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	if cfg.TracerProvider != nil {
-		t.tracer = cfg.TracerProvider.Tracer(scopeName)
 		opts := []otelconnect.Option{
 			otelconnect.WithTracerProvider(cfg.TracerProvider), otelconnect.WithPropagator(t.prop),
 			otelconnect.WithoutMetrics(),
@@ -235,9 +233,13 @@ func (t *telemetry) lost(ctx context.Context, shard, reason string) {
 	}
 }
 
-// logCall writes the request-scoped log line of a call: at debug level
-// always, at warn level when the store failed. It never logs the request.
-func (t *telemetry) logCall(ctx context.Context, procedure, shard string, err error, d time.Duration) {
+// logCall labels the call's span with outcome and writes the call's
+// request-scoped log line: at debug level always, at warn level when the
+// store failed. It never logs the request.
+func (t *telemetry) logCall(ctx context.Context, procedure, shard, outcome string, err error, d time.Duration) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	}
 	level := slog.LevelDebug
 	if code := connect.CodeOf(err); err != nil && (code == connect.CodeUnavailable || code == connect.CodeInternal || code == connect.CodeUnknown) {
 		level = slog.LevelWarn
@@ -273,20 +275,16 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 	if err == nil && set != "" {
 		outcome = set
 	}
+	var hist metric.Float64Histogram
+	mode := ""
 	switch req.Any().(type) {
 	case *v1.TryAcquireRequest:
-		if t.m != nil {
-			t.m.acquire.Record(ctx, secs, t.labels(shard, outcome, "try"))
-		}
+		hist, mode = t.m.histogram("acquire"), "try"
 	case *v1.RenewRequest:
-		if t.m != nil {
-			t.m.renew.Record(ctx, secs, t.labels(shard, outcome, ""))
-		}
+		hist = t.m.histogram("renew")
 		t.lost(ctx, shard, lossReason(err))
 	case *v1.ReleaseRequest, *v1.ResignRequest:
-		if t.m != nil {
-			t.m.release.Record(ctx, secs, t.labels(shard, outcome, ""))
-		}
+		hist = t.m.histogram("release")
 	case *v1.KeepAliveSessionRequest:
 		if err != nil {
 			t.lost(ctx, "all", lossReason(err))
@@ -302,10 +300,10 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 	default:
 		shard = rec.currentShard()
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	if hist != nil {
+		hist.Record(ctx, secs, t.labels(shard, outcome, mode))
 	}
-	t.logCall(ctx, req.Spec().Procedure, shard, err, d)
+	t.logCall(ctx, req.Spec().Procedure, shard, outcome, err, d)
 }
 
 func (c *callRecorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -391,10 +389,7 @@ func (a *acquireConn) done(err error) {
 		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), a.t.labels(shard, outcome, mode))
 	}
 	a.t.lost(a.ctx, shard, lossReason(err))
-	if span := trace.SpanFromContext(a.ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
-	}
-	a.t.logCall(a.ctx, a.procedure, shard, err, now.Sub(a.start))
+	a.t.logCall(a.ctx, a.procedure, shard, outcome, err, now.Sub(a.start))
 }
 
 // restPrefix is where the REST lock calls live.
@@ -471,9 +466,9 @@ func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path strin
 		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, rec.modeOr(mode)))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("leasegate.outcome", outcome), attribute.String("leasegate.shard", shard))
+		span.SetAttributes(attribute.String("leasegate.shard", shard))
 	}
-	t.logCall(ctx, path, shard, err, d)
+	t.logCall(ctx, path, shard, outcome, err, d)
 }
 
 func (m *instruments) histogram(op string) metric.Float64Histogram {
