@@ -302,7 +302,11 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	}
 	if !res.Acquired {
 		recordOf(ctx).setOutcome("busy")
-		return http.StatusOK, refusal(res.Holder, res.DelayedUntil), nil
+		var expires time.Time
+		if res.Holder != nil {
+			expires = res.Holder.Expires
+		}
+		return http.StatusOK, refusal(expires, res.DelayedUntil), nil
 	}
 	recordOf(ctx).setShard(shard)
 	g := s.granted(id, shard, res.Grant)
@@ -359,12 +363,12 @@ func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) 
 }
 
 // refusal is the answer of an acquire that was not granted: the holder's
-// expiry (nil: no holder), or the end of a lock-delay that holds a free
+// expiry (zero: no holder), or the end of a lock-delay that holds a free
 // name back.
-func refusal(holder *queue.Holder, delayUntil time.Time) restAcquired {
+func refusal(holderExpires, delayUntil time.Time) restAcquired {
 	out := restAcquired{}
-	if holder != nil && !holder.Expires.IsZero() {
-		out.ExpiresAt = rfc3339(holder.Expires)
+	if !holderExpires.IsZero() {
+		out.ExpiresAt = rfc3339(holderExpires)
 	}
 	if !delayUntil.IsZero() {
 		// Free, but held back by an expired holder's lock-delay: the
@@ -441,7 +445,11 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 		if derr != nil {
 			return 0, nil, derr
 		}
-		return http.StatusOK, refusal(d.Holder, d.DelayUntil), nil
+		var expires time.Time
+		if d.Holder != nil {
+			expires = d.Holder.Expires
+		}
+		return http.StatusOK, refusal(expires, d.DelayUntil), nil
 	case err != nil:
 		return 0, nil, err
 	}

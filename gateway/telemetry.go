@@ -65,12 +65,12 @@ const scopeName = "github.com/leasegate/leasegate/gateway"
 
 // telemetry is the service's instruments; a nil *telemetry records nothing.
 type telemetry struct {
-	s      *Service
-	prop   propagation.TextMapPropagator
-	trace  connect.Interceptor // nil without tracing
-	rest   []otelhttp.Option   // the REST calls' spans and HTTP metrics
-	m      *instruments        // nil without metrics
-	sets   sync.Map            // labelKey → metric.MeasurementOption
+	s     *Service
+	prop  propagation.TextMapPropagator
+	trace connect.Interceptor // nil without tracing
+	rest  []otelhttp.Option   // the REST calls' spans and HTTP metrics
+	m     *instruments        // nil without metrics
+	sets  sync.Map            // labelKey → metric.MeasurementOption
 }
 
 // labelKey is one combination of a measurement's labels; an empty field is
