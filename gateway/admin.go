@@ -85,7 +85,9 @@ func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.Forc
 		out.Audit = auditRecord(shard, res.Record)
 		s.log.Warn("lock force-released", "name", name, "shard", shard, "tenant", id.Tenant, "actor", actor,
 			"reason", req.Msg.Reason, "evicted_token", res.Evicted.Token, "evicted_client_id", res.Evicted.ClientID, "audit_id", res.Record.ID)
-		s.tel.forceReleased(ctx, shard)
+		if t := s.tel; t != nil && t.m != nil {
+			t.m.forced.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard)))
+		}
 	}
 	return connect.NewResponse(out), nil
 }
@@ -96,8 +98,8 @@ type auditToken struct {
 	Before string `json:"b"`
 }
 
-// ListAudit pages through the tenant's audit records, newest first,
-// merged across shards.
+// ListAudit pages through the tenant's audit records across shards, newest
+// first.
 func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	size, err := pageSize(req.Msg.PageSize)
 	if err != nil {
@@ -134,12 +136,5 @@ func auditRecord(shard string, r queue.AuditRecord) *v1.AuditRecord {
 	return &v1.AuditRecord{
 		Id: r.ID, Action: r.Action, Name: r.Name, Shard: shard, Actor: r.Actor, Reason: r.Reason,
 		At: timestamppb.New(r.At), EvictedFencingToken: r.EvictedToken, EvictedClientId: r.EvictedClientID,
-	}
-}
-
-// forceReleased counts an eviction.
-func (t *telemetry) forceReleased(ctx context.Context, shard string) {
-	if t != nil && t.m != nil {
-		t.m.forced.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard)))
 	}
 }

@@ -8,13 +8,11 @@ import (
 	"github.com/leasegate/leasegate/locks"
 )
 
-// callRecord is what a call learned that its telemetry is labelled by.
-// The Connect interceptor or the REST wrapper puts one in the call's
-// context; the handler that routes and answers fills it in; the wrapper
-// reads it when the call returns. So a metric's shard and outcome are the
-// ones the handler acted on, never re-derived from the request or the
-// response. Without telemetry there is no record, and filling it in does
-// nothing.
+// callRecord is what a call learned that its telemetry is labelled by:
+// the interceptor or REST wrapper puts it in the context, the handler fills
+// it in, the wrapper reads it at the end. So a metric's shard and outcome
+// are the ones the handler acted on, never re-derived. Without telemetry
+// there is no record, and filling it in does nothing.
 type callRecord struct {
 	mu sync.Mutex // a streaming Acquire reports queue positions from another goroutine
 	// route is where the fleet routed the call; shard, once set, is the
@@ -79,18 +77,16 @@ func (r *callRecord) modeOr(def string) string {
 	return def
 }
 
-// setLoss records a lease found lost, by reason (expired, stolen,
-// waiter_lease_lost, session_lost), when the answer carries no error that
-// says so (a REST renew answers a lost lock with a body).
+// setLoss records a lease found lost, by reason, when the answer carries
+// no error that says so (a REST renew answers a lost lock with a body).
 func (r *callRecord) setLoss(reason string) { r.set(func() { r.loss = reason }) }
 
 // setErr records the error a REST call answered with, as the Connect error
 // it was translated to.
 func (r *callRecord) setErr(err error) { r.set(func() { r.err = err }) }
 
-// queued marks a waiting REST acquire queued at its first queue position:
-// its mode label, and when and on which shard its wait began. It reports
-// whether this call marked it (later ones change nothing).
+// queued marks a waiting REST acquire queued (its mode, and when and where
+// its wait began) and reports whether this call was the first to.
 func (r *callRecord) queued(now time.Time) (first bool, shard string) {
 	if r == nil {
 		return false, ""

@@ -117,9 +117,8 @@ var restFields = map[string]string{
 // errAnswered is a REST handler's report that it wrote its answer itself.
 var errAnswered = errors.New("the answer was written by the handler")
 
-// handleREST registers the REST API on mux: each lock call on its own path,
-// so the mux routes a call once and its telemetry knows which call it is,
-// and a 404 for any other path under /api/v1/.
+// handleREST registers each REST lock call on its own path, so the mux
+// routes it once, and a 404 for any other path under /api/v1/.
 func (s *Service) handleREST(mux *http.ServeMux) {
 	for op, h := range map[string]restHandler{
 		"acquire": s.restAcquire, "renew": s.restRenew, "release": s.restRelease,
@@ -362,31 +361,27 @@ func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) 
 	writeJSON(w, status, restError{Error: restErrorBody{Code: code, Message: msg, Field: field}})
 }
 
-// refusal is the answer of an acquire that was not granted: the holder's
-// expiry (zero: no holder), or the end of a lock-delay that holds a free
-// name back.
+// refusal answers an acquire that was not granted: the holder's expiry
+// (zero: no holder), or the end of a lock-delay on a free name.
 func refusal(holderExpires, delayUntil time.Time) restAcquired {
 	out := restAcquired{}
 	if !holderExpires.IsZero() {
 		out.ExpiresAt = rfc3339(holderExpires)
 	}
 	if !delayUntil.IsZero() {
-		// Free, but held back by an expired holder's lock-delay: the
-		// name can be had from then.
+		// Free, but held back by an expired holder's lock-delay until then.
 		out.ExpiresAt, out.DelayUntil = rfc3339(delayUntil), rfc3339(delayUntil)
 	}
 	return out
 }
 
-// restWait runs a REST acquire that waits up to waitMs (> 0) as a
-// streaming Acquire does (streamAcquire: the same queue, caps, limits,
-// wait bound and shutdown), with nothing to send while it waits: its
-// positions and heartbeats report only whether the request is still
-// alive, so a client that went away leaves the queue and its waiter's
-// lease is renewed no more. The grant is written and flushed within
-// SendTimeout; one that cannot be (the client is gone) is given up by
-// streamAcquire. At the end of the wait the answer is a refusal as a
-// try's, from a Describe of the name.
+// restWait runs a REST acquire that waits up to waitMs (> 0) through
+// streamAcquire (the same queue, caps, limits and shutdown). Its positions
+// and heartbeats report only whether the request is alive, so a client
+// that went away leaves the queue and its waiter's lease is renewed no
+// more. The grant is written and flushed within SendTimeout, or given up
+// by streamAcquire; at the wait's end a Describe of the name answers a
+// refusal as a try's.
 func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identity, r queue.AcquireRequest, waitMs int64) (int, any, error) {
 	rc, _ := ctx.Value(unaryRCKey{}).(*http.ResponseController)
 	if rc != nil {

@@ -16,8 +16,8 @@ import (
 )
 
 // Handler assembles everything the gateway serves on one port: the Connect
-// services LockService and ElectionService (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection, the
-// REST API and GET /healthz.
+// services (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection,
+// the REST API and GET /healthz.
 func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
 	opts = append(append([]connect.HandlerOption{

@@ -20,13 +20,9 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
-// Service implements leasegate.v1.LockService over a locks.Router.
-//
-// Its handler methods return the engine's and the gateway's errors as they
-// are; Handler serves them through one interceptor that turns them into
-// Connect errors (codes, ErrorInfo reasons and details), and the REST API
-// maps the same translation onto its statuses. Serve the service through
-// Handler.
+// Service implements leasegate.v1.LockService over a locks.Router. Serve
+// it through Handler, whose one interceptor turns the errors its handlers
+// return into Connect errors (the REST API maps the same translation).
 type Service struct {
 	cfg    Config
 	router *locks.Router
@@ -37,9 +33,8 @@ type Service struct {
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
-	// stopping ends, with errShuttingDown (and queue.ErrDetached) as its
-	// cause, when Shutdown runs: open waits follow it with
-	// context.AfterFunc rather than a goroutine each.
+	// stopping ends when Shutdown runs, with errShuttingDown (and
+	// queue.ErrDetached) as its cause; waits follow it with AfterFunc.
 	stopping context.Context
 	stop     context.CancelCauseFunc
 
@@ -149,10 +144,10 @@ func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Dur
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-// acquireRequest authenticates the caller and reads the wire fields
-// shared by every acquire into the engine's request (acquireOf checks the
-// rest by the engine's rules): milliseconds, compared before they are
-// converted, the session id, the default TTL and request id.
+// acquireRequest authenticates the caller and reads the wire fields every
+// acquire shares (acquireOf checks the rest by the engine's rules):
+// milliseconds compared before they are converted, the session id, the
+// default TTL and request id.
 func (s *Service) acquireRequest(ctx context.Context, name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (Identity, queue.AcquireRequest, *SessionID, error) {
 	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant,
 		LockDelay: time.Duration(lockDelayMs) * time.Millisecond}
@@ -180,13 +175,10 @@ func (s *Service) acquireRequest(ctx context.Context, name string, ttlMs int64, 
 	return who, r, &id, nil
 }
 
-// acquireOf is the fleet's acquire of r (a campaign in the election
-// r.Name with election) for the caller: it must pass the engine's checks
-// (locks.Acquire.Validate) first, before anything is limited or routed,
-// so a bad request is refused as such even while its cluster is down; the
-// tenant's policy must allow the name, a session must be the caller's,
-// and the call is limited as the gateway is configured and charged to
-// the caller's acquire rates.
+// acquireOf is the fleet's acquire of r (a campaign with election) for the
+// caller. The engine's checks (locks.Acquire.Validate) come first, so a bad
+// request is refused as such even while its cluster is down; then the
+// tenant's policy, the session's tenant, the caps and the acquire rates.
 func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
 	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
 	if sess != nil {
@@ -314,10 +306,9 @@ func (a *acquireStream) end() {
 	}
 }
 
-// streamAcquire runs a streaming acquire of r (a campaign with election)
-// for a validated request: limits, the fleet's acquire with its positions
-// and heartbeats, and the delivery of the grant (given up when it does not
-// reach the client).
+// streamAcquire runs a streaming acquire of r (a campaign with election):
+// limits, the fleet's acquire with its positions and heartbeats, and the
+// grant's delivery (given up when it does not reach the client).
 func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.AcquireRequest, sess *SessionID, election bool, waitTimeoutMs int64, sink acquireSink) error {
 	// Compare in milliseconds before converting: a huge value would
 	// overflow the conversion and pass the check.

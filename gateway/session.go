@@ -44,9 +44,8 @@ func transient(err error) bool {
 	return code == connect.CodeUnavailable
 }
 
-// earliest summarises the live outcomes for the top-level fields that
-// confirm the session as a whole: the earliest deadline with its TTL, and
-// the shortest validity.
+// earliest is the live outcomes' earliest deadline with its TTL, and
+// their shortest validity: the fields that confirm the session as a whole.
 func earliest(outs []locks.LeaseOutcome) (deadline time.Time, ttl, valid time.Duration) {
 	valid = -1
 	for _, o := range outs {
@@ -149,10 +148,9 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 }
 
 // refuseOpen is the error of an open or extension of id that must not go
-// ahead: a failure that is not transient (the request itself is at
-// fault), or no lease live at all; the leases it opened are then revoked,
-// so no half session is left behind. First each shard's key cap refusal
-// is made the limit's (limiter.capped).
+// ahead — a failure that is not transient (the request is at fault), or no
+// live lease — after revoking the leases it opened: no half session is
+// left behind. Key cap refusals become the limit's (limiter.capped).
 func (s *Service) refuseOpen(id SessionID, outs []locks.LeaseOutcome) error {
 	for i := range outs {
 		outs[i].Err = s.lim.capped(outs[i].Err)
@@ -171,8 +169,7 @@ func (s *Service) refuseOpen(id SessionID, outs []locks.LeaseOutcome) error {
 }
 
 // KeepAliveSession renews the session's leases, each on its own: a shard
-// that is down or whose lease is gone is reported, and the others are
-// renewed all the same.
+// that is down or whose lease is gone is reported, the others renewed.
 func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {

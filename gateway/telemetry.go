@@ -31,11 +31,9 @@ import (
 // leasegate.route child span, made where the handler routes the name,
 // naming the shard the router picked and events for circuit-breaker
 // refusals; the lock engine's spans nest below. A caller's W3C trace
-// context continues into the server span, whoever the caller is, so a k6
-// script, grpcurl, Envoy or a Connect client in any language shows as one
-// waterfall with the gateway. PublicEndpoint turns that off for gateways
-// that untrusted callers reach: each call then starts a new trace with a
-// link to the caller's context.
+// context continues into the server span, whoever the caller is;
+// PublicEndpoint turns that off for gateways that untrusted callers reach:
+// each call then starts a new trace linked to the caller's context.
 //
 // Metrics (Prometheus names): leasegate_acquire_duration_seconds{shard,
 // outcome, mode}, leasegate_wait_duration_seconds{shard, outcome},
@@ -78,9 +76,8 @@ type telemetry struct {
 type labelKey struct{ shard, outcome, mode, reason string }
 
 // labels returns the measurement option of one combination of labels,
-// built the first time it is seen: a new attribute set per call is a sort,
-// a hash and allocations, and the combinations are few (shards × outcomes
-// × modes).
+// built once: a new attribute set per call is a sort, a hash and
+// allocations, and the combinations are few (shards × outcomes × modes).
 func (t *telemetry) labels(shard, outcome, mode string) metric.MeasurementOption {
 	return t.labelsOf(labelKey{shard: shard, outcome: outcome, mode: mode})
 }
@@ -325,10 +322,9 @@ func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	}
 }
 
-// acquireConn times a streaming Acquire: from the call to the first queue
-// position it sends (the call is then a waiter) and to its end. The shard
-// is the one the handler recorded: where it routed the name, then where it
-// was granted.
+// acquireConn times a streaming Acquire from the call to its first queue
+// position (it is then a waiter) and to its end, on the shard the handler
+// recorded.
 type acquireConn struct {
 	connect.StreamingHandlerConn
 	t         *telemetry
@@ -349,8 +345,7 @@ func (a *acquireConn) Send(msg any) error {
 }
 
 // waitBegan counts a call queued on shard as a waiter (leasegate_waiters)
-// until waitEnded: a streaming Acquire or Campaign from its first queue
-// position, and a REST acquire that waits alike.
+// from its first queue position until waitEnded.
 func (t *telemetry) waitBegan(ctx context.Context, shard string) {
 	if t != nil && t.m != nil {
 		t.m.waiters.Add(ctx, 1, t.labels(shard, "", ""))
@@ -395,10 +390,9 @@ func (a *acquireConn) done(err error) {
 // restPrefix is where the REST lock calls live.
 const restPrefix = "/api/v1/locks/"
 
-// newRESTTracing returns the otelhttp options of the REST calls: the
-// service's providers (no-op ones for a signal that is off, never the
-// global ones), its propagator, and a new root per call on a public
-// endpoint.
+// newRESTTracing returns the REST calls' otelhttp options: the service's
+// providers (no-op ones for a signal that is off, never the global ones),
+// its propagator, and a new root per call on a public endpoint.
 func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
 	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
 	if cfg.TracerProvider != nil {
@@ -422,15 +416,11 @@ func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
 	return opts
 }
 
-// restCall wraps the REST lock call op ("acquire", "renew", "release"),
-// which the mux routed once by its path, in otelhttp — a server span named
-// "POST /api/v1/locks/acquire" … with the HTTP semantic-convention
-// attributes, and the http.server.request.duration metric, both taking
-// http.route from the pattern the mux matched — and records the same
-// leasegate metrics as the Connect calls. The handler records the shard it
-// routed to, the outcome and any lost lease in the call's record; this
-// wrapper adds them to the span and reads neither the request body nor the
-// response body, nor matches the path again.
+// restCall wraps the REST lock call op ("acquire", "renew", "release") in
+// otelhttp — a server span "POST /api/v1/locks/<op>" and the
+// http.server.request.duration metric, both taking http.route from the
+// pattern the mux matched — and records the leasegate metrics the Connect
+// calls do from the call's record: it reads no body and matches no path.
 func (t *telemetry) restCall(op string, next http.Handler) http.Handler {
 	if t == nil {
 		return next
