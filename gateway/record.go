@@ -14,10 +14,15 @@ import (
 // are the ones the handler acted on, never re-derived. Without telemetry
 // there is no record, and filling it in does nothing.
 type callRecord struct {
-	mu sync.Mutex // a streaming Acquire reports queue positions from another goroutine
-	// route is where the fleet routed the call; shard, once set, is the
-	// shard the handler saw grant it, which the fleet routed to first.
-	route   *locks.Note
+	mu    sync.Mutex  // a streaming Acquire reports queue positions from another goroutine
+	route *locks.Note // where the fleet routed the call
+	recorded
+}
+
+// recorded is what a record holds besides the route.
+type recorded struct {
+	// shard, once set, is the shard the handler saw grant the call, which
+	// the fleet routed to first.
 	shard   string
 	outcome string
 	mode    string // a REST acquire's mode label, when it is not a try
@@ -67,16 +72,6 @@ func (r *callRecord) setOutcome(outcome string) { r.set(func() { r.outcome = out
 // waits rather than tries.
 func (r *callRecord) setMode(mode string) { r.set(func() { r.mode = mode }) }
 
-// modeOr returns the recorded mode, or def when none was.
-func (r *callRecord) modeOr(def string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mode != "" {
-		return r.mode
-	}
-	return def
-}
-
 // setLoss records a lease found lost, by reason, when the answer carries
 // no error that says so (a REST renew answers a lost lock with a body).
 func (r *callRecord) setLoss(reason string) { r.set(func() { r.loss = reason }) }
@@ -101,20 +96,14 @@ func (r *callRecord) queued(now time.Time) (first bool, shard string) {
 	return true, r.waitShard
 }
 
-// waitBegan returns when and on which shard queued marked the call; a zero
-// time when it never queued.
-func (r *callRecord) waitBegan() (time.Time, string) {
+// read returns what the record holds, its shard "unknown" when the call
+// never got as far as routing.
+func (r *callRecord) read() recorded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.queuedAt, r.waitShard
-}
-
-// read returns the record: the shard ("unknown" when the call never got
-// as far as routing), any outcome and loss set, and the REST error.
-func (r *callRecord) read() (shard, outcome, loss string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return orUnknown(r.shardLocked()), r.outcome, r.loss, r.err
+	out := r.recorded
+	out.shard = orUnknown(r.shardLocked())
+	return out
 }
 
 // currentShard is the shard recorded so far, "" before routing.

@@ -268,9 +268,10 @@ func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 // unaryDone records a unary call by what its handler put in rec.
 func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.AnyRequest, resp connect.AnyResponse, err error, d time.Duration) {
 	secs, outcome := d.Seconds(), outcomeOf(err)
-	shard, set, _, _ := rec.read()
-	if err == nil && set != "" {
-		outcome = set
+	got := rec.read()
+	shard := got.shard
+	if err == nil && got.outcome != "" {
+		outcome = got.outcome
 	}
 	var hist metric.Float64Histogram
 	mode := ""
@@ -375,7 +376,7 @@ func isQueued(msg any) bool {
 func (a *acquireConn) done(err error) {
 	now := time.Now()
 	outcome, mode := outcomeOf(err), "immediate"
-	shard, _, _, _ := a.rec.read()
+	shard := a.rec.read().shard
 	if !a.queuedAt.IsZero() {
 		mode = "queued"
 		a.t.waitEnded(a.ctx, a.waitShard, outcome, a.queuedAt, now)
@@ -441,19 +442,23 @@ func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path strin
 	start := time.Now()
 	next.ServeHTTP(w, r.WithContext(ctx))
 	d := time.Since(start)
-	shard, outcome, loss, err := rec.read()
+	got := rec.read()
+	shard, outcome, err := got.shard, got.outcome, got.err
 	switch {
 	case err != nil:
 		outcome = outcomeOf(err)
 	case outcome == "":
 		outcome = "ok"
 	}
-	t.lost(ctx, shard, loss)
-	if at, waitShard := rec.waitBegan(); !at.IsZero() {
-		t.waitEnded(ctx, waitShard, outcome, at, start.Add(d))
+	t.lost(ctx, shard, got.loss)
+	if !got.queuedAt.IsZero() {
+		t.waitEnded(ctx, got.waitShard, outcome, got.queuedAt, start.Add(d))
+	}
+	if got.mode != "" {
+		mode = got.mode
 	}
 	if hist != nil {
-		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, rec.modeOr(mode)))
+		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, mode))
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("leasegate.shard", shard))
