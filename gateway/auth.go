@@ -99,10 +99,9 @@ type Authenticator struct {
 // is the single tenant "" (allowed only on loopback; see Config).
 type AuthConfig struct {
 	// TokensFile holds static bearer tokens, one per line: "TOKEN TENANT
-	// [SUBJECT [ROLES]]", ROLES a comma-separated list (e.g. "admin");
-	// blank lines and lines starting with # are ignored. It is
-	// read again when it changes; a file that does not parse leaves the
-	// tokens in force.
+	// [SUBJECT [ROLES]]", ROLES a comma-separated list (e.g. "admin"); blank
+	// lines and lines starting with # are ignored. It is read again when it
+	// changes; a file that does not parse leaves the tokens in force.
 	TokensFile string
 	// JWTKeysFile holds PEM public keys (RSA, ECDSA or Ed25519) that may
 	// sign bearer JWTs. Setting it enables JWT authentication. It is read
@@ -116,10 +115,9 @@ type AuthConfig struct {
 	// redirected to (and a redirect never leaves https for http), and a
 	// key set larger than JWKSMaxBytes is refused.
 	JWKSURL string
-	// JWKSTransport carries the JWKS fetches: for a proxy, or a private
-	// CA's TLS configuration. Nil is http.DefaultTransport. Whatever it
-	// is, the URL rule, the redirect rule and the size limit of JWKSURL
-	// hold.
+	// JWKSTransport carries the JWKS fetches: for a proxy, or a private CA's
+	// TLS configuration. Nil is http.DefaultTransport. JWKSURL's URL,
+	// redirect and size rules hold whatever it is.
 	JWKSTransport http.RoundTripper
 	// JWKSRefresh is how often the JWKS is fetched again, so removed keys
 	// stop being accepted. 0 means 15 minutes; 10 s to 24 h.

@@ -14,11 +14,9 @@ import (
 )
 
 // Elections implements leasegate.v1.ElectionService over a Service: a
-// campaign is an acquire in the election's own name
-// (locks.Acquire.Election), so an election is routed, limited,
-// authenticated, recorded and translated as a lock is, and its leader id
-// is a lock id (LockService.Renew renews it). Handler serves it beside
-// LockService.
+// campaign is an acquire in the election's own name (locks.Acquire.Election),
+// so an election is served as a lock is, and its leader id is a lock id
+// (LockService.Renew renews it). Handler serves it beside LockService.
 type Elections struct{ s *Service }
 
 var _ leasegatev1connect.ElectionServiceHandler = Elections{}
@@ -113,12 +111,10 @@ func leaderMsg(l *queue.Leader) *v1.Leader {
 	return &v1.Leader{Value: l.Value, FencingToken: l.Token, ClientId: l.ClientID}
 }
 
-// Observe streams the election's leader now and every change after. It
-// counts as one of the tenant's open waits while it runs, and ends with
-// unavailable (SHUTTING_DOWN) when the gateway shuts down. It follows the
-// name across shard-map changes and resharding handovers
-// (locks.Router.Observe). A state equal to the last one sent is not sent
-// again.
+// Observe streams the election's leader now and every change after (not a
+// state equal to the last sent), across shard-map changes and resharding
+// handovers. It counts as one of the tenant's open waits, and ends with
+// unavailable (SHUTTING_DOWN) when the gateway shuts down.
 func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.ObserveRequest], stream *connect.ServerStream[v1.ObserveResponse]) error {
 	s := el.s
 	id, err := s.reader(ctx, req.Msg.Name)

@@ -53,9 +53,8 @@ type Limits struct {
 
 // DefaultLimits returns the caps a gateway ships with: 10,000 holders and
 // waiters per name, 10,000 open waits per tenant on each gateway process
-// (each costs a stream and a goroutine, tens of KiB), and 1,000,000 held
-// or waiting locks per tenant on each shard. Rates are unlimited: they
-// depend on the deployment.
+// (each costs a stream and a goroutine, tens of KiB), 1,000,000 held or
+// waiting locks per tenant on each shard, and no rate limits.
 func DefaultLimits() Limits {
 	return Limits{MaxWaitersPerName: 10_000, MaxWaitersPerTenant: 10_000, MaxKeysPerTenant: 1_000_000}
 }
@@ -114,8 +113,7 @@ type limiter struct {
 	onRefusal func(kind string)
 }
 
-// rateLimit is one rate (off at 0 or below), its burst, the limit's
-// name, and its table of buckets.
+// rateLimit is one rate (off at 0 or below) and burst, its name and buckets.
 type rateLimit struct {
 	rate  float64
 	burst int
@@ -137,8 +135,7 @@ func newLimiter(cfg Limits, clk clock.Clock) *limiter {
 	}
 }
 
-// take charges one call to key's bucket: 0 when it is admitted, else how
-// long until it would be.
+// take charges one call to key's bucket: 0, or how long until it admits it.
 func (r rateLimit) take(now time.Time, key string) time.Duration {
 	if r.rate <= 0 {
 		return 0
@@ -156,8 +153,7 @@ func (r rateLimit) take(now time.Time, key string) time.Duration {
 	return 0
 }
 
-// refuse counts and returns a refusal; isRate says a rate refused, so the
-// retry hint is when it allows the next call.
+// refuse counts a refusal; isRate's retry hint is when the rate allows a call.
 func (l *limiter) refuse(kind, what string, retry time.Duration, isRate bool) error {
 	if l.onRefusal != nil {
 		l.onRefusal(kind)
@@ -212,9 +208,8 @@ func (l *limiter) startWait(id Identity) (func(), error) {
 	}, nil
 }
 
-// capped is err with a fleet's key cap refusal (locks.ErrKeyCap) made
-// the limit's refusal (tenant_keys), so it is counted and answered as
-// every limit is.
+// capped makes a fleet's key cap refusal (locks.ErrKeyCap) the limit's
+// (tenant_keys), so it is counted and answered as every limit is.
 func (l *limiter) capped(err error) error {
 	if errors.Is(err, locks.ErrKeyCap) {
 		return l.refuse(limitTenantKeys, err.Error(), time.Second, false)
@@ -222,9 +217,9 @@ func (l *limiter) capped(err error) error {
 	return err
 }
 
-// limitedToConnect builds the resource_exhausted error of a limit: an
-// ErrorInfo saying whether a rate (RATE_LIMITED) or a cap (QUOTA_EXCEEDED)
-// refused the call and which limit it was, and a RetryInfo with the hint.
+// limitedToConnect builds a limit's resource_exhausted error: an ErrorInfo
+// naming the limit, rate (RATE_LIMITED) or cap (QUOTA_EXCEEDED), and a
+// RetryInfo with the hint.
 func limitedToConnect(err error) *connect.Error {
 	var le *limitedError
 	if !errors.As(err, &le) {

@@ -53,9 +53,8 @@ func appendTag(dst []byte, k IDKey, domain, b []byte) []byte {
 	return dst
 }
 
-// open checks an id's version and tag and returns a reader of its body.
-// what names the id in errors ("lock id", "session id"); errors never
-// echo the id.
+// open checks an id's version and tag and returns a reader of its body;
+// its errors name the id as what and never echo it.
 func open(keys IDKeyring, domain []byte, version byte, what, s string) (*reader, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w: %s is empty", ErrMalformedID, what)

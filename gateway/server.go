@@ -61,9 +61,8 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	return s.edge(mux)
 }
 
-// NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
-// HTTP/2 without TLS (h2c, for gRPC) on addr, with header-read, idle and
-// header-size limits set.
+// NewHTTPServer returns an http.Server on addr for h, speaking HTTP/1.1
+// and h2c (for gRPC), with header-read, idle and header-size limits.
 func NewHTTPServer(addr string, h http.Handler) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -152,9 +151,8 @@ func (h *Health) ping(ctx context.Context) error {
 	return err
 }
 
-// Shards reports each shard's etcd as "ok" or "unavailable", asking
-// every shard at most once a second (as GET /healthz does). It blocks for
-// the reads, at most 2 s.
+// Shards reports each shard's etcd as "ok" or "unavailable", as GET
+// /healthz does. It blocks for the reads, at most 2 s.
 func (h *Health) Shards(ctx context.Context) map[string]string {
 	_ = h.ping(ctx)
 	return h.shardStatus()
