@@ -50,8 +50,7 @@ func recordOf(ctx context.Context) *callRecord {
 	return r
 }
 
-// set runs f under r's lock; a call without a record (outside the edge)
-// records nothing.
+// set runs f under r's lock; without a record (outside the edge) it does nothing.
 func (r *callRecord) set(f func()) {
 	if r == nil {
 		return
@@ -61,23 +60,20 @@ func (r *callRecord) set(f func()) {
 	r.mu.Unlock()
 }
 
-// setShard records the shard that granted the call, over the one the
-// fleet routed it to.
+// setShard records the shard that granted the call, over the routed one.
 func (r *callRecord) setShard(shard string) { r.set(func() { r.shard = shard }) }
 
 // setOutcome records an outcome that is not an error ("busy", "not_held").
 func (r *callRecord) setOutcome(outcome string) { r.set(func() { r.outcome = outcome }) }
 
-// setMode records a REST acquire's mode ("immediate", "queued") when it
-// waits rather than tries.
+// setMode records a waiting REST acquire's mode ("immediate", "queued").
 func (r *callRecord) setMode(mode string) { r.set(func() { r.mode = mode }) }
 
 // setLoss records a lease found lost, by reason, when the answer carries
 // no error that says so (a REST renew answers a lost lock with a body).
 func (r *callRecord) setLoss(reason string) { r.set(func() { r.loss = reason }) }
 
-// setErr records the error a REST call answered with, as the Connect error
-// it was translated to.
+// setErr records a REST call's answer as the Connect error it translated to.
 func (r *callRecord) setErr(err error) { r.set(func() { r.err = err }) }
 
 // queued marks a waiting REST acquire queued (its mode, and when and where

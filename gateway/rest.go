@@ -138,30 +138,27 @@ type restHandler func(ctx context.Context, w http.ResponseWriter, body []byte) (
 func (s *Service) restPost(h restHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// A request refused before its handler runs is a bad request.
-		refused := connect.NewError(connect.CodeInvalidArgument, nil)
+		refuse := func(status int, code, msg string) {
+			recordOf(r.Context()).setErr(connect.NewError(connect.CodeInvalidArgument, nil))
+			writeRESTError(w, status, code, "", msg)
+		}
 		if r.Method != http.MethodPost {
-			recordOf(r.Context()).setErr(refused)
 			w.Header().Set("Allow", http.MethodPost)
-			writeRESTError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "use POST")
+			refuse(http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 			return
 		}
 		// Only JSON: browsers send text/plain and form bodies across
 		// origins without a preflight, application/json never.
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			recordOf(r.Context()).setErr(refused)
-			writeRESTError(w, http.StatusUnsupportedMediaType, "invalid_argument", "",
-				fmt.Sprintf("Content-Type %q is not accepted; send application/json", r.Header.Get("Content-Type")))
+			refuse(http.StatusUnsupportedMediaType, "invalid_argument", fmt.Sprintf("Content-Type %q is not accepted; send application/json", r.Header.Get("Content-Type")))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		if err != nil {
-			recordOf(r.Context()).setErr(refused)
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeRESTError(w, http.StatusRequestEntityTooLarge, "too_large", "", fmt.Sprintf("request body is over the %d-byte limit", s.cfg.MaxBodyBytes))
-				return
-			}
-			writeRESTError(w, http.StatusBadRequest, "invalid_argument", "", "could not read the request body")
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			refuse(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", s.cfg.MaxBodyBytes))
+			return
+		} else if err != nil {
+			refuse(http.StatusBadRequest, "invalid_argument", "could not read the request body")
 			return
 		}
 		status, out, err := h(r.Context(), w, body)

@@ -39,21 +39,19 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.handleREST(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.Health().ping(r.Context()); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
-				"status": "unavailable", "shards": s.Health().shardStatus(),
-				"error": map[string]string{"code": "unavailable", "message": "no etcd cluster is answering"},
-			})
-			return
-		}
-		status := "ok"
+		err := s.Health().ping(r.Context())
 		shards := s.Health().shardStatus()
+		out, code := map[string]any{"status": "ok", "shards": shards}, http.StatusOK
 		for _, v := range shards {
 			if v != "ok" {
-				status = "degraded"
+				out["status"] = "degraded"
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": status, "shards": shards})
+		if err != nil {
+			out["status"], code = "unavailable", http.StatusServiceUnavailable
+			out["error"] = map[string]string{"code": "unavailable", "message": "no etcd cluster is answering"}
+		}
+		writeJSON(w, code, out)
 	})
 	for _, rt := range s.routes {
 		mux.Handle(rt.pattern, rt.h)
