@@ -14,9 +14,8 @@ import (
 )
 
 // The Connect handlers' codecs: connect-go's own, but a message that does
-// not decode is refused in the API's words — the message's name in the
-// .proto files (leasegate.v1.TryAcquireRequest) and what is wrong with it
-// — where connect-go's codecs name the Go type it was decoded into
+// not decode is refused in the API's words — its name in the .proto files
+// (leasegate.v1.TryAcquireRequest) — where connect-go's name the Go type
 // (*leasegatev1.TryAcquireRequest), which is nothing a caller knows.
 
 // codecOptions registers the codecs on every handler.

@@ -102,10 +102,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	for _, o := range c.CORSOrigins {
-		if o == "*" {
-			continue
-		}
-		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "") {
 			return fmt.Errorf("gateway: CORS origin %q: want scheme://host[:port] or *", o)
 		}
 	}

@@ -241,9 +241,6 @@ type route struct {
 	public  bool
 }
 
-// subtree reports whether the route serves every path under its pattern.
-func (rt route) subtree() bool { return strings.HasSuffix(rt.pattern, "/") }
-
 // Handle serves h on the gateway's port, behind the same edge as the API:
 // the loopback Host check, the origin check, request deadlines and, unless
 // public, authentication — h then finds the caller with IdentityFrom. A
@@ -267,7 +264,7 @@ func (s *Service) routePublic(path string) bool {
 	best, public := -1, false
 	for _, rt := range s.routes {
 		match := path == rt.pattern
-		if rt.subtree() {
+		if strings.HasSuffix(rt.pattern, "/") { // a subtree
 			if path == strings.TrimSuffix(rt.pattern, "/") && rt.public {
 				return true
 			}

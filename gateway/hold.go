@@ -11,10 +11,9 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
-// holdBeat is how often a WatchHold stream says the lock is still held: a
-// message without a reason, on the gateway's clock, each bounded by the
-// send timeout, so that a client that stopped reading is dropped and an
-// idle connection is not closed by a proxy in between.
+// holdBeat is how often a WatchHold stream says the lock is still held (a
+// message without a reason, bounded by the send timeout), so a client that
+// stopped reading is dropped and no proxy closes the idle connection.
 const holdBeat = 30 * time.Second
 
 // WatchHold tells a holder how its lock ended — an eviction or a loss,

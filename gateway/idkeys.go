@@ -171,9 +171,8 @@ func (k *IDKeys) Format() []byte {
 	return b.Bytes()
 }
 
-// Rotated returns a keyring whose signing key is a new key, keeping every
-// current key for verification (at most keep keys in all, the oldest
-// dropped first).
+// Rotated returns a keyring signing with a new key, keeping the current
+// ones for verification (at most keep keys in all, the oldest dropped).
 func (k *IDKeys) Rotated(keep int) (*IDKeys, error) {
 	used := map[uint8]bool{}
 	for _, key := range k.keys {
@@ -203,8 +202,7 @@ func (k *IDKeys) Rotated(keep int) (*IDKeys, error) {
 	return NewIDKeys(keys...)
 }
 
-// Without returns the keyring without key id; the signing key cannot be
-// retired.
+// Without returns the keyring without key id, which must not be the signing key.
 func (k *IDKeys) Without(id uint8) (*IDKeys, error) {
 	if k.keys[0].ID == id {
 		return nil, fmt.Errorf("gateway: id key %d signs new ids; rotate before retiring it", id)

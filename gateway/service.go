@@ -503,11 +503,8 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 			FencingToken: h.Token, TtlMs: h.TTL.Milliseconds()})
 	}
 	if h := d.Holder; h != nil {
-		out.Held = true
-		out.HolderClientId = h.ClientID
-		out.HolderExpiresAt = timestamppb.New(h.Expires)
-		out.FencingToken = h.Token
-		out.TtlMs = h.TTL.Milliseconds()
+		out.Held, out.HolderClientId, out.HolderExpiresAt = true, h.ClientID, timestamppb.New(h.Expires)
+		out.FencingToken, out.TtlMs = h.Token, h.TTL.Milliseconds()
 	}
 	return connect.NewResponse(out), nil
 }
