@@ -139,20 +139,19 @@ func toConnect(err error) *connect.Error {
 	if reason != noReason {
 		info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain}
 		var se *shardError
-		if errors.As(err, &se) {
-			info.Metadata = map[string]string{v1.MetadataShard: se.shard}
-		}
-		if errors.Is(err, queue.ErrQueueFull) {
-			info.Metadata = map[string]string{v1.MetadataLimit: limitNameWaiters}
-		}
-		if errors.Is(err, queue.ErrTooManyHolds) {
-			info.Metadata = map[string]string{v1.MetadataLimit: limitNameHolds}
-		}
-		if errors.Is(err, queue.ErrWatchBudget) {
+		onShard := errors.As(err, &se)
+		switch {
+		case errors.Is(err, queue.ErrWatchBudget):
 			info.Metadata = map[string]string{v1.MetadataLimit: limitTenantWatchKeys}
-			if se := (*shardError)(nil); errors.As(err, &se) {
+			if onShard {
 				info.Metadata[v1.MetadataShard] = se.shard
 			}
+		case errors.Is(err, queue.ErrTooManyHolds):
+			info.Metadata = map[string]string{v1.MetadataLimit: limitNameHolds}
+		case errors.Is(err, queue.ErrQueueFull):
+			info.Metadata = map[string]string{v1.MetadataLimit: limitNameWaiters}
+		case onShard:
+			info.Metadata = map[string]string{v1.MetadataShard: se.shard}
 		}
 		addDetail(out, info)
 	}

@@ -414,13 +414,12 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 			if g.ExpiresAt != nil {
 				out.ExpiresAt = rfc3339(g.ExpiresAt.AsTime())
 			}
-			if err := json.NewEncoder(w).Encode(out); err != nil {
-				return fmt.Errorf("the message was not delivered: %w", err)
+			err := json.NewEncoder(w).Encode(out)
+			if err == nil && rc != nil {
+				err = rc.Flush()
 			}
-			if rc != nil {
-				if err := rc.Flush(); err != nil {
-					return fmt.Errorf("the message was not delivered: %w", err)
-				}
+			if err != nil {
+				return fmt.Errorf("the message was not delivered: %w", err)
 			}
 			return nil
 		},

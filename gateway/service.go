@@ -239,15 +239,13 @@ type acquireSink struct {
 }
 
 // acquireStream writes one waiting Acquire's messages: its positions and
-// heartbeats, which come from the engine's goroutines (the name's hub, the
-// waiter's renewal timer), and its grant, from the handler. A stream
-// takes one message at a time and none once its handler has returned, so
-// every message goes out under mu, and the grant — or, on any other end,
-// end — closes the stream under it: a heartbeat that falls due as the
-// grant is written waits for it and then writes nothing, and nothing is
-// written after the handler returns. Every message must be written
-// within the gateway's SendTimeout (send), or the client is taken to be
-// gone.
+// heartbeats, from the engine's goroutines (the name's hub, the waiter's
+// renewal timer), and its grant, from the handler. A stream takes one
+// message at a time and none once its handler has returned, so every
+// message goes out under mu, and the grant (or end, on any other end)
+// closes the stream under it: a heartbeat due as the grant is written waits
+// and then writes nothing. Each message must be written within SendTimeout
+// (send), or the client is taken to be gone.
 type acquireStream struct {
 	send      func(func() error) error
 	sink      acquireSink
@@ -270,10 +268,10 @@ func (a *acquireStream) queued(pos int64) error {
 	return a.err
 }
 
-// heartbeat sends the last position again: the engine calls it before
-// each renewal of the waiter's lease, so a lease is renewed only for a
-// client that is reading. Before the first position there is nothing to
-// send (its first report is bounded already).
+// heartbeat resends the last position before each renewal of the waiter's
+// lease, so a lease is renewed only for a client that is reading. Before
+// the first position there is nothing to send (its first report is
+// bounded already).
 func (a *acquireStream) heartbeat() error {
 	a.mu.Lock()
 	pos := a.last
