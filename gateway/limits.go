@@ -162,7 +162,9 @@ func (l *limiter) refuse(kind, what string, retry time.Duration, isRate bool) er
 }
 
 // acquire charges one acquire (or lookup) to the tenant and client.
-func (l *limiter) acquire(id Identity) error { return l.charge(id, "acquire", l.tenantAcquire, l.clientAcquire) }
+func (l *limiter) acquire(id Identity) error {
+	return l.charge(id, "acquire", l.tenantAcquire, l.clientAcquire)
+}
 
 // renew charges one renewal to the tenant and the client.
 func (l *limiter) renew(id Identity) error {
