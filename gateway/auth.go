@@ -108,12 +108,12 @@ type AuthConfig struct {
 	// again when it changes, like TokensFile.
 	JWTKeysFile string
 	// JWKSURL is a JSON Web Key Set (RFC 7517) of keys that may sign bearer
-	// JWTs, fetched at start, every JWKSRefresh, and when a token names a
-	// key id the set lacks (at most once per 30 s). Setting it enables JWT
-	// authentication, alone or beside JWTKeysFile. It must be https://,
-	// or http:// on a loopback address; so must every URL a fetch is
-	// redirected to (and a redirect never leaves https for http), and a
-	// key set larger than JWKSMaxBytes is refused.
+	// JWTs, fetched at start, every JWKSRefresh, and when a token names a key
+	// id the set lacks (at most once per 30 s). Setting it enables JWT
+	// authentication, alone or beside JWTKeysFile. It and every URL a fetch is
+	// redirected to must be https://, or http:// on a loopback address (a
+	// redirect never leaves https for http); a key set larger than JWKSMaxBytes
+	// is refused.
 	JWKSURL string
 	// JWKSTransport carries the JWKS fetches: for a proxy, or a private CA's
 	// TLS configuration. Nil is http.DefaultTransport. JWKSURL's URL,
@@ -181,20 +181,17 @@ func NewAuthenticator(c AuthConfig, log *slog.Logger, clk clock.Clock) (*Authent
 	}
 	a := &Authenticator{mtls: c.MTLS, required: c.Enabled()}
 	opt := reload.Options{Interval: c.ReloadInterval, Clock: clk, Log: log}
+	var err error
 	if c.TokensFile != "" {
 		opt.Name = "auth tokens file"
-		toks, err := reload.New([]string{c.TokensFile}, func() (map[[32]byte]Identity, error) { return loadTokens(c.TokensFile) }, opt)
-		if err != nil {
+		if a.tokens, err = reload.New([]string{c.TokensFile}, func() (map[[32]byte]Identity, error) { return loadTokens(c.TokensFile) }, opt); err != nil {
 			return nil, err
 		}
-		a.tokens = toks
 	}
 	if c.JWT() {
-		v, err := newJWTVerifier(c, opt, log)
-		if err != nil {
+		if a.jwt, err = newJWTVerifier(c, opt, log); err != nil {
 			return nil, err
 		}
-		a.jwt = v
 	}
 	return a, nil
 }

@@ -270,7 +270,7 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	if in.TTLMs == nil {
 		return 0, nil, badField("ttl_ms", "is required; want %d to %d", queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds())
 	}
-	if _, err := s.ttlField("ttl_ms", *in.TTLMs, false); err != nil {
+	if _, err := s.ttl("ttl_ms", *in.TTLMs, false); err != nil {
 		return 0, nil, err
 	}
 	var waitMs int64

@@ -101,10 +101,7 @@ type Health struct {
 }
 
 // Health returns the service's health checker.
-func (s *Service) Health() *Health {
-	s.healthOnce.Do(func() { s.health = &Health{svc: s} })
-	return s.health
-}
+func (s *Service) Health() *Health { return s.health }
 
 // Check implements grpchealth.Checker for the whole server and for
 // leasegate.v1.LockService and leasegate.v1.ElectionService.

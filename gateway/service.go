@@ -38,8 +38,7 @@ type Service struct {
 	stopping context.Context
 	stop     context.CancelCauseFunc
 
-	healthOnce sync.Once
-	health     *Health
+	health *Health
 
 	auth *Authenticator
 	lim  *limiter
@@ -78,6 +77,7 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (_ *Service,
 	}()
 	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	s.stopping, s.stop = context.WithCancelCause(context.Background())
+	s.health = &Health{svc: s}
 	if s.keys == nil {
 		k, err := GenerateIDKey(1)
 		if err != nil {
@@ -116,16 +116,11 @@ func (s *Service) withTimeout(ctx context.Context, d time.Duration, cause error)
 	return clock.WithTimeoutCause(ctx, s.clk, d, cause)
 }
 
-// ttl reads a TTL field in which 0 means the gateway's default TTL.
-func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
-	return s.ttlField(field, ms, true)
-}
-
-// ttlField reads a TTL in milliseconds: queue.MinLeaseTTL to
+// ttl reads a TTL in milliseconds: queue.MinLeaseTTL to
 // queue.MaxLeaseTTL, or 0 for the default when zeroIsDefault (a field with
 // no default, the REST acquire's ttlMs, refuses 0 as below the range).
 // Every refusal states the same allowed values.
-func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Duration, error) {
+func (s *Service) ttl(field string, ms int64, zeroIsDefault bool) (time.Duration, error) {
 	lo, hi := queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds()
 	want := fmt.Sprintf("%d to %d", lo, hi)
 	if zeroIsDefault {
@@ -164,7 +159,7 @@ func (s *Service) acquireRequest(ctx context.Context, name string, ttlMs int64, 
 		r.RequestID = hex.EncodeToString(b[:])
 	}
 	if sessionID == "" {
-		r.TTL, err = s.ttl("ttl_ms", ttlMs)
+		r.TTL, err = s.ttl("ttl_ms", ttlMs, true)
 		return who, r, nil, err
 	}
 	id, err := DecodeSessionID(s.keys, sessionID)
@@ -451,7 +446,7 @@ func (s *Service) Renew(ctx context.Context, req *connect.Request[v1.RenewReques
 }
 
 func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) (queue.Renewal, error) {
-	if _, err := s.ttl("ttl_ms", ttlMs); err != nil {
+	if _, err := s.ttl("ttl_ms", ttlMs, true); err != nil {
 		return queue.Renewal{}, err
 	}
 	_, h, err := s.held(ctx, lockID, nil)

@@ -115,7 +115,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs)
+	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs, true)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.Ext
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := s.ttl("ttl_ms", m.TtlMs)
+	ttl, err := s.ttl("ttl_ms", m.TtlMs, true)
 	if err != nil {
 		return nil, err
 	}
