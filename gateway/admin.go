@@ -98,8 +98,7 @@ type auditToken struct {
 	Before string `json:"b"`
 }
 
-// ListAudit pages through the tenant's audit records across shards, newest
-// first.
+// ListAudit pages through the tenant's audit records across shards, newest first.
 func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	size, err := pageSize(req.Msg.PageSize)
 	if err != nil {

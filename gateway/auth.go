@@ -341,8 +341,7 @@ func (s *Service) caller(ctx context.Context) (Identity, error) {
 	return id, err
 }
 
-// admit authenticates the caller and charges the call to its acquire
-// rates.
+// admit authenticates the caller and charges the call to its acquire rates.
 func (s *Service) admit(ctx context.Context) (Identity, error) {
 	id, err := s.caller(ctx)
 	if err != nil {

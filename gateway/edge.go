@@ -19,24 +19,23 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// The edge: what every request meets before a handler reads its body,
-// on every path of the port (Handler serves nothing that bypasses it).
+// The edge: what every request meets before a handler reads its body, on
+// every path of the port (Handler serves nothing that bypasses it).
 //
-//  1. On a loopback listener, a Host that is not a loopback name or
-//     address is refused: a page served from elsewhere that rebinds its
-//     DNS name to 127.0.0.1 cannot talk to a developer's gateway. This
-//     comes first, before CORS answers a preflight.
+//  1. On a loopback listener, a Host that is not a loopback name or address
+//     is refused, first, before CORS answers a preflight: a page served from
+//     elsewhere that rebinds its DNS name to 127.0.0.1 cannot talk to a
+//     developer's gateway.
 //  2. A browser request from another origin is refused unless that origin
-//     is allowed (Config.CORSOrigins); allowed ones get CORS headers and
-//     preflights are answered.
-//  3. The caller is authenticated from its headers. A call that is not is
-//     refused at once — its body is never read, let alone inflated.
-//     Without authentication configured, the local operator
-//     (localOperator) is given its roles here, and nobody else is.
+//     is allowed (Config.CORSOrigins), which gets CORS headers and
+//     preflights answered.
+//  3. The caller is authenticated from its headers, or refused at once: its
+//     body is never read, let alone inflated. Without authentication
+//     configured, only the local operator (localOperator) gets its roles.
 //  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
-//     answer must be written within the fleet's RequestTimeout + SendTimeout
-//     (a REST acquire that waits moves this past its wait, see restWait); a
+//     answer be written within the fleet's RequestTimeout + SendTimeout (a
+//     waiting REST acquire moves this past its wait, see restWait); a
 //     streaming Acquire bounds each message it sends (see send).
 
 // publicPaths need no credentials: health checks and reflection.

@@ -8,16 +8,15 @@ import (
 )
 
 // Loopback trust. Without authentication configured, the process's
-// operator is whoever works on its machine: a caller that could reach
-// etcd as easily. A web page in that operator's browser is not, though
-// its requests too come from a loopback address: a page whose DNS name
-// rebinds to 127.0.0.1 sends its own name as Host; a page let through by
-// --cors-origin (even '*') sends its Origin; and a GET that a page makes
-// through an <img> or a no-cors fetch carries no Origin, but its browser
-// marks it Sec-Fetch-Site: cross-site. localOperator tells them apart,
-// and every grant of loopback trust goes through it: the admin and
-// operator roles of an unauthenticated caller (the edge), and the
-// loopback debug listener (GuardDebug).
+// operator is whoever works on its machine: a caller that could reach etcd
+// as easily. A web page in that operator's browser is not, though its
+// requests too come from a loopback address: a page whose DNS name rebinds
+// to 127.0.0.1 sends its own name as Host; a page let through by
+// --cors-origin (even '*') sends its Origin; and a GET a page makes through
+// an <img> or a no-cors fetch carries no Origin, but its browser marks it
+// Sec-Fetch-Site: cross-site. localOperator tells them apart, and every
+// grant of loopback trust goes through it: the roles the edge gives an
+// unauthenticated caller, and the loopback debug listener (GuardDebug).
 
 // localOperator returns nil when r comes from the machine's operator: from
 // a loopback address, to a loopback Host, and, when a browser sent it,

@@ -204,8 +204,7 @@ func (id SessionID) Lease(shard string) (clientv3.LeaseID, bool) {
 	return 0, false
 }
 
-// DecodeSessionID verifies and parses a session id; errors wrap
-// ErrMalformedID.
+// DecodeSessionID verifies and parses a session id; errors wrap ErrMalformedID.
 func DecodeSessionID(keys IDKeyring, s string) (SessionID, error) {
 	var id SessionID
 	r, err := open(keys, sessionIDDomain, sessionIDVersion, "session id", s)

@@ -109,8 +109,7 @@ func (r *callRecord) currentShard() string {
 	return r.shardLocked()
 }
 
-// shardLocked is the shard recorded so far, "" before routing; r.mu is
-// held.
+// shardLocked is the shard recorded so far, "" before routing; r.mu is held.
 func (r *callRecord) shardLocked() string {
 	if r.shard != "" {
 		return r.shard

@@ -45,8 +45,7 @@ type restAcquire struct {
 	TTLMs     *int64  `json:"ttlMs"`
 	ClientID  string  `json:"clientId"`
 	RequestID string  `json:"requestId"`
-	// Limit makes the name a semaphore (AcquireRequest.limit); 0 or
-	// absent: a lock.
+	// Limit makes the name a semaphore (AcquireRequest.limit); 0 or absent: a lock.
 	Limit int32 `json:"limit"`
 	// LockDelayMs is AcquireRequest.lock_delay_ms.
 	LockDelayMs int64 `json:"lockDelayMs"`

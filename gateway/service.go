@@ -110,8 +110,7 @@ func (s *Service) Shutdown() {
 	})
 }
 
-// withTimeout bounds ctx by d on the gateway's clock; the context ends
-// with cause.
+// withTimeout bounds ctx by d on the gateway's clock; the context ends with cause.
 func (s *Service) withTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
 	return clock.WithTimeoutCause(ctx, s.clk, d, cause)
 }

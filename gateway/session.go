@@ -241,8 +241,7 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	return connect.NewResponse(&v1.CloseSessionResponse{}), nil
 }
 
-// session is id as the fleet's session calls take it, under the tenant's
-// key cap.
+// session is id as the fleet's session calls take it, under the tenant's key cap.
 func (s *Service) session(id SessionID) locks.Session {
 	return locks.Session{Tenant: id.Tenant, Secret: id.Secret, Leases: id, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
 }

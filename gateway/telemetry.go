@@ -47,8 +47,7 @@ type Telemetry struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider creates its meters; nil records no metrics.
 	MeterProvider metric.MeterProvider
-	// Propagator reads callers' trace context; nil means W3C trace context
-	// and baggage.
+	// Propagator reads callers' trace context; nil means W3C trace context and baggage.
 	Propagator propagation.TextMapPropagator
 	// PublicEndpoint starts every call's server span as the root of a new
 	// trace, linked to the caller's context instead of continuing it, as

@@ -198,8 +198,7 @@ func watchMessages(b locks.WatchBatch, budget int) []watchMessage {
 	for i := 0; i < len(evs); {
 		n := fits(i)
 		if end := i + n; end < len(evs) && evs[end].Revision == evs[end-1].Revision {
-			// Cut before the revision that would straddle, unless it
-			// alone fills the message.
+			// Cut before the revision that would straddle, unless it alone fills the message.
 			cut := end
 			for cut > i && evs[cut-1].Revision == evs[end].Revision {
 				cut--
