@@ -31,8 +31,7 @@ type Identity struct {
 	// Method says how the caller proved it: "mtls", "token", "jwt" or "none".
 	Method string
 	// Roles the credentials grant (RoleAdmin, RoleOperator). Without
-	// authentication configured, the local operator has both and every
-	// other caller none (see localOperator).
+	// authentication configured, only the local operator has them (localOperator).
 	Roles []string
 
 	// notLocal says why an unauthenticated caller is not the local
@@ -126,9 +125,8 @@ type AuthConfig struct {
 	JWTIssuer, JWTAudience string
 	// JWTTenantClaim names the claim that carries the tenant. Default "tenant".
 	JWTTenantClaim string
-	// JWTRolesClaim names the claim that carries the caller's roles: an
-	// array of strings, or one string of space-separated roles. Default
-	// "roles".
+	// JWTRolesClaim names the claim that carries the caller's roles: an array
+	// of strings, or one string of space-separated roles. Default "roles".
 	JWTRolesClaim string
 	// MTLS takes identities from verified client certificates: tenant from
 	// the subject's first Organization (O), subject from its Common Name,

@@ -43,9 +43,8 @@ type Config struct {
 	CheckLoopbackHost bool
 	// BodyReadTimeout bounds receiving a request body. Default 10 s.
 	BodyReadTimeout time.Duration
-	// SendTimeout bounds writing one answer, or one message of a streaming
-	// Acquire, to a client: a client that stops reading is given up on.
-	// Default 10 s.
+	// SendTimeout bounds writing one answer, or one streamed message, to a
+	// client: a client that stops reading is given up on. Default 10 s.
 	SendTimeout time.Duration
 	// IDKeys signs and verifies lock and session ids. Every gateway of a
 	// fleet must share it. Nil draws a key for this process alone: its ids

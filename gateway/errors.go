@@ -80,9 +80,8 @@ var apiFields = map[string]string{
 	"LockDelay": "lock_delay_ms", "Reentrant": "reentrant", "Value": "value",
 }
 
-// named tags err's engine field error, if the gateway tagged none, with
-// the field's API name (fieldOf); toConnect and restPost read errors
-// through it.
+// named tags err's engine field error, if the gateway tagged none, with its
+// API name (fieldOf); toConnect and restPost read errors through it.
 func named(err error) error {
 	var fe *fieldError
 	var qe *queue.FieldError

@@ -28,9 +28,8 @@ func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHo
 		return err
 	}
 	who, _ := s.caller(ctx) // held has authenticated the call
-	// An open watch costs like an open wait (a stream, its goroutines and
-	// an engine subscription for as long as the lock is held): it counts
-	// against the same cap.
+	// An open watch costs like an open wait (a stream, its goroutines and an
+	// engine subscription while the lock is held): it counts against that cap.
 	endWait, err := s.lim.startWait(who)
 	if err != nil {
 		return err

@@ -218,8 +218,7 @@ func (l *limiter) capped(err error) error {
 }
 
 // limitedToConnect builds a limit's resource_exhausted error: an ErrorInfo
-// naming the limit, rate (RATE_LIMITED) or cap (QUOTA_EXCEEDED), and a
-// RetryInfo with the hint.
+// naming the limit, rate (RATE_LIMITED) or cap (QUOTA_EXCEEDED), and a RetryInfo.
 func limitedToConnect(err error) *connect.Error {
 	var le *limitedError
 	if !errors.As(err, &le) {

@@ -53,10 +53,9 @@ func loopbackOrigin(origin string) bool {
 	return loopbackHost(u.Host)
 }
 
-// withLocalRoles gives an unauthenticated caller the local operator's
-// roles, RoleAdmin and RoleOperator, when r is the operator's
-// (localOperator), and otherwise records why not, for the refusal of a
-// call that needs them.
+// withLocalRoles gives an unauthenticated caller the local operator's roles,
+// RoleAdmin and RoleOperator, when r is the operator's (localOperator), and
+// otherwise records why not, for the refusal of a call that needs them.
 func withLocalRoles(id Identity, r *http.Request) Identity {
 	if err := localOperator(r); err != nil {
 		id.notLocal = err

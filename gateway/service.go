@@ -263,9 +263,8 @@ func (a *acquireStream) queued(pos int64) error {
 }
 
 // heartbeat resends the last position before each renewal of the waiter's
-// lease, so a lease is renewed only for a client that is reading. Before
-// the first position there is nothing to send (its first report is
-// bounded already).
+// lease, so a lease is renewed only for a client that is reading; before the
+// first position there is nothing to send (its first report is bounded).
 func (a *acquireStream) heartbeat() error {
 	a.mu.Lock()
 	pos := a.last

@@ -17,9 +17,8 @@ import (
 )
 
 // A gateway session is one lease per shard, all proven by one secret
-// (locks.Session). The fleet reports each shard's outcome of a session
-// call (locks.LeaseOutcome); a call fails as a whole only when no shard
-// could be served.
+// (locks.Session). The fleet reports each shard's outcome (locks.LeaseOutcome);
+// a call fails as a whole only when no shard could be served.
 
 // state is the wire's state of a shard's lease after o.
 func state(o locks.LeaseOutcome) v1.ShardLeaseState {
@@ -64,8 +63,7 @@ func earliest(outs []locks.LeaseOutcome) (deadline time.Time, ttl, valid time.Du
 
 // verdict is the call's error when no shard's lease is live: SESSION_LOST
 // when every one is proven gone, otherwise unavailable (retryable), so a
-// client tries another gateway as it would for any call that confirmed
-// nothing.
+// client tries another gateway as for any call that confirmed nothing.
 func verdict(outs []locks.LeaseOutcome) error {
 	if len(outs) == 0 {
 		return shard.Unavailable(errors.New("the shard map lists no shard"))

@@ -323,8 +323,7 @@ func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 }
 
 // acquireConn times a streaming Acquire from the call to its first queue
-// position (it is then a waiter) and to its end, on the shard the handler
-// recorded.
+// position (it is then a waiter) and to its end, on the recorded shard.
 type acquireConn struct {
 	connect.StreamingHandlerConn
 	t         *telemetry
@@ -402,9 +401,8 @@ func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
 	if cfg.MeterProvider != nil {
 		mp = cfg.MeterProvider
 	}
-	// Without tracing a caller's trace context has nothing to join: it is
-	// not read (as the Connect calls, which have no tracing interceptor
-	// then, do not read it).
+	// Without tracing a caller's trace context has nothing to join, and is not
+	// read (nor is it by the Connect calls, with no tracing interceptor then).
 	var prop propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator()
 	if cfg.TracerProvider != nil {
 		prop = t.prop
