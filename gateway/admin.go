@@ -23,7 +23,7 @@ var _ leasegatev1connect.AdminServiceHandler = (*Service)(nil)
 // admin returns the caller's identity if it may use AdminService: its
 // credentials grant RoleAdmin, or, with no authentication configured, it
 // is the local operator, whom the edge gave that role (it then acts as
-// "loopback/<address>").
+// "loopback/<address>"), charged to its acquire rates.
 func (s *Service) admin(ctx context.Context, peer connect.Peer) (Identity, error) {
 	id, err := s.caller(ctx)
 	if err != nil {
@@ -42,7 +42,7 @@ func (s *Service) admin(ctx context.Context, peer connect.Peer) (Identity, error
 	if id.Method == "none" {
 		id.Subject = "loopback/" + peer.Addr
 	}
-	return id, nil
+	return id, s.lim.acquire(id)
 }
 
 // loopbackPeer reports whether a peer address ("host:port") is loopback.
@@ -68,9 +68,6 @@ func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.Forc
 	if err != nil {
 		return nil, err
 	}
-	if err := s.lim.acquire(id); err != nil {
-		return nil, err
-	}
 	if err := s.allow(id, name); err != nil {
 		return nil, err
 	}
@@ -88,7 +85,9 @@ func (s *Service) ForceRelease(ctx context.Context, req *connect.Request[v1.Forc
 		out.Audit = auditRecord(shard, res.Record)
 		s.log.Warn("lock force-released", "name", name, "shard", shard, "tenant", id.Tenant, "actor", actor,
 			"reason", req.Msg.Reason, "evicted_token", res.Evicted.Token, "evicted_client_id", res.Evicted.ClientID, "audit_id", res.Record.ID)
-		s.tel.forceReleased(ctx, shard)
+		if t := s.tel; t != nil && t.m != nil {
+			t.m.forced.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard)))
+		}
 	}
 	return connect.NewResponse(out), nil
 }
@@ -99,8 +98,7 @@ type auditToken struct {
 	Before string `json:"b"`
 }
 
-// ListAudit pages through the tenant's audit records, newest first,
-// merged across shards.
+// ListAudit pages through the tenant's audit records across shards, newest first.
 func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	size, err := pageSize(req.Msg.PageSize)
 	if err != nil {
@@ -114,9 +112,6 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 	}
 	id, err := s.admin(ctx, req.Peer())
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	all, more, err := s.router.ListAudit(ctx, id.Tenant, tok.Before, size)
@@ -140,12 +135,5 @@ func auditRecord(shard string, r queue.AuditRecord) *v1.AuditRecord {
 	return &v1.AuditRecord{
 		Id: r.ID, Action: r.Action, Name: r.Name, Shard: shard, Actor: r.Actor, Reason: r.Reason,
 		At: timestamppb.New(r.At), EvictedFencingToken: r.EvictedToken, EvictedClientId: r.EvictedClientID,
-	}
-}
-
-// forceReleased counts an eviction.
-func (t *telemetry) forceReleased(ctx context.Context, shard string) {
-	if t != nil && t.m != nil {
-		t.m.forced.Add(ctx, 1, metric.WithAttributes(attribute.String("shard", shard)))
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/internal/reload"
+	"github.com/leasegate/leasegate/locks"
+	"github.com/leasegate/leasegate/queue"
 )
 
 // Identity is who a call comes from, as established by authentication.
@@ -29,8 +31,7 @@ type Identity struct {
 	// Method says how the caller proved it: "mtls", "token", "jwt" or "none".
 	Method string
 	// Roles the credentials grant (RoleAdmin, RoleOperator). Without
-	// authentication configured, the local operator has both and every
-	// other caller none (see localOperator).
+	// authentication configured, only the local operator has them (localOperator).
 	Roles []string
 
 	// notLocal says why an unauthenticated caller is not the local
@@ -97,27 +98,25 @@ type Authenticator struct {
 // is the single tenant "" (allowed only on loopback; see Config).
 type AuthConfig struct {
 	// TokensFile holds static bearer tokens, one per line: "TOKEN TENANT
-	// [SUBJECT [ROLES]]", ROLES a comma-separated list (e.g. "admin");
-	// blank lines and lines starting with # are ignored. It is
-	// read again when it changes; a file that does not parse leaves the
-	// tokens in force.
+	// [SUBJECT [ROLES]]", ROLES a comma-separated list (e.g. "admin"); blank
+	// lines and lines starting with # are ignored. It is read again when it
+	// changes; a file that does not parse leaves the tokens in force.
 	TokensFile string
 	// JWTKeysFile holds PEM public keys (RSA, ECDSA or Ed25519) that may
 	// sign bearer JWTs. Setting it enables JWT authentication. It is read
 	// again when it changes, like TokensFile.
 	JWTKeysFile string
 	// JWKSURL is a JSON Web Key Set (RFC 7517) of keys that may sign bearer
-	// JWTs, fetched at start, every JWKSRefresh, and when a token names a
-	// key id the set lacks (at most once per 30 s). Setting it enables JWT
-	// authentication, alone or beside JWTKeysFile. It must be https://,
-	// or http:// on a loopback address; so must every URL a fetch is
-	// redirected to (and a redirect never leaves https for http), and a
-	// key set larger than JWKSMaxBytes is refused.
+	// JWTs, fetched at start, every JWKSRefresh, and when a token names a key
+	// id the set lacks (at most once per 30 s). Setting it enables JWT
+	// authentication, alone or beside JWTKeysFile. It and every URL a fetch is
+	// redirected to must be https://, or http:// on a loopback address (a
+	// redirect never leaves https for http); a key set larger than JWKSMaxBytes
+	// is refused.
 	JWKSURL string
-	// JWKSTransport carries the JWKS fetches: for a proxy, or a private
-	// CA's TLS configuration. Nil is http.DefaultTransport. Whatever it
-	// is, the URL rule, the redirect rule and the size limit of JWKSURL
-	// hold.
+	// JWKSTransport carries the JWKS fetches: for a proxy, or a private CA's
+	// TLS configuration. Nil is http.DefaultTransport. JWKSURL's URL,
+	// redirect and size rules hold whatever it is.
 	JWKSTransport http.RoundTripper
 	// JWKSRefresh is how often the JWKS is fetched again, so removed keys
 	// stop being accepted. 0 means 15 minutes; 10 s to 24 h.
@@ -126,9 +125,8 @@ type AuthConfig struct {
 	JWTIssuer, JWTAudience string
 	// JWTTenantClaim names the claim that carries the tenant. Default "tenant".
 	JWTTenantClaim string
-	// JWTRolesClaim names the claim that carries the caller's roles: an
-	// array of strings, or one string of space-separated roles. Default
-	// "roles".
+	// JWTRolesClaim names the claim that carries the caller's roles: an array
+	// of strings, or one string of space-separated roles. Default "roles".
 	JWTRolesClaim string
 	// MTLS takes identities from verified client certificates: tenant from
 	// the subject's first Organization (O), subject from its Common Name,
@@ -181,20 +179,17 @@ func NewAuthenticator(c AuthConfig, log *slog.Logger, clk clock.Clock) (*Authent
 	}
 	a := &Authenticator{mtls: c.MTLS, required: c.Enabled()}
 	opt := reload.Options{Interval: c.ReloadInterval, Clock: clk, Log: log}
+	var err error
 	if c.TokensFile != "" {
 		opt.Name = "auth tokens file"
-		toks, err := reload.New([]string{c.TokensFile}, func() (map[[32]byte]Identity, error) { return loadTokens(c.TokensFile) }, opt)
-		if err != nil {
+		if a.tokens, err = reload.New([]string{c.TokensFile}, func() (map[[32]byte]Identity, error) { return loadTokens(c.TokensFile) }, opt); err != nil {
 			return nil, err
 		}
-		a.tokens = toks
 	}
 	if c.JWT() {
-		v, err := newJWTVerifier(c, opt, log)
-		if err != nil {
+		if a.jwt, err = newJWTVerifier(c, opt, log); err != nil {
 			return nil, err
 		}
-		a.jwt = v
 	}
 	return a, nil
 }
@@ -331,4 +326,49 @@ func (p Policy) allows(tenant, name string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: tenant %q may only lock names starting with %q", ErrForbidden, tenant, prefixes)
+}
+
+// caller returns the authenticated identity of the call.
+func (s *Service) caller(ctx context.Context) (Identity, error) {
+	id, err := IdentityFrom(ctx)
+	if err != nil && !s.auth.required && errors.Is(err, ErrUnauthenticated) {
+		// The service used without the authentication middleware, with no
+		// authentication configured: the single unnamed tenant.
+		return Identity{Method: "none"}, nil
+	}
+	return id, err
+}
+
+// admit authenticates the caller and charges the call to its acquire rates.
+func (s *Service) admit(ctx context.Context) (Identity, error) {
+	id, err := s.caller(ctx)
+	if err != nil {
+		return id, err
+	}
+	return id, s.lim.acquire(id)
+}
+
+// sessionFor decodes a session id and checks it belongs to the caller.
+func (s *Service) sessionFor(ctx context.Context, sessionID string) (Identity, SessionID, error) {
+	who, err := s.caller(ctx)
+	if err != nil {
+		return who, SessionID{}, err
+	}
+	id, err := DecodeSessionID(s.keys, sessionID)
+	if err != nil {
+		return who, id, fieldOf("session_id", err)
+	}
+	if id.Tenant != who.Tenant {
+		return who, id, fmt.Errorf("%w: the session belongs to another tenant", queue.ErrNotOwner)
+	}
+	return who, id, nil
+}
+
+// ErrUnknownShard reports an id naming a shard this gateway does not know.
+var ErrUnknownShard = locks.ErrUnknownShard
+
+// allow checks that the caller's tenant's policy allows name (an
+// election's own name for an election), before a call routes it.
+func (s *Service) allow(id Identity, name string) error {
+	return s.cfg.Policy.allows(id.Tenant, name)
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -64,15 +65,7 @@ type jwtVerifier struct {
 }
 
 func newJWTVerifier(c AuthConfig, opt reload.Options, log *slog.Logger) (*jwtVerifier, error) {
-	claim := c.JWTTenantClaim
-	if claim == "" {
-		claim = "tenant"
-	}
-	roles := c.JWTRolesClaim
-	if roles == "" {
-		roles = "roles"
-	}
-	v := &jwtVerifier{claim: claim, roles: roles, stop: func() {}, parser: jwt.NewParser(
+	v := &jwtVerifier{claim: cmp.Or(c.JWTTenantClaim, "tenant"), roles: cmp.Or(c.JWTRolesClaim, "roles"), stop: func() {}, parser: jwt.NewParser(
 		jwt.WithValidMethods([]string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}),
 		jwt.WithIssuer(c.JWTIssuer), jwt.WithAudience(c.JWTAudience),
 		jwt.WithExpirationRequired(), jwt.WithLeeway(30*time.Second),
@@ -95,10 +88,7 @@ func newJWTVerifier(c AuthConfig, opt reload.Options, log *slog.Logger) (*jwtVer
 
 // startJWKS fetches the key set and starts its refreshes.
 func (v *jwtVerifier) startJWKS(c AuthConfig, log *slog.Logger) error {
-	every := c.JWKSRefresh
-	if every == 0 {
-		every = DefaultJWKSRefresh
-	}
+	every := cmp.Or(c.JWKSRefresh, DefaultJWKSRefresh)
 	v.fetch = &fetchState{}
 	next := c.JWKSTransport
 	if next == nil {

@@ -14,17 +14,16 @@ import (
 )
 
 // The Connect handlers' codecs: connect-go's own, but a message that does
-// not decode is refused in the API's words — the message's name in the
-// .proto files (leasegate.v1.TryAcquireRequest) and what is wrong with it
-// — where connect-go's codecs name the Go type it was decoded into
+// not decode is refused in the API's words — its name in the .proto files
+// (leasegate.v1.TryAcquireRequest) — where connect-go's name the Go type
 // (*leasegatev1.TryAcquireRequest), which is nothing a caller knows.
 
 // codecOptions registers the codecs on every handler.
 func codecOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
-		connect.WithCodec(protoCodec{}),
-		connect.WithCodec(jsonCodec{name: "json"}),
-		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
+		connect.WithCodec(codec{name: "proto"}),
+		connect.WithCodec(codec{name: "json", json: true}),
+		connect.WithCodec(codec{name: "json; charset=utf-8", json: true}),
 	}
 }
 
@@ -41,81 +40,42 @@ func decodeError(message any, format string, err error) error {
 	return fmt.Errorf("the body is not a valid %s in %s: %s", name, format, detail)
 }
 
-func notProto(any) error {
-	return errors.New("the gateway cannot encode this message") // a bug of ours, never the caller's
+// errNotProto is a bug of ours, never the caller's.
+var errNotProto = errors.New("the gateway cannot encode this message")
+
+// codec is the protobuf codec, or with json the JSON one.
+type codec struct {
+	name string
+	json bool
 }
 
-type protoCodec struct{}
+func (c codec) Name() string { return c.name }
 
-func (protoCodec) Name() string { return "proto" }
-
-func (protoCodec) Marshal(message any) ([]byte, error) {
-	m, ok := message.(proto.Message)
-	if !ok {
-		return nil, notProto(message)
-	}
-	return proto.Marshal(m)
-}
+func (c codec) Marshal(message any) ([]byte, error) { return c.MarshalAppend(nil, message) }
 
 // MarshalAppend lets connect-go reuse its buffers.
-func (protoCodec) MarshalAppend(dst []byte, message any) ([]byte, error) {
+func (c codec) MarshalAppend(dst []byte, message any) ([]byte, error) {
 	m, ok := message.(proto.Message)
-	if !ok {
-		return nil, notProto(message)
+	switch {
+	case !ok:
+		return nil, errNotProto
+	case c.json:
+		return protojson.MarshalOptions{}.MarshalAppend(dst, m)
 	}
 	return proto.MarshalOptions{}.MarshalAppend(dst, m)
 }
 
-func (protoCodec) Unmarshal(data []byte, message any) error {
+func (c codec) Unmarshal(data []byte, message any) error {
 	m, ok := message.(proto.Message)
-	if !ok {
-		return notProto(message)
-	}
-	if err := proto.Unmarshal(data, m); err != nil {
-		return decodeError(message, "protobuf", err)
-	}
-	return nil
-}
-
-// MarshalStable and IsBinary serve Connect GET requests.
-func (protoCodec) MarshalStable(message any) ([]byte, error) {
-	m, ok := message.(proto.Message)
-	if !ok {
-		return nil, notProto(message)
-	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
-}
-
-// IsBinary reports that the encoding is not text.
-func (protoCodec) IsBinary() bool { return true }
-
-type jsonCodec struct{ name string }
-
-func (c jsonCodec) Name() string { return c.name }
-
-func (jsonCodec) Marshal(message any) ([]byte, error) {
-	m, ok := message.(proto.Message)
-	if !ok {
-		return nil, notProto(message)
-	}
-	return protojson.Marshal(m)
-}
-
-// MarshalAppend lets connect-go reuse its buffers.
-func (jsonCodec) MarshalAppend(dst []byte, message any) ([]byte, error) {
-	m, ok := message.(proto.Message)
-	if !ok {
-		return nil, notProto(message)
-	}
-	return protojson.MarshalOptions{}.MarshalAppend(dst, m)
-}
-
-func (jsonCodec) Unmarshal(data []byte, message any) error {
-	m, ok := message.(proto.Message)
-	if !ok {
-		return notProto(message)
-	}
-	if len(data) == 0 {
+	switch {
+	case !ok:
+		return errNotProto
+	case !c.json:
+		if err := proto.Unmarshal(data, m); err != nil {
+			return decodeError(message, "protobuf", err)
+		}
+		return nil
+	case len(data) == 0:
 		return errors.New("the body is empty; want a JSON object")
 	}
 	// Unknown fields are let pass, as connect-go's codec does, so clients
@@ -127,8 +87,15 @@ func (jsonCodec) Unmarshal(data []byte, message any) error {
 }
 
 // MarshalStable and IsBinary serve Connect GET requests.
-func (c jsonCodec) MarshalStable(message any) ([]byte, error) {
-	b, err := c.Marshal(message)
+func (c codec) MarshalStable(message any) ([]byte, error) {
+	m, ok := message.(proto.Message)
+	if !ok {
+		return nil, errNotProto
+	}
+	if !c.json {
+		return proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	}
+	b, err := protojson.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
@@ -139,5 +106,5 @@ func (c jsonCodec) MarshalStable(message any) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// IsBinary reports that the encoding is text.
-func (jsonCodec) IsBinary() bool { return false }
+// IsBinary reports whether the encoding is not text.
+func (c codec) IsBinary() bool { return !c.json }

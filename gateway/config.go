@@ -20,11 +20,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// Auth configures authentication; empty means a single, unnamed tenant.
 	Auth AuthConfig
-	// Authenticator, when set, authenticates callers in place of one that
-	// NewService would build from Auth, which must be the configuration it
-	// was built from (NewAuthenticator): a process can load and check its
-	// credential files before it starts anything else. The service owns
-	// it: it closes it at Shutdown, or at once if NewService fails.
+	// Authenticator, when set, is used in place of one NewService would build
+	// from Auth, which must be its configuration (NewAuthenticator): a process
+	// can check its credential files before it starts anything else. The
+	// service owns it: it closes it at Shutdown, or if NewService fails.
 	// Default nil.
 	Authenticator *Authenticator
 	// Policy restricts the names tenants may lock.
@@ -44,9 +43,8 @@ type Config struct {
 	CheckLoopbackHost bool
 	// BodyReadTimeout bounds receiving a request body. Default 10 s.
 	BodyReadTimeout time.Duration
-	// SendTimeout bounds writing one answer, or one message of a streaming
-	// Acquire, to a client: a client that stops reading is given up on.
-	// Default 10 s.
+	// SendTimeout bounds writing one answer, or one streamed message, to a
+	// client: a client that stops reading is given up on. Default 10 s.
 	SendTimeout time.Duration
 	// IDKeys signs and verifies lock and session ids. Every gateway of a
 	// fleet must share it. Nil draws a key for this process alone: its ids
@@ -59,11 +57,10 @@ type Config struct {
 	// 0 means queue.DefaultAuditMaxAge (90 days).
 	AuditMaxAge time.Duration
 	// Clock tells the time for every timeout, expiry and rate the gateway
-	// computes: request and wait timeouts, health-check caching, key-count
-	// refreshes, rate-limit buckets and how often the credential files are
-	// looked at for a change (Auth.ReloadInterval). Connection read and write deadlines
-	// stay on the wall clock, which is what the network enforces them by.
-	// Default (and when nil) the wall clock; tests pass a fake.
+	// computes (request and wait timeouts, health-check caching, key-count
+	// refreshes, rate-limit buckets, Auth.ReloadInterval); connection deadlines
+	// stay on the wall clock, which the network enforces them by. Default (and
+	// when nil) the wall clock; tests pass a fake.
 	Clock clock.Clock
 }
 
@@ -102,10 +99,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	for _, o := range c.CORSOrigins {
-		if o == "*" {
-			continue
-		}
-		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "") {
 			return fmt.Errorf("gateway: CORS origin %q: want scheme://host[:port] or *", o)
 		}
 	}

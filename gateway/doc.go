@@ -11,24 +11,15 @@
 //
 // A handler decodes, checks what only the wire knows (id signatures,
 // tenancy, policy, rate limits, body and message sizes), makes one call
-// into the fleet ([locks.Router]) and encodes its answer:
-//
-//   - routing, the resharding handover, the circuit breakers and the
-//     fan-out over shards are the fleet's; the handler names a tenant and
-//     a lock name, id or session, never a shard's engine.
-//   - errors: handlers return the engine's, the fleet's and their own
-//     errors as they are; one interceptor, innermost, turns them into
-//     Connect codes, ErrorInfo reasons and details (toConnect), and the REST
-//     API maps the same translation onto its statuses and bodies.
-//   - telemetry: the Connect interceptor and the REST wrapper put a record
-//     in the call's context, and with it a [locks.Note] into which the
-//     fleet writes the shard it routed to (it traces the route itself, a
-//     leasegate.route span); the handler adds the shard that granted and
-//     any outcome that is not an error (busy, not_held, a lost lease), and
-//     the wrapper labels the metrics, span and log line by it when the
-//     call returns.
-//     Nothing re-routes a name, re-parses a body or reads a response's
-//     bytes.
+// into the fleet ([locks.Router]: routing, resharding handovers, circuit
+// breakers, fan-out over shards) and encodes its answer. Its errors are
+// returned as they are and translated once, innermost (toConnect; the REST
+// API maps the same translation onto its statuses). Telemetry is labelled
+// from a record in the call's context, with a [locks.Note] in which the
+// fleet writes the shard it routed to; the handler adds the shard that
+// granted and any outcome that is not an error (busy, not_held, a lost
+// lease). Nothing re-routes a name, re-parses a body or reads a
+// response's bytes.
 //
 // The dependencies point down: gateway → locks (the fleet) → queue and
 // shard.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,36 +19,30 @@ import (
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
-// The edge: what every request meets before a handler reads its body,
-// on every path of the port (Handler serves nothing that bypasses it).
+// The edge: what every request meets before a handler reads its body, on
+// every path of the port (Handler serves nothing that bypasses it).
 //
-//  1. On a loopback listener, a Host that is not a loopback name or
-//     address is refused: a page served from elsewhere that rebinds its
-//     DNS name to 127.0.0.1 cannot talk to a developer's gateway. This
-//     comes first, before CORS answers a preflight.
+//  1. On a loopback listener, a Host that is not a loopback name or address
+//     is refused, first, before CORS answers a preflight: a page served from
+//     elsewhere that rebinds its DNS name to 127.0.0.1 cannot talk to a
+//     developer's gateway.
 //  2. A browser request from another origin is refused unless that origin
-//     is allowed (Config.CORSOrigins); allowed ones get CORS headers and
-//     preflights are answered.
-//  3. The caller is authenticated from its headers. A call that is not is
-//     refused at once — its body is never read, let alone inflated.
-//     Without authentication configured, the local operator
-//     (localOperator) is given its roles here, and nobody else is.
+//     is allowed (Config.CORSOrigins), which gets CORS headers and
+//     preflights answered.
+//  3. The caller is authenticated from its headers, or refused at once: its
+//     body is never read, let alone inflated. Without authentication
+//     configured, only the local operator (localOperator) gets its roles.
 //  4. A compression the gateway does not speak is refused as bad input.
 //  5. The body must arrive within Config.BodyReadTimeout, and a unary
-//     answer must be written within the fleet's RequestTimeout + SendTimeout
-//     (a REST acquire that waits moves this past its wait, see restWait); a
+//     answer be written within the fleet's RequestTimeout + SendTimeout (a
+//     waiting REST acquire moves this past its wait, see restWait); a
 //     streaming Acquire bounds each message it sends (see send).
 
 // publicPaths need no credentials: health checks and reflection.
 var publicPaths = []string{"/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/", "/healthz"}
 
 func isPublic(path string) bool {
-	for _, p := range publicPaths {
-		if strings.HasPrefix(path, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(publicPaths, func(p string) bool { return strings.HasPrefix(path, p) })
 }
 
 // streamingPaths answer with a stream whose messages are bounded one by
@@ -236,4 +231,47 @@ func (s *Service) send(ctx context.Context, fn func() error) error {
 		return fmt.Errorf("the message was not delivered: %w", fw.err)
 	}
 	return nil
+}
+
+// route is a handler served beside the API through Handle.
+type route struct {
+	pattern string
+	h       http.Handler
+	public  bool
+}
+
+// Handle serves h on the gateway's port, behind the same edge as the API:
+// the loopback Host check, the origin check, request deadlines and, unless
+// public, authentication — h then finds the caller with IdentityFrom. A
+// pattern ending in '/' serves every path under it (GET of it without its
+// '/' redirects to it), any other pattern that one path. A public route
+// answers without credentials, as /healthz does: only for what shows
+// nothing of any tenant's locks (static files, metrics). The longest
+// pattern decides, so a public "/ui/" may hold an authenticated
+// "/ui/api/". Call Handle before Handler; it does not block.
+func (s *Service) Handle(pattern string, h http.Handler, public bool) {
+	if !strings.HasPrefix(pattern, "/") {
+		panic("gateway: Handle pattern " + pattern + " must be a path starting with '/'")
+	}
+	s.routes = append(s.routes, route{pattern: pattern, h: h, public: public})
+}
+
+// routePublic reports whether path falls under a public route of Handle
+// (the longest pattern that matches decides), or is a public subtree's
+// pattern without its '/', which the mux redirects.
+func (s *Service) routePublic(path string) bool {
+	best, public := -1, false
+	for _, rt := range s.routes {
+		match := path == rt.pattern
+		if strings.HasSuffix(rt.pattern, "/") { // a subtree
+			if path == strings.TrimSuffix(rt.pattern, "/") && rt.public {
+				return true
+			}
+			match = strings.HasPrefix(path, rt.pattern)
+		}
+		if match && len(rt.pattern) > best {
+			best, public = len(rt.pattern), rt.public
+		}
+	}
+	return public
 }

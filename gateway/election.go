@@ -14,11 +14,9 @@ import (
 )
 
 // Elections implements leasegate.v1.ElectionService over a Service: a
-// campaign is an acquire in the election's own name
-// (locks.Acquire.Election), so an election is routed, limited,
-// authenticated, recorded and translated as a lock is, and its leader id
-// is a lock id (LockService.Renew renews it). Handler serves it beside
-// LockService.
+// campaign is an acquire in the election's own name (locks.Acquire.Election),
+// so an election is served as a lock is, and its leader id is a lock id
+// (LockService.Renew renews it). Handler serves it beside LockService.
 type Elections struct{ s *Service }
 
 var _ leasegatev1connect.ElectionServiceHandler = Elections{}
@@ -29,11 +27,7 @@ func (s *Service) Elections() Elections { return Elections{s: s} }
 // Campaign streams queue positions until the caller leads.
 func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.CampaignRequest], stream *connect.ServerStream[v1.CampaignResponse]) error {
 	s, m := el.s, req.Msg
-	id, err := s.caller(ctx)
-	if err != nil {
-		return err
-	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, 0, false, 0)
+	id, r, sess, err := s.acquireRequest(ctx, m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, 0, false, 0)
 	if err != nil {
 		return err
 	}
@@ -53,19 +47,16 @@ func (el Elections) Campaign(ctx context.Context, req *connect.Request[v1.Campai
 
 // leader is Service.held for a leader id: it must name an election.
 func (el Elections) leader(ctx context.Context, leaderID string) (LockID, locks.Held, error) {
-	id, t, err := el.s.held(ctx, leaderID)
-	var fe *fieldError
-	if errors.As(err, &fe) {
+	id, t, err := el.s.held(ctx, leaderID, func(t locks.Held) error {
+		if !t.Election() {
+			return badField("leader_id", "names a lock, not an election's leader; use LockService")
+		}
+		return nil
+	})
+	if fe := (*fieldError)(nil); errors.As(err, &fe) {
 		fe.field = "leader_id"
 	}
-	if err != nil {
-		return id, t, err
-	}
-	if !t.Election() {
-		return id, t, badField("leader_id", "names a lock, not an election's leader; use LockService")
-	}
-	who, _ := el.s.caller(ctx) // held has authenticated the call
-	return id, t, el.s.lim.renew(who)
+	return id, t, err
 }
 
 // Proclaim replaces the leader's value while the caller leads.
@@ -120,15 +111,13 @@ func leaderMsg(l *queue.Leader) *v1.Leader {
 	return &v1.Leader{Value: l.Value, FencingToken: l.Token, ClientId: l.ClientID}
 }
 
-// Observe streams the election's leader now and every change after. It
-// counts as one of the tenant's open waits while it runs, and ends with
-// unavailable (SHUTTING_DOWN) when the gateway shuts down. It follows the
-// name across shard-map changes and resharding handovers
-// (locks.Router.Observe). A state equal to the last one sent is not sent
-// again.
+// Observe streams the election's leader now and every change after (not a
+// state equal to the last sent), across shard-map changes and resharding
+// handovers. It counts as one of the tenant's open waits, and ends with
+// unavailable (SHUTTING_DOWN) when the gateway shuts down.
 func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.ObserveRequest], stream *connect.ServerStream[v1.ObserveResponse]) error {
 	s := el.s
-	id, err := el.s.reader(ctx, req.Msg.Name)
+	id, err := s.reader(ctx, req.Msg.Name)
 	if err != nil {
 		return err
 	}
@@ -143,13 +132,7 @@ func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.Observe
 	defer endWait()
 	octx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go func() {
-		select {
-		case <-s.shutdown:
-			cancel(errShuttingDown)
-		case <-octx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.stopping, func() { cancel(errShuttingDown) })()
 	var last *v1.Leader
 	sent := false
 	err = observe(octx, func(l *queue.Leader) error {

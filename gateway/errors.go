@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -15,9 +16,8 @@ import (
 	"github.com/leasegate/leasegate/shard"
 )
 
-// noReason is an error without a leasegate reason. The reasons an error
-// carries in its ErrorInfo detail are the values of the API's ErrorReason
-// enum (errors.proto says what each means), under v1.ErrorDomain.
+// noReason is an error without a leasegate reason: an ErrorInfo's reasons
+// are the API's ErrorReason values (errors.proto), under v1.ErrorDomain.
 const noReason = v1.ErrorReason_ERROR_REASON_UNSPECIFIED
 
 // shardError ties an error to the shard it concerns, which toConnect
@@ -32,9 +32,8 @@ func (e *shardError) Unwrap() error { return e.err }
 
 func onShard(shard string, err error) error { return &shardError{shard: shard, err: err} }
 
-// sessionShard names the shard on a session acquire's loss, or on its
-// lack of a lease there: the client learns which of its session's leases
-// is gone or missing.
+// sessionShard names the shard on a session acquire's loss or lack of a
+// lease there: the client learns which of its leases is gone or missing.
 func sessionShard(shard string, err error) error {
 	var se *shardError
 	if (errors.Is(err, queue.ErrSessionLost) || errors.Is(err, locks.ErrNoSessionLease)) && !errors.As(err, &se) && shard != "" {
@@ -81,9 +80,8 @@ var apiFields = map[string]string{
 	"LockDelay": "lock_delay_ms", "Reentrant": "reentrant", "Value": "value",
 }
 
-// named tags err's engine field error, if the gateway tagged none, with
-// the field's API name (fieldOf): both edges, toConnect and restPost, read
-// errors through it.
+// named tags err's engine field error, if the gateway tagged none, with its
+// API name (fieldOf); toConnect and restPost read errors through it.
 func named(err error) error {
 	var fe *fieldError
 	var qe *queue.FieldError
@@ -93,10 +91,8 @@ func named(err error) error {
 	return fieldOf(apiFields[qe.Field], err)
 }
 
-// errorTranslator is the one place a Connect call's error is translated:
-// handlers return the engine's, the router's and their own errors as they
-// are, and this interceptor, innermost, turns them into Connect errors
-// with toConnect. Every other interceptor sees the Connect error.
+// errorTranslator, innermost, is the one place a Connect call's error is
+// translated (toConnect): every other interceptor sees the Connect error.
 type errorTranslator struct{}
 
 func (errorTranslator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -122,10 +118,9 @@ func (errorTranslator) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	}
 }
 
-// toConnect translates an engine or gateway error into a Connect error,
-// once, at the edge: errorTranslator for Connect calls, restPost for the
-// REST API. Messages name what was wrong; they never carry ids or
-// secrets, and internal failures are summarised, not echoed.
+// toConnect translates an engine or gateway error into a Connect error, at
+// the edge (errorTranslator, restPost). Messages name what was wrong, never
+// ids or secrets; internal failures are summarised, not echoed.
 func toConnect(err error) *connect.Error {
 	if err == nil {
 		return nil
@@ -143,31 +138,32 @@ func toConnect(err error) *connect.Error {
 	if reason != noReason {
 		info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain}
 		var se *shardError
-		if errors.As(err, &se) {
-			info.Metadata = map[string]string{v1.MetadataShard: se.shard}
-		}
-		if errors.Is(err, queue.ErrQueueFull) {
-			info.Metadata = map[string]string{v1.MetadataLimit: limitNameWaiters}
-		}
-		if errors.Is(err, queue.ErrTooManyHolds) {
-			info.Metadata = map[string]string{v1.MetadataLimit: limitNameHolds}
-		}
-		if errors.Is(err, queue.ErrWatchBudget) {
+		onShard := errors.As(err, &se)
+		switch {
+		case errors.Is(err, queue.ErrWatchBudget):
 			info.Metadata = map[string]string{v1.MetadataLimit: limitTenantWatchKeys}
-			if se := (*shardError)(nil); errors.As(err, &se) {
+			if onShard {
 				info.Metadata[v1.MetadataShard] = se.shard
 			}
+		case errors.Is(err, queue.ErrTooManyHolds):
+			info.Metadata = map[string]string{v1.MetadataLimit: limitNameHolds}
+		case errors.Is(err, queue.ErrQueueFull):
+			info.Metadata = map[string]string{v1.MetadataLimit: limitNameWaiters}
+		case onShard:
+			info.Metadata = map[string]string{v1.MetadataShard: se.shard}
 		}
-		if d, derr := connect.NewErrorDetail(info); derr == nil {
-			out.AddDetail(d)
-		}
+		addDetail(out, info)
 	}
 	if field := errField(err); field != "" {
-		if d, derr := connect.NewErrorDetail(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}}); derr == nil {
-			out.AddDetail(d)
-		}
+		addDetail(out, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}})
 	}
 	return out
+}
+
+func addDetail(ce *connect.Error, m proto.Message) {
+	if d, err := connect.NewErrorDetail(m); err == nil {
+		ce.AddDetail(d)
+	}
 }
 
 // errField is the request field an error concerns, as the API names it:

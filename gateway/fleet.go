@@ -15,10 +15,6 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
-// Seeing the fleet: ListLocks and DescribeQueue (this file) and Watch
-// (watch.go) read every shard of the caller's tenant; AdminService
-// (admin.go) acts on them.
-
 // Page sizes of ListLocks and ListAudit.
 const (
 	defaultPageSize = 100
@@ -65,9 +61,8 @@ func decodeToken(field, tok string, v any) error {
 	return nil
 }
 
-// ListLocks pages through the caller tenant's locks across every shard:
-// each shard reads at most a page from the token's cursor, and the pages
-// are merged in key order.
+// ListLocks pages through the caller tenant's locks across every shard,
+// merged in key order.
 func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLocksRequest]) (*connect.Response[v1.ListLocksResponse], error) {
 	prefix := req.Msg.Prefix
 	if err := validatePrefix(prefix); err != nil {
@@ -86,11 +81,8 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 			return nil, fieldOf("page_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
 		}
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	all, more, err := s.router.ListLocks(ctx, id.Tenant, prefix, tok.Cursor, size)
@@ -110,9 +102,8 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 	return connect.NewResponse(out), nil
 }
 
-// fit returns how many of msgs, from the first, fit in one answer under
-// the gateway's message size cap (with room for the rest of the answer);
-// at least one.
+// fit returns how many of msgs, from the first (at least one), fit in one
+// answer under the gateway's message size cap.
 func fit[M proto.Message](s *Service, msgs []M) int {
 	budget := int(s.cfg.MaxBodyBytes) - 512
 	total := 0
@@ -159,8 +150,7 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	default:
 		return nil, fieldOf("kind", fmt.Errorf("%w: kind %d is neither a lock's nor an election's", queue.ErrInvalidArgument, req.Msg.Kind))
 	}
-	visible := name // an election is allowed by its own name
-	id, err := s.reader(ctx, visible)
+	id, err := s.reader(ctx, name) // an election is allowed by its own name
 	if err != nil {
 		return nil, err
 	}
@@ -183,18 +173,14 @@ func (s *Service) DescribeQueue(ctx context.Context, req *connect.Request[v1.Des
 	return connect.NewResponse(out), nil
 }
 
-// reader is what a read of one name (Describe, DescribeQueue, an
-// election's Leader and Observe) starts with: the name checked, the caller authenticated, admitted by its
-// rate limit and allowed the name by its tenant's policy.
+// reader starts a read of one name: the name checked, the caller admitted
+// (admit) and allowed the name by its tenant's policy.
 func (s *Service) reader(ctx context.Context, name string) (Identity, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return Identity{}, fieldOf("name", err)
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return id, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return id, err
 	}
 	return id, s.allow(id, name)

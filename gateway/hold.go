@@ -11,31 +11,25 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
-// holdBeat is how often a WatchHold stream says the lock is still held: a
-// message without a reason, on the gateway's clock, each bounded by the
-// send timeout, so that a client that stopped reading is dropped and an
-// idle connection is not closed by a proxy in between.
+// holdBeat is how often a WatchHold stream says the lock is still held (a
+// message without a reason, bounded by the send timeout), so a client that
+// stopped reading is dropped and no proxy closes the idle connection.
 const holdBeat = 30 * time.Second
 
-// WatchHold tells a holder how its lock ended, as soon as this gateway's
-// engine learns of it (locks.Held.AwaitEnd): an eviction or a loss,
-// whichever gateway saw it. It costs the gateway a stream and no etcd work
-// while the lock is held; the renewal rate limit admits it, it counts as
-// one of the tenant's open streams (MaxWaitersPerTenant) until it ends, and
-// only a caller that holds the lock's id can open it. A gateway shutting
-// down ends it with SHUTTING_DOWN, for the SDK to watch on through another.
+// WatchHold tells a holder how its lock ended — an eviction or a loss,
+// whichever gateway saw it — as soon as this gateway's engine learns of it
+// (locks.Held.AwaitEnd). Only a caller with the lock's id can open it; it
+// costs a stream and no etcd work, is charged to the renewal rates, counts
+// as an open stream (MaxWaitersPerTenant), and ends with SHUTTING_DOWN when
+// the gateway shuts down, for the SDK to watch on through another.
 func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHoldRequest], stream *connect.ServerStream[v1.WatchHoldResponse]) error {
-	_, h, err := s.held(ctx, req.Msg.LockId)
+	_, h, err := s.held(ctx, req.Msg.LockId, nil)
 	if err != nil {
 		return err
 	}
 	who, _ := s.caller(ctx) // held has authenticated the call
-	if err := s.lim.renew(who); err != nil {
-		return err
-	}
-	// An open watch costs like an open wait (a stream, its goroutines and
-	// an engine subscription for as long as the lock is held): it counts
-	// against the same cap.
+	// An open watch costs like an open wait (a stream, its goroutines and an
+	// engine subscription while the lock is held): it counts against that cap.
 	endWait, err := s.lim.startWait(who)
 	if err != nil {
 		return err

@@ -17,19 +17,18 @@ import (
 
 // Id integrity.
 //
-// A lock id or session id is everything a gateway needs to act on a lock,
-// and it travels through clients, logs and proxies. Its fields — shard,
-// lease, revision, epoch, tenant — are claims: the engine never acts on one
-// without comparing it with etcd inside the transaction that acts. The ids
-// carry a second defence: an HMAC-SHA256 tag under a key the fleet shares,
-// so an id that a gateway did not issue, or that was edited after, is
-// refused before etcd is touched at all.
+// A lock or session id is everything a gateway needs to act on a lock, and
+// it travels through clients, logs and proxies. Its fields — shard, lease,
+// revision, epoch, tenant — are claims: the engine never acts on one without
+// comparing it with etcd inside the transaction that acts. The ids carry a
+// second defence: an HMAC-SHA256 tag under a key the fleet shares, so an id
+// no gateway issued, or one edited since, is refused before etcd is touched.
 //
-// Keys are numbered (1–255) and the number travels in the id, so keys can
-// be rotated without a flag day: add the new key everywhere (verify-only),
-// make it the signing key, and retire the old one once no id signed with it
-// can still be in use (the longest a lock or session may be held). A
-// gateway asked to verify an id whose key it does not have refuses it.
+// Keys are numbered (1–255) and the number travels in the id, so keys rotate
+// without a flag day: add the new key everywhere (verify-only), make it the
+// signing key, and retire the old one once no id signed with it can still be
+// in use (the longest a lock or session may be held). A gateway refuses an
+// id whose key it does not have.
 
 // IDKey is one key ids are signed with.
 type IDKey struct {
@@ -171,9 +170,8 @@ func (k *IDKeys) Format() []byte {
 	return b.Bytes()
 }
 
-// Rotated returns a keyring whose signing key is a new key, keeping every
-// current key for verification (at most keep keys in all, the oldest
-// dropped first).
+// Rotated returns a keyring signing with a new key, keeping the current
+// ones for verification (at most keep keys in all, the oldest dropped).
 func (k *IDKeys) Rotated(keep int) (*IDKeys, error) {
 	used := map[uint8]bool{}
 	for _, key := range k.keys {
@@ -203,8 +201,7 @@ func (k *IDKeys) Rotated(keep int) (*IDKeys, error) {
 	return NewIDKeys(keys...)
 }
 
-// Without returns the keyring without key id; the signing key cannot be
-// retired.
+// Without returns the keyring without key id, which must not be the signing key.
 func (k *IDKeys) Without(id uint8) (*IDKeys, error) {
 	if k.keys[0].ID == id {
 		return nil, fmt.Errorf("gateway: id key %d signs new ids; rotate before retiring it", id)

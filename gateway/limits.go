@@ -53,9 +53,8 @@ type Limits struct {
 
 // DefaultLimits returns the caps a gateway ships with: 10,000 holders and
 // waiters per name, 10,000 open waits per tenant on each gateway process
-// (each costs a stream and a goroutine, tens of KiB), and 1,000,000 held
-// or waiting locks per tenant on each shard. Rates are unlimited: they
-// depend on the deployment.
+// (each costs a stream and a goroutine, tens of KiB), 1,000,000 held or
+// waiting locks per tenant on each shard, and no rate limits.
 func DefaultLimits() Limits {
 	return Limits{MaxWaitersPerName: 10_000, MaxWaitersPerTenant: 10_000, MaxKeysPerTenant: 1_000_000}
 }
@@ -107,31 +106,44 @@ type limiter struct {
 	cfg Limits
 	clk clock.Clock
 
-	mu       sync.Mutex
-	tenants  *lru.Cache[string, *rate.Limiter]
-	clients  *lru.Cache[string, *rate.Limiter]
-	renewals *lru.Cache[string, *rate.Limiter]
-	crenews  *lru.Cache[string, *rate.Limiter]
-	waiting  map[string]int
+	mu                                                     sync.Mutex
+	tenantAcquire, clientAcquire, tenantRenew, clientRenew rateLimit
+	waiting                                                map[string]int
 
 	onRefusal func(kind string)
 }
 
+// rateLimit is one rate (off at 0 or below) and burst, its name and buckets.
+type rateLimit struct {
+	rate  float64
+	burst int
+	kind  string
+	table *lru.Cache[string, *rate.Limiter]
+}
+
 func newLimiter(cfg Limits, clk clock.Clock) *limiter {
-	table := func() *lru.Cache[string, *rate.Limiter] {
+	limit := func(r float64, burst int, kind string) rateLimit {
 		c, _ := lru.New[string, *rate.Limiter](maxLimiterKeys) // only a non-positive size fails
-		return c
+		return rateLimit{rate: r, burst: burst, kind: kind, table: c}
 	}
 	return &limiter{
-		cfg: cfg, clk: clk, tenants: table(), clients: table(), renewals: table(), crenews: table(), waiting: map[string]int{},
+		cfg: cfg, clk: clk, waiting: map[string]int{},
+		tenantAcquire: limit(cfg.TenantAcquireRate, cfg.TenantAcquireBurst, limitTenantAcquireRate),
+		clientAcquire: limit(cfg.ClientAcquireRate, cfg.ClientAcquireBurst, limitClientAcquireRate),
+		tenantRenew:   limit(cfg.TenantRenewRate, cfg.TenantRenewBurst, limitTenantRenewRate),
+		clientRenew:   limit(cfg.ClientRenewRate, cfg.ClientRenewBurst, limitClientRenewRate),
 	}
 }
 
-func take(m *lru.Cache[string, *rate.Limiter], now time.Time, key string, r float64, burst int) time.Duration {
-	l, ok := m.Get(key)
+// take charges one call to key's bucket: 0, or how long until it admits it.
+func (r rateLimit) take(now time.Time, key string) time.Duration {
+	if r.rate <= 0 {
+		return 0
+	}
+	l, ok := r.table.Get(key)
 	if !ok {
-		l = rate.NewLimiter(rate.Limit(r), max(burst, 1))
-		m.Add(key, l)
+		l = rate.NewLimiter(rate.Limit(r.rate), max(r.burst, 1))
+		r.table.Add(key, l)
 	}
 	res := l.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
@@ -141,52 +153,32 @@ func take(m *lru.Cache[string, *rate.Limiter], now time.Time, key string, r floa
 	return 0
 }
 
-func (l *limiter) refuse(kind, what string, retry time.Duration) error {
+// refuse counts a refusal; isRate's retry hint is when the rate allows a call.
+func (l *limiter) refuse(kind, what string, retry time.Duration, isRate bool) error {
 	if l.onRefusal != nil {
 		l.onRefusal(kind)
 	}
-	return &limitedError{kind: kind, what: what, retry: retry}
-}
-
-// refuseRate is refuse for a rate limit: the retry hint is when the rate
-// allows the next call.
-func (l *limiter) refuseRate(kind, what string, retry time.Duration) error {
-	err := l.refuse(kind, what, retry)
-	err.(*limitedError).rate = true
-	return err
+	return &limitedError{kind: kind, rate: isRate, what: what, retry: retry}
 }
 
 // acquire charges one acquire (or lookup) to the tenant and client.
 func (l *limiter) acquire(id Identity) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r := l.cfg.TenantAcquireRate; r > 0 {
-		if d := take(l.tenants, l.clk.Now(), id.Tenant, r, l.cfg.TenantAcquireBurst); d > 0 {
-			return l.refuseRate(limitTenantAcquireRate, fmt.Sprintf("tenant %q is over its acquire rate of %g/s", id.Tenant, r), d)
-		}
-	}
-	if r := l.cfg.ClientAcquireRate; r > 0 {
-		key := id.Tenant + "\x00" + id.Method + "\x00" + id.Subject
-		if d := take(l.clients, l.clk.Now(), key, r, l.cfg.ClientAcquireBurst); d > 0 {
-			return l.refuseRate(limitClientAcquireRate, fmt.Sprintf("this client is over its acquire rate of %g/s", r), d)
-		}
-	}
-	return nil
+	return l.charge(id, "acquire", l.tenantAcquire, l.clientAcquire)
 }
 
 // renew charges one renewal to the tenant and the client.
 func (l *limiter) renew(id Identity) error {
+	return l.charge(id, "renew", l.tenantRenew, l.clientRenew)
+}
+
+func (l *limiter) charge(id Identity, what string, tenant, client rateLimit) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r := l.cfg.TenantRenewRate; r > 0 {
-		if d := take(l.renewals, l.clk.Now(), id.Tenant, r, l.cfg.TenantRenewBurst); d > 0 {
-			return l.refuseRate(limitTenantRenewRate, fmt.Sprintf("tenant %q is over its renew rate of %g/s", id.Tenant, r), d)
-		}
+	if d := tenant.take(l.clk.Now(), id.Tenant); d > 0 {
+		return l.refuse(tenant.kind, fmt.Sprintf("tenant %q is over its %s rate of %g/s", id.Tenant, what, tenant.rate), d, true)
 	}
-	if r := l.cfg.ClientRenewRate; r > 0 {
-		if d := take(l.crenews, l.clk.Now(), id.Tenant+"\x00"+id.Method+"\x00"+id.Subject, r, l.cfg.ClientRenewBurst); d > 0 {
-			return l.refuseRate(limitClientRenewRate, fmt.Sprintf("this client is over its renew rate of %g/s", r), d)
-		}
+	if d := client.take(l.clk.Now(), id.Tenant+"\x00"+id.Method+"\x00"+id.Subject); d > 0 {
+		return l.refuse(client.kind, fmt.Sprintf("this client is over its %s rate of %g/s", what, client.rate), d, true)
 	}
 	return nil
 }
@@ -201,7 +193,7 @@ func (l *limiter) startWait(id Identity) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.waiting[id.Tenant] >= max {
-		return nil, l.refuse(limitTenantWaiters, fmt.Sprintf("tenant %q has %d waits and watches open on this gateway, the limit", id.Tenant, max), time.Second)
+		return nil, l.refuse(limitTenantWaiters, fmt.Sprintf("tenant %q has %d waits and watches open on this gateway, the limit", id.Tenant, max), time.Second, false)
 	}
 	l.waiting[id.Tenant]++
 	var once sync.Once
@@ -216,19 +208,17 @@ func (l *limiter) startWait(id Identity) (func(), error) {
 	}, nil
 }
 
-// capped is err with a fleet's key cap refusal (locks.ErrKeyCap) made
-// the limit's refusal (tenant_keys), so it is counted and answered as
-// every limit is.
+// capped makes a fleet's key cap refusal (locks.ErrKeyCap) the limit's
+// (tenant_keys), so it is counted and answered as every limit is.
 func (l *limiter) capped(err error) error {
 	if errors.Is(err, locks.ErrKeyCap) {
-		return l.refuse(limitTenantKeys, err.Error(), time.Second)
+		return l.refuse(limitTenantKeys, err.Error(), time.Second, false)
 	}
 	return err
 }
 
-// limitedToConnect builds the resource_exhausted error of a limit: an
-// ErrorInfo saying whether a rate (RATE_LIMITED) or a cap (QUOTA_EXCEEDED)
-// refused the call and which limit it was, and a RetryInfo with the hint.
+// limitedToConnect builds a limit's resource_exhausted error: an ErrorInfo
+// naming the limit, rate (RATE_LIMITED) or cap (QUOTA_EXCEEDED), and a RetryInfo.
 func limitedToConnect(err error) *connect.Error {
 	var le *limitedError
 	if !errors.As(err, &le) {
@@ -239,13 +229,8 @@ func limitedToConnect(err error) *connect.Error {
 	if le.rate {
 		reason = v1.ErrorReason_RATE_LIMITED
 	}
-	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain, Metadata: map[string]string{v1.MetadataLimit: le.kind}}
-	if d, derr := connect.NewErrorDetail(info); derr == nil {
-		ce.AddDetail(d)
-	}
-	if d, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(le.retry)}); derr == nil {
-		ce.AddDetail(d)
-	}
+	addDetail(ce, &errdetails.ErrorInfo{Reason: reason.String(), Domain: v1.ErrorDomain, Metadata: map[string]string{v1.MetadataLimit: le.kind}})
+	addDetail(ce, &errdetails.RetryInfo{RetryDelay: durationpb.New(le.retry)})
 	return ce
 }
 

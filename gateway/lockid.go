@@ -53,9 +53,9 @@ func appendTag(dst []byte, k IDKey, domain, b []byte) []byte {
 	return dst
 }
 
-// open checks an id's version and tag and returns its body. what names the
-// id in errors ("lock id", "session id"); errors never echo the id.
-func open(keys IDKeyring, domain []byte, version byte, what, s string) ([]byte, error) {
+// open checks an id's version and tag and returns a reader of its body;
+// its errors name the id as what and never echo it.
+func open(keys IDKeyring, domain []byte, version byte, what, s string) (*reader, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w: %s is empty", ErrMalformedID, what)
 	}
@@ -81,7 +81,7 @@ func open(keys IDKeyring, domain []byte, version byte, what, s string) ([]byte, 
 	if !hmac.Equal(appendTag(sum[:0], k, domain, b[:n]), b[n:]) {
 		return nil, fmt.Errorf("%w: %s failed its integrity check: this fleet did not issue it, or it was altered", ErrMalformedID, what)
 	}
-	return b[2:n], nil
+	return &reader{b: b[2:n]}, nil
 }
 
 // LockID is what a lock id carries: enough for any gateway process to renew
@@ -127,11 +127,10 @@ func EncodeLockID(keys IDKeyring, id LockID) string {
 // ErrMalformedID and never echo the id.
 func DecodeLockID(keys IDKeyring, s string) (LockID, error) {
 	var id LockID
-	b, err := open(keys, lockIDDomain, lockIDVersion, "lock id", s)
+	r, err := open(keys, lockIDDomain, lockIDVersion, "lock id", s)
 	if err != nil {
 		return id, err
 	}
-	r := reader{b: b}
 	flags := r.byte()
 	id.Tenant = r.string()
 	id.Shard = r.string()
@@ -205,15 +204,13 @@ func (id SessionID) Lease(shard string) (clientv3.LeaseID, bool) {
 	return 0, false
 }
 
-// DecodeSessionID verifies and parses a session id; errors wrap
-// ErrMalformedID.
+// DecodeSessionID verifies and parses a session id; errors wrap ErrMalformedID.
 func DecodeSessionID(keys IDKeyring, s string) (SessionID, error) {
 	var id SessionID
-	b, err := open(keys, sessionIDDomain, sessionIDVersion, "session id", s)
+	r, err := open(keys, sessionIDDomain, sessionIDVersion, "session id", s)
 	if err != nil {
 		return id, err
 	}
-	r := reader{b: b}
 	id.Tenant = r.string()
 	copy(id.Secret[:], r.bytes(queue.SecretLen))
 	n := r.uvarint()

@@ -8,18 +8,21 @@ import (
 	"github.com/leasegate/leasegate/locks"
 )
 
-// callRecord is what a call learned that its telemetry is labelled by.
-// The Connect interceptor or the REST wrapper puts one in the call's
-// context; the handler that routes and answers fills it in; the wrapper
-// reads it when the call returns. So a metric's shard and outcome are the
-// ones the handler acted on, never re-derived from the request or the
-// response. Without telemetry there is no record, and filling it in does
-// nothing.
+// callRecord is what a call learned that its telemetry is labelled by:
+// the interceptor or REST wrapper puts it in the context, the handler fills
+// it in, the wrapper reads it at the end. So a metric's shard and outcome
+// are the ones the handler acted on, never re-derived. Without telemetry
+// there is no record, and filling it in does nothing.
 type callRecord struct {
-	mu sync.Mutex // a streaming Acquire reports queue positions from another goroutine
-	// route is where the fleet routed the call; shard, once set, is the
-	// shard the handler saw grant it, which the fleet routed to first.
-	route   *locks.Note
+	mu    sync.Mutex  // a streaming Acquire reports queue positions from another goroutine
+	route *locks.Note // where the fleet routed the call
+	recorded
+}
+
+// recorded is what a record holds besides the route.
+type recorded struct {
+	// shard, once set, is the shard the handler saw grant the call, which
+	// the fleet routed to first.
 	shard   string
 	outcome string
 	mode    string // a REST acquire's mode label, when it is not a try
@@ -47,8 +50,7 @@ func recordOf(ctx context.Context) *callRecord {
 	return r
 }
 
-// set runs f under r's lock; a call without a record (outside the edge)
-// records nothing.
+// set runs f under r's lock; without a record (outside the edge) it does nothing.
 func (r *callRecord) set(f func()) {
 	if r == nil {
 		return
@@ -58,39 +60,24 @@ func (r *callRecord) set(f func()) {
 	r.mu.Unlock()
 }
 
-// setShard records the shard that granted the call, over the one the
-// fleet routed it to.
+// setShard records the shard that granted the call, over the routed one.
 func (r *callRecord) setShard(shard string) { r.set(func() { r.shard = shard }) }
 
 // setOutcome records an outcome that is not an error ("busy", "not_held").
 func (r *callRecord) setOutcome(outcome string) { r.set(func() { r.outcome = outcome }) }
 
-// setMode records a REST acquire's mode ("immediate", "queued") when it
-// waits rather than tries.
+// setMode records a waiting REST acquire's mode ("immediate", "queued").
 func (r *callRecord) setMode(mode string) { r.set(func() { r.mode = mode }) }
 
-// modeOr returns the recorded mode, or def when none was.
-func (r *callRecord) modeOr(def string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mode != "" {
-		return r.mode
-	}
-	return def
-}
-
-// setLoss records a lease found lost, by reason (expired, stolen,
-// waiter_lease_lost, session_lost), when the answer carries no error that
-// says so (a REST renew answers a lost lock with a body).
+// setLoss records a lease found lost, by reason, when the answer carries
+// no error that says so (a REST renew answers a lost lock with a body).
 func (r *callRecord) setLoss(reason string) { r.set(func() { r.loss = reason }) }
 
-// setErr records the error a REST call answered with, as the Connect error
-// it was translated to.
+// setErr records a REST call's answer as the Connect error it translated to.
 func (r *callRecord) setErr(err error) { r.set(func() { r.err = err }) }
 
-// queued marks a waiting REST acquire queued at its first queue position:
-// its mode label, and when and on which shard its wait began. It reports
-// whether this call marked it (later ones change nothing).
+// queued marks a waiting REST acquire queued (its mode, and when and where
+// its wait began) and reports whether this call was the first to.
 func (r *callRecord) queued(now time.Time) (first bool, shard string) {
 	if r == nil {
 		return false, ""
@@ -105,20 +92,14 @@ func (r *callRecord) queued(now time.Time) (first bool, shard string) {
 	return true, r.waitShard
 }
 
-// waitBegan returns when and on which shard queued marked the call; a zero
-// time when it never queued.
-func (r *callRecord) waitBegan() (time.Time, string) {
+// read returns what the record holds, its shard "unknown" when the call
+// never got as far as routing.
+func (r *callRecord) read() recorded {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.queuedAt, r.waitShard
-}
-
-// read returns the record: the shard ("unknown" when the call never got
-// as far as routing), any outcome and loss set, and the REST error.
-func (r *callRecord) read() (shard, outcome, loss string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return orUnknown(r.shardLocked()), r.outcome, r.loss, r.err
+	out := r.recorded
+	out.shard = orUnknown(r.shardLocked())
+	return out
 }
 
 // currentShard is the shard recorded so far, "" before routing.
@@ -128,8 +109,7 @@ func (r *callRecord) currentShard() string {
 	return r.shardLocked()
 }
 
-// shardLocked is the shard recorded so far, "" before routing; r.mu is
-// held.
+// shardLocked is the shard recorded so far, "" before routing; r.mu is held.
 func (r *callRecord) shardLocked() string {
 	if r.shard != "" {
 		return r.shard

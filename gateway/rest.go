@@ -45,8 +45,7 @@ type restAcquire struct {
 	TTLMs     *int64  `json:"ttlMs"`
 	ClientID  string  `json:"clientId"`
 	RequestID string  `json:"requestId"`
-	// Limit makes the name a semaphore (AcquireRequest.limit); 0 or
-	// absent: a lock.
+	// Limit makes the name a semaphore (AcquireRequest.limit); 0 or absent: a lock.
 	Limit int32 `json:"limit"`
 	// LockDelayMs is AcquireRequest.lock_delay_ms.
 	LockDelayMs int64 `json:"lockDelayMs"`
@@ -71,8 +70,12 @@ type restLockRef struct {
 	FencingToken *int64  `json:"fencingToken"`
 }
 
-// required reports the first missing field.
-func (r restLockRef) required() error {
+// decodeRef decodes a renew or release body into in and reports the
+// first missing field of r, its lock reference.
+func decodeRef(body []byte, in any, r *restLockRef) error {
+	if err := decodeStrict(body, in); err != nil {
+		return err
+	}
 	if r.LockID == nil {
 		return badField("lock_id", "is required")
 	}
@@ -91,10 +94,6 @@ type restRenewed struct {
 	Renewed   bool   `json:"renewed"`
 	ExpiresAt string `json:"expiresAt,omitempty"`
 	Reason    string `json:"reason,omitempty"`
-}
-
-type restRelease struct {
-	restLockRef
 }
 
 type restError struct {
@@ -117,9 +116,8 @@ var restFields = map[string]string{
 // errAnswered is a REST handler's report that it wrote its answer itself.
 var errAnswered = errors.New("the answer was written by the handler")
 
-// handleREST registers the REST API on mux: each lock call on its own path,
-// so the mux routes a call once and its telemetry knows which call it is,
-// and a 404 for any other path under /api/v1/.
+// handleREST registers each REST lock call on its own path, so the mux
+// routes it once, and a 404 for any other path under /api/v1/.
 func (s *Service) handleREST(mux *http.ServeMux) {
 	for op, h := range map[string]restHandler{
 		"acquire": s.restAcquire, "renew": s.restRenew, "release": s.restRelease,
@@ -139,30 +137,27 @@ type restHandler func(ctx context.Context, w http.ResponseWriter, body []byte) (
 func (s *Service) restPost(h restHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// A request refused before its handler runs is a bad request.
-		refused := connect.NewError(connect.CodeInvalidArgument, nil)
+		refuse := func(status int, code, msg string) {
+			recordOf(r.Context()).setErr(connect.NewError(connect.CodeInvalidArgument, nil))
+			writeRESTError(w, status, code, "", msg)
+		}
 		if r.Method != http.MethodPost {
-			recordOf(r.Context()).setErr(refused)
 			w.Header().Set("Allow", http.MethodPost)
-			writeRESTError(w, http.StatusMethodNotAllowed, "method_not_allowed", "", "use POST")
+			refuse(http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 			return
 		}
 		// Only JSON: browsers send text/plain and form bodies across
 		// origins without a preflight, application/json never.
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			recordOf(r.Context()).setErr(refused)
-			writeRESTError(w, http.StatusUnsupportedMediaType, "invalid_argument", "",
-				fmt.Sprintf("Content-Type %q is not accepted; send application/json", r.Header.Get("Content-Type")))
+			refuse(http.StatusUnsupportedMediaType, "invalid_argument", fmt.Sprintf("Content-Type %q is not accepted; send application/json", r.Header.Get("Content-Type")))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-		if err != nil {
-			recordOf(r.Context()).setErr(refused)
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeRESTError(w, http.StatusRequestEntityTooLarge, "too_large", "", fmt.Sprintf("request body is over the %d-byte limit", s.cfg.MaxBodyBytes))
-				return
-			}
-			writeRESTError(w, http.StatusBadRequest, "invalid_argument", "", "could not read the request body")
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			refuse(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", s.cfg.MaxBodyBytes))
+			return
+		} else if err != nil {
+			refuse(http.StatusBadRequest, "invalid_argument", "could not read the request body")
 			return
 		}
 		status, out, err := h(r.Context(), w, body)
@@ -274,7 +269,7 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	if in.TTLMs == nil {
 		return 0, nil, badField("ttl_ms", "is required; want %d to %d", queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds())
 	}
-	if _, err := s.ttlField("ttl_ms", *in.TTLMs, false); err != nil {
+	if _, err := s.ttl("ttl_ms", *in.TTLMs, false); err != nil {
 		return 0, nil, err
 	}
 	var waitMs int64
@@ -285,11 +280,7 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 			return 0, nil, badField("wait_timeout_ms", "%d is outside 0 (no wait) to %d", waitMs, s.cfg.MaxWaitTimeout.Milliseconds())
 		}
 	}
-	id, err := s.caller(ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	r, _, err := s.acquireRequest(*in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false, in.LockDelayMs)
+	id, r, _, err := s.acquireRequest(ctx, *in.Name, *in.TTLMs, in.ClientID, in.RequestID, "", in.Limit, false, in.LockDelayMs)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -298,9 +289,6 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 	}
 	a, err := s.acquireOf(id, r, nil, false)
 	if err != nil {
-		return 0, nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return 0, nil, err
 	}
 	shard, res, err := s.router.TryAcquire(ctx, a)
@@ -322,43 +310,33 @@ func (s *Service) restAcquire(ctx context.Context, w http.ResponseWriter, body [
 
 func (s *Service) restRenew(ctx context.Context, _ http.ResponseWriter, body []byte) (int, any, error) {
 	var in restRenew
-	if err := decodeStrict(body, &in); err != nil {
-		return 0, nil, err
-	}
-	if err := in.required(); err != nil {
+	if err := decodeRef(body, &in, &in.restLockRef); err != nil {
 		return 0, nil, err
 	}
 	rn, err := s.renew(ctx, *in.LockID, *in.FencingToken, in.TTLMs)
-	// A lost lock is an answer here, not an error: record the loss it is.
-	switch {
-	case errors.Is(err, queue.ErrReleased):
-		// Let go, not lost: no loss is recorded.
-		recordOf(ctx).setErr(toConnect(err))
-		return http.StatusConflict, restRenewed{Reason: "released"}, nil
-	case errors.Is(err, queue.ErrEvicted):
-		recordOf(ctx).setErr(toConnect(err))
-		recordOf(ctx).setLoss("evicted")
-		return http.StatusConflict, restRenewed{Reason: "evicted"}, nil
-	case errors.Is(err, queue.ErrExpired):
-		recordOf(ctx).setErr(toConnect(err))
-		recordOf(ctx).setLoss("expired")
-		return http.StatusConflict, restRenewed{Reason: "expired"}, nil
-	case errors.Is(err, queue.ErrStolen):
-		recordOf(ctx).setErr(toConnect(err))
-		recordOf(ctx).setLoss("stolen")
-		return http.StatusConflict, restRenewed{Reason: "stolen"}, nil
-	case err != nil:
-		return 0, nil, err
+	if err == nil {
+		return http.StatusOK, restRenewed{Renewed: true, ExpiresAt: rfc3339(rn.Deadline)}, nil
 	}
-	return http.StatusOK, restRenewed{Renewed: true, ExpiresAt: rfc3339(rn.Deadline)}, nil
+	// A lost lock is an answer here, not an error: record the loss it is
+	// (a released lock was let go, not lost).
+	for _, end := range []struct {
+		err    error
+		reason string
+	}{{queue.ErrReleased, "released"}, {queue.ErrEvicted, "evicted"}, {queue.ErrExpired, "expired"}, {queue.ErrStolen, "stolen"}} {
+		if errors.Is(err, end.err) {
+			recordOf(ctx).setErr(toConnect(err))
+			if end.err != queue.ErrReleased {
+				recordOf(ctx).setLoss(end.reason)
+			}
+			return http.StatusConflict, restRenewed{Reason: end.reason}, nil
+		}
+	}
+	return 0, nil, err
 }
 
 func (s *Service) restRelease(ctx context.Context, _ http.ResponseWriter, body []byte) (int, any, error) {
-	var in restRelease
-	if err := decodeStrict(body, &in); err != nil {
-		return 0, nil, err
-	}
-	if err := in.required(); err != nil {
+	var in restLockRef
+	if err := decodeRef(body, &in, &in); err != nil {
 		return 0, nil, err
 	}
 	if _, err := s.release(ctx, *in.LockID, *in.FencingToken); err != nil {
@@ -379,31 +357,27 @@ func writeRESTError(w http.ResponseWriter, status int, code, field, msg string) 
 	writeJSON(w, status, restError{Error: restErrorBody{Code: code, Message: msg, Field: field}})
 }
 
-// refusal is the answer of an acquire that was not granted: the holder's
-// expiry (zero: no holder), or the end of a lock-delay that holds a free
-// name back.
+// refusal answers an acquire that was not granted: the holder's expiry
+// (zero: no holder), or the end of a lock-delay on a free name.
 func refusal(holderExpires, delayUntil time.Time) restAcquired {
 	out := restAcquired{}
 	if !holderExpires.IsZero() {
 		out.ExpiresAt = rfc3339(holderExpires)
 	}
 	if !delayUntil.IsZero() {
-		// Free, but held back by an expired holder's lock-delay: the
-		// name can be had from then.
+		// Free, but held back by an expired holder's lock-delay until then.
 		out.ExpiresAt, out.DelayUntil = rfc3339(delayUntil), rfc3339(delayUntil)
 	}
 	return out
 }
 
-// restWait runs a REST acquire that waits up to waitMs (> 0) as a
-// streaming Acquire does (streamAcquire: the same queue, caps, limits,
-// wait bound and shutdown), with nothing to send while it waits: its
-// positions and heartbeats report only whether the request is still
-// alive, so a client that went away leaves the queue and its waiter's
-// lease is renewed no more. The grant is written and flushed within
-// SendTimeout; one that cannot be (the client is gone) is given up by
-// streamAcquire. At the end of the wait the answer is a refusal as a
-// try's, from a Describe of the name.
+// restWait runs a REST acquire that waits up to waitMs (> 0) through
+// streamAcquire (the same queue, caps, limits and shutdown). Its positions
+// and heartbeats report only whether the request is alive, so a client
+// that went away leaves the queue and its waiter's lease is renewed no
+// more. The grant is written and flushed within SendTimeout, or given up
+// by streamAcquire; at the wait's end a Describe of the name answers a
+// refusal as a try's.
 func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identity, r queue.AcquireRequest, waitMs int64) (int, any, error) {
 	rc, _ := ctx.Value(unaryRCKey{}).(*http.ResponseController)
 	if rc != nil {
@@ -439,13 +413,12 @@ func (s *Service) restWait(ctx context.Context, w http.ResponseWriter, id Identi
 			if g.ExpiresAt != nil {
 				out.ExpiresAt = rfc3339(g.ExpiresAt.AsTime())
 			}
-			if err := json.NewEncoder(w).Encode(out); err != nil {
-				return fmt.Errorf("the message was not delivered: %w", err)
+			err := json.NewEncoder(w).Encode(out)
+			if err == nil && rc != nil {
+				err = rc.Flush()
 			}
-			if rc != nil {
-				if err := rc.Flush(); err != nil {
-					return fmt.Errorf("the message was not delivered: %w", err)
-				}
+			if err != nil {
+				return fmt.Errorf("the message was not delivered: %w", err)
 			}
 			return nil
 		},

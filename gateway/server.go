@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -15,8 +16,8 @@ import (
 )
 
 // Handler assembles everything the gateway serves on one port: the Connect
-// services LockService and ElectionService (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection, the
-// REST API and GET /healthz.
+// services (Connect, gRPC, gRPC-Web), grpc.health.v1, server reflection,
+// the REST API and GET /healthz.
 func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux := http.NewServeMux()
 	opts = append(append([]connect.HandlerOption{
@@ -38,21 +39,19 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.handleREST(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.Health().ping(r.Context()); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
-				"status": "unavailable", "shards": s.Health().shardStatus(),
-				"error": map[string]string{"code": "unavailable", "message": "no etcd cluster is answering"},
-			})
-			return
-		}
-		status := "ok"
+		err := s.Health().ping(r.Context())
 		shards := s.Health().shardStatus()
+		out, code := map[string]any{"status": "ok", "shards": shards}, http.StatusOK
 		for _, v := range shards {
 			if v != "ok" {
-				status = "degraded"
+				out["status"] = "degraded"
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": status, "shards": shards})
+		if err != nil {
+			out["status"], code = "unavailable", http.StatusServiceUnavailable
+			out["error"] = map[string]string{"code": "unavailable", "message": "no etcd cluster is answering"}
+		}
+		writeJSON(w, code, out)
 	})
 	for _, rt := range s.routes {
 		mux.Handle(rt.pattern, rt.h)
@@ -60,9 +59,8 @@ func (s *Service) Handler(opts ...connect.HandlerOption) http.Handler {
 	return s.edge(mux)
 }
 
-// NewHTTPServer returns an http.Server for h that speaks HTTP/1.1 and
-// HTTP/2 without TLS (h2c, for gRPC) on addr, with header-read, idle and
-// header-size limits set.
+// NewHTTPServer returns an http.Server on addr for h, speaking HTTP/1.1
+// and h2c (for gRPC), with header-read, idle and header-size limits.
 func NewHTTPServer(addr string, h http.Handler) *http.Server {
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -103,10 +101,7 @@ type Health struct {
 }
 
 // Health returns the service's health checker.
-func (s *Service) Health() *Health {
-	s.healthOnce.Do(func() { s.health = &Health{svc: s} })
-	return s.health
-}
+func (s *Service) Health() *Health { return s.health }
 
 // Check implements grpchealth.Checker for the whole server and for
 // leasegate.v1.LockService and leasegate.v1.ElectionService.
@@ -151,9 +146,8 @@ func (h *Health) ping(ctx context.Context) error {
 	return err
 }
 
-// Shards reports each shard's etcd as "ok" or "unavailable", asking
-// every shard at most once a second (as GET /healthz does). It blocks for
-// the reads, at most 2 s.
+// Shards reports each shard's etcd as "ok" or "unavailable", as GET
+// /healthz does. It blocks for the reads, at most 2 s.
 func (h *Health) Shards(ctx context.Context) map[string]string {
 	_ = h.ping(ctx)
 	return h.shardStatus()
@@ -164,8 +158,6 @@ func (h *Health) shardStatus() map[string]string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[string]string, len(h.shards))
-	for k, v := range h.shards {
-		out[k] = v
-	}
+	maps.Copy(out, h.shards)
 	return out
 }

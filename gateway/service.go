@@ -20,13 +20,9 @@ import (
 	"github.com/leasegate/leasegate/queue"
 )
 
-// Service implements leasegate.v1.LockService over a locks.Router.
-//
-// Its handler methods return the engine's and the gateway's errors as they
-// are; Handler serves them through one interceptor that turns them into
-// Connect errors (codes, ErrorInfo reasons and details), and the REST API
-// maps the same translation onto its statuses. Serve the service through
-// Handler.
+// Service implements leasegate.v1.LockService over a locks.Router. Serve
+// it through Handler, whose one interceptor turns the errors its handlers
+// return into Connect errors (the REST API maps the same translation).
 type Service struct {
 	cfg    Config
 	router *locks.Router
@@ -37,14 +33,12 @@ type Service struct {
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
-	// stopping ends, with errShuttingDown (and queue.ErrDetached) as its
-	// cause, when Shutdown runs: open waits follow it with
-	// context.AfterFunc rather than a goroutine each.
+	// stopping ends when Shutdown runs, with errShuttingDown (and
+	// queue.ErrDetached) as its cause; waits follow it with AfterFunc.
 	stopping context.Context
 	stop     context.CancelCauseFunc
 
-	healthOnce sync.Once
-	health     *Health
+	health *Health
 
 	auth *Authenticator
 	lim  *limiter
@@ -59,36 +53,33 @@ var _ leasegatev1connect.LockServiceHandler = (*Service)(nil)
 
 // NewService returns the lock service over router, which the caller keeps
 // and closes. log may be nil.
-func NewService(cfg Config, router *locks.Router, log *slog.Logger) (*Service, error) {
+func NewService(cfg Config, router *locks.Router, log *slog.Logger) (_ *Service, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	clk := clockOf(cfg)
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real
+	}
 	auth := cfg.Authenticator
 	if auth == nil {
-		var err error
 		if auth, err = NewAuthenticator(cfg.Auth, log, clk); err != nil {
 			return nil, err
 		}
 	}
-	s, err := newService(cfg, router, log, clk, auth)
-	if err != nil {
-		auth.Close() // no JWKS refresh outlives a service that never ran
-		return nil, err
-	}
-	return s, nil
-}
-
-// newService builds the service around auth.
-func newService(cfg Config, router *locks.Router, log *slog.Logger, clk clock.Clock, auth *Authenticator) (s *Service, err error) {
-	s = &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
+	defer func() {
+		if err != nil {
+			auth.Close() // no JWKS refresh outlives a service that never ran
+		}
+	}()
+	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	s.stopping, s.stop = context.WithCancelCause(context.Background())
+	s.health = &Health{svc: s}
 	if s.keys == nil {
-		var k IDKey
-		k, err = GenerateIDKey(1)
+		k, err := GenerateIDKey(1)
 		if err != nil {
 			return nil, err
 		}
@@ -119,16 +110,16 @@ func (s *Service) Shutdown() {
 	})
 }
 
-// ttl reads a TTL field in which 0 means the gateway's default TTL.
-func (s *Service) ttl(field string, ms int64) (time.Duration, error) {
-	return s.ttlField(field, ms, true)
+// withTimeout bounds ctx by d on the gateway's clock; the context ends with cause.
+func (s *Service) withTimeout(ctx context.Context, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+	return clock.WithTimeoutCause(ctx, s.clk, d, cause)
 }
 
-// ttlField reads a TTL in milliseconds: queue.MinLeaseTTL to
+// ttl reads a TTL in milliseconds: queue.MinLeaseTTL to
 // queue.MaxLeaseTTL, or 0 for the default when zeroIsDefault (a field with
 // no default, the REST acquire's ttlMs, refuses 0 as below the range).
 // Every refusal states the same allowed values.
-func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Duration, error) {
+func (s *Service) ttl(field string, ms int64, zeroIsDefault bool) (time.Duration, error) {
 	lo, hi := queue.MinLeaseTTL.Milliseconds(), queue.MaxLeaseTTL.Milliseconds()
 	want := fmt.Sprintf("%d to %d", lo, hi)
 	if zeroIsDefault {
@@ -147,49 +138,41 @@ func (s *Service) ttlField(field string, ms int64, zeroIsDefault bool) (time.Dur
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// acquireRequest reads the wire fields shared by Acquire and TryAcquire
-// into the engine's request (acquireOf checks the rest by the engine's
-// rules): milliseconds, compared before they are converted, the session
-// id, the default TTL and request id.
-func (s *Service) acquireRequest(name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (queue.AcquireRequest, *SessionID, error) {
-	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
-		return queue.AcquireRequest{}, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
-	}
-	if requestID == "" {
-		requestID = newRequestID()
-	}
+// acquireRequest authenticates the caller and reads the wire fields every
+// acquire shares (acquireOf checks the rest by the engine's rules):
+// milliseconds compared before they are converted, the session id, the
+// default TTL and request id.
+func (s *Service) acquireRequest(ctx context.Context, name string, ttlMs int64, clientID, requestID, sessionID string, limit int32, reentrant bool, lockDelayMs int64) (Identity, queue.AcquireRequest, *SessionID, error) {
 	r := queue.AcquireRequest{Name: name, ClientID: clientID, RequestID: requestID, Limit: int(limit), Reentrant: reentrant,
 		LockDelay: time.Duration(lockDelayMs) * time.Millisecond}
-	var sess *SessionID
-	if sessionID != "" {
-		id, err := DecodeSessionID(s.keys, sessionID)
-		if err != nil {
-			return r, nil, fieldOf("session_id", err)
-		}
-		sess = &id
-		r.SessionSecret = id.Secret
-	} else {
-		ttl, err := s.ttl("ttl_ms", ttlMs)
-		if err != nil {
-			return r, nil, err
-		}
-		r.TTL = ttl
+	who, err := s.caller(ctx)
+	if err != nil {
+		return who, r, nil, err
 	}
-	return r, sess, nil
+	if lockDelayMs < 0 || lockDelayMs > v1.MaxLockDelayMs {
+		return who, r, nil, badField("lock_delay_ms", "%d is outside 0 to %d", lockDelayMs, v1.MaxLockDelayMs)
+	}
+	if r.RequestID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		r.RequestID = hex.EncodeToString(b[:])
+	}
+	if sessionID == "" {
+		r.TTL, err = s.ttl("ttl_ms", ttlMs, true)
+		return who, r, nil, err
+	}
+	id, err := DecodeSessionID(s.keys, sessionID)
+	if err != nil {
+		return who, r, nil, fieldOf("session_id", err)
+	}
+	r.SessionSecret = id.Secret
+	return who, r, &id, nil
 }
 
-// acquireOf is the fleet's acquire of r (a campaign in the election
-// r.Name with election) for the caller: it must pass the engine's checks
-// (locks.Acquire.Validate) first, before anything is limited or routed,
-// so a bad request is refused as such even while its cluster is down; the
-// tenant's policy must allow the name, a session must be the caller's,
-// and the call is limited as the gateway is configured.
+// acquireOf is the fleet's acquire of r (a campaign with election) for the
+// caller. The engine's checks (locks.Acquire.Validate) come first, so a bad
+// request is refused as such even while its cluster is down; then the
+// tenant's policy, the session's tenant, the caps and the acquire rates.
 func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID, election bool) (locks.Acquire, error) {
 	a := locks.Acquire{Tenant: id.Tenant, Request: r, KeyCap: s.cfg.Limits.MaxKeysPerTenant, Election: election}
 	if sess != nil {
@@ -206,7 +189,7 @@ func (s *Service) acquireOf(id Identity, r queue.AcquireRequest, sess *SessionID
 	}
 	a.Request.MaxKeys = s.cfg.Limits.MaxWaitersPerName
 	a.Request.Owner = id.owner()
-	return a, nil
+	return a, s.lim.acquire(id)
 }
 
 func (s *Service) granted(id Identity, shard string, g queue.Grant) *v1.Granted {
@@ -228,11 +211,7 @@ func (s *Service) granted(id Identity, shard string, g queue.Grant) *v1.Granted 
 // Acquire streams queue positions until the caller is granted.
 func (s *Service) Acquire(ctx context.Context, req *connect.Request[v1.AcquireRequest], stream *connect.ServerStream[v1.AcquireResponse]) error {
 	m := req.Msg
-	id, err := s.caller(ctx)
-	if err != nil {
-		return err
-	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
+	id, r, sess, err := s.acquireRequest(ctx, m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return err
 	}
@@ -254,15 +233,13 @@ type acquireSink struct {
 }
 
 // acquireStream writes one waiting Acquire's messages: its positions and
-// heartbeats, which come from the engine's goroutines (the name's hub, the
-// waiter's renewal timer), and its grant, from the handler. A stream
-// takes one message at a time and none once its handler has returned, so
-// every message goes out under mu, and the grant — or, on any other end,
-// end — closes the stream under it: a heartbeat that falls due as the
-// grant is written waits for it and then writes nothing, and nothing is
-// written after the handler returns. Every message must be written
-// within the gateway's SendTimeout (send), or the client is taken to be
-// gone.
+// heartbeats, from the engine's goroutines (the name's hub, the waiter's
+// renewal timer), and its grant, from the handler. A stream takes one
+// message at a time and none once its handler has returned, so every
+// message goes out under mu, and the grant (or end, on any other end)
+// closes the stream under it: a heartbeat due as the grant is written waits
+// and then writes nothing. Each message must be written within SendTimeout
+// (send), or the client is taken to be gone.
 type acquireStream struct {
 	send      func(func() error) error
 	sink      acquireSink
@@ -285,10 +262,9 @@ func (a *acquireStream) queued(pos int64) error {
 	return a.err
 }
 
-// heartbeat sends the last position again: the engine calls it before
-// each renewal of the waiter's lease, so a lease is renewed only for a
-// client that is reading. Before the first position there is nothing to
-// send (its first report is bounded already).
+// heartbeat resends the last position before each renewal of the waiter's
+// lease, so a lease is renewed only for a client that is reading; before the
+// first position there is nothing to send (its first report is bounded).
 func (a *acquireStream) heartbeat() error {
 	a.mu.Lock()
 	pos := a.last
@@ -321,10 +297,9 @@ func (a *acquireStream) end() {
 	}
 }
 
-// streamAcquire runs a streaming acquire of r (a campaign with election)
-// for a validated request: limits, the fleet's acquire with its positions
-// and heartbeats, and the delivery of the grant (given up when it does not
-// reach the client).
+// streamAcquire runs a streaming acquire of r (a campaign with election):
+// limits, the fleet's acquire with its positions and heartbeats, and the
+// grant's delivery (given up when it does not reach the client).
 func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.AcquireRequest, sess *SessionID, election bool, waitTimeoutMs int64, sink acquireSink) error {
 	// Compare in milliseconds before converting: a huge value would
 	// overflow the conversion and pass the check.
@@ -334,9 +309,6 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 	waitTimeout := time.Duration(waitTimeoutMs) * time.Millisecond
 	a, err := s.acquireOf(id, r, sess, election)
 	if err != nil {
-		return err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return err
 	}
 	endWait, err := s.lim.startWait(id)
@@ -391,11 +363,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 // TryAcquire grants the lock only if it is free.
 func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcquireRequest]) (*connect.Response[v1.TryAcquireResponse], error) {
 	m := req.Msg
-	id, err := s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, sess, err := s.acquireRequest(m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
+	id, r, sess, err := s.acquireRequest(ctx, m.Name, m.TtlMs, m.ClientId, m.RequestId, m.SessionId, m.Limit, m.Reentrant, m.LockDelayMs)
 	if err != nil {
 		return nil, err
 	}
@@ -407,9 +375,6 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 	}
 	a, err := s.acquireOf(id, r, sess, m.Election)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	if m.ExistingOnly {
@@ -445,8 +410,9 @@ func (s *Service) TryAcquire(ctx context.Context, req *connect.Request[v1.TryAcq
 }
 
 // held authenticates the caller, decodes a lock id, checks that it
-// belongs to the caller's tenant and finds its shard.
-func (s *Service) held(ctx context.Context, lockID string) (LockID, locks.Held, error) {
+// belongs to the caller's tenant, finds its shard, passes check (when not
+// nil) and charges the call to the caller's renewal rates.
+func (s *Service) held(ctx context.Context, lockID string, check func(locks.Held) error) (LockID, locks.Held, error) {
 	who, err := s.caller(ctx)
 	if err != nil {
 		return LockID{}, locks.Held{}, err
@@ -459,7 +425,13 @@ func (s *Service) held(ctx context.Context, lockID string) (LockID, locks.Held, 
 		return id, locks.Held{}, fmt.Errorf("%w: the lock id belongs to another tenant", queue.ErrNotOwner)
 	}
 	h, err := s.router.Held(ctx, who.Tenant, id.Shard, id.Handle)
-	return id, h, err
+	if err == nil && check != nil {
+		err = check(h)
+	}
+	if err != nil {
+		return id, h, err
+	}
+	return id, h, s.lim.renew(who)
 }
 
 // Renew extends a held lock's lease.
@@ -472,15 +444,11 @@ func (s *Service) Renew(ctx context.Context, req *connect.Request[v1.RenewReques
 }
 
 func (s *Service) renew(ctx context.Context, lockID string, token, ttlMs int64) (queue.Renewal, error) {
-	if _, err := s.ttl("ttl_ms", ttlMs); err != nil {
+	if _, err := s.ttl("ttl_ms", ttlMs, true); err != nil {
 		return queue.Renewal{}, err
 	}
-	_, h, err := s.held(ctx, lockID)
+	_, h, err := s.held(ctx, lockID, nil)
 	if err != nil {
-		return queue.Renewal{}, err
-	}
-	who, _ := s.caller(ctx) // held has authenticated the call
-	if err := s.lim.renew(who); err != nil {
 		return queue.Renewal{}, err
 	}
 	return h.Renew(ctx, token)
@@ -499,12 +467,8 @@ func (s *Service) Release(ctx context.Context, req *connect.Request[v1.ReleaseRe
 }
 
 func (s *Service) release(ctx context.Context, lockID string, token int64) (bool, error) {
-	_, h, err := s.held(ctx, lockID)
+	_, h, err := s.held(ctx, lockID, nil)
 	if err != nil {
-		return false, err
-	}
-	who, _ := s.caller(ctx) // held has authenticated the call
-	if err := s.lim.renew(who); err != nil {
 		return false, err
 	}
 	return h.Release(ctx, token)
@@ -530,11 +494,8 @@ func (s *Service) Describe(ctx context.Context, req *connect.Request[v1.Describe
 			FencingToken: h.Token, TtlMs: h.TTL.Milliseconds()})
 	}
 	if h := d.Holder; h != nil {
-		out.Held = true
-		out.HolderClientId = h.ClientID
-		out.HolderExpiresAt = timestamppb.New(h.Expires)
-		out.FencingToken = h.Token
-		out.TtlMs = h.TTL.Milliseconds()
+		out.Held, out.HolderClientId, out.HolderExpiresAt = true, h.ClientID, timestamppb.New(h.Expires)
+		out.FencingToken, out.TtlMs = h.Token, h.TTL.Milliseconds()
 	}
 	return connect.NewResponse(out), nil
 }
@@ -548,11 +509,8 @@ func (s *Service) CheckFence(ctx context.Context, req *connect.Request[v1.CheckF
 	if req.Msg.FencingToken <= 0 {
 		return nil, badField("fencing_token", "%d is not positive", req.Msg.FencingToken)
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return nil, err
 	}
 	if err := s.allow(id, name); err != nil {

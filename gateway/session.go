@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,9 +17,8 @@ import (
 )
 
 // A gateway session is one lease per shard, all proven by one secret
-// (locks.Session). The fleet reports each shard's outcome of a session
-// call (locks.LeaseOutcome); a call fails as a whole only when no shard
-// could be served.
+// (locks.Session). The fleet reports each shard's outcome (locks.LeaseOutcome);
+// a call fails as a whole only when no shard could be served.
 
 // state is the wire's state of a shard's lease after o.
 func state(o locks.LeaseOutcome) v1.ShardLeaseState {
@@ -32,16 +32,6 @@ func state(o locks.LeaseOutcome) v1.ShardLeaseState {
 	}
 }
 
-func shardProto(o locks.LeaseOutcome) *v1.SessionShard {
-	out := &v1.SessionShard{Shard: o.Shard, State: state(o)}
-	if o.Err == nil {
-		out.ExpiresAt = timestamppb.New(o.Renewal.Deadline)
-		out.TtlMs = o.Renewal.TTL.Milliseconds()
-		out.ValidForMs = max(o.Renewal.Valid.Milliseconds(), 0)
-	}
-	return out
-}
-
 // transient reports a failure that says nothing about the request: the
 // shard was down, slow or resharding. Only such a failure leaves a shard
 // out of a session; any other fails the call.
@@ -53,9 +43,8 @@ func transient(err error) bool {
 	return code == connect.CodeUnavailable
 }
 
-// earliest summarises the live outcomes for the top-level fields that
-// confirm the session as a whole: the earliest deadline with its TTL, and
-// the shortest validity.
+// earliest is the live outcomes' earliest deadline with its TTL, and
+// their shortest validity: the fields that confirm the session as a whole.
 func earliest(outs []locks.LeaseOutcome) (deadline time.Time, ttl, valid time.Duration) {
 	valid = -1
 	for _, o := range outs {
@@ -74,8 +63,7 @@ func earliest(outs []locks.LeaseOutcome) (deadline time.Time, ttl, valid time.Du
 
 // verdict is the call's error when no shard's lease is live: SESSION_LOST
 // when every one is proven gone, otherwise unavailable (retryable), so a
-// client tries another gateway as it would for any call that confirmed
-// nothing.
+// client tries another gateway as for any call that confirmed nothing.
 func verdict(outs []locks.LeaseOutcome) error {
 	if len(outs) == 0 {
 		return shard.Unavailable(errors.New("the shard map lists no shard"))
@@ -106,7 +94,12 @@ func verdict(outs []locks.LeaseOutcome) error {
 func shardProtos(outs []locks.LeaseOutcome) []*v1.SessionShard {
 	out := make([]*v1.SessionShard, len(outs))
 	for i, o := range outs {
-		out[i] = shardProto(o)
+		out[i] = &v1.SessionShard{Shard: o.Shard, State: state(o)}
+		if o.Err == nil {
+			out[i].ExpiresAt = timestamppb.New(o.Renewal.Deadline)
+			out[i].TtlMs = o.Renewal.TTL.Milliseconds()
+			out[i].ValidForMs = max(o.Renewal.Valid.Milliseconds(), 0)
+		}
 	}
 	return out
 }
@@ -120,7 +113,7 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	if err != nil {
 		return nil, err
 	}
-	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs)
+	ttl, err := s.ttl("ttl_ms", req.Msg.TtlMs, true)
 	if err != nil {
 		return nil, err
 	}
@@ -137,14 +130,12 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 		return nil, err
 	}
 	id.Secret = outs.Secret
-	s.capped(outs.Shards)
 	for _, o := range outs.Shards {
 		if o.Err == nil {
 			id.Leases = append(id.Leases, ShardLease{Shard: o.Shard, Lease: o.Lease})
 		}
 	}
-	if err := refuseOpen(outs.Shards); err != nil {
-		s.router.RevokeOpened(s.session(id), outs.Shards) // do not leave half a session behind
+	if err := s.refuseOpen(id, outs.Shards); err != nil {
 		return nil, err
 	}
 	deadline, effTTL, valid := earliest(outs.Shards)
@@ -154,21 +145,29 @@ func (s *Service) OpenSession(ctx context.Context, req *connect.Request[v1.OpenS
 	}), nil
 }
 
-// refuseOpen is the error of an open or extension that must not go ahead:
-// a failure that is not transient (the request itself is at fault), or no
-// lease live at all.
-func refuseOpen(outs []locks.LeaseOutcome) error {
+// refuseOpen is the error of an open or extension of id that must not go
+// ahead — a failure that is not transient (the request is at fault), or no
+// live lease — after revoking the leases it opened: no half session is
+// left behind. Key cap refusals become the limit's (limiter.capped).
+func (s *Service) refuseOpen(id SessionID, outs []locks.LeaseOutcome) error {
+	for i := range outs {
+		outs[i].Err = s.lim.capped(outs[i].Err)
+	}
+	err := verdict(outs)
 	for _, o := range outs {
 		if o.Err != nil && o.Opened && !transient(o.Err) {
-			return o.Err
+			err = o.Err
+			break
 		}
 	}
-	return verdict(outs)
+	if err != nil {
+		s.router.RevokeOpened(s.session(id), outs)
+	}
+	return err
 }
 
 // KeepAliveSession renews the session's leases, each on its own: a shard
-// that is down or whose lease is gone is reported, and the others are
-// renewed all the same.
+// that is down or whose lease is gone is reported, the others renewed.
 func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.KeepAliveSessionRequest]) (*connect.Response[v1.KeepAliveSessionResponse], error) {
 	who, id, err := s.sessionFor(ctx, req.Msg.SessionId)
 	if err != nil {
@@ -191,7 +190,7 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 		return nil, err
 	}
 	out := &v1.KeepAliveSessionResponse{Shards: shardProtos(outs)}
-	if every(outs, v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE) {
+	if !slices.ContainsFunc(outs, func(o locks.LeaseOutcome) bool { return state(o) != v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE }) {
 		// The top-level fields confirm the whole session. A client that
 		// reads only them takes them for every lease's, so they stay unset
 		// while any lease went unconfirmed: such a client confirms
@@ -200,15 +199,6 @@ func (s *Service) KeepAliveSession(ctx context.Context, req *connect.Request[v1.
 		out.ExpiresAt, out.TtlMs, out.ValidForMs = timestamppb.New(deadline), effTTL.Milliseconds(), valid.Milliseconds()
 	}
 	return connect.NewResponse(out), nil
-}
-
-func every(outs []locks.LeaseOutcome, st v1.ShardLeaseState) bool {
-	for _, o := range outs {
-		if state(o) != st {
-			return false
-		}
-	}
-	return true
 }
 
 // pickLeases returns the shards of id's leases among shards, or all of
@@ -249,17 +239,9 @@ func (s *Service) CloseSession(ctx context.Context, req *connect.Request[v1.Clos
 	return connect.NewResponse(&v1.CloseSessionResponse{}), nil
 }
 
-// session is id as the fleet's session calls take it, under the tenant's
-// key cap.
+// session is id as the fleet's session calls take it, under the tenant's key cap.
 func (s *Service) session(id SessionID) locks.Session {
 	return locks.Session{Tenant: id.Tenant, Secret: id.Secret, Leases: id, KeyCap: s.cfg.Limits.MaxKeysPerTenant}
-}
-
-// capped makes each shard's key cap refusal the limit's (limiter.capped).
-func (s *Service) capped(outs []locks.LeaseOutcome) {
-	for i := range outs {
-		outs[i].Err = s.lim.capped(outs[i].Err)
-	}
 }
 
 // shards lists the shards id holds a lease on, in id's order.
@@ -269,4 +251,74 @@ func (id SessionID) shards() []string {
 		out[i] = l.Shard
 	}
 	return out
+}
+
+// maxSessionShards bounds the shards one session spans; session ids with
+// more do not decode.
+const maxSessionShards = 64
+
+// ExtendSession opens the session's lease on the named shards and returns
+// a session id that lists them besides the leases the old id listed.
+//
+// A session id is signed, so only a gateway can add to it; the new lease is
+// proven by the session's secret like the others. A shard the id already
+// lists keeps its lease, renewed, unless the caller asks to replace it:
+// then the old lease is revoked before a new one is opened, so the locks of
+// a lease the client has given up as lost are released, never carried
+// over to the new lease (their lock ids name the old one).
+func (s *Service) ExtendSession(ctx context.Context, req *connect.Request[v1.ExtendSessionRequest]) (*connect.Response[v1.ExtendSessionResponse], error) {
+	m := req.Msg
+	who, id, err := s.sessionFor(ctx, m.SessionId)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := s.ttl("ttl_ms", m.TtlMs, true)
+	if err != nil {
+		return nil, err
+	}
+	// Checked before a replaced lease is revoked, as the engine would not.
+	if err := queue.ValidateClientID(m.ClientId); err != nil {
+		return nil, fieldOf("client_id", err)
+	}
+	if len(m.Shards) == 0 || len(m.Shards) > maxSessionShards {
+		return nil, badField("shards", "names %d shards; want 1 to %d", len(m.Shards), maxSessionShards)
+	}
+	seen := map[string]bool{}
+	for _, sh := range m.Shards {
+		if seen[sh] {
+			return nil, badField("shards", "%q is named twice", sh)
+		}
+		seen[sh] = true
+		if err := s.router.Known(sh); err != nil {
+			return nil, err
+		}
+	}
+	if n := len(id.Leases) + len(m.Shards); n > maxSessionShards {
+		// Counted generously (listed shards named again count twice),
+		// which can only refuse a session that is near the bound anyway.
+		return nil, badField("shards", "would make the session span up to %d shards; the limit is %d", n, maxSessionShards)
+	}
+	if err := s.lim.acquire(who); err != nil {
+		return nil, err
+	}
+	outs, err := s.router.ExtendSession(ctx, s.session(id), m.Shards, m.Replace, m.ClientId, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.refuseOpen(id, outs); err != nil {
+		return nil, err
+	}
+	next := SessionID{Tenant: id.Tenant, Secret: id.Secret, Leases: slices.Clone(id.Leases)}
+	for _, o := range outs {
+		if o.Err != nil || !o.Opened {
+			continue
+		}
+		l := ShardLease{Shard: o.Shard, Lease: o.Lease}
+		if i := slices.IndexFunc(next.Leases, func(x ShardLease) bool { return x.Shard == l.Shard }); i >= 0 {
+			next.Leases[i] = l
+		} else {
+			next.Leases = append(next.Leases, l)
+		}
+	}
+	return connect.NewResponse(&v1.ExtendSessionResponse{SessionId: EncodeSessionID(s.keys, next), Shards: shardProtos(outs)}), nil
 }

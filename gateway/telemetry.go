@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -28,11 +31,9 @@ import (
 // leasegate.route child span, made where the handler routes the name,
 // naming the shard the router picked and events for circuit-breaker
 // refusals; the lock engine's spans nest below. A caller's W3C trace
-// context continues into the server span, whoever the caller is, so a k6
-// script, grpcurl, Envoy or a Connect client in any language shows as one
-// waterfall with the gateway. PublicEndpoint turns that off for gateways
-// that untrusted callers reach: each call then starts a new trace with a
-// link to the caller's context.
+// context continues into the server span, whoever the caller is;
+// PublicEndpoint turns that off for gateways that untrusted callers reach:
+// each call then starts a new trace linked to the caller's context.
 //
 // Metrics (Prometheus names): leasegate_acquire_duration_seconds{shard,
 // outcome, mode}, leasegate_wait_duration_seconds{shard, outcome},
@@ -46,8 +47,7 @@ type Telemetry struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider creates its meters; nil records no metrics.
 	MeterProvider metric.MeterProvider
-	// Propagator reads callers' trace context; nil means W3C trace context
-	// and baggage.
+	// Propagator reads callers' trace context; nil means W3C trace context and baggage.
 	Propagator propagation.TextMapPropagator
 	// PublicEndpoint starts every call's server span as the root of a new
 	// trace, linked to the caller's context instead of continuing it, as
@@ -62,13 +62,12 @@ const scopeName = "github.com/leasegate/leasegate/gateway"
 
 // telemetry is the service's instruments; a nil *telemetry records nothing.
 type telemetry struct {
-	s      *Service
-	tracer trace.Tracer // nil without tracing
-	prop   propagation.TextMapPropagator
-	trace  connect.Interceptor // nil without tracing
-	rest   []otelhttp.Option   // the REST calls' spans and HTTP metrics
-	m      *instruments        // nil without metrics
-	sets   sync.Map            // labelKey → metric.MeasurementOption
+	s     *Service
+	prop  propagation.TextMapPropagator
+	trace connect.Interceptor // nil without tracing
+	rest  []otelhttp.Option   // the REST calls' spans and HTTP metrics
+	m     *instruments        // nil without metrics
+	sets  sync.Map            // labelKey → metric.MeasurementOption
 }
 
 // labelKey is one combination of a measurement's labels; an empty field is
@@ -76,9 +75,8 @@ type telemetry struct {
 type labelKey struct{ shard, outcome, mode, reason string }
 
 // labels returns the measurement option of one combination of labels,
-// built the first time it is seen: a new attribute set per call is a sort,
-// a hash and allocations, and the combinations are few (shards × outcomes
-// × modes).
+// built once: a new attribute set per call is a sort, a hash and
+// allocations, and the combinations are few (shards × outcomes × modes).
 func (t *telemetry) labels(shard, outcome, mode string) metric.MeasurementOption {
 	return t.labelsOf(labelKey{shard: shard, outcome: outcome, mode: mode})
 }
@@ -119,7 +117,6 @@ func newTelemetry(s *Service, cfg Telemetry) (*telemetry, error) {
 		t.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
 	if cfg.TracerProvider != nil {
-		t.tracer = cfg.TracerProvider.Tracer(scopeName)
 		opts := []otelconnect.Option{
 			otelconnect.WithTracerProvider(cfg.TracerProvider), otelconnect.WithPropagator(t.prop),
 			otelconnect.WithoutMetrics(),
@@ -232,9 +229,13 @@ func (t *telemetry) lost(ctx context.Context, shard, reason string) {
 	}
 }
 
-// logCall writes the request-scoped log line of a call: at debug level
-// always, at warn level when the store failed. It never logs the request.
-func (t *telemetry) logCall(ctx context.Context, procedure, shard string, err error, d time.Duration) {
+// logCall labels the call's span with outcome and writes the call's
+// request-scoped log line: at debug level always, at warn level when the
+// store failed. It never logs the request.
+func (t *telemetry) logCall(ctx context.Context, procedure, shard, outcome string, err error, d time.Duration) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	}
 	level := slog.LevelDebug
 	if code := connect.CodeOf(err); err != nil && (code == connect.CodeUnavailable || code == connect.CodeInternal || code == connect.CodeUnknown) {
 		level = slog.LevelWarn
@@ -266,24 +267,21 @@ func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 // unaryDone records a unary call by what its handler put in rec.
 func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.AnyRequest, resp connect.AnyResponse, err error, d time.Duration) {
 	secs, outcome := d.Seconds(), outcomeOf(err)
-	shard, set, _, _ := rec.read()
-	if err == nil && set != "" {
-		outcome = set
+	got := rec.read()
+	shard := got.shard
+	if err == nil && got.outcome != "" {
+		outcome = got.outcome
 	}
+	var hist metric.Float64Histogram
+	mode := ""
 	switch req.Any().(type) {
 	case *v1.TryAcquireRequest:
-		if t.m != nil {
-			t.m.acquire.Record(ctx, secs, t.labels(shard, outcome, "try"))
-		}
+		hist, mode = t.m.histogram("acquire"), "try"
 	case *v1.RenewRequest:
-		if t.m != nil {
-			t.m.renew.Record(ctx, secs, t.labels(shard, outcome, ""))
-		}
+		hist = t.m.histogram("renew")
 		t.lost(ctx, shard, lossReason(err))
 	case *v1.ReleaseRequest, *v1.ResignRequest:
-		if t.m != nil {
-			t.m.release.Record(ctx, secs, t.labels(shard, outcome, ""))
-		}
+		hist = t.m.histogram("release")
 	case *v1.KeepAliveSessionRequest:
 		if err != nil {
 			t.lost(ctx, "all", lossReason(err))
@@ -299,10 +297,10 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 	default:
 		shard = rec.currentShard()
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	if hist != nil {
+		hist.Record(ctx, secs, t.labels(shard, outcome, mode))
 	}
-	t.logCall(ctx, req.Spec().Procedure, shard, err, d)
+	t.logCall(ctx, req.Spec().Procedure, shard, outcome, err, d)
 }
 
 func (c *callRecorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -324,10 +322,8 @@ func (c *callRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	}
 }
 
-// acquireConn times a streaming Acquire: from the call to the first queue
-// position it sends (the call is then a waiter) and to its end. The shard
-// is the one the handler recorded: where it routed the name, then where it
-// was granted.
+// acquireConn times a streaming Acquire from the call to its first queue
+// position (it is then a waiter) and to its end, on the recorded shard.
 type acquireConn struct {
 	connect.StreamingHandlerConn
 	t         *telemetry
@@ -348,8 +344,7 @@ func (a *acquireConn) Send(msg any) error {
 }
 
 // waitBegan counts a call queued on shard as a waiter (leasegate_waiters)
-// until waitEnded: a streaming Acquire or Campaign from its first queue
-// position, and a REST acquire that waits alike.
+// from its first queue position until waitEnded.
 func (t *telemetry) waitBegan(ctx context.Context, shard string) {
 	if t != nil && t.m != nil {
 		t.m.waiters.Add(ctx, 1, t.labels(shard, "", ""))
@@ -379,7 +374,7 @@ func isQueued(msg any) bool {
 func (a *acquireConn) done(err error) {
 	now := time.Now()
 	outcome, mode := outcomeOf(err), "immediate"
-	shard, _, _, _ := a.rec.read()
+	shard := a.rec.read().shard
 	if !a.queuedAt.IsZero() {
 		mode = "queued"
 		a.t.waitEnded(a.ctx, a.waitShard, outcome, a.queuedAt, now)
@@ -388,8 +383,95 @@ func (a *acquireConn) done(err error) {
 		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), a.t.labels(shard, outcome, mode))
 	}
 	a.t.lost(a.ctx, shard, lossReason(err))
-	if span := trace.SpanFromContext(a.ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
+	a.t.logCall(a.ctx, a.procedure, shard, outcome, err, now.Sub(a.start))
+}
+
+// restPrefix is where the REST lock calls live.
+const restPrefix = "/api/v1/locks/"
+
+// newRESTTracing returns the REST calls' otelhttp options: the service's
+// providers (no-op ones for a signal that is off, never the global ones),
+// its propagator, and a new root per call on a public endpoint.
+func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
+	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
+	if cfg.TracerProvider != nil {
+		tp = cfg.TracerProvider
 	}
-	a.t.logCall(a.ctx, a.procedure, shard, err, now.Sub(a.start))
+	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
+	if cfg.MeterProvider != nil {
+		mp = cfg.MeterProvider
+	}
+	// Without tracing a caller's trace context has nothing to join, and is not
+	// read (nor is it by the Connect calls, with no tracing interceptor then).
+	var prop propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator()
+	if cfg.TracerProvider != nil {
+		prop = t.prop
+	}
+	opts := []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp), otelhttp.WithPropagators(prop)}
+	if cfg.PublicEndpoint {
+		opts = append(opts, otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }))
+	}
+	return opts
+}
+
+// restCall wraps the REST lock call op ("acquire", "renew", "release") in
+// otelhttp — a server span "POST /api/v1/locks/<op>" and the
+// http.server.request.duration metric, both taking http.route from the
+// pattern the mux matched — and records the leasegate metrics the Connect
+// calls do from the call's record: it reads no body and matches no path.
+func (t *telemetry) restCall(op string, next http.Handler) http.Handler {
+	if t == nil {
+		return next
+	}
+	hist, mode := t.m.histogram(op), ""
+	if op == "acquire" {
+		mode = "try"
+	}
+	path := restPrefix + op
+	return otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.serveREST(w, r, path, hist, mode, next)
+	}), "leasegate.rest", t.rest...)
+}
+
+// serveREST runs one REST lock call inside otelhttp's span.
+func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path string, hist metric.Float64Histogram, mode string, next http.Handler) {
+	ctx, rec := withRecord(r.Context())
+	start := time.Now()
+	next.ServeHTTP(w, r.WithContext(ctx))
+	d := time.Since(start)
+	got := rec.read()
+	shard, outcome, err := got.shard, got.outcome, got.err
+	switch {
+	case err != nil:
+		outcome = outcomeOf(err)
+	case outcome == "":
+		outcome = "ok"
+	}
+	t.lost(ctx, shard, got.loss)
+	if !got.queuedAt.IsZero() {
+		t.waitEnded(ctx, got.waitShard, outcome, got.queuedAt, start.Add(d))
+	}
+	if got.mode != "" {
+		mode = got.mode
+	}
+	if hist != nil {
+		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, mode))
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("leasegate.shard", shard))
+	}
+	t.logCall(ctx, path, shard, outcome, err, d)
+}
+
+func (m *instruments) histogram(op string) metric.Float64Histogram {
+	if m == nil {
+		return nil
+	}
+	switch op {
+	case "acquire":
+		return m.acquire
+	case "renew":
+		return m.renew
+	}
+	return m.release
 }

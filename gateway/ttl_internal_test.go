@@ -26,7 +26,7 @@ func TestTTLRange(t *testing.T) {
 		{hi + 1, 0},
 		{-1, 0},
 	} {
-		got, err := s.ttl("ttl_ms", tc.ms)
+		got, err := s.ttl("ttl_ms", tc.ms, true)
 		if tc.want != 0 {
 			if err != nil || got != tc.want {
 				t.Errorf("ttl(%d) = %s, %v; want %s", tc.ms, got, err, tc.want)

@@ -48,11 +48,8 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 			return fieldOf("resume_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
 		}
 	}
-	id, err := s.caller(ctx)
+	id, err := s.admit(ctx)
 	if err != nil {
-		return err
-	}
-	if err := s.lim.acquire(id); err != nil {
 		return err
 	}
 	// An open watch costs like an open wait (a stream, goroutines, and the
@@ -85,20 +82,15 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 			revs[sh] = r
 		}
 	}
-	token := func() string {
-		t := watchToken{Prefix: prefix, Revs: maps.Clone(revs)}
-		return encodeToken(t)
-	}
-	// The response headers go at once, so a client knows the watch is
-	// open whether or not anything happens soon (a resumed watch on a
-	// quiet tenant has nothing to send for a while).
+	token := func() string { return encodeToken(watchToken{Prefix: prefix, Revs: maps.Clone(revs)}) }
+	// The response headers go at once: a client knows the watch is open even
+	// when nothing happens for a while (a resumed watch on a quiet tenant).
 	if err := s.send(ctx, func() error { return stream.Send(nil) }); err != nil {
 		return err
 	}
-	// A stream on which nothing happens still sends a PROGRESS message
-	// every watchProgressEvery, each within SendTimeout like every other
-	// message: a client that stopped reading is dropped on a quiet tenant
-	// too, not only when there is something to tell it.
+	// A quiet stream still sends a PROGRESS message every watchProgressEvery,
+	// within SendTimeout like any message: a client that stopped reading is
+	// dropped on a quiet tenant too.
 	idle := s.clk.NewTimer(watchProgressEvery)
 	defer func() { idle.Stop() }()
 	send := func(msg *v1.WatchResponse) error {
@@ -151,9 +143,8 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 // the PROGRESS message it then sends carries the latest resume token.
 var watchProgressEvery = 5 * time.Second
 
-// maxWatchEvents is the most events in one message: far below the
-// gateway's message size cap (64 KiB by default) even for events with the
-// longest names and client ids.
+// maxWatchEvents is the most events in one message: far below the message
+// size cap (64 KiB by default) even for the longest names and client ids.
 const maxWatchEvents = 100
 
 // watchMessage is one message to send and the shard revision its token
@@ -165,12 +156,10 @@ type watchMessage struct {
 
 // watchMessages cuts a shard's batch into messages of at most
 // maxWatchEvents events and about budget bytes. Live events are cut at
-// revision boundaries, each message's token recording the last revision
-// it completes; a single revision with more events than fit (a revoked
-// lease with many keys) spans messages, and all but its last carry the
-// previous revision's token, so a resume from them repeats that
-// revision's earlier part (the only case where a resumed stream repeats an
-// event).
+// revision boundaries, each token recording the last revision its message
+// completes; a revision with more events than fit (a revoked lease with many
+// keys) spans messages, all but the last carrying the previous revision's
+// token: the only case where a resumed stream repeats an event.
 func watchMessages(b locks.WatchBatch, budget int) []watchMessage {
 	shards := []string{b.Shard}
 	pevs := lockEvents(b.Shard, b.Events)
@@ -209,8 +198,7 @@ func watchMessages(b locks.WatchBatch, budget int) []watchMessage {
 	for i := 0; i < len(evs); {
 		n := fits(i)
 		if end := i + n; end < len(evs) && evs[end].Revision == evs[end-1].Revision {
-			// Cut before the revision that would straddle, unless it
-			// alone fills the message.
+			// Cut before the revision that would straddle, unless it alone fills the message.
 			cut := end
 			for cut > i && evs[cut-1].Revision == evs[end].Revision {
 				cut--
