@@ -67,19 +67,11 @@ func (c *Client) Describe(ctx context.Context, name string) (Description, error)
 		}
 		m := r.Msg
 		d = Description{
-			Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, Token: m.FencingToken,
-			Waiters: m.Waiters, TTL: time.Duration(m.TtlMs) * time.Millisecond, Shard: m.Shard,
-			Limit: int(m.Limit),
-		}
-		if m.DelayUntil != nil {
-			d.DelayUntil = m.DelayUntil.AsTime()
+			Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, HolderExpires: timeOf(m.HolderExpiresAt), Token: m.FencingToken,
+			Waiters: m.Waiters, TTL: ms(m.TtlMs), Shard: m.Shard, Limit: int(m.Limit), DelayUntil: timeOf(m.DelayUntil),
 		}
 		for _, h := range m.Holders {
-			d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(),
-				Token: h.FencingToken, TTL: time.Duration(h.TtlMs) * time.Millisecond})
-		}
-		if m.HolderExpiresAt != nil {
-			d.HolderExpires = m.HolderExpiresAt.AsTime()
+			d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(), Token: h.FencingToken, TTL: ms(h.TtlMs)})
 		}
 		return nil
 	})
@@ -112,11 +104,8 @@ func (c *Client) RenewByID(ctx context.Context, lockID string, token int64) (Ren
 		if err != nil {
 			return err
 		}
-		out = Renewal{TTL: ms(r.Msg.TtlMs)}
+		out = Renewal{TTL: ms(r.Msg.TtlMs), Expires: timeOf(r.Msg.ExpiresAt)}
 		out.Deadline = c.deadline(sent, confirmation{ttl: out.TTL, valid: ms(r.Msg.ValidForMs)})
-		if r.Msg.ExpiresAt != nil {
-			out.Expires = r.Msg.ExpiresAt.AsTime()
-		}
 		return nil
 	})
 	return out, err

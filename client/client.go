@@ -123,6 +123,16 @@ func (c *Client) pick() (int, endpoint) {
 	return i, c.eps[i]
 }
 
+// endpointOf is the endpoint whose lock client is rpc (as call passes it).
+func (c *Client) endpointOf(rpc leasegatev1connect.LockServiceClient) endpoint {
+	for _, ep := range c.eps {
+		if ep.rpc == rpc {
+			return ep
+		}
+	}
+	return c.eps[0]
+}
+
 // failed moves calls to the endpoint after i, unless another call already
 // moved them.
 func (c *Client) failed(i int) {

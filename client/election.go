@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -244,11 +243,6 @@ func sameLeader(a, b *LeaderInfo) bool {
 // and bounds.
 func (c *Client) callElection(ctx context.Context, op string, fn func(ctx context.Context, rpc leasegatev1connect.ElectionServiceClient) error) error {
 	return c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		for _, ep := range c.eps {
-			if ep.rpc == rpc {
-				return fn(ctx, ep.elect)
-			}
-		}
-		return errors.New("no endpoint serves this client") // unreachable: call passes an endpoint's
+		return fn(ctx, c.endpointOf(rpc).elect)
 	})
 }

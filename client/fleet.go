@@ -314,7 +314,7 @@ type Eviction struct {
 func (c *Client) ForceRelease(ctx context.Context, name, reason string, token int64) (Eviction, error) {
 	var out Eviction
 	fn := func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := c.adminOf(rpc).ForceRelease(ctx, connect.NewRequest(&v1.ForceReleaseRequest{Name: name, Reason: reason, FencingToken: token}))
+		r, err := c.endpointOf(rpc).admin.ForceRelease(ctx, connect.NewRequest(&v1.ForceReleaseRequest{Name: name, Reason: reason, FencingToken: token}))
 		if err != nil {
 			return err
 		}
@@ -349,7 +349,7 @@ type AuditPage struct {
 func (c *Client) ListAudit(ctx context.Context, pageSize int, pageToken string) (AuditPage, error) {
 	var out AuditPage
 	err := c.call(ctx, "list audit", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := c.adminOf(rpc).ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}))
+		r, err := c.endpointOf(rpc).admin.ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}))
 		if err != nil {
 			return err
 		}
@@ -367,14 +367,4 @@ func auditRecord(a *v1.AuditRecord) AuditRecord {
 		ID: a.Id, Action: a.Action, Name: a.Name, Shard: a.Shard, Actor: a.Actor, Reason: a.Reason,
 		At: timeOf(a.At), EvictedToken: a.EvictedFencingToken, EvictedClientID: a.EvictedClientId,
 	}
-}
-
-// adminOf is the admin client of the endpoint whose lock client is rpc.
-func (c *Client) adminOf(rpc leasegatev1connect.LockServiceClient) leasegatev1connect.AdminServiceClient {
-	for _, ep := range c.eps {
-		if ep.rpc == rpc {
-			return ep.admin
-		}
-	}
-	return c.eps[0].admin
 }

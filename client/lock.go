@@ -105,12 +105,7 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 // error wrapping ErrLockLost and the cause when the lock was lost, or
 // ErrReleased when it was released (or its session closed). It does not
 // block.
-func (l *Lock) Err() error {
-	if l.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.ctx)
-}
+func (l *Lock) Err() error { return context.Cause(l.ctx) }
 
 func (l *Lock) op() string { return fmt.Sprintf("lock %q", l.name) }
 
@@ -168,9 +163,7 @@ func (l *Lock) attach(s *Session, lease *shardLease) {
 func (l *Lock) lostBeforeRelease() error {
 	if !l.asked {
 		l.stopAfter()
-		if l.ctx.Err() != nil {
-			l.lostFirst = context.Cause(l.ctx)
-		}
+		l.lostFirst = context.Cause(l.ctx)
 		l.asked = true
 		l.cancel(ErrReleased)
 	}

@@ -197,12 +197,7 @@ func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Err returns nil while the session holds a live lease, an error wrapping
 // ErrSessionLost once every lease is lost, or ErrClosed after Close.
-func (s *Session) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
+func (s *Session) Err() error { return context.Cause(s.ctx) }
 
 // check fails when the session is over.
 func (s *Session) check(op string) error {

@@ -67,7 +67,13 @@ func (s *Session) cover(ctx context.Context, op, shard string) error {
 // leases: the session has none on the name's shard, or the gateway proved
 // it gone (the lease is then lost, with its locks). It reports whether it
 // handled err, and the error of covering the shard.
-func (s *Session) recover(ctx context.Context, op string, err error, v *sessionView) (bool, error) {
+//
+// A waiter key left behind by an attempt on a lost lease is bound to that
+// lease, so a retry under the same id on the new lease would be refused as
+// another caller's: the call sc moves to a fresh *rid, and what its
+// attempt left died with the old lease. A shard the session lacked had no
+// key written.
+func (s *Session) recover(ctx context.Context, op string, err error, v *sessionView, sc *sessionCall, rid *string) (bool, error) {
 	shard := shardOf(err)
 	if shard == "" {
 		return false, nil
@@ -78,22 +84,12 @@ func (s *Session) recover(ctx context.Context, op string, err error, v *sessionV
 		if l := v.leases[shard]; l != nil {
 			s.loseLease(l, leaseLost(shard, err))
 		}
+		*rid = newRequestID()
+		sc.clear()
 	default:
 		return false, nil
 	}
 	return true, s.cover(ctx, op, shard)
-}
-
-// requestIDAfter is the request id to retry with after recover handled
-// err. A waiter key left behind by an attempt on a lost lease is bound to
-// that lease, so a retry under the same id on the new lease would be
-// refused as another caller's: it gets a fresh id (the old key dies with
-// its attempt). A shard the session lacked had no key written.
-func (s *Session) requestIDAfter(err error, id string) string {
-	if Reason(err) == ReasonSessionLost {
-		return newRequestID()
-	}
-	return id
 }
 
 // leaseFor returns the lease a grant on shard rides on, or nil when the
