@@ -106,9 +106,6 @@ func (k *keeper) Deadline() time.Time {
 	return k.deadline
 }
 
-// interval is the pause between a confirmation and the next renewal.
-func (k *keeper) interval() time.Duration { return k.c.renewInterval(k.ttl) }
-
 // renewInterval is the jittered pause between a confirmation of a lease of
 // ttl and the next renewal, for locks and sessions alike: TTL × renew
 // fraction, ±10%.
@@ -144,7 +141,7 @@ func (k *keeper) run(anchor time.Time) {
 		}
 		renewT = clk.NewTimer(d)
 	}
-	schedule(anchor.Add(k.interval()).Sub(clk.Now()))
+	schedule(anchor.Add(k.c.renewInterval(k.ttl)).Sub(clk.Now()))
 	defer func() {
 		deadlineT.Stop()
 		if renewT != nil {
@@ -156,7 +153,7 @@ func (k *keeper) run(anchor time.Time) {
 	process := func(r renewResult) (lost bool) {
 		if now := clk.Now(); !now.Before(deadline) {
 			// Never later than the deadline, even if an answer raced it.
-			k.lose(k.unconfirmed(deadline, r.err))
+			k.lose(k.lostErr(deadlinePassed(deadline, r.err)))
 			return true
 		}
 		switch {
@@ -171,20 +168,14 @@ func (k *keeper) run(anchor time.Time) {
 			}
 			last = nil
 			bo.reset()
-			schedule(r.sent.Add(k.interval()).Sub(clk.Now()))
+			schedule(r.sent.Add(k.c.renewInterval(k.ttl)).Sub(clk.Now()))
 		case proofRefused(r.err):
 			k.lose(k.lostErr(r.err))
 			k.observe(r)
 			return true
 		default:
 			last = r.err
-			pause := bo.next()
-			if rl := rateLimited(r.err); rl != nil && rl.RetryAfter > 0 {
-				// The gateway says when its rate allows the next
-				// renewal; the deadline timer still bounds the wait.
-				pause = rl.RetryAfter
-			}
-			schedule(pause)
+			schedule(retryPause(bo, r.err))
 		}
 		k.observe(r)
 		return false
@@ -194,7 +185,7 @@ func (k *keeper) run(anchor time.Time) {
 		case <-k.stopc:
 			return
 		case <-deadlineT.C():
-			k.lose(k.unconfirmed(deadline, last))
+			k.lose(k.lostErr(deadlinePassed(deadline, last)))
 			return
 		case <-timerC(renewT):
 			if inflight {
@@ -263,14 +254,21 @@ func (k *keeper) attempt(ctx context.Context) renewResult {
 	return renewResult{sent: sent, confirmation: conf, err: err}
 }
 
-// unconfirmed is the cause of a loss by deadline.
-func (k *keeper) unconfirmed(deadline time.Time, last error) error {
-	cause := &opError{
-		op:    fmt.Sprintf("no gateway confirmed the lease before its deadline %s", deadline.Format(time.RFC3339Nano)),
-		kind:  ErrUnavailable,
-		cause: last,
+// deadlinePassed is the cause of a loss by deadline, for locks and
+// sessions alike; last is why the lease was last not confirmed.
+func deadlinePassed(deadline time.Time, last error) error {
+	return &opError{op: fmt.Sprintf("no gateway confirmed the lease before its deadline %s", deadline.Format(time.RFC3339Nano)), kind: ErrUnavailable, cause: last}
+}
+
+// retryPause is the pause before a renewer's next attempt after err: the
+// backoff's, or the delay a gateway's rate limit asked for (it says when its
+// rate allows the next renewal; the deadline timer still bounds the wait).
+func retryPause(bo *backoff, err error) time.Duration {
+	pause := bo.next()
+	if rl := rateLimited(err); rl != nil && rl.RetryAfter > 0 {
+		return rl.RetryAfter
 	}
-	return k.lostErr(cause)
+	return pause
 }
 
 // loseNow ends the lease with err, learnt outside the renewals: the run
