@@ -442,8 +442,6 @@ func (c *Client) held(ctx context.Context, op, name, rid string, g *v1.Granted, 
 	if clk.Now().Sub(anchor) >= time.Duration(float64(l.ttl)*c.cfg.renewFraction) {
 		// A long wait leaves only the send time of the first attempt to
 		// measure the deadline from; a renewal now gives a fresh one.
-		var sent time.Time
-		var conf confirmation
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if !waitUntil.IsZero() {
 			// Confirming the grant must not hold the caller far past
@@ -451,21 +449,16 @@ func (c *Client) held(ctx context.Context, op, name, rid string, g *v1.Granted, 
 			rctx, cancel = withTimeout(ctx, clk, max(waitUntil.Sub(clk.Now()), 0)+waitGrace)
 		}
 		defer cancel()
-		err := c.call(rctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-			sent = clk.Now()
-			var err error
-			conf, err = l.renewRPC(ctx, rpc)
-			return err
-		})
+		r := c.renewCall(rctx, op, l.renewRPC)
 		switch {
-		case err == nil:
-			anchor = sent
-			if conf.ttl > 0 {
-				l.ttl = conf.ttl
+		case r.err == nil:
+			anchor = r.sent
+			if r.ttl > 0 {
+				l.ttl = r.ttl
 			}
-			deadline = c.deadline(sent, confirmation{ttl: l.ttl, valid: conf.valid})
-		case proofRefused(err):
-			return nil, &opError{op: op, kind: ErrLockLost, cause: err}
+			deadline = c.deadline(r.sent, confirmation{ttl: l.ttl, valid: r.valid})
+		case proofRefused(r.err):
+			return nil, &opError{op: op, kind: ErrLockLost, cause: r.err}
 		}
 	}
 	if !clk.Now().Before(deadline) {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"connectrpc.com/connect"
-
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -59,23 +57,18 @@ type Holder struct {
 // retried on other endpoints on transient failures.
 func (c *Client) Describe(ctx context.Context, name string) (Description, error) {
 	op := fmt.Sprintf("describe %q", name)
-	var d Description
-	err := c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.Describe(ctx, connect.NewRequest(&v1.DescribeRequest{Name: name}))
-		if err != nil {
-			return err
-		}
-		m := r.Msg
-		d = Description{
-			Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, HolderExpires: timeOf(m.HolderExpiresAt), Token: m.FencingToken,
-			Waiters: m.Waiters, TTL: ms(m.TtlMs), Shard: m.Shard, Limit: int(m.Limit), DelayUntil: timeOf(m.DelayUntil),
-		}
-		for _, h := range m.Holders {
-			d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(), Token: h.FencingToken, TTL: ms(h.TtlMs)})
-		}
-		return nil
-	})
-	return d, err
+	m, _, err := unary(ctx, c, op, &v1.DescribeRequest{Name: name}, leasegatev1connect.LockServiceClient.Describe)
+	if err != nil {
+		return Description{}, err
+	}
+	d := Description{
+		Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, HolderExpires: timeOf(m.HolderExpiresAt), Token: m.FencingToken,
+		Waiters: m.Waiters, TTL: ms(m.TtlMs), Shard: m.Shard, Limit: int(m.Limit), DelayUntil: timeOf(m.DelayUntil),
+	}
+	for _, h := range m.Holders {
+		d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(), Token: h.FencingToken, TTL: ms(h.TtlMs)})
+	}
+	return d, nil
 }
 
 // Renewal is a gateway's answer to RenewByID.
@@ -97,18 +90,12 @@ type Renewal struct {
 // other endpoints on transient failures, and fails with an error wrapping
 // ErrLockLost when the lock expired or was taken over.
 func (c *Client) RenewByID(ctx context.Context, lockID string, token int64) (Renewal, error) {
-	var out Renewal
-	err := c.call(ctx, "renew", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		sent := c.cfg.clock.Now()
-		r, err := rpc.Renew(ctx, connect.NewRequest(&v1.RenewRequest{LockId: lockID, FencingToken: token}))
-		if err != nil {
-			return err
-		}
-		out = Renewal{TTL: ms(r.Msg.TtlMs), Expires: timeOf(r.Msg.ExpiresAt)}
-		out.Deadline = c.deadline(sent, confirmation{ttl: out.TTL, valid: ms(r.Msg.ValidForMs)})
-		return nil
-	})
-	return out, err
+	r, sent, err := unary(ctx, c, "renew", &v1.RenewRequest{LockId: lockID, FencingToken: token}, leasegatev1connect.LockServiceClient.Renew)
+	if err != nil {
+		return Renewal{}, err
+	}
+	ttl := ms(r.TtlMs)
+	return Renewal{TTL: ttl, Expires: timeOf(r.ExpiresAt), Deadline: c.deadline(sent, confirmation{ttl: ttl, valid: ms(r.ValidForMs)})}, nil
 }
 
 // ReleaseByID frees a lock known only by its id and token. It is
@@ -116,12 +103,6 @@ func (c *Client) RenewByID(ctx context.Context, lockID string, token int64) (Ren
 // gone, and it never frees a newer holder's lock. It blocks for the call,
 // retried on other endpoints on transient failures.
 func (c *Client) ReleaseByID(ctx context.Context, lockID string, token int64) (released bool, err error) {
-	err = c.call(ctx, "release", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: lockID, FencingToken: token}))
-		if err == nil {
-			released = r.Msg.Released
-		}
-		return err
-	})
-	return released, err
+	r, _, err := unary(ctx, c, "release", &v1.ReleaseRequest{LockId: lockID, FencingToken: token}, leasegatev1connect.LockServiceClient.Release)
+	return r.GetReleased(), err
 }

@@ -75,26 +75,22 @@ type LockPage struct {
 // prefix, across every shard. pageSize 0 means the gateway's default
 // (100); pageToken is the previous page's NextPageToken, or empty.
 func (c *Client) ListLocks(ctx context.Context, prefix string, pageSize int, pageToken string) (LockPage, error) {
-	var out LockPage
-	err := c.call(ctx, fmt.Sprintf("list locks %q", prefix), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{Prefix: prefix, PageSize: int32(pageSize), PageToken: pageToken}))
-		if err != nil {
-			return err
+	m, _, err := unary(ctx, c, fmt.Sprintf("list locks %q", prefix), &v1.ListLocksRequest{Prefix: prefix, PageSize: int32(pageSize), PageToken: pageToken},
+		leasegatev1connect.LockServiceClient.ListLocks)
+	if err != nil {
+		return LockPage{}, err
+	}
+	out := LockPage{NextPageToken: m.NextPageToken}
+	for _, l := range m.Locks {
+		s := LockSummary{Name: l.Name, Kind: queueKind(l.Kind), Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
+		for _, h := range l.Holders {
+			s.Holders = append(s.Holders, LockHolder{
+				ClientID: h.ClientId, Token: h.FencingToken, Expires: timeOf(h.ExpiresAt), Since: timeOf(h.Since), Session: h.Session, TTL: ms(h.TtlMs),
+			})
 		}
-		out = LockPage{NextPageToken: r.Msg.NextPageToken}
-		for _, l := range r.Msg.Locks {
-			s := LockSummary{Name: l.Name, Kind: queueKind(l.Kind), Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
-			for _, h := range l.Holders {
-				s.Holders = append(s.Holders, LockHolder{
-					ClientID: h.ClientId, Token: h.FencingToken, Expires: timeOf(h.ExpiresAt), Since: timeOf(h.Since),
-					Session: h.Session, TTL: time.Duration(h.TtlMs) * time.Millisecond,
-				})
-			}
-			out.Locks = append(out.Locks, s)
-		}
-		return nil
-	})
-	return out, err
+		out.Locks = append(out.Locks, s)
+	}
+	return out, nil
 }
 
 func timeOf(t *timestamppb.Timestamp) time.Time {
@@ -158,23 +154,19 @@ func (e *Election) Queue(ctx context.Context) (Queue, error) {
 }
 
 func (c *Client) describeQueue(ctx context.Context, name string, kind v1.LockKind) (Queue, error) {
-	var out Queue
-	err := c.call(ctx, fmt.Sprintf("describe %s queue %q", queueKind(kind), name), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.DescribeQueue(ctx, connect.NewRequest(&v1.DescribeQueueRequest{Name: name, Kind: kind}))
-		if err != nil {
-			return err
-		}
-		m := r.Msg
-		out = Queue{Name: m.Name, Kind: queueKind(m.Kind), Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
-		for _, e := range m.Entries {
-			out.Entries = append(out.Entries, QueueEntry{
-				ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,
-				Holder: e.Holder, Token: e.FencingToken, Expires: timeOf(e.ExpiresAt), TTL: time.Duration(e.TtlMs) * time.Millisecond,
-			})
-		}
-		return nil
-	})
-	return out, err
+	m, _, err := unary(ctx, c, fmt.Sprintf("describe %s queue %q", queueKind(kind), name), &v1.DescribeQueueRequest{Name: name, Kind: kind},
+		leasegatev1connect.LockServiceClient.DescribeQueue)
+	if err != nil {
+		return Queue{}, err
+	}
+	out := Queue{Name: m.Name, Kind: queueKind(m.Kind), Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
+	for _, e := range m.Entries {
+		out.Entries = append(out.Entries, QueueEntry{
+			ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,
+			Holder: e.Holder, Token: e.FencingToken, Expires: timeOf(e.ExpiresAt), TTL: ms(e.TtlMs),
+		})
+	}
+	return out, nil
 }
 
 // WatchMessage is one message of a Watch stream.

@@ -215,10 +215,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.released = true
 		return nil
 	}
-	err := l.c.call(ctx, "release "+l.op(), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		_, err := rpc.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: l.id, FencingToken: l.token}))
-		return err
-	})
+	_, _, err := unary(ctx, l.c, "release "+l.op(), &v1.ReleaseRequest{LockId: l.id, FencingToken: l.token}, leasegatev1connect.LockServiceClient.Release)
 	if err != nil && lost == nil {
 		return err
 	}

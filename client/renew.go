@@ -3,8 +3,6 @@ package client
 import (
 	"context"
 	"time"
-
-	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
 // WithManualRenew turns the background renewal of the lock off: the lock
@@ -56,13 +54,7 @@ func (l *Lock) Renew(ctx context.Context) (deadline time.Time, err error) {
 		case <-ctx.Done():
 		}
 	}()
-	var r renewResult
-	r.err = l.c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r.sent = clk.Now()
-		var err error
-		r.confirmation, err = k.renew(ctx, rpc)
-		return err
-	})
+	r := l.c.renewCall(ctx, op, k.renew)
 	m := manualRenewal{result: r, processed: make(chan struct{})}
 	select {
 	case k.manualc <- m:

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
 
@@ -86,6 +88,33 @@ func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
 		return &opError{op: op, kind: errShardDown, cause: last}
 	}
 	return &opError{op: op, kind: ErrUnavailable, cause: last}
+}
+
+// unary is call of one LockService method with req: it returns the answer
+// and when the attempt answered was sent.
+func unary[Req, Resp any](ctx context.Context, c *Client, op string, req *Req,
+	method func(leasegatev1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (resp *Resp, sent time.Time, err error) {
+	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		sent = c.cfg.clock.Now()
+		r, err := method(rpc, ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
+	return resp, sent, err
+}
+
+// renewCall is call of renew, a lease's renewal: its answer and when the
+// attempt answered was sent.
+func (c *Client) renewCall(ctx context.Context, op string, renew func(context.Context, leasegatev1connect.LockServiceClient) (confirmation, error)) (r renewResult) {
+	r.err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r.sent = c.cfg.clock.Now()
+		var err error
+		r.confirmation, err = renew(ctx, rpc)
+		return err
+	})
+	return r
 }
 
 // errShardDown is ErrUnavailable when the gateways answer but the name's

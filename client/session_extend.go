@@ -3,9 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"time"
-
-	"connectrpc.com/connect"
 
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
@@ -38,21 +35,11 @@ func (s *Session) cover(ctx context.Context, op, shard string) error {
 	if old != nil && old.lost() == nil {
 		return nil
 	}
-	clk := s.c.cfg.clock
-	var resp *v1.ExtendSessionResponse
-	var sent time.Time
 	req := &v1.ExtendSessionRequest{
 		SessionId: v.id, Shards: []string{shard}, TtlMs: s.ttl.Milliseconds(),
 		ClientId: s.c.cfg.clientID, Replace: old != nil,
 	}
-	err := s.c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		sent = clk.Now()
-		r, err := rpc.ExtendSession(ctx, connect.NewRequest(req))
-		if err == nil {
-			resp = r.Msg
-		}
-		return err
-	})
+	resp, sent, err := unary(ctx, s.c, op, req, leasegatev1connect.LockServiceClient.ExtendSession)
 	if err != nil {
 		return err
 	}
