@@ -77,7 +77,6 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		c.eps = append(c.eps, endpoint{url: base,
 			rpc:   leasegatev1connect.NewLockServiceClient(cfg.httpClient, base, copts...),
 			elect: leasegatev1connect.NewElectionServiceClient(cfg.httpClient, base, copts...),
-
 			admin: leasegatev1connect.NewAdminServiceClient(cfg.httpClient, base, copts...)})
 	}
 	return c, nil

@@ -77,24 +77,20 @@ func limitOf(ce *connect.Error) error {
 	if info := errorInfo(ce); info != nil {
 		limit = info.Metadata[v1.MetadataLimit]
 	}
+	d, ok := retryInfo(ce)
 	switch Reason(ce) {
 	case v1.ErrorReason_QUOTA_EXCEEDED:
 		return &QuotaError{Limit: limit}
 	case v1.ErrorReason_RATE_LIMITED:
-		return &RateLimitError{Limit: limit, RetryAfter: retryDelay(ce)}
+		return &RateLimitError{Limit: limit, RetryAfter: d}
 	}
-	if d, ok := retryInfo(ce); ok {
+	if ok {
 		return &RateLimitError{Limit: limit, RetryAfter: d}
 	}
 	return &QuotaError{Limit: limit}
 }
 
-// retryDelay is the delay of a RetryInfo detail of ce, or zero.
-func retryDelay(ce *connect.Error) time.Duration {
-	d, _ := retryInfo(ce)
-	return d
-}
-
+// retryInfo is the delay of a RetryInfo detail of ce, and whether it has one.
 func retryInfo(ce *connect.Error) (time.Duration, bool) {
 	for _, d := range ce.Details() {
 		if v, err := d.Value(); err == nil {

@@ -115,8 +115,7 @@ func (l *Lock) op() string { return fmt.Sprintf("lock %q", l.name) }
 // ErrLockLost otherwise.
 func (l *Lock) lostError(cause error) error {
 	kind := ErrLockLost
-	switch kindOf(cause) {
-	case ErrEvicted:
+	if kindOf(cause) == ErrEvicted {
 		kind = ErrEvicted
 	}
 	return &opError{op: l.op(), kind: kind, cause: cause}
@@ -210,15 +209,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	} else {
 		lost = l.lostBeforeRelease()
 	}
-	if lost != nil && !errors.Is(lost, ErrUnavailable) {
-		// A gateway proved the lock gone, or its session was closed:
-		// there is nothing left to free.
-		l.released = true
-		return nil
-	}
-	_, _, err := unary(ctx, l.c, "release "+l.op(), &v1.ReleaseRequest{LockId: l.id, FencingToken: l.token}, leasegatev1connect.LockServiceClient.Release)
-	if err != nil && lost == nil {
-		return err
+	// Unless a gateway proved the lock gone, or its session was closed,
+	// which leaves nothing to free.
+	if lost == nil || errors.Is(lost, ErrUnavailable) {
+		_, _, err := unary(ctx, l.c, "release "+l.op(), &v1.ReleaseRequest{LockId: l.id, FencingToken: l.token}, leasegatev1connect.LockServiceClient.Release)
+		if err != nil && lost == nil {
+			return err
+		}
 	}
 	l.released = true
 	return nil

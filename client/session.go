@@ -248,14 +248,11 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
-	if !free {
-		s.closed = true
-		s.freed.Store(true)
-		return nil
-	}
-	_, _, err := unary(ctx, s.c, "close session", &v1.CloseSessionRequest{SessionId: view.id}, leasegatev1connect.LockServiceClient.CloseSession)
-	if err != nil && lost == nil {
-		return err
+	if free {
+		_, _, err := unary(ctx, s.c, "close session", &v1.CloseSessionRequest{SessionId: view.id}, leasegatev1connect.LockServiceClient.CloseSession)
+		if err != nil && lost == nil {
+			return err
+		}
 	}
 	s.closed = true
 	s.freed.Store(true)

@@ -31,12 +31,6 @@ type shardLease struct {
 	lostBy   error // nil while live
 }
 
-func newShardLease(shard string, ttl time.Duration, deadline time.Time) *shardLease {
-	l := &shardLease{shard: shard, ttl: ttl, deadline: deadline}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
-	return l
-}
-
 // Deadline is the lease's conservative deadline on the client's clock.
 func (l *shardLease) Deadline() time.Time {
 	l.mu.Lock()
@@ -130,7 +124,9 @@ func (c *Client) shardLeases(sent time.Time, shards []*v1.SessionShard) map[stri
 			continue
 		}
 		conf := confirmation{ttl: ms(sh.TtlMs), valid: ms(sh.ValidForMs)}
-		out[sh.Shard] = newShardLease(sh.Shard, conf.ttl, c.deadline(sent, conf))
+		l := &shardLease{shard: sh.Shard, ttl: conf.ttl, deadline: c.deadline(sent, conf)}
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		out[sh.Shard] = l
 	}
 	return out
 }

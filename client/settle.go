@@ -120,10 +120,7 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 		bound = t.C()
 	}
 	select {
-	case <-m.done:
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return true, prev, m.released, nil
+	case <-m.done: // ended: m.ended is set
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-bound:
@@ -291,8 +288,8 @@ func (s *Session) settleNow(rid string, m *settlement, again settleAgain) {
 			s.settle.mu.Unlock()
 			return
 		}
-		if err == nil || !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {
-			return // released, or a gateway answered that nothing is left to release
+		if !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {
+			return // a gateway answered that nothing is left to release
 		}
 		if ctx.Err() == nil {
 			c.failed(i)
