@@ -1,9 +1,12 @@
 package client
 
 import (
+	"context"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -136,4 +139,137 @@ func (c *Client) endpointOf(rpc leasegatev1connect.LockServiceClient) endpoint {
 // moved them.
 func (c *Client) failed(i int) {
 	c.cur.CompareAndSwap(uint32(i), uint32((i+1)%len(c.eps)))
+}
+
+// backoff yields jittered, exponentially growing pauses between retries.
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func (c *Client) newBackoff() *backoff {
+	return &backoff{initial: c.cfg.backoffInitial, max: c.cfg.backoffMax}
+}
+
+// next returns the pause before the next retry: between half and all of a
+// nominal value that doubles per call up to max.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.initial
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// rpcFunc is one attempt of a call against one gateway.
+type rpcFunc func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error
+
+// call runs fn against the current endpoint and, while failures are
+// retryable, against the next ones: at most max(3, endpoints) attempts,
+// each bounded by the request timeout. It pauses (backoff) only after
+// trying every endpoint once, since a different gateway may answer at once.
+//
+// A rate-limited attempt is retried on the same gateway after the delay the
+// gateway asked for (its RetryInfo) instead of the backoff, within the same
+// attempts: another gateway would only dodge the tenant's budget. When that
+// delay would outlast ctx, call returns the *RateLimitError at once.
+func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
+	attempts := max(3, len(c.eps))
+	bo := c.newBackoff()
+	var last error
+	var pause time.Duration // a rate limit's delay before the next attempt
+	for a := 0; a < attempts; a++ {
+		if pause == 0 && a > 0 && a%len(c.eps) == 0 {
+			pause = bo.next()
+		}
+		if pause > 0 {
+			if err := sleep(ctx, c.cfg.clock, pause); err != nil {
+				return &opError{op: op, kind: err, cause: last}
+			}
+			pause = 0
+		}
+		err := c.attempt(ctx, c.cfg.requestTimeout, fn)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return &opError{op: op, kind: ctx.Err(), cause: err}
+		}
+		if rl := rateLimited(err); rl != nil {
+			d, ok := c.rateLimitPause(ctx, rl, time.Time{}, bo)
+			if !ok {
+				return wrap(op, err)
+			}
+			pause, last = d, err
+			continue
+		}
+		if !retryable(err) {
+			return wrap(op, err)
+		}
+		last = err
+	}
+	if rateLimited(last) != nil {
+		return wrap(op, last)
+	}
+	if Reason(last) == ReasonShardUnavailable {
+		// A gateway answered: its etcd cluster, not the gateway, is down.
+		return &opError{op: op, kind: errShardDown, cause: last}
+	}
+	return &opError{op: op, kind: ErrUnavailable, cause: last}
+}
+
+// unary is call of one LockService method with req: it returns the answer
+// and when the attempt answered was sent.
+func unary[Req, Resp any](ctx context.Context, c *Client, op string, req *Req,
+	method func(leasegatev1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (resp *Resp, sent time.Time, err error) {
+	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		sent = c.cfg.clock.Now()
+		r, err := method(rpc, ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
+	return resp, sent, err
+}
+
+// renewCall is call of renew, a lease's renewal: its answer and when the
+// attempt answered was sent.
+func (c *Client) renewCall(ctx context.Context, op string, renew func(context.Context, leasegatev1connect.LockServiceClient) (confirmation, error)) (r renewResult) {
+	r.err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r.sent = c.cfg.clock.Now()
+		var err error
+		r.confirmation, err = renew(ctx, rpc)
+		return err
+	})
+	return r
+}
+
+// errShardDown is ErrUnavailable when the gateways answer but the name's
+// etcd cluster (its shard) does not: saying no gateway is available would
+// send the operator to look at the wrong thing.
+var errShardDown error = unavailableKind("the gateway answers, but the name's shard does not")
+
+// unavailableKind is an error that is ErrUnavailable with its own words.
+type unavailableKind string
+
+func (k unavailableKind) Error() string { return string(k) }
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (k unavailableKind) Is(target error) bool { return target == ErrUnavailable }
+
+// attempt runs fn once on the current endpoint, bounded by timeout on the
+// client's clock, and moves on to the next endpoint if it fails retryably.
+func (c *Client) attempt(ctx context.Context, timeout time.Duration, fn rpcFunc) error {
+	i, ep := c.pick()
+	actx, cancel := withTimeout(ctx, c.cfg.clock, timeout)
+	defer cancel()
+	err := fn(actx, ep.rpc)
+	if err != nil && retryable(err) {
+		c.failed(i)
+	}
+	return err
 }
