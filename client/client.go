@@ -135,6 +135,18 @@ func (c *Client) endpointOf(rpc leasegatev1connect.LockServiceClient) endpoint {
 	return c.eps[0]
 }
 
+// serviceOf is ep's client of the service S.
+func serviceOf[S any](ep endpoint) S {
+	var svc any = ep.rpc
+	switch any((*S)(nil)).(type) {
+	case *leasegatev1connect.ElectionServiceClient:
+		svc = ep.elect
+	case *leasegatev1connect.AdminServiceClient:
+		svc = ep.admin
+	}
+	return svc.(S)
+}
+
 // failed moves calls to the endpoint after i, unless another call already
 // moved them.
 func (c *Client) failed(i int) {
@@ -221,13 +233,14 @@ func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
 	return &opError{op: op, kind: ErrUnavailable, cause: last}
 }
 
-// unary is call of one LockService method with req: it returns the answer
-// and when the attempt answered was sent.
-func unary[Req, Resp any](ctx context.Context, c *Client, op string, req *Req,
-	method func(leasegatev1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (resp *Resp, sent time.Time, err error) {
+// unary is call of one method of a gateway service S (its lock, election
+// or admin client) with req: it returns the answer and when the attempt
+// answered was sent.
+func unary[S, Req, Resp any](ctx context.Context, c *Client, op string, req *Req,
+	method func(S, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (resp *Resp, sent time.Time, err error) {
 	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
 		sent = c.cfg.clock.Now()
-		r, err := method(rpc, ctx, connect.NewRequest(req))
+		r, err := method(serviceOf[S](c.endpointOf(rpc)), ctx, connect.NewRequest(req))
 		if err == nil {
 			resp = r.Msg
 		}

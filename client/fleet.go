@@ -339,19 +339,15 @@ type AuditPage struct {
 // ListAudit reads one page of the tenant's audit records, newest first
 // (admin role).
 func (c *Client) ListAudit(ctx context.Context, pageSize int, pageToken string) (AuditPage, error) {
-	var out AuditPage
-	err := c.call(ctx, "list audit", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := c.endpointOf(rpc).admin.ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}))
-		if err != nil {
-			return err
-		}
-		out = AuditPage{NextPageToken: r.Msg.NextPageToken}
-		for _, a := range r.Msg.Records {
-			out.Records = append(out.Records, auditRecord(a))
-		}
-		return nil
-	})
-	return out, err
+	m, _, err := unary(ctx, c, "list audit", &v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}, leasegatev1connect.AdminServiceClient.ListAudit)
+	if err != nil {
+		return AuditPage{}, err
+	}
+	out := AuditPage{NextPageToken: m.NextPageToken}
+	for _, a := range m.Records {
+		out.Records = append(out.Records, auditRecord(a))
+	}
+	return out, nil
 }
 
 func auditRecord(a *v1.AuditRecord) AuditRecord {
