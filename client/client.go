@@ -41,13 +41,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o.applyClient(&cfg)
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
-	}
-	if len(endpoints) == 0 {
-		return nil, invalid("new client", "no endpoints; want at least one gateway URL such as http://127.0.0.1:7070")
-	}
-	if err := cfg.validateAuth(endpoints); err != nil {
+	if err := cfg.validate(endpoints); err != nil {
 		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
 	}
 	switch {
