@@ -97,9 +97,7 @@ func (c *Client) acquireOptions(op, name string, s *Session, use string, opts []
 }
 
 func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
-	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (*v1.Granted, bool, error) {
-		return acquireOnce(ctx, ep.rpc, req, onQueued)
-	}, false)
+	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, acquireOnce, false)
 }
 
 // existing settles a waiter with a TryAcquire that only answers the grant
@@ -117,12 +115,8 @@ func existing(req *v1.TryAcquireRequest) settleAgain {
 	}
 }
 
-// existingOf is the existing ask for a streaming acquire's request.
-func existingOf(req *v1.AcquireRequest, election bool) settleAgain {
-	return existing(tryRequest(req, election))
-}
-
-// tryRequest is the TryAcquire of what req asks for.
+// tryRequest is the TryAcquire of what req asks for; existing of it is the
+// existing ask of a streaming acquire.
 func tryRequest(req *v1.AcquireRequest, election bool) *v1.TryAcquireRequest {
 	return &v1.TryAcquireRequest{Name: req.Name, TtlMs: req.TtlMs, ClientId: req.ClientId, RequestId: req.RequestId,
 		Limit: req.Limit, Reentrant: req.Reentrant, LockDelayMs: req.LockDelayMs, Election: election}
@@ -161,7 +155,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		waitUntil = anchor.Add(cfg.wait)
 	}
 	if s != nil {
-		if sc, err = s.beginCall(ctx, waitUntil, election, name, &req.RequestId, func() settleAgain { return existingOf(req, election) }); err != nil {
+		if sc, err = s.beginCall(ctx, waitUntil, election, name, &req.RequestId, func() settleAgain { return existing(tryRequest(req, election)) }); err != nil {
 			return nil, &opError{op: op, kind: err}
 		}
 	}
@@ -195,7 +189,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		g, queued, err := once(actx, ep, req, cfg.onQueued)
 		cancelAttempt()
 		if err != nil && inDoubt(err) {
-			sc.doubt(req.RequestId, existingOf(req, election))
+			sc.doubt(req.RequestId, existing(tryRequest(req, election)))
 		}
 		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
 			c.letGo(ctx, g, waitUntil)
@@ -270,10 +264,9 @@ func (c *Client) ctxError(op string, ctx context.Context, s *Session, last error
 	return &opError{op: op, kind: ctx.Err(), cause: last}
 }
 
-// acquireOnce runs one Acquire stream to its end. queued reports whether
-// the gateway enqueued the caller before the stream ended.
-func acquireOnce(ctx context.Context, rpc leasegatev1connect.LockServiceClient, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
-	stream, err := rpc.Acquire(ctx, connect.NewRequest(req))
+// acquireOnce is the streamOnce of LockService.Acquire.
+func acquireOnce(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
+	stream, err := ep.rpc.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, false, err
 	}

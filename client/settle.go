@@ -36,8 +36,7 @@ import (
 // settlement released that grant, under a fresh id (takeOver). Should it
 // end without a lock in its turn, it settles with the lost call's ask.
 //
-// settleKey is what claims and settlements are kept by: the gateway's
-// waiter, a lock's or an election's name and the request id.
+// settleKey is the waiter's key in claims and settlements.
 func settleKey(election bool, name, rid string) string {
 	kind := "lock"
 	if election {
