@@ -28,10 +28,7 @@ import (
 // background until a gateway answers or the session ends.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	l, err := c.Acquire(ctx, name, opts...)
-	if err != nil {
-		return err
-	}
-	return holdFor(ctx, l, fn)
+	return holdFor(ctx, l, err, fn)
 }
 
 // Do acquires the lock on name in the session (as Session.Acquire, with
@@ -41,15 +38,15 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 // lease on the lock's shard being lost, or the session being closed.
 func (s *Session) Do(ctx context.Context, name string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	l, err := s.Acquire(ctx, name, opts...)
-	if err != nil {
-		return err
-	}
-	return holdFor(ctx, l, fn)
+	return holdFor(ctx, l, err, fn)
 }
 
 // holdFor runs fn while l is held and releases l after: Do's body, its
-// results as Client.Do says.
-func holdFor(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
+// results as Client.Do says; err is the acquire's.
+func holdFor(ctx context.Context, l *Lock, err error, fn func(ctx context.Context) error) error {
+	if err != nil {
+		return err
+	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
 	defer func() {

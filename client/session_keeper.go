@@ -150,11 +150,9 @@ func (s *Session) attempt(ctx context.Context, v *sessionView, leases []*shardLe
 	actx, cancel := withTimeout(ctx, clk, min(s.c.cfg.requestTimeout, s.ttl/4))
 	defer cancel()
 	resp, err := ep.rpc.KeepAliveSession(actx, connect.NewRequest(req))
-	if err != nil {
-		r.err = err
-		return r
+	if r.err = err; err == nil {
+		r.resp = resp.Msg
 	}
-	r.resp = resp.Msg
 	return r
 }
 

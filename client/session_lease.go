@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -77,10 +78,7 @@ type sessionView struct {
 
 // with returns a view of id with l added or swapped in for its shard.
 func (v *sessionView) with(id string, l *shardLease) *sessionView {
-	n := &sessionView{id: id, leases: make(map[string]*shardLease, len(v.leases)+1)}
-	for k, x := range v.leases {
-		n.leases[k] = x
-	}
+	n := &sessionView{id: id, leases: maps.Clone(v.leases)} // never nil: a session opens with a lease
 	n.leases[l.shard] = l
 	return n
 }
