@@ -42,9 +42,7 @@ func WithBearerToken(token string) Option {
 // WithBearerToken or WithTokenSource. A nil src means no credentials.
 // Default: none.
 func WithTokenSource(src TokenSource) Option {
-	return optionFunc(func(c *config) {
-		c.tokens, c.staticToken, c.hasStatic = src, "", false
-	})
+	return optionFunc(func(c *config) { c.tokens, c.staticToken, c.hasStatic = src, "", false })
 }
 
 // WithTLSConfig makes the default HTTP client use cfg (cloned) for https://
@@ -249,9 +247,7 @@ const sdkHeader = "Leasegate-Client"
 // starts a new trace linked to it instead). A nil tp uses the global TracerProvider.
 // Default: no spans and no trace headers.
 func WithTracing(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) {
-		c.tracing, c.tracerProvider = true, tp
-	})
+	return optionFunc(func(c *config) { c.tracing, c.tracerProvider = true, tp })
 }
 
 // tracingOptions are the Connect client options WithTracing adds.

@@ -397,12 +397,7 @@ type RateLimitError struct {
 
 // Error names the limit; the gateway's message, which the SDK's error
 // wraps, gives the delay.
-func (e *RateLimitError) Error() string {
-	if e.Limit == "" {
-		return ErrRateLimited.Error()
-	}
-	return ErrRateLimited.Error() + " (" + e.Limit + ")"
-}
+func (e *RateLimitError) Error() string { return limitMessage(ErrRateLimited, e.Limit) }
 
 // Is makes errors.Is(err, ErrRateLimited) true.
 func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited }
@@ -420,11 +415,14 @@ type QuotaError struct {
 }
 
 // Error names the cap.
-func (e *QuotaError) Error() string {
-	if e.Limit == "" {
-		return ErrQuotaExceeded.Error()
+func (e *QuotaError) Error() string { return limitMessage(ErrQuotaExceeded, e.Limit) }
+
+// limitMessage is kind's message, naming limit when it is known.
+func limitMessage(kind error, limit string) string {
+	if limit == "" {
+		return kind.Error()
 	}
-	return ErrQuotaExceeded.Error() + " (" + e.Limit + ")"
+	return kind.Error() + " (" + limit + ")"
 }
 
 // Is makes errors.Is(err, ErrQuotaExceeded) true.

@@ -204,12 +204,7 @@ func WithRenewFraction(f float64) Option {
 // between this process and etcd (1% is far above real drift) and the
 // delay between the cancel and your code noticing it.
 func WithSafetyMargin(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			d = 0
-		}
-		c.margin = d
-	})
+	return optionFunc(func(c *config) { c.margin = max(d, 0) })
 }
 
 // WithRetryBackoff sets the pause between retries of a failed call: it
