@@ -61,37 +61,43 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// acquireOptions applies opts and checks what the gateway cannot: the
-// SDK's own wait timeout, and the values the wire would carry unfaithfully
-// — a negative TTL or lock delay that rounds to 0 ms (which means the
-// default and none), a limit beyond int32. Everything else the gateway
-// checks, and its refusal is ErrInvalidArgument.
-func acquireOptions(op string, opts []AcquireOption) (acquireConfig, error) {
+// acquireOptions checks that c is open, applies opts and checks what the
+// gateway cannot: the SDK's own wait timeout, the values the wire would
+// carry unfaithfully — a negative TTL or lock delay that rounds to 0 ms
+// (which means the default and none), a limit beyond int32 — and
+// WithReentrant without a session (use names the session's method).
+// Everything else the gateway checks, and its refusal is
+// ErrInvalidArgument. It returns the request the options ask for.
+func (c *Client) acquireOptions(op, name string, s *Session, use string, opts []AcquireOption) (acquireConfig, *v1.AcquireRequest, error) {
 	var cfg acquireConfig
+	if err := c.checkOpen(op); err != nil {
+		return cfg, nil, err
+	}
 	for _, o := range opts {
 		o.applyAcquire(&cfg)
 	}
 	if err := checkTTL(op, cfg.ttl); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	switch {
 	case cfg.wait < 0:
-		return cfg, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
+		return cfg, nil, invalid(op, "wait timeout %s is negative; want 0 (until cancelled) or positive", cfg.wait)
 	case cfg.limit < 0 || cfg.limit > v1.MaxSemaphoreLimit:
-		return cfg, invalid(op, "limit %d is outside 0 (a lock) to %d", cfg.limit, v1.MaxSemaphoreLimit)
+		return cfg, nil, invalid(op, "limit %d is outside 0 (a lock) to %d", cfg.limit, v1.MaxSemaphoreLimit)
 	case cfg.lockDelay < 0:
-		return cfg, invalid(op, "lock delay %s is negative; want 0 (none) to %s", cfg.lockDelay, v1.MaxLockDelayMs*time.Millisecond)
+		return cfg, nil, invalid(op, "lock delay %s is negative; want 0 (none) to %s", cfg.lockDelay, v1.MaxLockDelayMs*time.Millisecond)
+	case cfg.reentrant && s == nil:
+		return cfg, nil, invalid(op, "WithReentrant needs a session: use Session.%s", use)
 	}
 	if cfg.requestID == "" {
 		cfg.requestID = newRequestID()
 	}
-	return cfg, nil
+	return cfg, &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID,
+		Limit: int32(cfg.limit), Reentrant: cfg.reentrant, LockDelayMs: cfg.lockDelay.Milliseconds()}, nil
 }
 
 func (c *Client) acquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (*Lock, error) {
-	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (*v1.Granted, bool, error) {
-		return acquireOnce(ctx, ep.rpc, req, onQueued)
-	}, false)
+	return c.acquireStream(ctx, fmt.Sprintf("acquire %q", name), name, s, opts, acquireOnce, false)
 }
 
 // existing settles a waiter with a TryAcquire that only answers the grant
@@ -109,10 +115,11 @@ func existing(req *v1.TryAcquireRequest) settleAgain {
 	}
 }
 
-// existingOf is the existing ask for a streaming acquire's request.
-func existingOf(req *v1.AcquireRequest, election bool) settleAgain {
-	return existing(&v1.TryAcquireRequest{Name: req.Name, TtlMs: req.TtlMs, ClientId: req.ClientId, RequestId: req.RequestId,
-		Limit: req.Limit, Reentrant: req.Reentrant, LockDelayMs: req.LockDelayMs, Election: election})
+// tryRequest is the TryAcquire of what req asks for; existing of it is the
+// existing ask of a streaming acquire.
+func tryRequest(req *v1.AcquireRequest, election bool) *v1.TryAcquireRequest {
+	return &v1.TryAcquireRequest{Name: req.Name, TtlMs: req.TtlMs, ClientId: req.ClientId, RequestId: req.RequestId,
+		Limit: req.Limit, Reentrant: req.Reentrant, LockDelayMs: req.LockDelayMs, Election: election}
 }
 
 // streamOnce runs one attempt of a streaming acquire (LockService.Acquire,
@@ -126,18 +133,10 @@ type streamOnce func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, o
 // ends without a Lock after an attempt in doubt settles its request id
 // (settle.go); election says the waiter is a campaign's.
 func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session, opts []AcquireOption, once streamOnce, election bool) (l *Lock, err error) {
-	if err := c.checkOpen(op); err != nil {
-		return nil, err
-	}
-	cfg, err := acquireOptions(op, opts)
+	cfg, req, err := c.acquireOptions(op, name, s, "Acquire", opts)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.reentrant && s == nil {
-		return nil, invalid(op, "WithReentrant needs a session: use Session.Acquire")
-	}
-	req := &v1.AcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
-		LockDelayMs: cfg.lockDelay.Milliseconds()}
 	var sc *sessionCall // this call's part in its session's settlements
 	if s != nil {
 		defer func() { sc.end(l, req.RequestId) }()
@@ -156,7 +155,7 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		waitUntil = anchor.Add(cfg.wait)
 	}
 	if s != nil {
-		if sc, err = s.beginCall(ctx, waitUntil, election, name, &req.RequestId, func() settleAgain { return existingOf(req, election) }); err != nil {
+		if sc, err = s.beginCall(ctx, waitUntil, election, name, &req.RequestId, func() settleAgain { return existing(tryRequest(req, election)) }); err != nil {
 			return nil, &opError{op: op, kind: err}
 		}
 	}
@@ -190,18 +189,14 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 		g, queued, err := once(actx, ep, req, cfg.onQueued)
 		cancelAttempt()
 		if err != nil && inDoubt(err) {
-			sc.doubt(req.RequestId, existingOf(req, election))
+			sc.doubt(req.RequestId, existing(tryRequest(req, election)))
 		}
 		if err == nil && s != nil && view.leaseFor(g.Shard) == nil {
 			c.letGo(ctx, g, waitUntil)
 			err = sessionLeaseLost(g.Shard)
 		}
 		if err == nil {
-			l, err := c.held(ctx, op, name, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil, cfg.manualRenew)
-			if l != nil {
-				l.rid = req.RequestId
-			}
-			return l, err
+			return c.held(ctx, op, name, req.RequestId, g, grantTimes{anchor: anchor, sent: sent}, s, view, waitUntil, cfg.manualRenew)
 		}
 		if s != nil && recoveries < maxSessionRecoveries {
 			// Covering the shard again is part of the wait: bounded by
@@ -210,16 +205,10 @@ func (c *Client) acquireStream(ctx context.Context, op, name string, s *Session,
 			if cfg.wait > 0 {
 				rctx, cancelRecover = withTimeout(ctx, clk, waitUntil.Sub(clk.Now())+waitGrace)
 			}
-			handled, rerr := s.recover(rctx, op, err, view)
+			handled, rerr := s.recover(rctx, op, err, view, sc, &req.RequestId)
 			cancelRecover()
 			if handled {
 				recoveries++
-				if rid := s.requestIDAfter(err, req.RequestId); rid != req.RequestId {
-					// The key an attempt left under the old id died
-					// with the old lease.
-					req.RequestId = rid
-					sc.clear()
-				}
 				if rerr == nil {
 					continue // the session covers the shard now: retry at once
 				}
@@ -275,10 +264,9 @@ func (c *Client) ctxError(op string, ctx context.Context, s *Session, last error
 	return &opError{op: op, kind: ctx.Err(), cause: last}
 }
 
-// acquireOnce runs one Acquire stream to its end. queued reports whether
-// the gateway enqueued the caller before the stream ended.
-func acquireOnce(ctx context.Context, rpc leasegatev1connect.LockServiceClient, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
-	stream, err := rpc.Acquire(ctx, connect.NewRequest(req))
+// acquireOnce is the streamOnce of LockService.Acquire.
+func acquireOnce(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
+	stream, err := ep.rpc.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, false, err
 	}
@@ -316,18 +304,11 @@ func receiveGrant[M any](stream *connect.ServerStreamForClient[M], onQueued func
 
 func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts []AcquireOption) (l *Lock, err error) {
 	op := fmt.Sprintf("try acquire %q", name)
-	if err := c.checkOpen(op); err != nil {
-		return nil, err
-	}
-	cfg, err := acquireOptions(op, opts)
+	cfg, areq, err := c.acquireOptions(op, name, s, "TryAcquire", opts)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.reentrant && s == nil {
-		return nil, invalid(op, "WithReentrant needs a session: use Session.TryAcquire")
-	}
-	req := &v1.TryAcquireRequest{Name: name, TtlMs: cfg.ttl.Milliseconds(), ClientId: c.cfg.clientID, RequestId: cfg.requestID, Limit: int32(cfg.limit), Reentrant: cfg.reentrant,
-		LockDelayMs: cfg.lockDelay.Milliseconds()}
+	req := tryRequest(areq, false)
 	anchor := c.cfg.clock.Now()
 	var sc *sessionCall // this call's part in its session's settlements
 	if s != nil {
@@ -366,11 +347,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 		}
 		if err != nil {
 			if s != nil && recoveries < maxSessionRecoveries {
-				if handled, rerr := s.recover(ctx, op, err, view); handled {
-					if rid := s.requestIDAfter(err, req.RequestId); rid != req.RequestId {
-						req.RequestId = rid
-						sc.clear()
-					}
+				if handled, rerr := s.recover(ctx, op, err, view, sc, &req.RequestId); handled {
 					if rerr != nil {
 						return nil, rerr
 					}
@@ -380,20 +357,9 @@ func (c *Client) tryAcquire(ctx context.Context, name string, s *Session, opts [
 			return nil, err
 		}
 		if !resp.Acquired || resp.Granted == nil {
-			held := &HeldError{Name: name}
-			if resp.HolderExpiresAt != nil {
-				held.HolderExpires = resp.HolderExpiresAt.AsTime()
-			}
-			if resp.DelayUntil != nil {
-				held.DelayUntil = resp.DelayUntil.AsTime()
-			}
-			return nil, held
+			return nil, &HeldError{Name: name, HolderExpires: timeOf(resp.HolderExpiresAt), DelayUntil: timeOf(resp.DelayUntil)}
 		}
-		l, err := c.held(ctx, op, name, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{}, cfg.manualRenew)
-		if l != nil {
-			l.rid = req.RequestId
-		}
-		return l, err
+		return c.held(ctx, op, name, req.RequestId, resp.Granted, grantTimes{anchor: anchor, sent: sent}, s, view, time.Time{}, cfg.manualRenew)
 	}
 }
 
@@ -434,13 +400,13 @@ type grantTimes struct {
 	anchor, sent time.Time
 }
 
-// held turns a grant into a Lock.
 // waitGrace is how long past its wait deadline an Acquire may take to
 // return: the time to confirm a grant that arrived at the deadline.
 const waitGrace = 500 * time.Millisecond
 
-func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time, manual bool) (*Lock, error) {
-	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: time.Duration(g.TtlMs) * time.Millisecond,
+// held turns a grant made under request id rid into a Lock.
+func (c *Client) held(ctx context.Context, op, name, rid string, g *v1.Granted, at grantTimes, s *Session, view *sessionView, waitUntil time.Time, manual bool) (*Lock, error) {
+	l := &Lock{c: c, name: name, id: g.LockId, shard: g.Shard, token: g.FencingToken, ttl: ms(g.TtlMs), rid: rid,
 		holds: int(max(g.HoldCount, 1))}
 	if s != nil {
 		// The attempt checked that the lease was live; if it was lost
@@ -462,13 +428,13 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 	anchor := at.anchor
 	deadline := c.deadline(at.anchor, confirmation{ttl: l.ttl})
 	if v := ms(g.ValidForMs); v > 0 {
-		deadline = minTime(deadline, c.deadline(at.sent, confirmation{ttl: l.ttl, valid: v}))
+		if d := c.deadline(at.sent, confirmation{ttl: l.ttl, valid: v}); d.Before(deadline) {
+			deadline = d
+		}
 	}
 	if clk.Now().Sub(anchor) >= time.Duration(float64(l.ttl)*c.cfg.renewFraction) {
 		// A long wait leaves only the send time of the first attempt to
 		// measure the deadline from; a renewal now gives a fresh one.
-		var sent time.Time
-		var conf confirmation
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if !waitUntil.IsZero() {
 			// Confirming the grant must not hold the caller far past
@@ -476,21 +442,16 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 			rctx, cancel = withTimeout(ctx, clk, max(waitUntil.Sub(clk.Now()), 0)+waitGrace)
 		}
 		defer cancel()
-		err := c.call(rctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-			sent = clk.Now()
-			var err error
-			conf, err = l.renewRPC(ctx, rpc)
-			return err
-		})
+		r := c.renewCall(rctx, op, l.renewRPC)
 		switch {
-		case err == nil:
-			anchor = sent
-			if conf.ttl > 0 {
-				l.ttl = conf.ttl
+		case r.err == nil:
+			anchor = r.sent
+			if r.ttl > 0 {
+				l.ttl = r.ttl
 			}
-			deadline = c.deadline(sent, confirmation{ttl: l.ttl, valid: conf.valid})
-		case proofRefused(err):
-			return nil, &opError{op: op, kind: ErrLockLost, cause: err}
+			deadline = c.deadline(r.sent, confirmation{ttl: l.ttl, valid: r.valid})
+		case proofRefused(r.err):
+			return nil, &opError{op: op, kind: ErrLockLost, cause: r.err}
 		}
 	}
 	if !clk.Now().Before(deadline) {
@@ -502,11 +463,4 @@ func (c *Client) held(ctx context.Context, op, name string, g *v1.Granted, at gr
 	l.ctx = l.keeper.ctx
 	c.watchHold(l, l.keeper.loseNow)
 	return l, nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }

@@ -3,12 +3,17 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/otelconnect"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TokenSource returns the bearer token for one call. It is called before
@@ -37,9 +42,7 @@ func WithBearerToken(token string) Option {
 // WithBearerToken or WithTokenSource. A nil src means no credentials.
 // Default: none.
 func WithTokenSource(src TokenSource) Option {
-	return optionFunc(func(c *config) {
-		c.tokens, c.staticToken, c.hasStatic = src, "", false
-	})
+	return optionFunc(func(c *config) { c.tokens, c.staticToken, c.hasStatic = src, "", false })
 }
 
 // WithTLSConfig makes the default HTTP client use cfg (cloned) for https://
@@ -175,3 +178,117 @@ func (f failedConn) Receive(any) error            { return f.err }
 func (f failedConn) ResponseHeader() http.Header  { return http.Header{} }
 func (f failedConn) ResponseTrailer() http.Header { return http.Header{} }
 func (f failedConn) CloseResponse() error         { return nil }
+
+// tlsRefusals turns a TLS handshake that failed on a certificate — the
+// gateway's, untrusted here, or ours, refused or missing there — into an
+// unauthenticated error. Connect reports it as unavailable, which the SDK
+// retries, and an Acquire would retry it until its wait ends: no retry
+// can fix a certificate.
+type tlsRefusals struct{}
+
+func (tlsRefusals) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		return resp, classifyTLS(err)
+	}
+}
+
+func (tlsRefusals) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		return tlsConn{next(ctx, spec)}
+	}
+}
+
+func (tlsRefusals) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+type tlsConn struct{ connect.StreamingClientConn }
+
+func (c tlsConn) Send(m any) error    { return classifyTLS(c.StreamingClientConn.Send(m)) }
+func (c tlsConn) Receive(m any) error { return classifyTLS(c.StreamingClientConn.Receive(m)) }
+
+// classifyTLS returns err, as an unauthenticated *connect.Error (still
+// wrapping it) when it is a certificate failure.
+func classifyTLS(err error) error {
+	if err == nil || connect.CodeOf(err) != connect.CodeUnavailable {
+		return err
+	}
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host), errors.As(err, &invalid):
+	case errors.As(err, &op) && op.Op == "remote error" && strings.HasPrefix(op.Err.Error(), "tls: "):
+		// An alert from the gateway: our certificate is missing
+		// ("certificate required"), or refused ("bad certificate",
+		// "unknown certificate authority").
+	default:
+		return err
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Unwrap() != nil {
+		err = ce.Unwrap()
+	}
+	return connect.NewError(connect.CodeUnauthenticated, err)
+}
+
+// sdkHeader marks the SDK's calls, for proxies and logs. It carries no
+// trust: the gateway continues every caller's trace, or, behind
+// --trace-public-endpoint, none.
+const sdkHeader = "Leasegate-Client"
+
+// WithTracing makes every call a client span of tp (OpenTelemetry, via
+// connectrpc.com/otelconnect) and sends its W3C trace context and baggage
+// to the gateway, whose server span, lock engine spans and etcd spans then
+// continue the caller's trace (a gateway run with --trace-public-endpoint
+// starts a new trace linked to it instead). A nil tp uses the global TracerProvider.
+// Default: no spans and no trace headers.
+func WithTracing(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tracing, c.tracerProvider = true, tp })
+}
+
+// tracingOptions are the Connect client options WithTracing adds.
+func (c *config) tracingOptions() ([]connect.ClientOption, error) {
+	if !c.tracing {
+		return nil, nil
+	}
+	opts := []otelconnect.Option{
+		otelconnect.WithPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+		otelconnect.WithoutMetrics(),
+	}
+	if c.tracerProvider != nil {
+		opts = append(opts, otelconnect.WithTracerProvider(c.tracerProvider))
+	}
+	ic, err := otelconnect.NewInterceptor(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return []connect.ClientOption{connect.WithInterceptors(sdkMark{}, ic)}, nil
+}
+
+// sdkMark sets sdkHeader on every request.
+type sdkMark struct{}
+
+func (sdkMark) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			req.Header().Set(sdkHeader, "go")
+		}
+		return next(ctx, req)
+	}
+}
+
+func (sdkMark) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set(sdkHeader, "go")
+		return conn
+	}
+}
+
+func (sdkMark) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

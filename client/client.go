@@ -1,9 +1,12 @@
 package client
 
 import (
+	"context"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -38,13 +41,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o.applyClient(&cfg)
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
-	}
-	if len(endpoints) == 0 {
-		return nil, invalid("new client", "no endpoints; want at least one gateway URL such as http://127.0.0.1:7070")
-	}
-	if err := cfg.validateAuth(endpoints); err != nil {
+	if err := cfg.validate(endpoints); err != nil {
 		return nil, &opError{op: "new client", kind: ErrInvalidArgument, cause: err}
 	}
 	switch {
@@ -77,7 +74,6 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		c.eps = append(c.eps, endpoint{url: base,
 			rpc:   leasegatev1connect.NewLockServiceClient(cfg.httpClient, base, copts...),
 			elect: leasegatev1connect.NewElectionServiceClient(cfg.httpClient, base, copts...),
-
 			admin: leasegatev1connect.NewAdminServiceClient(cfg.httpClient, base, copts...)})
 	}
 	return c, nil
@@ -123,8 +119,164 @@ func (c *Client) pick() (int, endpoint) {
 	return i, c.eps[i]
 }
 
+// endpointOf is the endpoint whose lock client is rpc (as call passes it).
+func (c *Client) endpointOf(rpc leasegatev1connect.LockServiceClient) endpoint {
+	for _, ep := range c.eps {
+		if ep.rpc == rpc {
+			return ep
+		}
+	}
+	return c.eps[0]
+}
+
+// serviceOf is ep's client of the service S.
+func serviceOf[S any](ep endpoint) S {
+	var svc any = ep.rpc
+	switch any((*S)(nil)).(type) {
+	case *leasegatev1connect.ElectionServiceClient:
+		svc = ep.elect
+	case *leasegatev1connect.AdminServiceClient:
+		svc = ep.admin
+	}
+	return svc.(S)
+}
+
 // failed moves calls to the endpoint after i, unless another call already
 // moved them.
 func (c *Client) failed(i int) {
 	c.cur.CompareAndSwap(uint32(i), uint32((i+1)%len(c.eps)))
+}
+
+// backoff yields jittered, exponentially growing pauses between retries.
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func (c *Client) newBackoff() *backoff {
+	return &backoff{initial: c.cfg.backoffInitial, max: c.cfg.backoffMax}
+}
+
+// next returns the pause before the next retry: between half and all of a
+// nominal value that doubles per call up to max.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.initial
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// rpcFunc is one attempt of a call against one gateway.
+type rpcFunc func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error
+
+// call runs fn against the current endpoint and, while failures are
+// retryable, against the next ones: at most max(3, endpoints) attempts,
+// each bounded by the request timeout. It pauses (backoff) only after
+// trying every endpoint once, since a different gateway may answer at once.
+//
+// A rate-limited attempt is retried on the same gateway after the delay the
+// gateway asked for (its RetryInfo) instead of the backoff, within the same
+// attempts: another gateway would only dodge the tenant's budget. When that
+// delay would outlast ctx, call returns the *RateLimitError at once.
+func (c *Client) call(ctx context.Context, op string, fn rpcFunc) error {
+	attempts := max(3, len(c.eps))
+	bo := c.newBackoff()
+	var last error
+	var pause time.Duration // a rate limit's delay before the next attempt
+	for a := 0; a < attempts; a++ {
+		if pause == 0 && a > 0 && a%len(c.eps) == 0 {
+			pause = bo.next()
+		}
+		if pause > 0 {
+			if err := sleep(ctx, c.cfg.clock, pause); err != nil {
+				return &opError{op: op, kind: err, cause: last}
+			}
+			pause = 0
+		}
+		err := c.attempt(ctx, c.cfg.requestTimeout, fn)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return &opError{op: op, kind: ctx.Err(), cause: err}
+		}
+		if rl := rateLimited(err); rl != nil {
+			d, ok := c.rateLimitPause(ctx, rl, time.Time{}, bo)
+			if !ok {
+				return wrap(op, err)
+			}
+			pause, last = d, err
+			continue
+		}
+		if !retryable(err) {
+			return wrap(op, err)
+		}
+		last = err
+	}
+	if rateLimited(last) != nil {
+		return wrap(op, last)
+	}
+	if Reason(last) == ReasonShardUnavailable {
+		// A gateway answered: its etcd cluster, not the gateway, is down.
+		return &opError{op: op, kind: errShardDown, cause: last}
+	}
+	return &opError{op: op, kind: ErrUnavailable, cause: last}
+}
+
+// unary is call of one method of a gateway service S (its lock, election
+// or admin client) with req: it returns the answer and when the attempt
+// answered was sent.
+func unary[S, Req, Resp any](ctx context.Context, c *Client, op string, req *Req,
+	method func(S, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) (resp *Resp, sent time.Time, err error) {
+	err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		sent = c.cfg.clock.Now()
+		r, err := method(serviceOf[S](c.endpointOf(rpc)), ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
+	return resp, sent, err
+}
+
+// renewCall is call of renew, a lease's renewal: its answer and when the
+// attempt answered was sent.
+func (c *Client) renewCall(ctx context.Context, op string, renew func(context.Context, leasegatev1connect.LockServiceClient) (confirmation, error)) (r renewResult) {
+	r.err = c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
+		r.sent = c.cfg.clock.Now()
+		var err error
+		r.confirmation, err = renew(ctx, rpc)
+		return err
+	})
+	return r
+}
+
+// errShardDown is ErrUnavailable when the gateways answer but the name's
+// etcd cluster (its shard) does not: saying no gateway is available would
+// send the operator to look at the wrong thing.
+var errShardDown error = unavailableKind("the gateway answers, but the name's shard does not")
+
+// unavailableKind is an error that is ErrUnavailable with its own words.
+type unavailableKind string
+
+func (k unavailableKind) Error() string { return string(k) }
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (k unavailableKind) Is(target error) bool { return target == ErrUnavailable }
+
+// attempt runs fn once on the current endpoint, bounded by timeout on the
+// client's clock, and moves on to the next endpoint if it fails retryably.
+func (c *Client) attempt(ctx context.Context, timeout time.Duration, fn rpcFunc) error {
+	i, ep := c.pick()
+	actx, cancel := withTimeout(ctx, c.cfg.clock, timeout)
+	defer cancel()
+	err := fn(actx, ep.rpc)
+	if err != nil && retryable(err) {
+		c.failed(i)
+	}
+	return err
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -138,10 +137,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	if len(value) > v1.MaxValueBytes {
 		return invalid(op, "value is %d bytes; the limit is %d", len(value), v1.MaxValueBytes)
 	}
-	return l.e.c.callElection(ctx, op, func(ctx context.Context, rpc leasegatev1connect.ElectionServiceClient) error {
-		_, err := rpc.Proclaim(ctx, connect.NewRequest(&v1.ProclaimRequest{LeaderId: l.lock.ID(), Value: value}))
-		return err
-	})
+	_, _, err := unary(ctx, l.e.c, op, &v1.ProclaimRequest{LeaderId: l.lock.ID(), Value: value}, leasegatev1connect.ElectionServiceClient.Proclaim)
+	return err
 }
 
 // LeaderInfo describes an election's leader.
@@ -166,19 +163,11 @@ func leaderInfo(m *v1.Leader) *LeaderInfo {
 // endpoints on transient failures.
 func (e *Election) Leader(ctx context.Context) (*LeaderInfo, error) {
 	op := fmt.Sprintf("leader %q", e.name)
-	var out *LeaderInfo
-	err := e.c.callElection(ctx, op, func(ctx context.Context, rpc leasegatev1connect.ElectionServiceClient) error {
-		r, err := rpc.Leader(ctx, connect.NewRequest(&v1.LeaderRequest{Name: e.name}))
-		if err != nil {
-			return err
-		}
-		out = leaderInfo(r.Msg.Leader)
-		return nil
-	})
+	r, _, err := unary(ctx, e.c, op, &v1.LeaderRequest{Name: e.name}, leasegatev1connect.ElectionServiceClient.Leader)
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return nil, &opError{op: op, kind: ErrNoLeader}
 	}
-	return out, err
+	return leaderInfo(r.GetLeader()), err
 }
 
 // Observe yields the election's leader now (nil when nobody leads) and
@@ -238,17 +227,4 @@ func sameLeader(a, b *LeaderInfo) bool {
 		return a == b
 	}
 	return a.Token == b.Token && a.ClientID == b.ClientID && bytes.Equal(a.Value, b.Value)
-}
-
-// callElection is call for ElectionService: the same endpoints, retries
-// and bounds.
-func (c *Client) callElection(ctx context.Context, op string, fn func(ctx context.Context, rpc leasegatev1connect.ElectionServiceClient) error) error {
-	return c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		for _, ep := range c.eps {
-			if ep.rpc == rpc {
-				return fn(ctx, ep.elect)
-			}
-		}
-		return errors.New("no endpoint serves this client") // unreachable: call passes an endpoint's
-	})
 }

@@ -75,26 +75,22 @@ type LockPage struct {
 // prefix, across every shard. pageSize 0 means the gateway's default
 // (100); pageToken is the previous page's NextPageToken, or empty.
 func (c *Client) ListLocks(ctx context.Context, prefix string, pageSize int, pageToken string) (LockPage, error) {
-	var out LockPage
-	err := c.call(ctx, fmt.Sprintf("list locks %q", prefix), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.ListLocks(ctx, connect.NewRequest(&v1.ListLocksRequest{Prefix: prefix, PageSize: int32(pageSize), PageToken: pageToken}))
-		if err != nil {
-			return err
+	m, _, err := unary(ctx, c, fmt.Sprintf("list locks %q", prefix), &v1.ListLocksRequest{Prefix: prefix, PageSize: int32(pageSize), PageToken: pageToken},
+		leasegatev1connect.LockServiceClient.ListLocks)
+	if err != nil {
+		return LockPage{}, err
+	}
+	out := LockPage{NextPageToken: m.NextPageToken}
+	for _, l := range m.Locks {
+		s := LockSummary{Name: l.Name, Kind: queueKind(l.Kind), Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
+		for _, h := range l.Holders {
+			s.Holders = append(s.Holders, LockHolder{
+				ClientID: h.ClientId, Token: h.FencingToken, Expires: timeOf(h.ExpiresAt), Since: timeOf(h.Since), Session: h.Session, TTL: ms(h.TtlMs),
+			})
 		}
-		out = LockPage{NextPageToken: r.Msg.NextPageToken}
-		for _, l := range r.Msg.Locks {
-			s := LockSummary{Name: l.Name, Kind: queueKind(l.Kind), Shard: l.Shard, Limit: int(l.Limit), Waiters: l.Waiters, ShardBreaker: l.ShardBreaker}
-			for _, h := range l.Holders {
-				s.Holders = append(s.Holders, LockHolder{
-					ClientID: h.ClientId, Token: h.FencingToken, Expires: timeOf(h.ExpiresAt), Since: timeOf(h.Since),
-					Session: h.Session, TTL: time.Duration(h.TtlMs) * time.Millisecond,
-				})
-			}
-			out.Locks = append(out.Locks, s)
-		}
-		return nil
-	})
-	return out, err
+		out.Locks = append(out.Locks, s)
+	}
+	return out, nil
 }
 
 func timeOf(t *timestamppb.Timestamp) time.Time {
@@ -158,23 +154,19 @@ func (e *Election) Queue(ctx context.Context) (Queue, error) {
 }
 
 func (c *Client) describeQueue(ctx context.Context, name string, kind v1.LockKind) (Queue, error) {
-	var out Queue
-	err := c.call(ctx, fmt.Sprintf("describe %s queue %q", queueKind(kind), name), func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := rpc.DescribeQueue(ctx, connect.NewRequest(&v1.DescribeQueueRequest{Name: name, Kind: kind}))
-		if err != nil {
-			return err
-		}
-		m := r.Msg
-		out = Queue{Name: m.Name, Kind: queueKind(m.Kind), Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
-		for _, e := range m.Entries {
-			out.Entries = append(out.Entries, QueueEntry{
-				ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,
-				Holder: e.Holder, Token: e.FencingToken, Expires: timeOf(e.ExpiresAt), TTL: time.Duration(e.TtlMs) * time.Millisecond,
-			})
-		}
-		return nil
-	})
-	return out, err
+	m, _, err := unary(ctx, c, fmt.Sprintf("describe %s queue %q", queueKind(kind), name), &v1.DescribeQueueRequest{Name: name, Kind: kind},
+		leasegatev1connect.LockServiceClient.DescribeQueue)
+	if err != nil {
+		return Queue{}, err
+	}
+	out := Queue{Name: m.Name, Kind: queueKind(m.Kind), Shard: m.Shard, Limit: int(m.Limit), Revision: m.Revision, ShardBreaker: m.ShardBreaker, Waiters: m.Waiters}
+	for _, e := range m.Entries {
+		out.Entries = append(out.Entries, QueueEntry{
+			ClientID: e.ClientId, Position: e.Position, WaitingSince: timeOf(e.WaitingSince), Session: e.Session,
+			Holder: e.Holder, Token: e.FencingToken, Expires: timeOf(e.ExpiresAt), TTL: ms(e.TtlMs),
+		})
+	}
+	return out, nil
 }
 
 // WatchMessage is one message of a Watch stream.
@@ -314,7 +306,7 @@ type Eviction struct {
 func (c *Client) ForceRelease(ctx context.Context, name, reason string, token int64) (Eviction, error) {
 	var out Eviction
 	fn := func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := c.adminOf(rpc).ForceRelease(ctx, connect.NewRequest(&v1.ForceReleaseRequest{Name: name, Reason: reason, FencingToken: token}))
+		r, err := c.endpointOf(rpc).admin.ForceRelease(ctx, connect.NewRequest(&v1.ForceReleaseRequest{Name: name, Reason: reason, FencingToken: token}))
 		if err != nil {
 			return err
 		}
@@ -347,19 +339,15 @@ type AuditPage struct {
 // ListAudit reads one page of the tenant's audit records, newest first
 // (admin role).
 func (c *Client) ListAudit(ctx context.Context, pageSize int, pageToken string) (AuditPage, error) {
-	var out AuditPage
-	err := c.call(ctx, "list audit", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		r, err := c.adminOf(rpc).ListAudit(ctx, connect.NewRequest(&v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}))
-		if err != nil {
-			return err
-		}
-		out = AuditPage{NextPageToken: r.Msg.NextPageToken}
-		for _, a := range r.Msg.Records {
-			out.Records = append(out.Records, auditRecord(a))
-		}
-		return nil
-	})
-	return out, err
+	m, _, err := unary(ctx, c, "list audit", &v1.ListAuditRequest{PageSize: int32(pageSize), PageToken: pageToken}, leasegatev1connect.AdminServiceClient.ListAudit)
+	if err != nil {
+		return AuditPage{}, err
+	}
+	out := AuditPage{NextPageToken: m.NextPageToken}
+	for _, a := range m.Records {
+		out.Records = append(out.Records, auditRecord(a))
+	}
+	return out, nil
 }
 
 func auditRecord(a *v1.AuditRecord) AuditRecord {
@@ -369,12 +357,100 @@ func auditRecord(a *v1.AuditRecord) AuditRecord {
 	}
 }
 
-// adminOf is the admin client of the endpoint whose lock client is rpc.
-func (c *Client) adminOf(rpc leasegatev1connect.LockServiceClient) leasegatev1connect.AdminServiceClient {
-	for _, ep := range c.eps {
-		if ep.rpc == rpc {
-			return ep.admin
-		}
+// Description is a lock name's state as a gateway reports it.
+type Description struct {
+	// Name is the lock's name.
+	Name string
+	// Held reports whether someone holds the lock.
+	Held bool
+	// HolderClientID is the holder's self-reported identity.
+	HolderClientID string
+	// HolderExpires is when the holder's lease lapses unless renewed, on
+	// the gateway's clock.
+	HolderExpires time.Time
+	// Token is the holder's fencing token; 0 when free.
+	Token int64
+	// Waiters is the number of waiters behind the holder.
+	Waiters int64
+	// TTL is the holder's lease TTL.
+	TTL time.Duration
+	// Shard names the etcd cluster the name lives on.
+	Shard string
+	// Limit is the name's semaphore limit: 1 for a lock, 0 when free.
+	Limit int
+	// DelayUntil, when set, is when a pending lock-delay ends at the
+	// latest: a holder that asked for one expired, and nobody is granted
+	// the name before it (WithLockDelay).
+	DelayUntil time.Time
+	// Holders lists every holder, oldest first: one for a lock, up to
+	// Limit for a semaphore. The Holder… fields and Token describe the
+	// first.
+	Holders []Holder
+}
+
+// Holder is one holder of a name.
+type Holder struct {
+	// ClientID is the holder's self-reported identity.
+	ClientID string
+	// Expires is when its lease lapses unless renewed, on the gateway's
+	// clock.
+	Expires time.Time
+	// Token is its fencing token.
+	Token int64
+	// TTL is its lease TTL.
+	TTL time.Duration
+}
+
+// Describe reports a name's holder and queue. It blocks for the call,
+// retried on other endpoints on transient failures.
+func (c *Client) Describe(ctx context.Context, name string) (Description, error) {
+	op := fmt.Sprintf("describe %q", name)
+	m, _, err := unary(ctx, c, op, &v1.DescribeRequest{Name: name}, leasegatev1connect.LockServiceClient.Describe)
+	if err != nil {
+		return Description{}, err
 	}
-	return c.eps[0].admin
+	d := Description{
+		Name: m.Name, Held: m.Held, HolderClientID: m.HolderClientId, HolderExpires: timeOf(m.HolderExpiresAt), Token: m.FencingToken,
+		Waiters: m.Waiters, TTL: ms(m.TtlMs), Shard: m.Shard, Limit: int(m.Limit), DelayUntil: timeOf(m.DelayUntil),
+	}
+	for _, h := range m.Holders {
+		d.Holders = append(d.Holders, Holder{ClientID: h.ClientId, Expires: h.ExpiresAt.AsTime(), Token: h.FencingToken, TTL: ms(h.TtlMs)})
+	}
+	return d, nil
+}
+
+// Renewal is a gateway's answer to RenewByID.
+type Renewal struct {
+	// Expires is the lease's conservative expiry on the gateway's clock.
+	Expires time.Time
+	// TTL is the lease's effective TTL.
+	TTL time.Duration
+	// Deadline is conservative on this client's clock: the send time of
+	// the renewal that was answered plus the tighter of TTL and what the
+	// gateway said the lease owes from the request's arrival, less the
+	// safety margin. Unlike Expires it needs no clock agreement.
+	Deadline time.Time
+}
+
+// RenewByID renews a lock known only by its id and token, such as one
+// acquired by another process (leasectl acquire). Locks from Acquire renew
+// themselves; this is for the rest. It blocks for the call, retried on
+// other endpoints on transient failures, and fails with an error wrapping
+// ErrLockLost when the lock expired or was taken over.
+func (c *Client) RenewByID(ctx context.Context, lockID string, token int64) (Renewal, error) {
+	r, sent, err := unary(ctx, c, "renew", &v1.RenewRequest{LockId: lockID, FencingToken: token}, leasegatev1connect.LockServiceClient.Renew)
+	if err != nil {
+		return Renewal{}, err
+	}
+	ttl := ms(r.TtlMs)
+	return Renewal{TTL: ttl, Expires: timeOf(r.ExpiresAt), Deadline: c.deadline(sent, confirmation{ttl: ttl, valid: ms(r.ValidForMs)})}, nil
+}
+
+// ReleaseByID frees a lock known only by its id and token. It is
+// idempotent: released is false, with no error, when the lock was already
+// gone, and it never frees a newer holder's lock. It blocks for the call,
+// retried on other endpoints on transient failures.
+func (c *Client) ReleaseByID(ctx context.Context, lockID string, token int64) (released bool, err error) {
+	r, _, err := unary(ctx, c, "release", &v1.ReleaseRequest{LockId: lockID, FencingToken: token}, leasegatev1connect.LockServiceClient.Release)
+	return r.GetReleased(), err
 }

@@ -106,9 +106,6 @@ func (k *keeper) Deadline() time.Time {
 	return k.deadline
 }
 
-// interval is the pause between a confirmation and the next renewal.
-func (k *keeper) interval() time.Duration { return k.c.renewInterval(k.ttl) }
-
 // renewInterval is the jittered pause between a confirmation of a lease of
 // ttl and the next renewal, for locks and sessions alike: TTL × renew
 // fraction, ±10%.
@@ -144,7 +141,7 @@ func (k *keeper) run(anchor time.Time) {
 		}
 		renewT = clk.NewTimer(d)
 	}
-	schedule(anchor.Add(k.interval()).Sub(clk.Now()))
+	schedule(anchor.Add(k.c.renewInterval(k.ttl)).Sub(clk.Now()))
 	defer func() {
 		deadlineT.Stop()
 		if renewT != nil {
@@ -156,7 +153,7 @@ func (k *keeper) run(anchor time.Time) {
 	process := func(r renewResult) (lost bool) {
 		if now := clk.Now(); !now.Before(deadline) {
 			// Never later than the deadline, even if an answer raced it.
-			k.lose(k.unconfirmed(deadline, r.err))
+			k.lose(k.lostErr(deadlinePassed(deadline, r.err)))
 			return true
 		}
 		switch {
@@ -171,20 +168,14 @@ func (k *keeper) run(anchor time.Time) {
 			}
 			last = nil
 			bo.reset()
-			schedule(r.sent.Add(k.interval()).Sub(clk.Now()))
+			schedule(r.sent.Add(k.c.renewInterval(k.ttl)).Sub(clk.Now()))
 		case proofRefused(r.err):
 			k.lose(k.lostErr(r.err))
 			k.observe(r)
 			return true
 		default:
 			last = r.err
-			pause := bo.next()
-			if rl := rateLimited(r.err); rl != nil && rl.RetryAfter > 0 {
-				// The gateway says when its rate allows the next
-				// renewal; the deadline timer still bounds the wait.
-				pause = rl.RetryAfter
-			}
-			schedule(pause)
+			schedule(retryPause(bo, r.err))
 		}
 		k.observe(r)
 		return false
@@ -194,7 +185,7 @@ func (k *keeper) run(anchor time.Time) {
 		case <-k.stopc:
 			return
 		case <-deadlineT.C():
-			k.lose(k.unconfirmed(deadline, last))
+			k.lose(k.lostErr(deadlinePassed(deadline, last)))
 			return
 		case <-timerC(renewT):
 			if inflight {
@@ -263,14 +254,21 @@ func (k *keeper) attempt(ctx context.Context) renewResult {
 	return renewResult{sent: sent, confirmation: conf, err: err}
 }
 
-// unconfirmed is the cause of a loss by deadline.
-func (k *keeper) unconfirmed(deadline time.Time, last error) error {
-	cause := &opError{
-		op:    fmt.Sprintf("no gateway confirmed the lease before its deadline %s", deadline.Format(time.RFC3339Nano)),
-		kind:  ErrUnavailable,
-		cause: last,
+// deadlinePassed is the cause of a loss by deadline, for locks and
+// sessions alike; last is why the lease was last not confirmed.
+func deadlinePassed(deadline time.Time, last error) error {
+	return &opError{op: fmt.Sprintf("no gateway confirmed the lease before its deadline %s", deadline.Format(time.RFC3339Nano)), kind: ErrUnavailable, cause: last}
+}
+
+// retryPause is the pause before a renewer's next attempt after err: the
+// backoff's, or the delay a gateway's rate limit asked for (it says when its
+// rate allows the next renewal; the deadline timer still bounds the wait).
+func retryPause(bo *backoff, err error) time.Duration {
+	pause := bo.next()
+	if rl := rateLimited(err); rl != nil && rl.RetryAfter > 0 {
+		return rl.RetryAfter
 	}
-	return k.lostErr(cause)
+	return pause
 }
 
 // loseNow ends the lease with err, learnt outside the renewals: the run
@@ -304,4 +302,70 @@ func (k *keeper) stop(cause error) (lost error) {
 	<-k.done
 	k.cancel(cause)
 	return k.lost()
+}
+
+// WithManualRenew turns the background renewal of the lock off: the lock
+// lives until its conservative deadline (Lock.Expires) unless the caller
+// renews it with Lock.Renew before then, which moves the deadline. Its
+// Context still ends, with ErrLockLost, at the deadline, or at once when a
+// gateway proves it lost. Use it when the work knows better than a timer
+// when it needs more time (a batch that renews between steps), as a lease
+// in etcd's concurrency package is kept by hand. Default off: the SDK
+// renews every TTL/3. Locks acquired through a Session ignore it: the
+// session keeps their lease.
+func WithManualRenew() AcquireOption {
+	return acquireFunc(func(c *acquireConfig) { c.manualRenew = true })
+}
+
+// Renew renews the lock's lease now and returns its new conservative
+// deadline (what Expires reports from then on). It blocks until a gateway
+// confirms the lease, the retries (every endpoint, at least 3 attempts)
+// are spent, or ctx ends. It works whether or not the lock was acquired
+// WithManualRenew; the background renewal, if on, counts its next renewal
+// from this one's answer.
+//
+// A gateway proving the lock gone ends the lock (Done closes) and Renew
+// returns an error wrapping ErrLockLost, as Err does. A renewal that no
+// gateway answered in time leaves the lock held until its unchanged
+// deadline and returns an error wrapping ErrUnavailable (or
+// ErrRateLimited); calling Renew again retries. Renew on a lock lost or
+// released returns Err. A session lock has no lease of its own: Renew
+// returns an error wrapping ErrInvalidArgument.
+func (l *Lock) Renew(ctx context.Context) (deadline time.Time, err error) {
+	op := "renew " + l.op()
+	if l.keeper == nil {
+		return time.Time{}, invalid(op, "the lock belongs to a session, which keeps its lease; renew the session instead")
+	}
+	if err := l.Err(); err != nil {
+		return time.Time{}, err
+	}
+	k := l.keeper
+	clk := l.c.cfg.clock
+	// A renewal is worth trying only while the lock can still be proven
+	// held: the attempts (and any rate-limit pause) end at its deadline,
+	// or when the keeper stops.
+	ctx, cancel := withTimeout(ctx, clk, k.Deadline().Sub(clk.Now()))
+	defer cancel()
+	go func() { // ends with ctx, which the deferred cancel ends
+		select {
+		case <-k.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	r := l.c.renewCall(ctx, op, k.renew)
+	m := manualRenewal{result: r, processed: make(chan struct{})}
+	select {
+	case k.manualc <- m:
+		<-m.processed
+	case <-k.done:
+		// Stopped or lost meanwhile: the lock's own error says which.
+	}
+	if err := l.Err(); err != nil {
+		return time.Time{}, err
+	}
+	if r.err != nil {
+		return time.Time{}, r.err
+	}
+	return k.Deadline(), nil
 }

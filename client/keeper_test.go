@@ -54,8 +54,8 @@ func TestKeeperIntervalJitter(t *testing.T) {
 	k, _, _ := keeperFixture(t, 30*time.Second, func(context.Context) (confirmation, error) { return confirmation{ttl: 30 * time.Second}, nil })
 	lo, hi := 9*time.Second, 11*time.Second
 	for i := 0; i < 1000; i++ {
-		if d := k.interval(); d < lo || d > hi {
-			t.Fatalf("interval() = %s; want within [%s, %s] (TTL/3 ± 10%%)", d, lo, hi)
+		if d := k.c.renewInterval(k.ttl); d < lo || d > hi {
+			t.Fatalf("renewInterval(%s) = %s; want within [%s, %s] (TTL/3 ± 10%%)", k.ttl, d, lo, hi)
 		}
 	}
 }

@@ -90,7 +90,9 @@ func defaultConfig() config {
 	}
 }
 
-func (c *config) validate() error {
+// validate checks the options, then that there are endpoints, then the
+// credential and TLS options against them.
+func (c *config) validate(endpoints []string) error {
 	switch {
 	case c.protocol < ProtocolConnect || c.protocol > ProtocolGRPCWeb:
 		return fmt.Errorf("protocol %d: want ProtocolConnect, ProtocolGRPC or ProtocolGRPCWeb", int(c.protocol))
@@ -108,8 +110,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("request timeout %s must be positive", c.requestTimeout)
 	case c.maxRenewals < 1:
 		return fmt.Errorf("max renewals in flight %d: want at least 1", c.maxRenewals)
+	case len(endpoints) == 0:
+		return fmt.Errorf("no endpoints; want at least one gateway URL such as http://127.0.0.1:7070")
 	}
-	return nil
+	return c.validateAuth(endpoints)
 }
 
 func defaultClientID() string {
@@ -200,12 +204,7 @@ func WithRenewFraction(f float64) Option {
 // between this process and etcd (1% is far above real drift) and the
 // delay between the cancel and your code noticing it.
 func WithSafetyMargin(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			d = 0
-		}
-		c.margin = d
-	})
+	return optionFunc(func(c *config) { c.margin = max(d, 0) })
 }
 
 // WithRetryBackoff sets the pause between retries of a failed call: it

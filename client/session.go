@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 )
@@ -76,17 +74,7 @@ func (c *Client) OpenSession(ctx context.Context, opts ...SessionOption) (*Sessi
 	if err := checkTTL(op, cfg.ttl); err != nil {
 		return nil, err
 	}
-	clk := c.cfg.clock
-	var resp *v1.OpenSessionResponse
-	var sent time.Time
-	err := c.call(ctx, op, func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		sent = clk.Now()
-		r, err := rpc.OpenSession(ctx, connect.NewRequest(&v1.OpenSessionRequest{ClientId: c.cfg.clientID, TtlMs: cfg.ttl.Milliseconds()}))
-		if err == nil {
-			resp = r.Msg
-		}
-		return err
-	})
+	resp, sent, err := unary(ctx, c, op, &v1.OpenSessionRequest{ClientId: c.cfg.clientID, TtlMs: cfg.ttl.Milliseconds()}, leasegatev1connect.LockServiceClient.OpenSession)
 	if err != nil {
 		return nil, err
 	}
@@ -197,12 +185,7 @@ func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Err returns nil while the session holds a live lease, an error wrapping
 // ErrSessionLost once every lease is lost, or ErrClosed after Close.
-func (s *Session) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
+func (s *Session) Err() error { return context.Cause(s.ctx) }
 
 // check fails when the session is over.
 func (s *Session) check(op string) error {
@@ -265,17 +248,11 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
-	if !free {
-		s.closed = true
-		s.freed.Store(true)
-		return nil
-	}
-	err := s.c.call(ctx, "close session", func(ctx context.Context, rpc leasegatev1connect.LockServiceClient) error {
-		_, err := rpc.CloseSession(ctx, connect.NewRequest(&v1.CloseSessionRequest{SessionId: view.id}))
-		return err
-	})
-	if err != nil && lost == nil {
-		return err
+	if free {
+		_, _, err := unary(ctx, s.c, "close session", &v1.CloseSessionRequest{SessionId: view.id}, leasegatev1connect.LockServiceClient.CloseSession)
+		if err != nil && lost == nil {
+			return err
+		}
 	}
 	s.closed = true
 	s.freed.Store(true)

@@ -31,9 +31,6 @@ type sessionRenewal struct {
 	err    error
 }
 
-// interval is the pause between a confirmation and the next keepalive.
-func (s *Session) interval() time.Duration { return s.c.renewInterval(s.ttl) }
-
 func (s *Session) run(anchor time.Time) {
 	defer close(s.done)
 	clk := s.c.cfg.clock
@@ -50,7 +47,7 @@ func (s *Session) run(anchor time.Time) {
 	// the cause a loss at its deadline reports.
 	unconfirmed := map[string]error{}
 
-	renewT := clk.NewTimer(anchor.Add(s.interval()).Sub(clk.Now()))
+	renewT := clk.NewTimer(anchor.Add(s.c.renewInterval(s.ttl)).Sub(clk.Now()))
 	var deadlineT Timer
 	var armed time.Time
 	defer func() {
@@ -70,17 +67,13 @@ func (s *Session) run(anchor time.Time) {
 				deadlineT = clk.NewTimer(next.Sub(clk.Now()))
 			}
 		}
-		var deadlineC <-chan time.Time
-		if deadlineT != nil {
-			deadlineC = deadlineT.C()
-		}
 		select {
 		case <-s.stopc:
 			return
 		case <-s.ctx.Done():
 			return // every lease is lost
 		case <-s.kick:
-		case <-deadlineC:
+		case <-timerC(deadlineT):
 			deadlineT, armed = nil, time.Time{}
 			s.expire(clk.Now(), unconfirmed)
 		case <-renewT.C():
@@ -100,27 +93,19 @@ func (s *Session) run(anchor time.Time) {
 			// Never later than a deadline, even if an answer raced it.
 			s.expire(clk.Now(), unconfirmed)
 			partial := s.apply(r, unconfirmed)
-			switch {
-			case r.err == nil && !partial:
+			if r.err == nil && !partial {
 				bo.reset()
-				renewT = clk.NewTimer(r.sent.Add(s.interval()).Sub(clk.Now()))
-			case rateLimited(r.err) != nil:
-				// The gateway's rate refused the keepalive: ask the same
-				// gateway again when it says, until the deadlines pass.
-				pause := bo.next()
-				if d := rateLimited(r.err).RetryAfter; d > 0 {
-					pause = d
-				}
-				renewT = clk.NewTimer(pause)
-			default:
-				// A shard or the gateway did not answer: try again soon,
-				// until the deadlines pass; on the next gateway only when
-				// this one failed (a partial answer or a refusal is the
-				// shard's, not the gateway's).
-				if r.err != nil && !proofRefused(r.err) {
+				renewT = clk.NewTimer(r.sent.Add(s.c.renewInterval(s.ttl)).Sub(clk.Now()))
+			} else {
+				// A shard or the gateway did not answer, or the gateway's
+				// rate refused the keepalive: try again soon (when a rate
+				// limit says), until the deadlines pass; on the next
+				// gateway only when this one failed (a partial answer, a
+				// refusal or a rate limit is not the gateway's failure).
+				if r.err != nil && !proofRefused(r.err) && rateLimited(r.err) == nil {
 					s.c.failed(r.ep)
 				}
-				renewT = clk.NewTimer(bo.next())
+				renewT = clk.NewTimer(retryPause(bo, r.err))
 			}
 			s.observe(r, partial)
 		}
@@ -145,12 +130,7 @@ func (s *Session) expire(now time.Time, unconfirmed map[string]error) {
 		if now.Before(d) {
 			continue
 		}
-		cause := &opError{
-			op:    fmt.Sprintf("no gateway confirmed the lease before its deadline %s", d.Format(time.RFC3339Nano)),
-			kind:  ErrUnavailable,
-			cause: unconfirmed[l.shard],
-		}
-		s.loseLease(l, leaseLost(l.shard, cause))
+		s.loseLease(l, leaseLost(l.shard, deadlinePassed(d, unconfirmed[l.shard])))
 	}
 }
 
@@ -170,11 +150,9 @@ func (s *Session) attempt(ctx context.Context, v *sessionView, leases []*shardLe
 	actx, cancel := withTimeout(ctx, clk, min(s.c.cfg.requestTimeout, s.ttl/4))
 	defer cancel()
 	resp, err := ep.rpc.KeepAliveSession(actx, connect.NewRequest(req))
-	if err != nil {
-		r.err = err
-		return r
+	if r.err = err; err == nil {
+		r.resp = resp.Msg
 	}
-	r.resp = resp.Msg
 	return r
 }
 

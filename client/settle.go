@@ -36,8 +36,7 @@ import (
 // settlement released that grant, under a fresh id (takeOver). Should it
 // end without a lock in its turn, it settles with the lost call's ask.
 //
-// settleKey is what claims and settlements are kept by: the gateway's
-// waiter, a lock's or an election's name and the request id.
+// settleKey is the waiter's key in claims and settlements.
 func settleKey(election bool, name, rid string) string {
 	kind := "lock"
 	if election {
@@ -120,10 +119,7 @@ func (s *Session) takeOver(ctx context.Context, until time.Time, rid string) (to
 		bound = t.C()
 	}
 	select {
-	case <-m.done:
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return true, prev, m.released, nil
+	case <-m.done: // ended: m.ended is set
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-bound:
@@ -291,8 +287,8 @@ func (s *Session) settleNow(rid string, m *settlement, again settleAgain) {
 			s.settle.mu.Unlock()
 			return
 		}
-		if err == nil || !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {
-			return // released, or a gateway answered that nothing is left to release
+		if !retryable(err) && rateLimited(err) == nil && ctx.Err() == nil {
+			return // a gateway answered that nothing is left to release
 		}
 		if ctx.Err() == nil {
 			c.failed(i)
