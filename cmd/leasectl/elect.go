@@ -14,7 +14,6 @@ import (
 func newElectCmd(g *globals) *cobra.Command {
 	var a acquireFlags
 	var value string
-	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:     "elect NAME [--value V] [--ttl 30s] [--wait 1m] [--grace 10s] -- CMD [ARGS...]",
 		Example: `  leasectl elect scheduler --value "$(hostname):8080" --ttl 10s -- ./scheduler`,
@@ -49,7 +48,7 @@ CMD.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
-			c, opts, grace, err := a.supervised(g, cmd, name, grace)
+			c, opts, grace, err := a.supervised(g, cmd, name)
 			if err != nil {
 				return err
 			}
@@ -68,10 +67,8 @@ CMD.`,
 			}, grace, argv)
 		},
 	}
-	a.register(cmd, true)
+	a.registerSupervised(cmd)
 	cmd.Flags().StringVar(&value, "value", "", "the leader's value while it leads, as Leader and observe report it (at most 4096 bytes)")
-	cmd.Flags().DurationVar(&grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
-	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
 	return cmd
 }
 
@@ -118,22 +115,19 @@ may not be shown).
 --json (or --output json) prints one JSON object per line.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			p := g.printer()
 			p.json = p.json || asJSON
-			for info, err := range c.Election(args[0]).Observe(cmd.Context()) {
-				if err != nil {
-					return err
+			return g.withClient(func(c *client.Client) error {
+				for info, err := range c.Election(args[0]).Observe(cmd.Context()) {
+					if err != nil {
+						return err
+					}
+					if err := p.print(leaderFields(time.Now(), info)...); err != nil {
+						return err
+					}
 				}
-				if err := p.print(leaderFields(time.Now(), info)...); err != nil {
-					return err
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line (as --output json)")

@@ -270,17 +270,24 @@ func (g *globals) callCtx(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, g.timeout)
 }
 
-// call runs one unary call of a command: it builds a client from the
-// shared flags, bounds ctx by --timeout, and closes the client after.
-func (g *globals) call(ctx context.Context, do func(context.Context, *client.Client) error) error {
+// withClient runs do with a client built from the shared flags and closes
+// the client after.
+func (g *globals) withClient(do func(*client.Client) error) error {
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := g.callCtx(ctx)
-	defer cancel()
-	return do(ctx, c)
+	return do(c)
+}
+
+// call runs one unary call of a command, bounded by --timeout (withClient).
+func (g *globals) call(ctx context.Context, do func(context.Context, *client.Client) error) error {
+	return g.withClient(func(c *client.Client) error {
+		ctx, cancel := g.callCtx(ctx)
+		defer cancel()
+		return do(ctx, c)
+	})
 }
 
 // args validators that report usage errors.

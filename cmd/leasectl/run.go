@@ -20,7 +20,6 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var a acquireFlags
 	var name string
-	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "run --lock NAME [--ttl 30s] [--wait 1m] [--grace 10s] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock; stop it before the lock can lapse",
@@ -87,31 +86,40 @@ is granted within --wait, run exits with status 3 without running CMD.`,
 			if name == "" {
 				return usagef("--lock is required")
 			}
-			c, opts, grace, err := a.supervised(g, cmd, name, grace)
+			c, opts, grace, err := a.supervised(g, cmd, name)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			return runLocked(cmd.Context(), g, c, name, opts, grace, args)
+			return runHeld(cmd.Context(), g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
+				return holdLock(ctx, c, name, opts)
+			}, grace, args)
 		},
 	}
-	a.register(cmd, true)
+	a.registerSupervised(cmd)
 	cmd.Flags().StringVar(&name, "lock", "", "name of the lock to hold (required)")
-	cmd.Flags().DurationVar(&grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
-	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
 	// Everything after CMD belongs to CMD, even without "--".
 	cmd.Flags().SetInterspersed(false)
 	return cmd
 }
 
+// registerSupervised registers the flags of run and elect: acquire's and
+// --grace.
+func (a *acquireFlags) registerSupervised(cmd *cobra.Command) {
+	a.register(cmd, true)
+	cmd.Flags().DurationVar(&a.grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
+	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
+}
+
 // supervised is what run and elect need before they wait: the wait's
 // options, the --grace to use, and a client.
-func (a *acquireFlags) supervised(g *globals, cmd *cobra.Command, name string, grace time.Duration) (*client.Client, []client.AcquireOption, time.Duration, error) {
+func (a *acquireFlags) supervised(g *globals, cmd *cobra.Command, name string) (*client.Client, []client.AcquireOption, time.Duration, error) {
 	opts, err := a.waitOptions(g, name)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if grace, err = graceFor(a.ttl, grace, cmd.Flags().Changed("grace")); err != nil {
+	grace, err := graceFor(a.ttl, a.grace, cmd.Flags().Changed("grace"))
+	if err != nil {
 		return nil, nil, 0, err
 	}
 	c, err := g.client()
@@ -155,13 +163,6 @@ func handledSignals() []os.Signal {
 // isStop reports whether sig tells leasectl to stop, rather than being only
 // forwarded to CMD.
 func isStop(sig syscall.Signal) bool { return slices.Contains(stopSignals, os.Signal(sig)) }
-
-// runLocked holds the lock while argv runs.
-func runLocked(ctx context.Context, g *globals, c *client.Client, name string, opts []client.AcquireOption, grace time.Duration, argv []string) error {
-	return runHeld(ctx, g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
-		return holdLock(ctx, c, name, opts)
-	}, grace, argv)
-}
 
 // holdLock waits for the lock name and returns it as what CMD runs under.
 func holdLock(ctx context.Context, c *client.Client, name string, opts []client.AcquireOption) (*holding, error) {
