@@ -84,7 +84,7 @@ func (r *Router) RegisterMetrics(mp metric.MeterProvider, cfg MetricsConfig) (st
 					continue
 				}
 				cctx, ccancel := context.WithTimeout(ctx, cfg.CountTimeout)
-				n, err := b.countKeys(cctx)
+				n, err := b.Engine.CountAllLocks(cctx)
 				ccancel()
 				mu.Lock()
 				if err == nil {
