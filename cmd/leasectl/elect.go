@@ -73,13 +73,12 @@ CMD.`,
 }
 
 func leaderFields(at time.Time, info *client.LeaderInfo) []field {
-	fs := []field{{"TIME", "time", at}}
-	if info == nil {
-		return append(fs, field{"LEADING", "leading", false}, field{"LEADER", "clientId", ""},
-			field{"TOKEN", "fencingToken", int64(0)}, field{"VALUE", "value", ""})
+	leading := info != nil
+	if !leading {
+		info = &client.LeaderInfo{}
 	}
-	return append(fs, field{"LEADING", "leading", true}, field{"LEADER", "clientId", info.ClientID},
-		field{"TOKEN", "fencingToken", info.Token}, field{"VALUE", "value", string(info.Value)})
+	return []field{{"TIME", "time", at}, {"LEADING", "leading", leading}, {"LEADER", "clientId", info.ClientID},
+		{"TOKEN", "fencingToken", info.Token}, {"VALUE", "value", string(info.Value)}}
 }
 
 func newLeaderCmd(g *globals) *cobra.Command {

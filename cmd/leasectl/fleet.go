@@ -136,7 +136,11 @@ id, a request id or a secret.`,
 				}
 				p := g.batchPrinter()
 				defer p.flush()
+				held := int64(0)
 				for _, e := range q.Entries {
+					if e.Holder {
+						held++
+					}
 					if err := p.print(
 						field{"POS", "position", e.Position},
 						field{"CLIENT", "clientId", e.ClientID},
@@ -154,7 +158,7 @@ id, a request id or a secret.`,
 				if len(q.Entries) == 0 && !p.json {
 					fmt.Fprintf(g.stdout, "%s is free (shard %s)\n", termSafe(q.Name), termSafe(q.Shard))
 				}
-				if held, shown := countHolders(q.Entries), int64(len(q.Entries)); shown > 0 && shown < q.Waiters+held {
+				if shown := int64(len(q.Entries)); shown > 0 && shown < q.Waiters+held {
 					cmd.PrintErrf("leasectl: %d more waiters not shown (the answer is cut to fit one message)\n", q.Waiters+held-shown)
 				}
 				return nil
@@ -163,17 +167,6 @@ id, a request id or a secret.`,
 	}
 	cmd.Flags().BoolVar(&election, "election", false, "NAME is an election's: list its leader and campaigners")
 	return cmd
-}
-
-// countHolders counts the holders among a queue's entries.
-func countHolders(es []client.QueueEntry) int64 {
-	n := int64(0)
-	for _, e := range es {
-		if e.Holder {
-			n++
-		}
-	}
-	return n
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
