@@ -1,19 +1,8 @@
 // Command leasectl is the command-line client of leasegate: it acquires,
-// renews, releases and describes locks, lists them and their queues,
-// streams their events, evicts holders as an administrator (with an audit
-// trail), runs a command while holding a lock (leasectl run) or while
-// leading an election (leasectl elect); leasectl leader and observe show an
-// election's leader.
-//
-// Exit statuses: 0 success; 1 error (for example no gateway reachable);
-// 2 bad flags or arguments (including ones a gateway refuses); 3 the lock
-// was not acquired (held, or the wait timed out; for leader: nobody leads);
-// 4 the lock (or leadership) was lost; 5 refused: the tenant may not use
-// the name, or the lock id is not the caller's; 6 a rate limit or a quota
-// refused the call (retry later, or after some locks end); 7 a gateway
-// failed unexpectedly (a bug or a version mismatch, not an outage).
-// leasectl run and elect otherwise exit with the command's status, or
-// 128+N when stop signal N came before the command started.
+// renews, releases and inspects locks, runs a command while holding a lock
+// or leading an election, and evicts holders as an administrator.
+// "leasectl --help" lists its commands and exit statuses (the exit*
+// constants below).
 package main
 
 import (
@@ -33,15 +22,16 @@ import (
 	"github.com/leasegate/leasegate/client"
 )
 
-// Exit statuses.
+// Exit statuses. run and elect otherwise exit with the command's status,
+// or 128+N when stop signal N came before the command started.
 const (
-	exitError       = 1
-	exitUsage       = 2
-	exitNotAcquired = 3
-	exitLost        = 4
-	exitRefused     = 5 // client.ErrPermissionDenied, client.ErrNotOwner, client.ErrLimitMismatch
-	exitLimited     = 6 // client.ErrRateLimited, client.ErrQuotaExceeded
-	exitInternal    = 7 // client.ErrInternal
+	exitError       = 1 // for example no gateway reachable
+	exitUsage       = 2 // bad flags or arguments, including ones a gateway refuses
+	exitNotAcquired = 3 // held, or the wait timed out; for leader: nobody leads
+	exitLost        = 4 // the lock (or leadership) was lost
+	exitRefused     = 5 // the tenant may not use the name, or the lock id is not the caller's: client.ErrPermissionDenied, ErrNotOwner, ErrLimitMismatch
+	exitLimited     = 6 // a rate limit or a quota: client.ErrRateLimited, ErrQuotaExceeded
+	exitInternal    = 7 // the gateway failed unexpectedly (a bug or a version mismatch, not an outage): client.ErrInternal
 )
 
 // usageError marks bad flags or arguments.
