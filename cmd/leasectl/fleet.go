@@ -67,7 +67,7 @@ func walkPages[T any](ctx context.Context, g *globals, pf pageFlags, fetch func(
 		defer p.flush()
 		tok, n := "", 0
 		for {
-			cctx, cancel := g.callCtx(ctx)
+			cctx, cancel := context.WithTimeout(ctx, g.timeout)
 			items, next, err := fetch(cctx, c, tok)
 			cancel()
 			if err != nil {

@@ -201,9 +201,3 @@ can never free a newer holder's lock.`,
 			return g.printer().print(field{"RELEASED", "released", released})
 		})
 }
-
-// releaseCtx is a fresh, bounded context for a release that must happen
-// even when the command's context was cancelled by a signal.
-func (g *globals) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
-}

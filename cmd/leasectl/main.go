@@ -206,15 +206,16 @@ unexpectedly. "leasectl run" otherwise exits with the command's status, or
 	return cmd
 }
 
+// protocols are the values of --protocol.
+var protocols = map[string]client.Protocol{"connect": client.ProtocolConnect, "grpc": client.ProtocolGRPC, "grpcweb": client.ProtocolGRPCWeb}
+
 // validate checks the shared flags and fills the endpoints from the
 // environment.
 func (g *globals) validate(fs *pflag.FlagSet) error {
 	if g.output != "table" && g.output != "json" {
 		return usagef("--output %q: want table or json", g.output)
 	}
-	switch g.protocol {
-	case "connect", "grpc", "grpcweb":
-	default:
+	if _, ok := protocols[g.protocol]; !ok {
 		return usagef("--protocol %q: want connect, grpc or grpcweb", g.protocol)
 	}
 	if g.timeout <= 0 {
@@ -238,26 +239,15 @@ func (g *globals) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, client.WithRequestTimeout(g.timeout))
+	opts = append(opts, client.WithRequestTimeout(g.timeout), client.WithProtocol(protocols[g.protocol]))
 	if g.clientID != "" {
 		opts = append(opts, client.WithClientID(g.clientID))
-	}
-	switch g.protocol {
-	case "grpc":
-		opts = append(opts, client.WithProtocol(client.ProtocolGRPC))
-	case "grpcweb":
-		opts = append(opts, client.WithProtocol(client.ProtocolGRPCWeb))
 	}
 	c, err := client.New(g.endpoints, opts...)
 	if errors.Is(err, client.ErrInvalidArgument) {
 		return nil, usageError{err}
 	}
 	return c, err
-}
-
-// callCtx bounds a command's unary calls by --timeout.
-func (g *globals) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, g.timeout)
 }
 
 // withClient runs do with a client built from the shared flags and closes
@@ -274,7 +264,7 @@ func (g *globals) withClient(do func(*client.Client) error) error {
 // call runs one unary call of a command, bounded by --timeout (withClient).
 func (g *globals) call(ctx context.Context, do func(context.Context, *client.Client) error) error {
 	return g.withClient(func(c *client.Client) error {
-		ctx, cancel := g.callCtx(ctx)
+		ctx, cancel := context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 		return do(ctx, c)
 	})

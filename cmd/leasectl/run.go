@@ -220,7 +220,8 @@ func runGranted(ctx context.Context, g *globals, what string, w waited, grace ti
 	lock, stop, err := w.lock, w.stop, w.err
 	if lock != nil {
 		defer func() {
-			rctx, cancel := g.releaseCtx(ctx)
+			// The release must happen even when a signal cancelled ctx.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 			defer cancel()
 			if err := lock.release(rctx); err != nil {
 				fmt.Fprintf(os.Stderr, "leasectl: release %s: %v (it lapses at its TTL)\n", what, firstLine(g.creds.explain(err).Error()))

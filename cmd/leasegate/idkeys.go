@@ -65,6 +65,12 @@ printed.`,
 		}
 		return printIDKeys(cmd.OutOrStdout(), k)
 	}
+	// update applies change to the stored keys (server.UpdateIDKeys).
+	update := func(cmd *cobra.Command, change func(*gateway.IDKeys) (*gateway.IDKeys, error)) error {
+		return run(cmd, func(ctx context.Context, cli *clientv3.Client) (*gateway.IDKeys, error) {
+			return server.UpdateIDKeys(ctx, cli, prefix, change)
+		})
+	}
 	rotate := &cobra.Command{
 		Use:   "rotate",
 		Short: "Sign new ids with a fresh key; keep the previous keys for verifying",
@@ -73,9 +79,7 @@ printed.`,
 			if keep < 2 {
 				return usageError{fmt.Errorf("--keep %d: want at least 2 (the new key and the one ids were signed with until now)", keep)}
 			}
-			return run(cmd, func(ctx context.Context, cli *clientv3.Client) (*gateway.IDKeys, error) {
-				return server.UpdateIDKeys(ctx, cli, prefix, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Rotated(keep) })
-			})
+			return update(cmd, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Rotated(keep) })
 		},
 	}
 	rotate.Flags().IntVar(&keep, "keep", 3, "keys to keep in all, the new one included; the oldest beyond it are retired")
@@ -101,9 +105,7 @@ printed.`,
 				if err != nil || n == 0 {
 					return usageError{fmt.Errorf("key number %q: want 1 to 255", args[0])}
 				}
-				return run(cmd, func(ctx context.Context, cli *clientv3.Client) (*gateway.IDKeys, error) {
-					return server.UpdateIDKeys(ctx, cli, prefix, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Without(uint8(n)) })
-				})
+				return update(cmd, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Without(uint8(n)) })
 			},
 		},
 	)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -89,10 +90,8 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 					return usageError{err}
 				}
 				return f.change(cmd, func(cur []shard.Cluster) ([]shard.Cluster, error) {
-					for _, x := range cur {
-						if x.Name == c.Name {
-							return nil, usageError{fmt.Errorf("cluster %q is already in the map", c.Name)}
-						}
+					if slices.ContainsFunc(cur, func(x shard.Cluster) bool { return x.Name == c.Name }) {
+						return nil, usageError{fmt.Errorf("cluster %q is already in the map", c.Name)}
 					}
 					return append(cur, c), nil
 				}, map[string][]string{c.Name: c.Endpoints})
@@ -104,12 +103,7 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return f.change(cmd, func(cur []shard.Cluster) ([]shard.Cluster, error) {
-					var out []shard.Cluster
-					for _, x := range cur {
-						if x.Name != args[0] {
-							out = append(out, x)
-						}
-					}
+					out := slices.DeleteFunc(slices.Clone(cur), func(x shard.Cluster) bool { return x.Name == args[0] })
 					if len(out) == len(cur) {
 						return nil, usageError{fmt.Errorf("cluster %q is not in the map", args[0])}
 					}
