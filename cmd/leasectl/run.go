@@ -262,14 +262,10 @@ func runGranted(ctx context.Context, g *globals, what string, w waited, grace ti
 func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*holding, error), sigs <-chan os.Signal) waited {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		lock *holding
-		err  error
-	}
-	got := make(chan result, 1)
+	got := make(chan waited, 1)
 	go func() {
 		l, err := acquire(actx)
-		got <- result{l, err}
+		got <- waited{lock: l, err: err}
 	}()
 	var stop syscall.Signal
 	for {
@@ -280,8 +276,9 @@ func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*h
 				stop = sig
 				cancel()
 			}
-		case r := <-got:
-			return waited{r.lock, stop, r.err}
+		case w := <-got:
+			w.stop = stop
+			return w
 		}
 	}
 }
