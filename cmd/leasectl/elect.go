@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,11 +58,7 @@ CMD.`,
 				if err != nil {
 					return nil, err
 				}
-				return &holding{term: l, release: l.Resign, env: []string{
-					"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
-					"LEASEGATE_ELECTION_NAME=" + name,
-					"LEASEGATE_LEADER_ID=" + l.ID(),
-				}}, nil
+				return newHolding(l, l.Resign, "LEASEGATE_ELECTION_NAME="+name, "LEASEGATE_LEADER_ID="+l.ID()), nil
 			}, grace, argv)
 		},
 	}

@@ -170,11 +170,7 @@ func holdLock(ctx context.Context, c *client.Client, name string, opts []client.
 	if err != nil {
 		return nil, err
 	}
-	return &holding{term: l, release: l.Release, env: []string{
-		"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
-		"LEASEGATE_LOCK_NAME=" + name,
-		"LEASEGATE_LOCK_ID=" + l.ID(),
-	}}, nil
+	return newHolding(l, l.Release, "LEASEGATE_LOCK_NAME="+name, "LEASEGATE_LOCK_ID="+l.ID()), nil
 }
 
 // term is what CMD runs under: a Lock (run) or a Leadership (elect).
@@ -191,6 +187,12 @@ type holding struct {
 	term
 	release func(context.Context) error
 	env     []string
+}
+
+// newHolding is t with release; CMD's environment gets t's fencing token
+// and env.
+func newHolding(t term, release func(context.Context) error, env ...string) *holding {
+	return &holding{term: t, release: release, env: append([]string{"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(t.Token(), 10)}, env...)}
 }
 
 // runHeld waits for a term with acquire, then runs argv while it holds;
