@@ -56,11 +56,17 @@ type Acquire struct {
 // a caller that calls it before it routes a refuses a bad request even
 // while the shard is down.
 func (a Acquire) Validate() error {
+	req := a.request()
+	return req.Validate(a.Session != nil)
+}
+
+// request is a.Request under the name it queues under.
+func (a Acquire) request() queue.AcquireRequest {
 	req := a.Request
 	if a.Election {
 		req.Name = queue.ElectionName(req.Name)
 	}
-	return req.Validate(a.Session != nil)
+	return req
 }
 
 // Acquire enqueues r.Request on the shard that owns its name (one bounded
@@ -156,10 +162,7 @@ func (r *Router) TryAcquire(ctx context.Context, a Acquire) (shard string, res q
 func (r *Router) Existing(ctx context.Context, a Acquire) (shard string, g queue.Grant, found bool, err error) {
 	ctx, cancel := r.Bound(ctx)
 	defer cancel()
-	req := a.Request
-	if a.Election {
-		req.Name = queue.ElectionName(req.Name)
-	}
+	req := a.request()
 	// A session without a lease on the shard the name lives on has no key
 	// there, and may still hold it on the shard it drains from: onShard
 	// leaves out every shard the session has no lease on.
@@ -227,10 +230,7 @@ func handover[W any](ctx context.Context, r *Router, a Acquire,
 	enqueue func(ctx context.Context, t Target, req queue.AcquireRequest) (W, error),
 ) (Target, W, error) {
 	var zero W
-	req := a.Request
-	if a.Election {
-		req.Name = queue.ElectionName(req.Name)
-	}
+	req := a.request()
 	t, err := r.routeAcquire(ctx, a, &req)
 	if err != nil {
 		return t, zero, err

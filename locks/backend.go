@@ -132,9 +132,3 @@ func (b *Backend) target(tenant string) (Target, error) {
 	}
 	return Target{Shard: b.Name, Engine: e, Backend: b}, nil
 }
-
-// countKeys counts the lock keys of every tenant of the backend its
-// engine knows of (queue.Engine.CountAllLocks).
-func (b *Backend) countKeys(ctx context.Context) (int64, error) {
-	return b.Engine.CountAllLocks(ctx)
-}

@@ -30,8 +30,8 @@ type MetricsConfig struct {
 // scrape never reaches etcd, and the figure is the cluster's, whichever
 // gateway reports it (query it with max by (shard)). It covers the unnamed
 // tenant and every tenant the cluster's engine has served lately
-// (queue.Engine.CountAllLocks). The returned function
-// stops the counting and unregisters the gauges; call it before Close.
+// (queue.Engine.CountAllLocks). The returned function stops the counting
+// and unregisters the gauges; call it before Close.
 func (r *Router) RegisterMetrics(mp metric.MeterProvider, cfg MetricsConfig) (stop func(), err error) {
 	if cfg.CountEvery <= 0 {
 		cfg.CountEvery = 15 * time.Second
@@ -84,7 +84,7 @@ func (r *Router) RegisterMetrics(mp metric.MeterProvider, cfg MetricsConfig) (st
 					continue
 				}
 				cctx, ccancel := context.WithTimeout(ctx, cfg.CountTimeout)
-				n, err := b.countKeys(cctx)
+				n, err := b.Engine.CountAllLocks(cctx)
 				ccancel()
 				mu.Lock()
 				if err == nil {

@@ -31,31 +31,27 @@ func (r *Router) Observe(ctx context.Context, tenant, election string) (func(ctx
 		return nil, err
 	}
 	return func(ctx context.Context, send func(*queue.Leader) error) error {
-		return r.observeRouted(ctx, tenant, election, t, changed, send)
-	}, nil
-}
-
-func (r *Router) observeRouted(ctx context.Context, tenant, election string, t Target, changed <-chan struct{}, send func(*queue.Leader) error) error {
-	for {
-		err := observeTarget(ctx, t, election, changed, send)
-		if errors.Is(err, queue.ErrClosed) && ctx.Err() == nil {
-			// The shard's engine closed: the map that removed it is
-			// being applied.
-			select {
-			case <-changed:
-				err = errRouteChanged
-			case <-ctx.Done():
+		t, changed := t, changed // each run follows the name from the first route
+		for {
+			err := observeTarget(ctx, t, election, changed, send)
+			if errors.Is(err, queue.ErrClosed) && ctx.Err() == nil {
+				// The shard's engine closed: the map that removed it is
+				// being applied.
+				select {
+				case <-changed:
+					err = errRouteChanged
+				case <-ctx.Done():
+				}
+			}
+			if !errors.Is(err, errRouteChanged) || ctx.Err() != nil {
+				return err
+			}
+			changed = r.Changed()
+			if t, err = r.route(ctx, tenant, queue.ElectionName(election)); err != nil {
+				return err
 			}
 		}
-		if !errors.Is(err, errRouteChanged) || ctx.Err() != nil {
-			return err
-		}
-		changed = r.Changed()
-		var rerr error
-		if t, rerr = r.route(ctx, tenant, queue.ElectionName(election)); rerr != nil {
-			return rerr
-		}
-	}
+	}, nil
 }
 
 // observeTarget observes name on t (its previous shard first, while one

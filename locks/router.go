@@ -265,10 +265,9 @@ func (r *Router) dial(c shard.Cluster) (*Backend, error) {
 
 // Route returns where name's calls go under the map in force, with the
 // cluster's engine acting in tenant's key space ("" is the unnamed
-// tenant): the cluster that
-// owns the name, the epoch and guard new waiters enqueue under, and, while
-// the name drains from the cluster that owned it before a resharding, that
-// cluster as Previous.
+// tenant): the cluster that owns the name, the epoch and guard new waiters
+// enqueue under, and, while the name drains from the cluster that owned it
+// before a resharding, that cluster as Previous.
 func (r *Router) Route(name, tenant string) (Target, error) {
 	r.mu.RLock()
 	owner := r.ring.Locate(name)
@@ -300,9 +299,8 @@ func (r *Router) Route(name, tenant string) (Target, error) {
 
 // Lookup returns the cluster called name, including clusters the map in
 // force keeps only while they drain, with its engine acting in tenant's
-// key space:
-// for ids that name their shard. A name this router does not know is
-// ErrUnknownShard.
+// key space: for ids that name their shard. A name this router does not
+// know is ErrUnknownShard.
 func (r *Router) Lookup(name, tenant string) (Target, error) {
 	b, ok := r.Backend(name)
 	if !ok {

@@ -124,22 +124,23 @@ func (r *Router) ExtendSession(ctx context.Context, s Session, shards []string, 
 // own: a shard that is down or whose lease is gone is reported, and the
 // others are renewed all the same.
 func (r *Router) KeepAliveSession(ctx context.Context, s Session, shards []string) []LeaseOutcome {
-	ctx, cancel := r.boundEach(ctx)
-	defer cancel()
-	return each(len(shards), func(i int) LeaseOutcome {
-		lease, _ := s.Leases.Lease(shards[i])
-		return r.keepAlive(ctx, s, shards[i], lease)
-	})
+	return r.eachLease(ctx, s, shards, r.keepAlive)
 }
 
 // CloseSession revokes the session's leases on shards, releasing every
 // lock on them; a lease already gone counts as revoked.
 func (r *Router) CloseSession(ctx context.Context, s Session, shards []string) []LeaseOutcome {
+	return r.eachLease(ctx, s, shards, r.revoke)
+}
+
+// eachLease runs fn on the session's lease on each of shards at once,
+// bounded as OpenSession's shards are.
+func (r *Router) eachLease(ctx context.Context, s Session, shards []string, fn func(context.Context, Session, string, clientv3.LeaseID) LeaseOutcome) []LeaseOutcome {
 	ctx, cancel := r.boundEach(ctx)
 	defer cancel()
 	return each(len(shards), func(i int) LeaseOutcome {
 		lease, _ := s.Leases.Lease(shards[i])
-		return r.revoke(ctx, s, shards[i], lease)
+		return fn(ctx, s, shards[i], lease)
 	})
 }
 
@@ -177,16 +178,15 @@ func (r *Router) grant(ctx context.Context, t Target, s Session, clientID string
 
 // keepAlive renews the session's lease on shard sh.
 func (r *Router) keepAlive(ctx context.Context, s Session, sh string, lease clientv3.LeaseID) LeaseOutcome {
-	o := LeaseOutcome{Shard: sh}
 	t, err := r.Lookup(sh, s.Tenant)
-	if err != nil {
+	if errors.Is(err, ErrUnknownShard) {
 		// A shard this gateway does not know (a stale map, or a shard
 		// removed since) cannot confirm the lease: unavailable here, and
 		// lost to the client once its deadline passes unconfirmed.
-		if errors.Is(err, ErrUnknownShard) {
-			err = shard.Unavailable(err)
-		}
-		o.Err = err
+		err = shard.Unavailable(err)
+	}
+	o := LeaseOutcome{Shard: sh, Err: err}
+	if err != nil {
 		return o
 	}
 	o.Renewal, o.Err = do(ctx, t, func(ctx context.Context) (queue.Renewal, error) {
@@ -198,14 +198,11 @@ func (r *Router) keepAlive(ctx context.Context, s Session, sh string, lease clie
 // revoke revokes the session's lease on shard sh; a lease already gone
 // counts as revoked.
 func (r *Router) revoke(ctx context.Context, s Session, sh string, lease clientv3.LeaseID) LeaseOutcome {
-	o := LeaseOutcome{Shard: sh}
 	t, err := r.Lookup(sh, s.Tenant)
-	if err != nil {
-		o.Err = err
-		return o
+	if err == nil {
+		err = t.Backend.freeing(ctx, func(ctx context.Context) error {
+			return t.Engine.CloseSession(ctx, lease, s.Secret)
+		})
 	}
-	o.Err = t.Backend.freeing(ctx, func(ctx context.Context) error {
-		return t.Engine.CloseSession(ctx, lease, s.Secret)
-	})
-	return o
+	return LeaseOutcome{Shard: sh, Err: err}
 }

@@ -32,23 +32,27 @@ type credentials struct {
 	certAsked atomic.Bool
 }
 
-// credentialEnv maps each credential flag to its environment variable.
-var credentialEnv = []struct{ flag, env string }{
-	{"token", "LEASEGATE_TOKEN"},
-	{"token-file", "LEASEGATE_TOKEN_FILE"},
-	{"cacert", "LEASEGATE_CACERT"},
-	{"cert", "LEASEGATE_CERT"},
-	{"key", "LEASEGATE_KEY"},
+// credentialVar is a credential flag with its value and environment
+// variable.
+type credentialVar struct {
+	val              *string
+	flag, env, usage string
+}
+
+func (cr *credentials) vars() []credentialVar {
+	return []credentialVar{
+		{&cr.token, "token", "LEASEGATE_TOKEN", "bearer token (static token or JWT); visible to other local users in the process list: prefer --token-file or the environment variable"},
+		{&cr.tokenFile, "token-file", "LEASEGATE_TOKEN_FILE", "file holding the bearer token, re-read for every call so it can be rotated"},
+		{&cr.caCert, "cacert", "LEASEGATE_CACERT", "PEM file of the CA certificates that sign the gateways' TLS certificates (default: the environment variable, else the system's roots)"},
+		{&cr.cert, "cert", "LEASEGATE_CERT", "PEM client certificate for mTLS, with --key"},
+		{&cr.key, "key", "LEASEGATE_KEY", "PEM private key of --cert"},
+	}
 }
 
 func (cr *credentials) register(f *pflag.FlagSet) {
-	f.StringVar(&cr.token, "token", "", "bearer token (static token or JWT); visible to other local users in the process list: prefer --token-file or the environment variable")
-	f.StringVar(&cr.tokenFile, "token-file", "", "file holding the bearer token, re-read for every call so it can be rotated")
-	f.StringVar(&cr.caCert, "cacert", "", "PEM file of the CA certificates that sign the gateways' TLS certificates (default: the environment variable, else the system's roots)")
-	f.StringVar(&cr.cert, "cert", "", "PEM client certificate for mTLS, with --key")
-	f.StringVar(&cr.key, "key", "", "PEM private key of --cert")
-	for _, ce := range credentialEnv {
-		bindEnv(f, ce.flag, ce.env)
+	for _, v := range cr.vars() {
+		f.StringVar(v.val, v.flag, "", v.usage)
+		bindEnv(f, v.flag, v.env)
 	}
 }
 
@@ -57,12 +61,10 @@ func (cr *credentials) register(f *pflag.FlagSet) {
 // so a command line never combines with a token from the environment.
 func (cr *credentials) fromEnv(fs *pflag.FlagSet) {
 	tokenFlag := fs.Changed("token") || fs.Changed("token-file")
-	vals := map[string]*string{"token": &cr.token, "token-file": &cr.tokenFile, "cacert": &cr.caCert, "cert": &cr.cert, "key": &cr.key}
-	for _, ce := range credentialEnv {
-		if fs.Changed(ce.flag) || (tokenFlag && strings.HasPrefix(ce.flag, "token")) {
-			continue
+	for _, v := range cr.vars() {
+		if !fs.Changed(v.flag) && !(tokenFlag && strings.HasPrefix(v.flag, "token")) {
+			*v.val = os.Getenv(v.env)
 		}
-		*vals[ce.flag] = os.Getenv(ce.env)
 	}
 }
 

@@ -44,8 +44,8 @@ var relaySignals = []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2}
 type child struct {
 	argv0 string
 	sup   *exec.Cmd
-	ctl   *os.File // write end of the control pipe
-	done  chan childExit
+	ctl   *os.File       // write end of the control pipe
+	done  chan childExit // how CMD ended, once CMD and its process group are gone
 }
 
 // startChild starts the supervisor, which starts argv with environment env.
@@ -97,9 +97,6 @@ func startChild(argv, env []string) (*child, error) {
 // not block: the supervisor reads the pipe continuously, and a request made
 // before CMD started is delivered once it has.
 func (c *child) signal(sig syscall.Signal) { _, _ = c.ctl.Write([]byte{byte(sig)}) }
-
-// exited delivers how CMD ended, once CMD and its process group are gone.
-func (c *child) exited() <-chan childExit { return c.done }
 
 // watch reads the supervisor's reports until it exits.
 func (c *child) watch(status *os.File) {

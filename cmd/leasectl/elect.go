@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,7 +13,6 @@ import (
 func newElectCmd(g *globals) *cobra.Command {
 	var a acquireFlags
 	var value string
-	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:     "elect NAME [--value V] [--ttl 30s] [--wait 1m] [--grace 10s] -- CMD [ARGS...]",
 		Example: `  leasectl elect scheduler --value "$(hostname):8080" --ttl 10s -- ./scheduler`,
@@ -49,7 +47,7 @@ CMD.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
-			c, opts, grace, err := a.supervised(g, cmd, name, grace)
+			c, opts, grace, err := a.supervised(g, cmd, name)
 			if err != nil {
 				return err
 			}
@@ -60,29 +58,22 @@ CMD.`,
 				if err != nil {
 					return nil, err
 				}
-				return &holding{term: l, release: l.Resign, env: []string{
-					"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
-					"LEASEGATE_ELECTION_NAME=" + name,
-					"LEASEGATE_LEADER_ID=" + l.ID(),
-				}}, nil
+				return newHolding(l, l.Resign, "LEASEGATE_ELECTION_NAME="+name, "LEASEGATE_LEADER_ID="+l.ID()), nil
 			}, grace, argv)
 		},
 	}
-	a.register(cmd, true)
+	a.registerSupervised(cmd)
 	cmd.Flags().StringVar(&value, "value", "", "the leader's value while it leads, as Leader and observe report it (at most 4096 bytes)")
-	cmd.Flags().DurationVar(&grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
-	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
 	return cmd
 }
 
 func leaderFields(at time.Time, info *client.LeaderInfo) []field {
-	fs := []field{{"TIME", "time", at}}
-	if info == nil {
-		return append(fs, field{"LEADING", "leading", false}, field{"LEADER", "clientId", ""},
-			field{"TOKEN", "fencingToken", int64(0)}, field{"VALUE", "value", ""})
+	leading := info != nil
+	if !leading {
+		info = &client.LeaderInfo{}
 	}
-	return append(fs, field{"LEADING", "leading", true}, field{"LEADER", "clientId", info.ClientID},
-		field{"TOKEN", "fencingToken", info.Token}, field{"VALUE", "value", string(info.Value)})
+	return []field{{"TIME", "time", at}, {"LEADING", "leading", leading}, {"LEADER", "clientId", info.ClientID},
+		{"TOKEN", "fencingToken", info.Token}, {"VALUE", "value", string(info.Value)}}
 }
 
 func newLeaderCmd(g *globals) *cobra.Command {
@@ -118,22 +109,19 @@ may not be shown).
 --json (or --output json) prints one JSON object per line.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			p := g.printer()
 			p.json = p.json || asJSON
-			for info, err := range c.Election(args[0]).Observe(cmd.Context()) {
-				if err != nil {
-					return err
+			return g.withClient(func(c *client.Client) error {
+				for info, err := range c.Election(args[0]).Observe(cmd.Context()) {
+					if err != nil {
+						return err
+					}
+					if err := p.print(leaderFields(time.Now(), info)...); err != nil {
+						return err
+					}
 				}
-				if err := p.print(leaderFields(time.Now(), info)...); err != nil {
-					return err
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per line (as --output json)")

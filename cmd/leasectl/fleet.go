@@ -62,37 +62,34 @@ func walkPages[T any](ctx context.Context, g *globals, pf pageFlags, fetch func(
 	if pf.limit < 0 {
 		return usagef("--limit %d: want 0 (all) or more", pf.limit)
 	}
-	c, err := g.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	p := g.batchPrinter()
-	defer p.flush()
-	tok, n := "", 0
-	for {
-		cctx, cancel := g.callCtx(ctx)
-		items, next, err := fetch(cctx, c, tok)
-		cancel()
-		if err != nil {
-			return err
-		}
-		for _, it := range items {
-			if pf.limit > 0 && n == pf.limit {
-				return nil
-			}
-			n++
-			if err := p.print(fields(it)...); err != nil {
+	return g.withClient(func(c *client.Client) error {
+		p := g.batchPrinter()
+		defer p.flush()
+		tok, n := "", 0
+		for {
+			cctx, cancel := context.WithTimeout(ctx, g.timeout)
+			items, next, err := fetch(cctx, c, tok)
+			cancel()
+			if err != nil {
 				return err
 			}
+			for _, it := range items {
+				if pf.limit > 0 && n == pf.limit {
+					return nil
+				}
+				n++
+				if err := p.print(fields(it)...); err != nil {
+					return err
+				}
+			}
+			if err := p.flush(); err != nil {
+				return err
+			}
+			if tok = next; tok == "" {
+				return nil
+			}
 		}
-		if err := p.flush(); err != nil {
-			return err
-		}
-		if tok = next; tok == "" {
-			return nil
-		}
-	}
+	})
 }
 
 func lsFields(l client.LockSummary) []field {
@@ -139,7 +136,11 @@ id, a request id or a secret.`,
 				}
 				p := g.batchPrinter()
 				defer p.flush()
+				held := int64(0)
 				for _, e := range q.Entries {
+					if e.Holder {
+						held++
+					}
 					if err := p.print(
 						field{"POS", "position", e.Position},
 						field{"CLIENT", "clientId", e.ClientID},
@@ -157,7 +158,7 @@ id, a request id or a secret.`,
 				if len(q.Entries) == 0 && !p.json {
 					fmt.Fprintf(g.stdout, "%s is free (shard %s)\n", termSafe(q.Name), termSafe(q.Shard))
 				}
-				if held, shown := countHolders(q.Entries), int64(len(q.Entries)); shown > 0 && shown < q.Waiters+held {
+				if shown := int64(len(q.Entries)); shown > 0 && shown < q.Waiters+held {
 					cmd.PrintErrf("leasectl: %d more waiters not shown (the answer is cut to fit one message)\n", q.Waiters+held-shown)
 				}
 				return nil
@@ -166,17 +167,6 @@ id, a request id or a secret.`,
 	}
 	cmd.Flags().BoolVar(&election, "election", false, "NAME is an election's: list its leader and campaigners")
 	return cmd
-}
-
-// countHolders counts the holders among a queue's entries.
-func countHolders(es []client.QueueEntry) int64 {
-	n := int64(0)
-	for _, e := range es {
-		if e.Holder {
-			n++
-		}
-	}
-	return n
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
@@ -197,44 +187,41 @@ With -o json every line carries resumeToken: pass the last one to --resume to
 continue a watch that was stopped.`,
 		Args: exactArgs("PREFIX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			p := g.batchPrinter()
-			err = c.Watch(cmd.Context(), args[0], resume, func(m client.WatchMessage) error {
-				defer p.flush() // a message's events at once, aligned
-				from := "live"
-				switch m.Kind {
-				case "snapshot":
-					from = "snapshot"
-				case "resync":
-					cmd.PrintErrf("leasectl: shard %s: history compacted; its current state follows\n", termSafe(strings.Join(m.Shards, ", ")))
-				}
-				for _, e := range m.Events {
-					if err := p.print(
-						field{"TIME", "time", time.Now()},
-						field{"FROM", "from", from},
-						field{"EVENT", "event", e.Type},
-						field{"KIND", "kind", e.Kind},
-						field{"NAME", "name", e.Name},
-						field{"CLIENT", "clientId", e.ClientID},
-						field{"TOKEN", "fencingToken", e.Token},
-						field{"POS", "position", e.Position},
-						field{"SHARD", "shard", e.Shard},
-						field{"REVISION", "revision", e.Revision},
-						field{"RESUME", "resumeToken", m.ResumeToken},
-					); err != nil {
-						return err
+			return g.withClient(func(c *client.Client) error {
+				err := c.Watch(cmd.Context(), args[0], resume, func(m client.WatchMessage) error {
+					defer p.flush() // a message's events at once, aligned
+					from := "live"
+					switch m.Kind {
+					case "snapshot":
+						from = "snapshot"
+					case "resync":
+						cmd.PrintErrf("leasectl: shard %s: history compacted; its current state follows\n", termSafe(strings.Join(m.Shards, ", ")))
 					}
+					for _, e := range m.Events {
+						if err := p.print(
+							field{"TIME", "time", time.Now()},
+							field{"FROM", "from", from},
+							field{"EVENT", "event", e.Type},
+							field{"KIND", "kind", e.Kind},
+							field{"NAME", "name", e.Name},
+							field{"CLIENT", "clientId", e.ClientID},
+							field{"TOKEN", "fencingToken", e.Token},
+							field{"POS", "position", e.Position},
+							field{"SHARD", "shard", e.Shard},
+							field{"REVISION", "revision", e.Revision},
+							field{"RESUME", "resumeToken", m.ResumeToken},
+						); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if cmd.Context().Err() != nil {
+					return nil // interrupted
 				}
-				return nil
+				return err
 			})
-			if cmd.Context().Err() != nil {
-				return nil // interrupted
-			}
-			return err
 		},
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "resume token of the last event seen (from -o json): continue after it")

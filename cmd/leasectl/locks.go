@@ -19,6 +19,7 @@ type acquireFlags struct {
 	quiet     bool
 	limit     int
 	lockDelay time.Duration
+	grace     time.Duration // run and elect (registerSupervised)
 }
 
 func (a *acquireFlags) register(cmd *cobra.Command, wait bool) {
@@ -103,16 +104,13 @@ leasectl exits once the lock is granted, so nothing renews it: it lapses after
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			l, err := c.Acquire(cmd.Context(), args[0], opts...)
-			if err != nil {
-				return err
-			}
-			return printLock(g.printer(), l)
+			return g.withClient(func(c *client.Client) error {
+				l, err := c.Acquire(cmd.Context(), args[0], opts...)
+				if err != nil {
+					return err
+				}
+				return printLock(g.printer(), l)
+			})
 		},
 	}
 	a.register(cmd, true)
@@ -158,64 +156,48 @@ when the delay lasts. Like acquire, it does not renew the lock after it exits.`,
 	return cmd
 }
 
-func parseToken(s string) (int64, error) {
-	t, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || t <= 0 {
-		return 0, usagef("token %q: want a positive integer", s)
+// newByIDCmd is the command "VERB LOCKID TOKEN": one unary call, do, on
+// the lock with that id and fencing token.
+func newByIDCmd(g *globals, verb, short, long string, do func(ctx context.Context, c *client.Client, id string, token int64) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " LOCKID TOKEN",
+		Short: short,
+		Long:  long,
+		Args:  exactArgs("LOCKID", "TOKEN"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || token <= 0 {
+				return usagef("token %q: want a positive integer", args[1])
+			}
+			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error { return do(ctx, c, args[0], token) })
+		},
 	}
-	return t, nil
 }
 
 func newRenewCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "renew LOCKID TOKEN",
-		Short: "Extend a held lock's lease once",
-		Long: `renew extends the lease of the lock with the given id and fencing token by its
+	return newByIDCmd(g, "renew", "Extend a held lock's lease once",
+		`renew extends the lease of the lock with the given id and fencing token by its
 TTL and prints the new expiry (on the gateway's clock). It exits with status 4
 when the lock is no longer held: lost (expired or taken over) or released.`,
-		Args: exactArgs("LOCKID", "TOKEN"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			token, err := parseToken(args[1])
+		func(ctx context.Context, c *client.Client, id string, token int64) error {
+			r, err := c.RenewByID(ctx, id, token)
 			if err != nil {
 				return err
 			}
-			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
-				r, err := c.RenewByID(ctx, args[0], token)
-				if err != nil {
-					return err
-				}
-				return g.printer().print(field{"RENEWED", "renewed", true}, field{"TTL", "ttlMs", r.TTL}, field{"EXPIRES", "expiresAt", r.Expires})
-			})
-		},
-	}
+			return g.printer().print(field{"RENEWED", "renewed", true}, field{"TTL", "ttlMs", r.TTL}, field{"EXPIRES", "expiresAt", r.Expires})
+		})
 }
 
 func newReleaseCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "release LOCKID TOKEN",
-		Short: "Release a held lock",
-		Long: `release frees the lock with the given id and fencing token. It is idempotent:
+	return newByIDCmd(g, "release", "Release a held lock",
+		`release frees the lock with the given id and fencing token. It is idempotent:
 releasing a lock that is already gone prints released false and succeeds, and it
 can never free a newer holder's lock.`,
-		Args: exactArgs("LOCKID", "TOKEN"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			token, err := parseToken(args[1])
+		func(ctx context.Context, c *client.Client, id string, token int64) error {
+			released, err := c.ReleaseByID(ctx, id, token)
 			if err != nil {
 				return err
 			}
-			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
-				released, err := c.ReleaseByID(ctx, args[0], token)
-				if err != nil {
-					return err
-				}
-				return g.printer().print(field{"RELEASED", "released", released})
-			})
-		},
-	}
-}
-
-// releaseCtx is a fresh, bounded context for a release that must happen
-// even when the command's context was cancelled by a signal.
-func (g *globals) releaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+			return g.printer().print(field{"RELEASED", "released", released})
+		})
 }

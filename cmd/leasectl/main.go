@@ -1,19 +1,8 @@
 // Command leasectl is the command-line client of leasegate: it acquires,
-// renews, releases and describes locks, lists them and their queues,
-// streams their events, evicts holders as an administrator (with an audit
-// trail), runs a command while holding a lock (leasectl run) or while
-// leading an election (leasectl elect); leasectl leader and observe show an
-// election's leader.
-//
-// Exit statuses: 0 success; 1 error (for example no gateway reachable);
-// 2 bad flags or arguments (including ones a gateway refuses); 3 the lock
-// was not acquired (held, or the wait timed out; for leader: nobody leads);
-// 4 the lock (or leadership) was lost; 5 refused: the tenant may not use
-// the name, or the lock id is not the caller's; 6 a rate limit or a quota
-// refused the call (retry later, or after some locks end); 7 a gateway
-// failed unexpectedly (a bug or a version mismatch, not an outage).
-// leasectl run and elect otherwise exit with the command's status, or
-// 128+N when stop signal N came before the command started.
+// renews, releases and inspects locks, runs a command while holding a lock
+// or leading an election, and evicts holders as an administrator.
+// "leasectl --help" lists its commands and exit statuses (the exit*
+// constants below).
 package main
 
 import (
@@ -33,15 +22,16 @@ import (
 	"github.com/leasegate/leasegate/client"
 )
 
-// Exit statuses.
+// Exit statuses. run and elect otherwise exit with the command's status,
+// or 128+N when stop signal N came before the command started.
 const (
-	exitError       = 1
-	exitUsage       = 2
-	exitNotAcquired = 3
-	exitLost        = 4
-	exitRefused     = 5 // client.ErrPermissionDenied, client.ErrNotOwner, client.ErrLimitMismatch
-	exitLimited     = 6 // client.ErrRateLimited, client.ErrQuotaExceeded
-	exitInternal    = 7 // client.ErrInternal
+	exitError       = 1 // for example no gateway reachable
+	exitUsage       = 2 // bad flags or arguments, including ones a gateway refuses
+	exitNotAcquired = 3 // held, or the wait timed out; for leader: nobody leads
+	exitLost        = 4 // the lock (or leadership) was lost
+	exitRefused     = 5 // the tenant may not use the name, or the lock id is not the caller's: client.ErrPermissionDenied, ErrNotOwner, ErrLimitMismatch
+	exitLimited     = 6 // a rate limit or a quota: client.ErrRateLimited, ErrQuotaExceeded
+	exitInternal    = 7 // the gateway failed unexpectedly (a bug or a version mismatch, not an outage): client.ErrInternal
 )
 
 // usageError marks bad flags or arguments.
@@ -216,15 +206,16 @@ unexpectedly. "leasectl run" otherwise exits with the command's status, or
 	return cmd
 }
 
+// protocols are the values of --protocol.
+var protocols = map[string]client.Protocol{"connect": client.ProtocolConnect, "grpc": client.ProtocolGRPC, "grpcweb": client.ProtocolGRPCWeb}
+
 // validate checks the shared flags and fills the endpoints from the
 // environment.
 func (g *globals) validate(fs *pflag.FlagSet) error {
 	if g.output != "table" && g.output != "json" {
 		return usagef("--output %q: want table or json", g.output)
 	}
-	switch g.protocol {
-	case "connect", "grpc", "grpcweb":
-	default:
+	if _, ok := protocols[g.protocol]; !ok {
 		return usagef("--protocol %q: want connect, grpc or grpcweb", g.protocol)
 	}
 	if g.timeout <= 0 {
@@ -248,15 +239,9 @@ func (g *globals) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, client.WithRequestTimeout(g.timeout))
+	opts = append(opts, client.WithRequestTimeout(g.timeout), client.WithProtocol(protocols[g.protocol]))
 	if g.clientID != "" {
 		opts = append(opts, client.WithClientID(g.clientID))
-	}
-	switch g.protocol {
-	case "grpc":
-		opts = append(opts, client.WithProtocol(client.ProtocolGRPC))
-	case "grpcweb":
-		opts = append(opts, client.WithProtocol(client.ProtocolGRPCWeb))
 	}
 	c, err := client.New(g.endpoints, opts...)
 	if errors.Is(err, client.ErrInvalidArgument) {
@@ -265,22 +250,24 @@ func (g *globals) client() (*client.Client, error) {
 	return c, err
 }
 
-// callCtx bounds a command's unary calls by --timeout.
-func (g *globals) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, g.timeout)
-}
-
-// call runs one unary call of a command: it builds a client from the
-// shared flags, bounds ctx by --timeout, and closes the client after.
-func (g *globals) call(ctx context.Context, do func(context.Context, *client.Client) error) error {
+// withClient runs do with a client built from the shared flags and closes
+// the client after.
+func (g *globals) withClient(do func(*client.Client) error) error {
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := g.callCtx(ctx)
-	defer cancel()
-	return do(ctx, c)
+	return do(c)
+}
+
+// call runs one unary call of a command, bounded by --timeout (withClient).
+func (g *globals) call(ctx context.Context, do func(context.Context, *client.Client) error) error {
+	return g.withClient(func(c *client.Client) error {
+		ctx, cancel := context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+		return do(ctx, c)
+	})
 }
 
 // args validators that report usage errors.

@@ -52,23 +52,19 @@ type field struct {
 func (p *printer) print(fields ...field) error {
 	if p.json {
 		// Keep the fields' order: build the object by hand.
-		var b strings.Builder
-		b.WriteByte('{')
+		b := []byte{'{'}
 		for i, f := range fields {
 			if i > 0 {
-				b.WriteByte(',')
+				b = append(b, ',')
 			}
 			k, _ := json.Marshal(f.key)
 			v, err := json.Marshal(jsonValue(f.val))
 			if err != nil {
 				return err
 			}
-			b.Write(k)
-			b.WriteByte(':')
-			b.Write(v)
+			b = append(append(append(b, k...), ':'), v...)
 		}
-		b.WriteString("}\n")
-		_, err := p.w.Write(jsonSafe([]byte(b.String())))
+		_, err := p.w.Write(jsonSafe(append(b, "}\n"...)))
 		return err
 	}
 	if p.tw == nil {

@@ -24,7 +24,7 @@ var relaySignals []os.Signal
 // child is CMD, run directly.
 type child struct {
 	cmd  *exec.Cmd
-	done chan childExit
+	done chan childExit // how CMD ended
 }
 
 // startChild starts argv with environment env.
@@ -46,9 +46,6 @@ func (c *child) signal(sig syscall.Signal) {
 		_ = c.cmd.Process.Kill()
 	}
 }
-
-// exited delivers how CMD ended.
-func (c *child) exited() <-chan childExit { return c.done }
 
 // supervise exists for main's sake: there is no supervisor here.
 func supervise([]string) int {

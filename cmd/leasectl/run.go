@@ -20,7 +20,6 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var a acquireFlags
 	var name string
-	var grace time.Duration
 	cmd := &cobra.Command{
 		Use:   "run --lock NAME [--ttl 30s] [--wait 1m] [--grace 10s] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock; stop it before the lock can lapse",
@@ -87,31 +86,40 @@ is granted within --wait, run exits with status 3 without running CMD.`,
 			if name == "" {
 				return usagef("--lock is required")
 			}
-			c, opts, grace, err := a.supervised(g, cmd, name, grace)
+			c, opts, grace, err := a.supervised(g, cmd, name)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			return runLocked(cmd.Context(), g, c, name, opts, grace, args)
+			return runHeld(cmd.Context(), g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
+				return holdLock(ctx, c, name, opts)
+			}, grace, args)
 		},
 	}
-	a.register(cmd, true)
+	a.registerSupervised(cmd)
 	cmd.Flags().StringVar(&name, "lock", "", "name of the lock to hold (required)")
-	cmd.Flags().DurationVar(&grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
-	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
 	// Everything after CMD belongs to CMD, even without "--".
 	cmd.Flags().SetInterspersed(false)
 	return cmd
 }
 
+// registerSupervised registers the flags of run and elect: acquire's and
+// --grace.
+func (a *acquireFlags) registerSupervised(cmd *cobra.Command) {
+	a.register(cmd, true)
+	cmd.Flags().DurationVar(&a.grace, "grace", defaultGrace, "time CMD gets between SIGTERM and SIGKILL; at most TTL/3")
+	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
+}
+
 // supervised is what run and elect need before they wait: the wait's
 // options, the --grace to use, and a client.
-func (a *acquireFlags) supervised(g *globals, cmd *cobra.Command, name string, grace time.Duration) (*client.Client, []client.AcquireOption, time.Duration, error) {
+func (a *acquireFlags) supervised(g *globals, cmd *cobra.Command, name string) (*client.Client, []client.AcquireOption, time.Duration, error) {
 	opts, err := a.waitOptions(g, name)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if grace, err = graceFor(a.ttl, grace, cmd.Flags().Changed("grace")); err != nil {
+	grace, err := graceFor(a.ttl, a.grace, cmd.Flags().Changed("grace"))
+	if err != nil {
 		return nil, nil, 0, err
 	}
 	c, err := g.client()
@@ -156,24 +164,13 @@ func handledSignals() []os.Signal {
 // forwarded to CMD.
 func isStop(sig syscall.Signal) bool { return slices.Contains(stopSignals, os.Signal(sig)) }
 
-// runLocked holds the lock while argv runs.
-func runLocked(ctx context.Context, g *globals, c *client.Client, name string, opts []client.AcquireOption, grace time.Duration, argv []string) error {
-	return runHeld(ctx, g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
-		return holdLock(ctx, c, name, opts)
-	}, grace, argv)
-}
-
 // holdLock waits for the lock name and returns it as what CMD runs under.
 func holdLock(ctx context.Context, c *client.Client, name string, opts []client.AcquireOption) (*holding, error) {
 	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &holding{term: l, release: l.Release, env: []string{
-		"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(l.Token(), 10),
-		"LEASEGATE_LOCK_NAME=" + name,
-		"LEASEGATE_LOCK_ID=" + l.ID(),
-	}}, nil
+	return newHolding(l, l.Release, "LEASEGATE_LOCK_NAME="+name, "LEASEGATE_LOCK_ID="+l.ID()), nil
 }
 
 // term is what CMD runs under: a Lock (run) or a Leadership (elect).
@@ -190,6 +187,12 @@ type holding struct {
 	term
 	release func(context.Context) error
 	env     []string
+}
+
+// newHolding is t with release; CMD's environment gets t's fencing token
+// and env.
+func newHolding(t term, release func(context.Context) error, env ...string) *holding {
+	return &holding{term: t, release: release, env: append([]string{"LEASEGATE_FENCING_TOKEN=" + strconv.FormatInt(t.Token(), 10)}, env...)}
 }
 
 // runHeld waits for a term with acquire, then runs argv while it holds;
@@ -219,7 +222,8 @@ func runGranted(ctx context.Context, g *globals, what string, w waited, grace ti
 	lock, stop, err := w.lock, w.stop, w.err
 	if lock != nil {
 		defer func() {
-			rctx, cancel := g.releaseCtx(ctx)
+			// The release must happen even when a signal cancelled ctx.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 			defer cancel()
 			if err := lock.release(rctx); err != nil {
 				fmt.Fprintf(os.Stderr, "leasectl: release %s: %v (it lapses at its TTL)\n", what, firstLine(g.creds.explain(err).Error()))
@@ -260,14 +264,10 @@ func runGranted(ctx context.Context, g *globals, what string, w waited, grace ti
 func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*holding, error), sigs <-chan os.Signal) waited {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		lock *holding
-		err  error
-	}
-	got := make(chan result, 1)
+	got := make(chan waited, 1)
 	go func() {
 		l, err := acquire(actx)
-		got <- result{l, err}
+		got <- waited{lock: l, err: err}
 	}()
 	var stop syscall.Signal
 	for {
@@ -278,8 +278,9 @@ func acquireUnlessStopped(ctx context.Context, acquire func(context.Context) (*h
 				stop = sig
 				cancel()
 			}
-		case r := <-got:
-			return waited{r.lock, stop, r.err}
+		case w := <-got:
+			w.stop = stop
+			return w
 		}
 	}
 }

@@ -76,7 +76,7 @@ func watchChild(ch *child, lock term, what string, grace time.Duration, sigs <-c
 	lost := lock.Done()
 	for {
 		select {
-		case res := <-ch.exited():
+		case res := <-ch.done:
 			switch {
 			case lostErr != nil:
 				return exitStatus{code: exitLost, err: fmt.Errorf("%s was lost while %s ran, so %s was stopped: %v", what, cmdName, cmdName, firstLine(lostErr.Error()))}

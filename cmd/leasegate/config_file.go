@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -54,11 +55,7 @@ func applyConfigFileKeys(fs, known *pflag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(vals))
-	for k := range vals {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(vals))
 	// Check every key before setting any, so a bad file changes nothing.
 	items := make(map[string][]string, len(keys))
 	for _, k := range keys {
@@ -94,15 +91,15 @@ func readConfigFile(path string) (map[string]any, error) {
 		return nil, fmt.Errorf("config file: %w", err)
 	}
 	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(f, maxConfigFileBytes+1)); err != nil {
+	raw, err := io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
+	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	if buf.Len() > maxConfigFileBytes {
+	if len(raw) > maxConfigFileBytes {
 		return nil, fmt.Errorf("config file %s: larger than %d bytes", path, maxConfigFileBytes)
 	}
 	// YAMLToJSONStrict refuses duplicate keys; JSON input is YAML too.
-	js, err := yaml.YAMLToJSONStrict(buf.Bytes())
+	js, err := yaml.YAMLToJSONStrict(raw)
 	if err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}

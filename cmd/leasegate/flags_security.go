@@ -65,7 +65,7 @@ func (sec *securityFlags) apply(cfg *server.Config) error {
 	var doc map[string]struct {
 		NamePrefixes []string `json:"namePrefixes"`
 	}
-	dec := json.NewDecoder(bytesReader(raw))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
 		return fmt.Errorf("--tenant-policy %s: %w", sec.policyFile, err)
@@ -76,5 +76,3 @@ func (sec *securityFlags) apply(cfg *server.Config) error {
 	}
 	return nil
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -40,7 +40,7 @@ printed.`,
 	pf.StringArrayVar(&etcd, "etcd", nil, "the home etcd cluster as name=url1,url2 (required)")
 	pf.StringVar(&prefix, "prefix", shard.DefaultPrefix, "etcd key prefix")
 	access.addFlags(pf)
-	run := func(cmd *cobra.Command, fn func(ctx context.Context, cli clientKV) (*gateway.IDKeys, error)) error {
+	run := func(cmd *cobra.Command, fn func(context.Context, *clientv3.Client) (*gateway.IDKeys, error)) error {
 		clusters, err := parseClusters(etcd)
 		if err != nil {
 			return usageError{err}
@@ -59,11 +59,17 @@ printed.`,
 			return err
 		}
 		defer cli.Close()
-		k, err := fn(ctx, clientKV{cli: cli, prefix: prefix})
+		k, err := fn(ctx, cli)
 		if err != nil {
 			return err
 		}
 		return printIDKeys(cmd.OutOrStdout(), k)
+	}
+	// update applies change to the stored keys (server.UpdateIDKeys).
+	update := func(cmd *cobra.Command, change func(*gateway.IDKeys) (*gateway.IDKeys, error)) error {
+		return run(cmd, func(ctx context.Context, cli *clientv3.Client) (*gateway.IDKeys, error) {
+			return server.UpdateIDKeys(ctx, cli, prefix, change)
+		})
 	}
 	rotate := &cobra.Command{
 		Use:   "rotate",
@@ -73,9 +79,7 @@ printed.`,
 			if keep < 2 {
 				return usageError{fmt.Errorf("--keep %d: want at least 2 (the new key and the one ids were signed with until now)", keep)}
 			}
-			return run(cmd, func(ctx context.Context, c clientKV) (*gateway.IDKeys, error) {
-				return server.UpdateIDKeys(ctx, c.cli, c.prefix, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Rotated(keep) })
-			})
+			return update(cmd, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Rotated(keep) })
 		},
 	}
 	rotate.Flags().IntVar(&keep, "keep", 3, "keys to keep in all, the new one included; the oldest beyond it are retired")
@@ -85,8 +89,8 @@ printed.`,
 			Short: "List the key numbers (the first signs); creates the keys if there are none",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return run(cmd, func(ctx context.Context, c clientKV) (*gateway.IDKeys, error) {
-					k, _, err := server.LoadIDKeys(ctx, c.cli, c.prefix)
+				return run(cmd, func(ctx context.Context, cli *clientv3.Client) (*gateway.IDKeys, error) {
+					k, _, err := server.LoadIDKeys(ctx, cli, prefix)
 					return k, err
 				})
 			},
@@ -101,19 +105,11 @@ printed.`,
 				if err != nil || n == 0 {
 					return usageError{fmt.Errorf("key number %q: want 1 to 255", args[0])}
 				}
-				return run(cmd, func(ctx context.Context, c clientKV) (*gateway.IDKeys, error) {
-					return server.UpdateIDKeys(ctx, c.cli, c.prefix, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Without(uint8(n)) })
-				})
+				return update(cmd, func(k *gateway.IDKeys) (*gateway.IDKeys, error) { return k.Without(uint8(n)) })
 			},
 		},
 	)
 	return cmd
-}
-
-// clientKV is the home cluster the command works on.
-type clientKV struct {
-	cli    *clientv3.Client
-	prefix string
 }
 
 func printIDKeys(w io.Writer, k *gateway.IDKeys) error {

@@ -218,9 +218,6 @@ func isTerminal(w io.Writer) bool {
 }
 
 func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.Start(ctx, cfg)

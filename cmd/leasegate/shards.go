@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -61,12 +63,9 @@ every token issued before, on any cluster. Run it after restoring a cluster from
 snapshot, before gateways serve it again: see docs/operations.md, "Backup and restore".`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
 					m, err := rs.BumpEpoch(ctx)
-					if err != nil {
-						return f.explain(err)
-					}
-					return printMap(cmd.OutOrStdout(), f.output, m)
+					return m, f.explain(err)
 				})
 			},
 		}),
@@ -75,12 +74,9 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 			Short: "Print the shard map in force",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
 					snap, err := rs.Store.Load(ctx)
-					if err != nil {
-						return err
-					}
-					return printMap(cmd.OutOrStdout(), f.output, snap.Map)
+					return snap.Map, err
 				})
 			},
 		},
@@ -94,10 +90,8 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 					return usageError{err}
 				}
 				return f.change(cmd, func(cur []shard.Cluster) ([]shard.Cluster, error) {
-					for _, x := range cur {
-						if x.Name == c.Name {
-							return nil, usageError{fmt.Errorf("cluster %q is already in the map", c.Name)}
-						}
+					if slices.ContainsFunc(cur, func(x shard.Cluster) bool { return x.Name == c.Name }) {
+						return nil, usageError{fmt.Errorf("cluster %q is already in the map", c.Name)}
 					}
 					return append(cur, c), nil
 				}, map[string][]string{c.Name: c.Endpoints})
@@ -109,12 +103,7 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return f.change(cmd, func(cur []shard.Cluster) ([]shard.Cluster, error) {
-					var out []shard.Cluster
-					for _, x := range cur {
-						if x.Name != args[0] {
-							out = append(out, x)
-						}
-					}
+					out := slices.DeleteFunc(slices.Clone(cur), func(x shard.Cluster) bool { return x.Name == args[0] })
 					if len(out) == len(cur) {
 						return nil, usageError{fmt.Errorf("cluster %q is not in the map", args[0])}
 					}
@@ -130,12 +119,8 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 			Short: "Finish a change: wait until draining clusters have let go of moved names",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
-					m, err := rs.Sweep(ctx, 500*time.Millisecond)
-					if err != nil {
-						return err
-					}
-					return printMap(cmd.OutOrStdout(), f.output, m)
+				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
+					return rs.Sweep(ctx, 500*time.Millisecond)
 				})
 			},
 		},
@@ -143,8 +128,9 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 	return cmd
 }
 
-// run dials the home cluster and calls fn with a Resharder over it.
-func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Resharder) error) error {
+// run dials the home cluster, calls fn with a Resharder over it and prints
+// the map fn returns.
+func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Resharder) (shard.Map, error)) error {
 	if f.output != "table" && f.output != "json" {
 		return usageError{fmt.Errorf("--output %q: want table or json", f.output)}
 	}
@@ -178,31 +164,33 @@ func (f *shardsFlags) run(cmd *cobra.Command, fn func(context.Context, *shard.Re
 		Names:    locks.Names{},
 		Progress: func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) },
 	}
-	return fn(ctx, rs)
+	m, err := fn(ctx, rs)
+	if err != nil {
+		return err
+	}
+	return printMap(cmd.OutOrStdout(), f.output, m)
 }
 
 // change moves the map to next(current clusters), then sweeps.
 func (f *shardsFlags) change(cmd *cobra.Command, next func([]shard.Cluster) ([]shard.Cluster, error), extra map[string][]string) error {
-	return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) error {
+	return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
 		snap, err := rs.Store.Load(ctx)
 		if err != nil {
-			return err
+			return shard.Map{}, err
 		}
 		clusters, err := next(snap.Map.Clusters)
 		if err != nil {
-			return err
+			return shard.Map{}, err
 		}
-		for k, v := range extra {
-			rs.Endpoints[k] = v
-		}
+		maps.Copy(rs.Endpoints, extra)
 		if _, err := rs.Apply(ctx, clusters); err != nil {
-			return f.explain(err)
+			return shard.Map{}, f.explain(err)
 		}
 		m, err := rs.Sweep(ctx, 500*time.Millisecond)
 		if err != nil {
-			return fmt.Errorf("the new map is in force but draining is not finished (%w); run `leasegate shards sweep` to finish", err)
+			return m, fmt.Errorf("the new map is in force but draining is not finished (%w); run `leasegate shards sweep` to finish", err)
 		}
-		return printMap(cmd.OutOrStdout(), f.output, m)
+		return m, nil
 	})
 }
 

@@ -28,9 +28,6 @@ func addTelemetryFlags(f *pflag.FlagSet, cfg *server.Config, tf *telemetryFlags)
 // serveWithTelemetry sets up OpenTelemetry, serves, and flushes the
 // exporters on the way out.
 func serveWithTelemetry(ctx context.Context, cfg server.Config, log *slog.Logger, tf telemetryFlags) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	p, err := telemetry.New(ctx, telemetry.Config{Version: buildinfo.Read().Version, Metrics: tf.metrics})
 	if err != nil {
 		return usageError{err}
