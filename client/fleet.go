@@ -325,7 +325,8 @@ func (c *Client) ForceRelease(ctx context.Context, name, reason string, token in
 		}
 		return out, nil
 	}
-	return out, c.call(ctx, op, fn)
+	err := c.call(ctx, op, fn) // fn sets out: read it after the call
+	return out, err
 }
 
 // AuditPage is one page of ListAudit.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -53,11 +54,22 @@ func (el Elections) leader(ctx context.Context, leaderID string) (LockID, locks.
 		}
 		return nil
 	})
-	if fe := (*fieldError)(nil); errors.As(err, &fe) {
+	if fe := (*fieldError)(nil); errors.As(err, &fe) && fe.field != "leader_id" {
+		// The message names the field as the detail does.
+		fe.err = renamedField{"leader_id: " + strings.TrimPrefix(fe.err.Error(), fe.field+": "), fe.err}
 		fe.field = "leader_id"
 	}
 	return id, t, err
 }
+
+// renamedField is a field error's cause under the caller's field name.
+type renamedField struct {
+	msg string
+	err error
+}
+
+func (e renamedField) Error() string { return e.msg }
+func (e renamedField) Unwrap() error { return e.err }
 
 // Proclaim replaces the leader's value while the caller leads.
 func (el Elections) Proclaim(ctx context.Context, req *connect.Request[v1.ProclaimRequest]) (*connect.Response[v1.ProclaimResponse], error) {

@@ -72,6 +72,9 @@ func TestElectionServiceOverConnectAndGRPC(t *testing.T) {
 			if _, err := ec.Resign(ctx, connect.NewRequest(&v1.ResignRequest{LeaderId: lock.LockId})); codeOf(err) != connect.CodeInvalidArgument {
 				t.Fatalf("Resign(lock id) = %v; want invalid_argument", err)
 			}
+			if _, err := ec.Proclaim(ctx, connect.NewRequest(&v1.ProclaimRequest{LeaderId: "not-an-id"})); codeOf(err) != connect.CodeInvalidArgument || violatedField(err) != "leader_id" || !strings.Contains(err.Error(), "leader_id: ") || strings.Contains(err.Error(), "lock_id") {
+				t.Fatalf("Proclaim(malformed leader id) = %v (field %q); want invalid_argument naming leader_id alone", err, violatedField(err))
+			}
 			if _, err := ec.Proclaim(ctx, connect.NewRequest(&v1.ProclaimRequest{LeaderId: lock.LockId})); codeOf(err) != connect.CodeInvalidArgument {
 				t.Fatalf("Proclaim(lock id) = %v; want invalid_argument", err)
 			}
