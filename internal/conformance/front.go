@@ -66,19 +66,25 @@ func (f *front) up() error {
 	return nil
 }
 
-// down stops the gateway abruptly: the front's listener and every
-// connection through it close at once (no answer in flight is waited for)
-// and the gateway process is shut down without a grace period. Held locks
-// and waiters stay in etcd, where their leases lapse unless another
-// gateway renews them.
+// down stops the gateway without a grace period: the process stops
+// first (open waits end with SHUTTING_DOWN, no call in flight is waited
+// for), then the front's listener and every connection through it close.
+// Held locks and waiters stay in etcd, where their leases lapse unless
+// another gateway renews them.
+//
+// The order matters: closing the connections first would show the gateway
+// its callers leaving while it still runs, and it would give their waits
+// up (an abandoned wait leaves the queue), which is a client's death, not
+// the gateway's.
 func (f *front) down() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gw == nil {
 		return
 	}
-	_ = f.srv.Close()
+	f.tr.CloseIdleConnections() // or the stop waits out their GOAWAY grace
 	shutdownNow(f.gw)
+	_ = f.srv.Close()
 	f.tr.CloseIdleConnections()
 	f.gw, f.srv, f.tr = nil, nil, nil
 }
@@ -122,10 +128,11 @@ func (f *front) resetRequests() {
 	f.total = 0
 }
 
-// shutdownNow stops a gateway without waiting for calls in flight.
+// shutdownNow stops a gateway as a SIGTERM does, with a short grace
+// period.
 func shutdownNow(gw *server.Server) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	_ = gw.Shutdown(ctx)
 }
 

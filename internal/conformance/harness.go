@@ -36,12 +36,15 @@ const LimitedGateway = 2
 
 // The rate-limited gateway's renewal rate: one renewal of burst, then one
 // every RenewEvery, so a second renewal sent at once is refused with a
-// retry delay of almost RenewEvery.
+// retry delay of almost RenewEvery. Releases and hold watches count as
+// renewals too. RenewEvery is kept under the SDKs' default hold-watch
+// start (1 s after a grant), so a scenario's rate-limited renewal is over
+// before a watch competes with it for the budget.
 const (
-	limitedRenewRate  = 0.5
+	limitedRenewRate  = 2
 	limitedRenewBurst = 1
 	// RenewEvery is 1/limitedRenewRate.
-	RenewEvery = 2 * time.Second
+	RenewEvery = 500 * time.Millisecond
 )
 
 // Description is what a runner is given (as JSON, in the environment
