@@ -28,7 +28,7 @@ func (h *Harness) controlHandler() http.Handler {
 		reply(w, http.StatusOK, struct{}{})
 	}))
 	mux.HandleFunc("POST /gateways/{i}/start", h.withFront(func(f *front, w http.ResponseWriter, r *http.Request) {
-		if err := f.up(); err != nil {
+		if err := f.up(r.Context()); err != nil {
 			reply(w, http.StatusInternalServerError, errorBody{err.Error()})
 			return
 		}
@@ -80,7 +80,7 @@ func (h *Harness) withFront(fn func(*front, http.ResponseWriter, *http.Request))
 // leave the next with a gateway down.
 func (h *Harness) reset(w http.ResponseWriter, r *http.Request) {
 	for i, f := range h.fronts {
-		if err := f.up(); err != nil {
+		if err := f.up(r.Context()); err != nil {
 			reply(w, http.StatusInternalServerError, errorBody{fmt.Sprintf("gateway %d: %v", i, err)})
 			return
 		}

@@ -21,7 +21,7 @@ import (
 // exactly as it would be by a dead process.
 type front struct {
 	addr  string // fixed loopback host:port, kept across restarts
-	start func() (*server.Server, error)
+	start func(context.Context) (*server.Server, error)
 
 	mu     sync.Mutex
 	gw     *server.Server  // nil while stopped
@@ -31,14 +31,15 @@ type front struct {
 	total  int64
 }
 
-// up starts the gateway and the front's listener on addr.
-func (f *front) up() error {
+// up starts the gateway, its start bounded by ctx, and the front's
+// listener on addr.
+func (f *front) up(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gw != nil {
 		return nil
 	}
-	gw, err := f.start()
+	gw, err := f.start(ctx)
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,8 @@ type Harness struct {
 
 // Start starts an embedded etcd member, the three gateways over it and the
 // control API, all on loopback addresses, and returns once every one
-// accepts connections. An error leaves nothing running.
+// accepts connections. ctx bounds the gateways' start (their wait for
+// etcd), not their life. An error leaves nothing running.
 func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("conformance: Config.Dir is empty; give a directory for etcd's data")
@@ -127,7 +128,7 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 			return nil, err
 		}
 		f := &front{addr: addr, counts: map[string]int64{}, start: h.gatewayStarter(tokens, limit)}
-		if err := f.up(); err != nil {
+		if err := f.up(ctx); err != nil {
 			return nil, fmt.Errorf("conformance: gateway %d: %w", i, err)
 		}
 		h.fronts = append(h.fronts, f)
@@ -147,8 +148,8 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 // gatewayStarter returns the function that starts one gateway process of
 // the fleet: every gateway serves the same prefix over the same etcd, so
 // they share queues, locks and the keys that sign lock ids.
-func (h *Harness) gatewayStarter(tokens string, limited bool) func() (*server.Server, error) {
-	return func() (*server.Server, error) {
+func (h *Harness) gatewayStarter(tokens string, limited bool) func(context.Context) (*server.Server, error) {
+	return func(ctx context.Context) (*server.Server, error) {
 		cfg := server.DefaultConfig()
 		cfg.Listen = "127.0.0.1:0"
 		cfg.Prefix = h.prefix
@@ -158,7 +159,7 @@ func (h *Harness) gatewayStarter(tokens string, limited bool) func() (*server.Se
 			cfg.Gateway.Limits.TenantRenewRate = limitedRenewRate
 			cfg.Gateway.Limits.TenantRenewBurst = limitedRenewBurst
 		}
-		return server.Start(context.Background(), cfg)
+		return server.Start(ctx, cfg)
 	}
 }
 
