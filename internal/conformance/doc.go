@@ -1,0 +1,13 @@
+// Package conformance runs the SDK conformance harness: one embedded etcd
+// member and three leasegate gateways over it, on loopback addresses only,
+// and a control API that scenarios drive (stop and start a gateway, count
+// the requests it received, check a write against a fencing guard, raise
+// the fleet's epoch so tokens pass 2^53). The scenarios themselves are
+// data, in sdk/conformance/scenarios.json; each SDK has a small runner
+// that interprets them. sdk/conformance/README.md is the contract between
+// the harness, the scenarios and the runners.
+//
+// Every SDK is judged against the same gateways, the same etcd and the same
+// scenarios, so a behaviour the Go SDK is held to is a behaviour every SDK
+// is held to.
+package conformance

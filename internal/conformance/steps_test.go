@@ -1,0 +1,420 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/internal/conformance"
+)
+
+// do runs one step.
+func (r *run) do(s step) error {
+	switch s.Op {
+	case "client":
+		return r.newClient(s)
+	case "openSession":
+		c, ok := r.clients[s.Client]
+		if !ok {
+			return fmt.Errorf("no client %q", s.Client)
+		}
+		var opts []client.SessionOption
+		if s.TTLMs > 0 {
+			opts = append(opts, client.WithTTL(ms(s.TTLMs)))
+		}
+		sess, err := c.OpenSession(r.ctx, opts...)
+		if err != nil {
+			return err
+		}
+		r.sessions[s.As] = sess
+		return nil
+	case "closeSession":
+		sess, ok := r.sessions[s.Session]
+		if !ok {
+			return fmt.Errorf("no session %q", s.Session)
+		}
+		return expectErr(s.ExpectError, sess.Close(r.ctx))
+	case "acquire":
+		return r.acquire(s)
+	case "tryAcquire":
+		return r.tryAcquire(s)
+	case "awaitGranted":
+		return r.awaitGranted(s)
+	case "awaitPosition":
+		return r.awaitPosition(s)
+	case "awaitError":
+		h, err := r.handleOf(s.Lock)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-h.done:
+		case <-time.After(timeoutOf(s)):
+			return fmt.Errorf("lock %q: the acquire had not ended after %s", s.Lock, timeoutOf(s))
+		}
+		if h.lock != nil {
+			return fmt.Errorf("lock %q was granted; want error %q", s.Lock, s.Error)
+		}
+		if err := expectErr(s.Error, h.err); err != nil {
+			return err
+		}
+		return elapsedWithin(s, h.grantedAt.Sub(h.start))
+	case "expectWaiting":
+		h, err := r.handleOf(s.Lock)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-h.done:
+			return fmt.Errorf("lock %q: the acquire ended (granted: %v, error: %v); want it still waiting", s.Lock, h.lock != nil, h.err)
+		case <-time.After(ms(s.ForMs)):
+			return nil
+		}
+	case "release":
+		_, l, err := r.held(s.Lock)
+		if err != nil {
+			return err
+		}
+		return expectErr(s.ExpectError, l.Release(r.ctx))
+	case "renew":
+		_, l, err := r.held(s.Lock)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		_, err = l.Renew(r.ctx)
+		if err := expectErr(s.ExpectError, err); err != nil {
+			return err
+		}
+		return elapsedWithin(s, time.Since(t0))
+	case "expectHeld":
+		_, l, err := r.held(s.Lock)
+		if err != nil {
+			return err
+		}
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("lock %q is not held: %v", s.Lock, err)
+		}
+		return nil
+	case "expectReleased":
+		_, l, err := r.held(s.Lock)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-l.Done():
+		case <-time.After(timeoutOf(s)):
+			return fmt.Errorf("lock %q: no released signal within %s", s.Lock, timeoutOf(s))
+		}
+		return expectErr("released", l.Err())
+	case "awaitLost":
+		return r.awaitLost(s)
+	case "stopGateway", "startGateway":
+		if s.Gateway == nil {
+			return fmt.Errorf("%s needs a gateway", s.Op)
+		}
+		verb := map[string]string{"stopGateway": "stop", "startGateway": "start"}[s.Op]
+		return r.control("POST", fmt.Sprintf("/gateways/%d/%s", *s.Gateway, verb), nil, nil)
+	case "resetRequests":
+		for _, g := range s.Gateways {
+			if err := r.control("POST", fmt.Sprintf("/gateways/%d/requests/reset", g), nil, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "expectRequests":
+		if s.Count == nil || s.Method == "" {
+			return fmt.Errorf("expectRequests needs a method and a count")
+		}
+		n, all, err := r.requests(s.Gateways, s.Method)
+		if err != nil {
+			return err
+		}
+		if n != *s.Count {
+			return fmt.Errorf("gateways %v received %d %s requests; want %d (all requests:%s)", s.Gateways, n, s.Method, *s.Count, all)
+		}
+		return nil
+	case "fenceWrite":
+		return r.fenceWrite(s)
+	case "expectTokenAbove":
+		return r.expectTokenAbove(s)
+	case "expectTokenExact":
+		_, l, err := r.held(s.Lock)
+		if err != nil {
+			return err
+		}
+		var got struct {
+			Held  bool   `json:"held"`
+			Token string `json:"token"`
+		}
+		if err := r.control("GET", queryName(r.locks[s.Lock].name), nil, &got); err != nil {
+			return err
+		}
+		if !got.Held || got.Token != tokenString(l) {
+			return fmt.Errorf("lock %q: the SDK's token is %s; the gateway reads held=%v token %s", s.Lock, tokenString(l), got.Held, got.Token)
+		}
+		return nil
+	case "raiseEpoch":
+		var got struct {
+			Epoch int `json:"epoch"`
+		}
+		if err := r.control("POST", "/epoch", map[string]int{"atLeast": s.AtLeast}, &got); err != nil {
+			return err
+		}
+		if got.Epoch < s.AtLeast {
+			return fmt.Errorf("epoch %d after raising to at least %d", got.Epoch, s.AtLeast)
+		}
+		return nil
+	case "withLock":
+		return r.withLock(s)
+	}
+	return fmt.Errorf("unknown op %q", s.Op)
+}
+
+func (r *run) newClient(s step) error {
+	var eps []string
+	for _, g := range s.Gateways {
+		if g < 0 || g >= len(r.desc.Gateways) {
+			return fmt.Errorf("no gateway %d", g)
+		}
+		eps = append(eps, r.desc.Gateways[g])
+	}
+	var opts []client.Option
+	switch s.Token {
+	case "none":
+	case conformance.TenantNormal, conformance.TenantLimited, conformance.TokenWrong:
+		opts = append(opts, client.WithBearerToken(r.desc.Tokens[s.Token]))
+	default:
+		return fmt.Errorf("token %q: want normal, limited, wrong or none", s.Token)
+	}
+	c, err := client.New(eps, opts...)
+	if err != nil {
+		return err
+	}
+	r.clients[s.As] = c
+	return nil
+}
+
+func (r *run) acquire(s step) error {
+	c, sess, err := r.clientOf(s)
+	if err != nil {
+		return err
+	}
+	h := newHandle(r.name(s.Name))
+	r.locks[s.As] = h
+	opts := acquireOpts(s, r.prefix, h)
+	go func() {
+		var l *client.Lock
+		var err error
+		if sess != nil {
+			l, err = sess.Acquire(r.ctx, h.name, opts...)
+		} else {
+			l, err = c.Acquire(r.ctx, h.name, opts...)
+		}
+		h.finish(r.ctx, l, err)
+	}()
+	return nil
+}
+
+func (r *run) tryAcquire(s step) error {
+	c, sess, err := r.clientOf(s)
+	if err != nil {
+		return err
+	}
+	h := newHandle(r.name(s.Name))
+	opts := acquireOpts(s, r.prefix, nil)
+	var l *client.Lock
+	if sess != nil {
+		l, err = sess.TryAcquire(r.ctx, h.name, opts...)
+	} else {
+		l, err = c.TryAcquire(r.ctx, h.name, opts...)
+	}
+	h.finish(r.ctx, l, err)
+	if s.As != "" {
+		r.locks[s.As] = h
+	}
+	if err := expectErr(s.ExpectError, err); err != nil {
+		return err
+	}
+	return elapsedWithin(s, h.grantedAt.Sub(h.start))
+}
+
+func (r *run) awaitGranted(s step) error {
+	h, err := r.handleOf(s.Lock)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-h.done:
+	case <-time.After(timeoutOf(s)):
+		return fmt.Errorf("lock %q: not granted within %s", s.Lock, timeoutOf(s))
+	}
+	if h.err != nil {
+		return fmt.Errorf("lock %q: the acquire failed with %s: %v", s.Lock, errorKind(h.err), h.err)
+	}
+	if s.AfterLossOf != "" {
+		o, err := r.handleOf(s.AfterLossOf)
+		if err != nil {
+			return err
+		}
+		lost := o.lostTime()
+		if lost.IsZero() || !h.grantedAt.After(lost) {
+			return fmt.Errorf("lock %q was granted at %s, before %q's loss signal (%s)", s.Lock, h.grantedAt.Format(time.StampMicro), s.AfterLossOf, lost.Format(time.StampMicro))
+		}
+	}
+	return nil
+}
+
+func (r *run) awaitPosition(s step) error {
+	h, err := r.handleOf(s.Lock)
+	if err != nil {
+		return err
+	}
+	deadline := time.After(timeoutOf(s))
+	for {
+		h.mu.Lock()
+		for i := h.consumed; i < len(h.positions); i++ {
+			if h.positions[i] == s.Position {
+				h.consumed = i + 1
+				h.mu.Unlock()
+				return nil
+			}
+		}
+		changed, seen := h.changed, append([]int64(nil), h.positions...)
+		h.mu.Unlock()
+		select {
+		case <-changed:
+		case <-h.done:
+			return fmt.Errorf("lock %q: the acquire ended (error: %v) before position %d; positions reported: %v", s.Lock, h.err, s.Position, seen)
+		case <-deadline:
+			return fmt.Errorf("lock %q: no position %d within %s; positions reported: %v", s.Lock, s.Position, timeoutOf(s), seen)
+		}
+	}
+}
+
+func (r *run) awaitLost(s step) error {
+	h, l, err := r.held(s.Lock)
+	if err != nil {
+		return err
+	}
+	if s.WithinMs == nil {
+		return fmt.Errorf("awaitLost needs withinMs")
+	}
+	deadline := l.Expires()
+	limit := deadline.Add(ms(*s.WithinMs))
+	select {
+	case <-l.Done():
+	case <-time.After(time.Until(limit) + 5*time.Second):
+		return fmt.Errorf("lock %q: no loss signal by %s, 5 s past its deadline %s", s.Lock, limit.Format(time.StampMilli), deadline.Format(time.StampMilli))
+	}
+	want := s.Error
+	if want == "" {
+		want = "lockLost"
+	}
+	if err := expectErr(want, l.Err()); err != nil {
+		return err
+	}
+	// The watcher records the time; give it the moment it needs.
+	for i := 0; i < 100 && h.lostTime().IsZero(); i++ {
+		time.Sleep(time.Millisecond)
+	}
+	if lost := h.lostTime(); lost.After(limit) {
+		return fmt.Errorf("lock %q: loss signalled %s after its conservative deadline; want at most %dms", s.Lock, lost.Sub(deadline), *s.WithinMs)
+	}
+	return nil
+}
+
+func (r *run) fenceWrite(s step) error {
+	h, l, err := r.held(s.Lock)
+	if err != nil {
+		return err
+	}
+	resource := h.name
+	if s.Resource != "" {
+		resource = r.name(s.Resource)
+	}
+	var got struct {
+		Accepted bool   `json:"accepted"`
+		Highest  string `json:"highest"`
+	}
+	if err := r.control("POST", "/fence", map[string]string{"resource": resource, "token": tokenString(l)}, &got); err != nil {
+		return err
+	}
+	if want := s.Expect == "accepted"; got.Accepted != want {
+		return fmt.Errorf("write under token %s: accepted=%v (highest %s); want %s", tokenString(l), got.Accepted, got.Highest, s.Expect)
+	}
+	return nil
+}
+
+func (r *run) expectTokenAbove(s step) error {
+	_, l, err := r.held(s.Lock)
+	if err != nil {
+		return err
+	}
+	var than int64
+	switch {
+	case s.ThanLock != "":
+		_, o, err := r.held(s.ThanLock)
+		if err != nil {
+			return err
+		}
+		than = o.Token()
+	case s.Than != "":
+		if than, err = parseToken(s.Than); err != nil {
+			return fmt.Errorf("than %q: %v", s.Than, err)
+		}
+	default:
+		return fmt.Errorf("expectTokenAbove needs thanLock or than")
+	}
+	if l.Token() <= than {
+		return fmt.Errorf("lock %q's token %d is not above %d", s.Lock, l.Token(), than)
+	}
+	return nil
+}
+
+// withLock runs the SDK's run-under-lock convenience with a body that
+// leaves by s.Exit.
+func (r *run) withLock(s step) (err error) {
+	c, sess, err := r.clientOf(s)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	ran := false
+	body := func(fctx context.Context) error {
+		ran = true
+		switch s.Exit {
+		case "return":
+			return nil
+		case "error":
+			return errCallback
+		case "throw":
+			panic("conformance: the body throws")
+		case "cancel":
+			cancel()
+			<-fctx.Done()
+			return fctx.Err()
+		}
+		return fmt.Errorf("exit %q: want return, error, throw or cancel", s.Exit)
+	}
+	name := r.name(s.Name)
+	opts := acquireOpts(s, r.prefix, nil)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = thrown{p}
+			}
+		}()
+		if sess != nil {
+			err = sess.Do(ctx, name, body, opts...)
+		} else {
+			err = c.Do(ctx, name, body, opts...)
+		}
+	}()
+	if !ran {
+		return fmt.Errorf("the body never ran: %v", err)
+	}
+	return expectErr(s.ExpectError, err)
+}
