@@ -135,6 +135,7 @@ export class Core {
       const [i, rpc] = this.pick();
       let timeoutMs = opts.timeoutMs ?? this.cfg.requestTimeoutMs;
       if (opts.until !== undefined) timeoutMs = Math.min(timeoutMs, opts.until - this.cfg.now());
+      timeoutMs = Math.floor(timeoutMs); // the wire takes whole milliseconds; rounding down is never late
       if (timeoutMs <= 0) break;
       const signal = opts.signal ?? new AbortController().signal;
       try {

@@ -170,7 +170,7 @@ export class Keeper {
       const sent = cfg.now();
       let pause = 0;
       try {
-        const conf = await renew(rpc, { signal: this.signal, timeoutMs: Math.min(cfg.requestTimeoutMs, left) });
+        const conf = await renew(rpc, { signal: this.signal, timeoutMs: Math.max(1, Math.floor(Math.min(cfg.requestTimeoutMs, left))) });
         if (!this.credit(sent, conf)) throw this.signal.reason;
         return this.deadline;
       } catch (err) {

@@ -89,7 +89,7 @@ export function config(opts: ClientOptions): Config {
     tls: opts.tls,
     protocol,
     httpVersion,
-    requestTimeoutMs: positive("requestTimeoutMs", opts.requestTimeoutMs, 10_000),
+    requestTimeoutMs: Math.max(1, Math.floor(positive("requestTimeoutMs", opts.requestTimeoutMs, 10_000))),
     renewFraction: rf,
     safetyMarginMs: opts.safetyMarginMs,
     backoffInitialMs: positive("backoffInitialMs", opts.backoffInitialMs, 100),

@@ -117,7 +117,10 @@ export class Session implements SessionBinding {
       const [i, rpc] = this.c.pick();
       const sent = this.c.cfg.now();
       try {
-        const resp = await rpc.keepAliveSession({ sessionId: this.id, shards }, { signal: this.ctl.signal, timeoutMs: this.c.cfg.requestTimeoutMs });
+        // An answer after the earliest lease's deadline could not save it.
+        const earliest = Math.min(...shards.map((s) => this.leases.get(s)!.expires));
+        const timeoutMs = Math.max(1, Math.floor(Math.min(this.c.cfg.requestTimeoutMs, earliest - sent)));
+        const resp = await rpc.keepAliveSession({ sessionId: this.id, shards }, { signal: this.ctl.signal, timeoutMs });
         this.apply(sent, resp.shards);
         if (sent > this.anchor) this.anchor = sent;
         const unconfirmed = resp.shards.some((s) => s.state === ShardLeaseState.UNAVAILABLE);
