@@ -235,7 +235,7 @@ async function held(c: Core, op: string, name: string, g: Granted, rid: string, 
       throw new UnavailableError(opMessage(op, `granted on shard ${g.shard}, which the session has no lease on; released it`));
     }
     // A lease lost since the grant takes the lock with it, as it should.
-    return Lock.named(new Lock(c, g, rid, lease, undefined), name);
+    return new Lock(c, name, g, rid, lease, undefined);
   }
   let ttl = ms(g.ttlMs);
   if (!(ttl > 0)) throw new UnavailableError(opMessage(op, `the gateway granted a lease with ttl_ms ${g.ttlMs}`));
@@ -271,5 +271,5 @@ async function held(c: Core, op: string, name: string, g: Granted, rid: string, 
     throw new UnavailableError(opMessage(op, "granted, but no gateway confirmed the lease before its deadline; released it"));
   }
   const keeper = new Keeper(c, `lock "${name}"`, ttl, anchor, deadline, renew, !o.manualRenew);
-  return Lock.named(new Lock(c, g, rid, keeper, keeper), name);
+  return new Lock(c, name, g, rid, keeper, keeper);
 }

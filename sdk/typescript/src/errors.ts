@@ -179,9 +179,33 @@ function serverFailure(err: ConnectError): boolean {
   return false;
 }
 
+/**
+ * Node's codes for a TLS handshake that either side refused over
+ * certificates: the gateway asking for or rejecting a client certificate
+ * (its alerts), or this side not trusting the gateway's. Retrying another
+ * gateway with the same credentials cannot help.
+ */
+const TLS_REFUSALS = [
+  /^ERR_SSL_(SSLV3|TLSV1|TLSV13)_ALERT_(CERTIFICATE_REQUIRED|BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_UNKNOWN|CERTIFICATE_EXPIRED|CERTIFICATE_REVOKED|UNSUPPORTED_CERTIFICATE|ACCESS_DENIED)$/,
+  /^(UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|CERT_HAS_EXPIRED|CERT_NOT_YET_VALID|CERT_UNTRUSTED|ERR_TLS_CERT_ALTNAME_INVALID)$/,
+];
+
+/** tlsRefusal reports a call that failed because a TLS handshake refused a certificate. */
+function tlsRefusal(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && TLS_REFUSALS.some((re) => re.test(code))) return true;
+    if (/alert (certificate required|bad certificate|unknown ca|certificate unknown)/.test(e.message)) return true;
+  }
+  return false;
+}
+
 /** classify turns a failed call's error into the SDK error for op. */
 export function classify(op: string, err: unknown): LeasegateError {
   if (err instanceof LeasegateError) return err;
+  if (tlsRefusal(err)) {
+    return new UnauthenticatedError(opMessage(op, "unauthenticated: a TLS certificate was refused or not trusted", err), err);
+  }
   if (!(err instanceof ConnectError)) {
     if (err instanceof Error && err.name === "AbortError") return new AbortedError(opMessage(op, "aborted"), err);
     return new UnavailableError(opMessage(op, "no gateway available"), err);
@@ -248,6 +272,7 @@ export function classify(op: string, err: unknown): LeasegateError {
  */
 export function retryable(err: unknown): boolean {
   if (err instanceof StreamEndedError) return true;
+  if (tlsRefusal(err)) return false;
   if (!(err instanceof ConnectError)) return false;
   const reason = reasonOf(err);
   switch (err.code) {

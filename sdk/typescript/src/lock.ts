@@ -40,12 +40,13 @@ export class Lock {
   /** @internal */
   constructor(
     private readonly client: Client,
+    name: string,
     g: Granted,
     requestId: string,
     /** @internal */ readonly lease: LeaseHolder,
     private readonly keeper: Keeper | undefined,
   ) {
-    this.name = "";
+    this.name = name;
     this.token = g.fencingToken;
     this.id = g.lockId;
     this.shard = g.shard;
@@ -55,12 +56,6 @@ export class Lock {
     const forward = () => this.ctl.abort(lease.signal.reason);
     if (lease.signal.aborted) forward();
     else lease.signal.addEventListener("abort", forward, { once: true });
-  }
-
-  /** @internal named sets the name (the grant does not carry it). */
-  static named(l: Lock, name: string): Lock {
-    (l as { name: string }).name = name;
-    return l;
   }
 
   /** The conservative deadline on the client's monotonic clock (ms, as `ClientOptions.now`). */
