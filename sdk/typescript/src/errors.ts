@@ -259,7 +259,10 @@ export function classify(op: string, err: unknown): LeasegateError {
     case Code.Unavailable:
       return new UnavailableError(opMessage(op, "no gateway available", err), err);
     case Code.Canceled:
-      return new AbortedError(opMessage(op, "aborted", err), err);
+      // The caller's own abort is told apart before classifying (each
+      // call checks its signal first): this one is a stream the gateway
+      // or the connection cancelled, an outage.
+      return new UnavailableError(opMessage(op, "no gateway available", err), err);
   }
   return new LeasegateError(opMessage(op, Code[err.code], err), err);
 }
@@ -280,6 +283,7 @@ export function retryable(err: unknown): boolean {
     case Code.Internal:
       return !serverFailure(err);
     case Code.Unavailable:
+    case Code.Canceled:
       return true;
     case Code.DeadlineExceeded:
       return reason !== ErrorReason.WAIT_TIMEOUT;

@@ -29,23 +29,33 @@ export class Client extends Core {
   /**
    * withLock acquires name, runs fn with the lock (pass `lock.signal` to
    * its work and `lock.token` to its writes), and releases the lock on
-   * every exit path. When the lock was lost while fn ran, withLock throws
-   * the lock's LockLostError even if fn returned: its work may not have
-   * been exclusive.
+   * every exit path. It throws, in this order: the acquire's error; fn's;
+   * the lock's LockLostError when the lock was lost before fn returned,
+   * even though fn succeeded (its work may have run on past the loss);
+   * release's.
    */
   async withLock<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: AcquireOptions = {}): Promise<T> {
     const lock = await this.acquire(name, opts);
-    let result: T;
+    let result: T | undefined;
+    let failed = false;
+    let fnErr: unknown;
     try {
       result = await fn(lock);
-    } finally {
-      const lost = lock.error instanceof LockLostError ? lock.error : undefined;
-      await lock.release().catch(() => {
-        // Unanswered: the lock lapses with its lease.
-      });
-      if (lost) throw lost;
+    } catch (e) {
+      failed = true;
+      fnErr = e;
     }
-    return result;
+    const lost = lock.error instanceof LockLostError ? lock.error : undefined;
+    let releaseErr: unknown;
+    try {
+      await lock.release();
+    } catch (e) {
+      releaseErr = e;
+    }
+    if (failed) throw fnErr;
+    if (lost) throw lost;
+    if (releaseErr !== undefined) throw releaseErr;
+    return result as T;
   }
 
   /** openSession opens a session of ttlMs (default: the client's defaultTtlMs). */

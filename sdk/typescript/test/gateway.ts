@@ -5,6 +5,7 @@ import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createServer, type AddressInfo } from "node:net";
 
 const repo = resolve(import.meta.dirname, "../../../..");
 let built: string | undefined;
@@ -31,12 +32,30 @@ export interface Gateway {
   stop(): Promise<void>;
 }
 
-/** start runs a gateway with extra flags and resolves once it serves. */
-export async function start(...flags: string[]): Promise<Gateway> {
+/** freePort returns a loopback port nothing listens on now. */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", () => r()));
+  const port = (srv.address() as AddressInfo).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
+/** start runs a gateway on its embedded etcd (one shard), with extra flags, and resolves once it serves. */
+export function start(...flags: string[]): Promise<Gateway> {
+  return run(["--shards", "1", ...flags]);
+}
+
+/** startOn runs a gateway on the etcd of another one's --embedded-etcd-listen (its shard-0). */
+export function startOn(etcdUrl: string, ...flags: string[]): Promise<Gateway> {
+  return run(["--etcd", `shard-0=${etcdUrl}`, ...flags]);
+}
+
+async function run(flags: string[]): Promise<Gateway> {
   const bin = binary();
   if (!existsSync(bin)) throw new Error(`no gateway binary at ${bin}`);
   const data = mkdtempSync(join(tmpdir(), "leasegate-data-"));
-  const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--data-dir", data, "--shards", "1", ...flags], {
+  const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--data-dir", data, ...flags], {
     stdio: ["ignore", "pipe", "pipe"],
   });
   let log = "";

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { setTimeout as delay } from "node:timers/promises";
 import { Client, LockLostError, NotAcquiredError, ReleasedError, UnauthenticatedError, UnavailableError, WaitTimeoutError, type Lock } from "../src/index.js";
-import { start, type Gateway } from "./gateway.js";
+import { freePort, start, startOn, type Gateway } from "./gateway.js";
 
 let gw: Gateway;
 let n = 0;
@@ -159,6 +159,62 @@ describe("failover and loss", () => {
       assert.throws(() => l.throwIfLost(), LockLostError);
     } finally {
       await own.stop();
+    }
+  });
+
+  test("withLock throws the loss when the lock was lost while its function ran", async () => {
+    const own = await start();
+    try {
+      const c = new Client([own.url], { requestTimeoutMs: 1000 });
+      const run = c.withLock(name(), async (l) => {
+        await own.kill();
+        await new Promise((r) => l.signal.addEventListener("abort", r, { once: true }));
+        return "done";
+      }, { ttlMs: 3000 });
+      await assert.rejects(run, LockLostError);
+    } finally {
+      await own.stop();
+    }
+  });
+});
+
+describe("a waiter whose gateway dies", () => {
+  test("retries its request id on the next gateway and keeps its place", async () => {
+    const port = await freePort();
+    const a = await start("--embedded-etcd-listen", `127.0.0.1:${port}`);
+    let b: Gateway | undefined;
+    try {
+      b = await startOn(`http://127.0.0.1:${port}`);
+      const onA = new Client([a.url]);
+      const bThenA = new Client([b.url, a.url], { backoffInitialMs: 50 });
+      const nm = name();
+      const holder = await onA.acquire(nm, { ttlMs: 5000 });
+      const firstPlaces: number[] = [];
+      let firstQueued!: () => void;
+      const queued1 = new Promise<void>((r) => (firstQueued = r));
+      const w1 = bThenA.acquire(nm, { ttlMs: 5000, onQueued: (p) => (firstPlaces.push(p), firstQueued()) });
+      await queued1;
+      let secondQueued!: () => void;
+      const queued2 = new Promise<void>((r) => (secondQueued = r));
+      const w2 = onA.acquire(nm, { ttlMs: 5000, onQueued: () => secondQueued() });
+      await queued2;
+      await b.kill();
+      // The first waiter's stream broke; its retry on A reports its place.
+      const deadline = Date.now() + 10_000;
+      while (firstPlaces.length < 2 && Date.now() < deadline) await delay(50);
+      assert.ok(firstPlaces.length >= 2, `places ${firstPlaces}: no report after the retry`);
+      assert.equal(firstPlaces.at(-1), 1, `places ${firstPlaces}: the retry lost its place`);
+      await holder.release();
+      const l1 = await w1;
+      let secondGranted = false;
+      void w2.then(() => (secondGranted = true));
+      await delay(200);
+      assert.equal(secondGranted, false, "the later waiter was granted before the retried one released");
+      await l1.release();
+      await (await w2).release();
+    } finally {
+      await b?.stop();
+      await a.stop();
     }
   });
 });
