@@ -256,7 +256,11 @@ async function held(c: Core, op: string, name: string, g: Granted, rid: string, 
           rsent = cfg.now();
           return renew(rpc, { signal: opts.signal, timeoutMs: opts.timeoutMs ?? cfg.requestTimeoutMs });
         },
-        { until: deadline },
+        // Not bounded by the first deadline, which a long wait may have
+        // passed: the gateway kept the waiter's lease alive, and this
+        // renewal's confirmation, counted from its own send time, is
+        // what the lock's deadline then rests on.
+        { signal: o.signal },
       );
       if (conf.ttlMs > 0) ttl = conf.ttlMs;
       anchor = rsent;

@@ -1,9 +1,9 @@
 // Client: the SDK's entry point.
 import { Core } from "./client.js";
-import { LockLostError } from "./errors.js";
 import { acquire, tryAcquire, type AcquireOptions } from "./acquire.js";
 import type { Lock } from "./lock.js";
 import { Session } from "./session.js";
+import { runLocked } from "./withlock.js";
 
 /**
  * Client talks to one or more leasegate gateways; any gateway serves any
@@ -27,35 +27,16 @@ export class Client extends Core {
   }
 
   /**
-   * withLock acquires name, runs fn with the lock (pass `lock.signal` to
-   * its work and `lock.token` to its writes), and releases the lock on
-   * every exit path. It throws, in this order: the acquire's error; fn's;
-   * the lock's LockLostError when the lock was lost before fn returned,
-   * even though fn succeeded (its work may have run on past the loss);
-   * release's.
+   * withLock acquires name, runs fn with the lock and a signal, and
+   * releases the lock on every exit path. The signal is aborted when the
+   * lock ends or `opts.signal` aborts: pass it to fn's work, and
+   * `lock.token` to its writes. withLock throws, in this order: the
+   * acquire's error; fn's, unchanged; the lock's LockLostError when the
+   * lock was lost before fn returned, even though fn succeeded (its work
+   * may have run on past the loss); release's.
    */
-  async withLock<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: AcquireOptions = {}): Promise<T> {
-    const lock = await this.acquire(name, opts);
-    let result: T | undefined;
-    let failed = false;
-    let fnErr: unknown;
-    try {
-      result = await fn(lock);
-    } catch (e) {
-      failed = true;
-      fnErr = e;
-    }
-    const lost = lock.error instanceof LockLostError ? lock.error : undefined;
-    let releaseErr: unknown;
-    try {
-      await lock.release();
-    } catch (e) {
-      releaseErr = e;
-    }
-    if (failed) throw fnErr;
-    if (lost) throw lost;
-    if (releaseErr !== undefined) throw releaseErr;
-    return result as T;
+  withLock<T>(name: string, fn: (lock: Lock, signal: AbortSignal) => Promise<T> | T, opts: AcquireOptions = {}): Promise<T> {
+    return runLocked(() => this.acquire(name, opts), fn, opts.signal);
   }
 
   /** openSession opens a session of ttlMs (default: the client's defaultTtlMs). */

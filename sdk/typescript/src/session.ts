@@ -8,6 +8,7 @@ import { ShardLeaseState, type SessionShard } from "./gen/leasegate/v1/lock_pb.j
 import { Keeper, deadlineOf } from "./keeper.js";
 import { renewIntervalFor } from "./options.js";
 import type { LeaseHolder, Lock } from "./lock.js";
+import { runLocked } from "./withlock.js";
 import { acquire, tryAcquire, type AcquireOptions, type SessionBinding } from "./acquire.js";
 
 /**
@@ -169,6 +170,11 @@ export class Session implements SessionBinding {
   tryAcquire(name: string, opts: AcquireOptions = {}): Promise<Lock> {
     this.checkOpen("try to acquire lock in session");
     return tryAcquire(this.c, name, opts, this);
+  }
+
+  /** withLock runs fn under the lock taken in the session, as Client.withLock. */
+  withLock<T>(name: string, fn: (lock: Lock, signal: AbortSignal) => Promise<T> | T, opts: AcquireOptions = {}): Promise<T> {
+    return runLocked(() => this.acquire(name, opts), fn, opts.signal);
   }
 
   private checkOpen(op: string): void {

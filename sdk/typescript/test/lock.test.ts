@@ -102,6 +102,19 @@ describe("locks on a live gateway", () => {
     await l.release();
   });
 
+  test("a grant after a wait longer than the TTL is held, its deadline from a fresh renewal", async () => {
+    const c = new Client([gw.url]);
+    const nm = name();
+    const holder = await c.acquire(nm, { ttlMs: 2000 });
+    const waiting = c.acquire(nm, { ttlMs: 2000 });
+    await delay(3000); // the waiter's first send time is now more than a TTL ago
+    await holder.release();
+    const l = await waiting;
+    assert.equal(l.signal.aborted, false, `lost: ${l.error}`);
+    assert.ok(l.expires > performance.now() + 1000, "the deadline counts from a renewal after the grant");
+    await l.release();
+  });
+
   test("withLock releases on return and on throw", async () => {
     const c = new Client([gw.url]);
     const nm = name();
