@@ -66,3 +66,26 @@ test("a rate limit carries the gateway's RetryInfo delay and limit", () => {
   assert.equal(got.retryAfterMs, 1250);
   assert.equal(got.limit, "tenant_acquire_rate");
 });
+
+test("the deadline: send time + min(TTL, valid_for) − margin, moved only later, never revived", async () => {
+  const { Core } = await import("../src/client.js");
+  const { Keeper, deadlineOf } = await import("../src/keeper.js");
+  let now = 0;
+  const c = new Core(["http://127.0.0.1:1"], { now: () => now });
+  const margin = 3000 / 100 + 100; // the default for a 3 s TTL
+  const k = new Keeper(c, "lock", 3000, 0, deadlineOf(c, 0, { ttlMs: 3000, validForMs: 0 }), undefined, false);
+  assert.equal(k.expires, 3000 - margin);
+  now = 1000;
+  assert.ok(k.credit(1000, { ttlMs: 3000, validForMs: 0 }));
+  assert.equal(k.expires, 1000 + 3000 - margin);
+  assert.ok(k.credit(500, { ttlMs: 3000, validForMs: 0 }), "an older answer is no loss");
+  assert.equal(k.expires, 1000 + 3000 - margin, "an older answer does not move the deadline");
+  now = 3000;
+  assert.ok(k.credit(3000, { ttlMs: 3000, validForMs: 1500 }));
+  assert.equal(k.expires, 3000 + 1500 - margin, "valid_for_ms tightens the TTL");
+  now = 3000 + 1500 - margin; // the deadline, the timer not yet run
+  assert.equal(k.credit(now - 1, { ttlMs: 3000, validForMs: 0 }), false, "an answer at the deadline revives nothing");
+  assert.ok(k.signal.aborted);
+  assert.ok(k.signal.reason instanceof LockLostError);
+  assert.ok((k.signal.reason as LockLostError).cause instanceof UnavailableError);
+});
