@@ -1,7 +1,7 @@
 // Client: the endpoints, failover among them, credentials and the retry
 // rule every call shares.
 import { createClient, type Client as RpcClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { Http2SessionManager, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { LockService } from "./gen/leasegate/v1/lock_pb.js";
 import {
   AbortedError,
@@ -34,6 +34,8 @@ export type Attempt<T> = (rpc: LockRpc, opts: AttemptOptions) => Promise<T>;
 interface Endpoint {
   url: string;
   rpc: LockRpc;
+  /** The HTTP/2 connection, which close ends; undefined over HTTP/1.1. */
+  session: Http2SessionManager | undefined;
 }
 
 /**
@@ -65,11 +67,16 @@ export class Core {
     this.eps = endpoints.map((e) => {
       const url = /^[a-z]+:\/\//.test(e) ? e : (tls ? "https://" : "http://") + e;
       const nodeOptions = tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.servername } : undefined;
+      // An HTTP/2 connection of our own, so that close can end it rather
+      // than leave it open until it idles out.
+      const session = this.cfg.httpVersion === "2" ? new Http2SessionManager(url, undefined, nodeOptions) : undefined;
       const transport =
         this.cfg.protocol === "grpc"
-          ? createGrpcTransport({ baseUrl: url, interceptors, nodeOptions })
-          : createConnectTransport({ baseUrl: url, httpVersion: this.cfg.httpVersion, interceptors, nodeOptions });
-      return { url, rpc: createClient(LockService, transport) };
+          ? createGrpcTransport({ baseUrl: url, interceptors, sessionManager: session })
+          : session
+            ? createConnectTransport({ baseUrl: url, httpVersion: "2", interceptors, sessionManager: session })
+            : createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors, nodeOptions });
+      return { url, rpc: createClient(LockService, transport), session };
     });
   }
 
@@ -78,9 +85,14 @@ export class Core {
     return this.eps.map((e) => e.url);
   }
 
-  /** Closes the client: later calls throw ClosedError. Locks already held are not released. */
+  /**
+   * Closes the client and its connections: later calls throw ClosedError,
+   * and calls under way fail. Locks still held are not released: they
+   * lose their renewals and end at their deadlines (release them first).
+   */
   close(): void {
     this.closed = true;
+    for (const e of this.eps) e.session?.abort(new ClosedError("leasegate: the client was closed"));
   }
 
   /** @internal checkOpen throws ClosedError on a closed client. */
