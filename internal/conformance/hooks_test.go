@@ -25,7 +25,7 @@ func TestConformancePython(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "sdk", "python", "pyproject.toml")); err != nil {
 		t.Skip("no Python SDK yet (sdk/python/pyproject.toml is missing)")
 	}
-	runExternal(t, root, "python3", "-m", "unittest", "discover", "-s", "sdk/python/tests")
+	runExternal(t, root, nil, "python3", "-m", "unittest", "discover", "-s", "sdk/python/tests")
 }
 
 // TestConformanceTypeScript runs the TypeScript SDK's tests, which include
@@ -44,14 +44,21 @@ func TestConformanceTypeScript(t *testing.T) {
 		}
 		t.Skip("sdk/typescript/node_modules is missing: run `npm ci` in sdk/typescript to run the TypeScript conformance tests")
 	}
-	runExternal(t, root, "node", "--test", "sdk/typescript/test/")
+	// The SDK's own live tests start gateways of this checkout's binary.
+	bin := filepath.Join(t.TempDir(), "leasegate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/leasegate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/leasegate: %v\n%s", err, out)
+	}
+	runExternal(t, dir, []string{"LEASEGATE_BIN=" + bin}, "npm", "test")
 }
 
-// runExternal starts a harness and runs name with args in dir, with the
-// harness's description in LEASEGATE_CONFORMANCE and the scenarios' path in
-// LEASEGATE_CONFORMANCE_SCENARIOS; the test fails with the command's
-// output if it fails.
-func runExternal(t *testing.T, dir, name string, args ...string) {
+// runExternal starts a harness and runs name with args in dir, with env
+// and the harness's description in LEASEGATE_CONFORMANCE and the
+// scenarios' path in LEASEGATE_CONFORMANCE_SCENARIOS; the test fails with
+// the command's output if it fails.
+func runExternal(t *testing.T, dir string, env []string, name string, args ...string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
 		t.Fatalf("%s is not on PATH: %v", name, err)
@@ -69,6 +76,7 @@ func runExternal(t *testing.T, dir, name string, args ...string) {
 		"LEASEGATE_CONFORMANCE="+string(desc),
 		"LEASEGATE_CONFORMANCE_SCENARIOS="+scenariosPath(),
 	)
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
