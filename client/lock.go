@@ -230,7 +230,9 @@ func (l *Lock) Release(ctx context.Context) error {
 // beside it and still decide the lock's deadline. A watch a gateway will
 // not serve — refused at the tenant's cap on open streams (QUOTA_EXCEEDED)
 // or unknown to it (unimplemented) — is not asked for again: the lock is
-// held as well without it. lose ends l with the error it is given.
+// held as well without it. A watch refused at the tenant's renew rate is
+// asked for again on the same gateway after the gateway's delay. lose ends
+// l with the error it is given.
 func (c *Client) watchHold(l *Lock, lose func(error)) {
 	after := c.cfg.holdWatch
 	if after < 0 {
@@ -274,8 +276,17 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 			if err != nil && watchNotServed(err) {
 				return
 			}
-			c.failed(i)
-			t := time.NewTimer(bo.next())
+			pause := bo.next()
+			switch rl := rateLimited(err); {
+			case rl != nil:
+				// The tenant's renew budget, not the gateway, refused it:
+				// ask this gateway again after its delay; the renewals,
+				// which decide the deadline, are not moved with it.
+				pause = max(pause, rl.RetryAfter)
+			case err == nil || retryable(err):
+				c.failed(i)
+			}
+			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()

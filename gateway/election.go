@@ -144,7 +144,7 @@ func (el Elections) Observe(ctx context.Context, req *connect.Request[v1.Observe
 	defer endWait()
 	octx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	defer context.AfterFunc(s.stopping, func() { cancel(errShuttingDown) })()
+	defer s.onStop(func(error) { cancel(errShuttingDown) })()
 	var last *v1.Leader
 	sent := false
 	err = observe(octx, func(l *queue.Leader) error {

@@ -49,7 +49,7 @@ func (s *Service) WatchHold(ctx context.Context, req *connect.Request[v1.WatchHo
 	// ended before the handler returns, whichever way the stream ends.
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
+	defer s.onStop(cancel)()
 	type awaited struct {
 		end queue.End
 		err error

@@ -34,9 +34,12 @@ type Service struct {
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
 	// stopping ends when Shutdown runs, with errShuttingDown (and
-	// queue.ErrDetached) as its cause; waits follow it with AfterFunc.
+	// queue.ErrDetached) as its cause; open waits are ended with it
+	// through onStop.
 	stopping context.Context
 	stop     context.CancelCauseFunc
+	stopMu   sync.Mutex
+	onStops  map[*func(error)]struct{}
 
 	health *Health
 
@@ -77,6 +80,7 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (_ *Service,
 	}()
 	s := &Service{cfg: cfg, router: router, log: log, shutdown: make(chan struct{}), auth: auth, lim: newLimiter(cfg.Limits, clk), keys: cfg.IDKeys, clk: clk}
 	s.stopping, s.stop = context.WithCancelCause(context.Background())
+	s.onStops = map[*func(error)]struct{}{}
 	s.health = &Health{svc: s}
 	if s.keys == nil {
 		k, err := GenerateIDKey(1)
@@ -105,9 +109,38 @@ func (s *Service) ReloadCredentials() error { return s.auth.Reload() }
 func (s *Service) Shutdown() {
 	s.shutdownOnce.Do(func() {
 		close(s.shutdown)
-		s.stop(errors.Join(queue.ErrDetached, errShuttingDown))
+		cause := errors.Join(queue.ErrDetached, errShuttingDown)
+		s.stopMu.Lock()
+		s.stop(cause)
+		for fn := range s.onStops {
+			(*fn)(cause)
+		}
+		clear(s.onStops)
+		s.stopMu.Unlock()
 		s.auth.Close()
 	})
+}
+
+// onStop has cancel called with the stop's cause when Shutdown runs,
+// within Shutdown itself (at once if it has run): so every open wait's
+// cause is the detach before Shutdown returns, and closing the
+// connections after it cannot end a wait first with its caller's
+// cancellation, which would take the waiter's key out of the queue
+// instead of leaving it for a retry elsewhere. forget drops cancel.
+func (s *Service) onStop(cancel func(error)) (forget func()) {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.stopping.Err() != nil {
+		cancel(context.Cause(s.stopping))
+		return func() {}
+	}
+	fn := &cancel
+	s.onStops[fn] = struct{}{}
+	return func() {
+		s.stopMu.Lock()
+		delete(s.onStops, fn)
+		s.stopMu.Unlock()
+	}
 }
 
 // withTimeout bounds ctx by d on the gateway's clock; the context ends with cause.
@@ -326,7 +359,7 @@ func (s *Service) streamAcquire(ctx context.Context, id Identity, r queue.Acquir
 		wctx, stop = s.withTimeout(wctx, waitTimeout, queue.ErrWaitTimeout)
 		defer stop()
 	}
-	defer context.AfterFunc(s.stopping, func() { cancel(context.Cause(s.stopping)) })()
+	defer s.onStop(cancel)()
 	out := &acquireStream{send: func(fn func() error) error { return s.send(ctx, fn) }, sink: sink, requestID: r.RequestID}
 	defer out.end()
 	a.Request.OnQueued = func(pos int64) {

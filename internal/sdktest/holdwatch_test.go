@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/leasegate/leasegate/client"
+	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/internal/gwtest"
 	"github.com/leasegate/leasegate/internal/server"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
@@ -195,5 +196,57 @@ func TestHoldWatchRetriesTransientFailures(t *testing.T) {
 		if gap := at[i+1].Sub(at[i]); gap < min {
 			t.Errorf("WatchHold %d came %s after the failed one before it; want a backoff of at least %s", i+2, gap, min)
 		}
+	}
+}
+
+// TestRateLimitedHoldWatchStaysOnItsGateway: a watch the gateway refuses at
+// the tenant's renew rate is asked for again on the same gateway after
+// the delay the gateway gave, never at once on the next gateway: a rate
+// limit is the tenant's budget, not the gateway failing, and moving would
+// send the lock's renewals along with it.
+func TestRateLimitedHoldWatchStaysOnItsGateway(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	gclk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	limited := gwtest.Start(t, shared, gwtest.Configure(func(c *server.Config) {
+		// Five renewals a second, a burst of one; on a gateway clock that
+		// stands still every renewal after the first is refused with a
+		// 200ms hint.
+		c.Gateway.Limits.TenantRenewRate = 5
+		c.Gateway.Limits.TenantRenewBurst = 1
+		c.Gateway.Clock = gclk
+	}))
+	other := startGateway(t, "")
+	pa := startHoldProxy(t, limited, func(int) int { return 0 })
+	pb := startHoldProxy(t, other, func(int) int { return 0 })
+	c := newClient(t, []string{pa.URL, pb.URL}, client.WithHoldWatch(0), client.WithRetryBackoff(time.Millisecond, 2*time.Millisecond))
+
+	// Spend the one renewal of the burst: a release is charged to it.
+	spent, err := limited.Client.TryAcquire(ctx, connect.NewRequest(&v1.TryAcquireRequest{Name: "spend-the-burst", TtlMs: 30000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := limited.Client.Release(ctx, connect.NewRequest(&v1.ReleaseRequest{LockId: spent.Msg.Granted.LockId, FencingToken: spent.Msg.Granted.FencingToken})); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(ctx, "rate-limited-watch", client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, pa.done, "the refused WatchHold")
+	refusedAt := pa.arrivals()[0]
+	select {
+	case <-pa.done:
+		if gap := pa.arrivals()[1].Sub(refusedAt); gap < 200*time.Millisecond {
+			t.Fatalf("the watch was asked for again %s after the rate limit's refusal; want the gateway's 200ms delay first", gap)
+		}
+	case <-pb.done:
+		t.Fatal("after a rate limit's refusal the watch was asked for on the next gateway; want the same gateway, after its delay")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not asked for again within 10s of a refusal with a 200ms delay")
+	}
+	gclk.Advance(time.Hour) // the budget refills for the release
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
