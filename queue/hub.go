@@ -17,7 +17,7 @@ import (
 // An engine keeps one hub per name that has local waiters, in each key
 // space (hubs are kept by the name's key prefix, which names the space):
 // one prefix watch over the name's keys and, in memory, an ordered view of
-// its queue — every key with its create revision, mod revision and lease —
+// its queue — every key with its create and mod revisions —
 // that is exactly etcd's state of the prefix at a known revision. The view
 // is built from a read at revision R0 and the watch's events from R0+1 on:
 // the watch is created first, at the current revision (so etcd has no
@@ -36,15 +36,15 @@ import (
 
 // viewKey is one key of a hub's view.
 type viewKey struct {
-	create, mod, lease int64
-	limit              int  // the semaphore limit its value records (limitOf)
-	delay              bool // its value asks for a lock-delay (delay.go)
+	create, mod int64
+	limit       int  // the semaphore limit its value records (limitOf)
+	delay       bool // its value asks for a lock-delay (delay.go)
 }
 
 // viewKeyOf is kv as a view records it.
 func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
-	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease}
-	if _, m, err := decodeValue(kv.Value); err == nil {
+	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision}
+	if m, err := decodeValue(kv.Value); err == nil {
 		k.limit, k.delay = max(m.Limit, 1), m.Delay > 0
 	}
 	return k
