@@ -158,13 +158,9 @@ type nameHub struct {
 
 // hubSet is an engine's hubs, by name prefix.
 type hubSet struct {
-	e    *Engine
-	mu   sync.Mutex
-	hubs map[string]*nameHub
-	wg   sync.WaitGroup
+	e *Engine
+	perSpace[string, nameHub]
 }
-
-func newHubSet(e *Engine) *hubSet { return &hubSet{e: e, hubs: map[string]*nameHub{}} }
 
 // register adds a waiter for the key named key under prefix, created at
 // create and last written by its attempt at mod, starting the name's hub
@@ -190,12 +186,13 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 // hubLocked returns prefix's hub, starting it for ctx (as register) if
 // there is none.
 func (s *hubSet) hubLocked(ctx context.Context, prefix, delays string) *nameHub {
-	h := s.hubs[prefix]
-	if h == nil {
-		hctx, cancel := context.WithCancel(s.e.ctx)
-		h = &nameHub{set: s, prefix: prefix, delays: delays, cancel: cancel, done: make(chan struct{}),
+	h, made := s.getLocked(prefix, func() *nameHub {
+		return &nameHub{set: s, prefix: prefix, delays: delays, done: make(chan struct{}),
 			keys: map[string]*viewKey{}, limits: map[int64]int{}, waiters: map[*hubWaiter]struct{}{}, watched: map[string]int64{}}
-		s.hubs[prefix] = h
+	})
+	if made {
+		hctx, cancel := context.WithCancel(s.e.ctx)
+		h.cancel = cancel
 		vals := ctx
 		if s.e.hooks != nil {
 			vals = s.e.hooks.spawn(ctx, "hub")
@@ -223,7 +220,7 @@ func (s *hubSet) unref(h *nameHub, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h.refs -= n; h.refs == 0 {
-		delete(s.hubs, h.prefix)
+		s.dropLocked(h.prefix, h)
 		close(h.done)
 		h.cancel()
 	}
@@ -295,8 +292,6 @@ func (h *nameHub) stamp(ctx context.Context, gone []expiry) {
 	}
 	h.set.unref(h, refs)
 }
-
-func (s *hubSet) close() { s.wg.Wait() }
 
 // run keeps the view until the hub has no waiters or the engine closes.
 func (h *nameHub) run(ctx context.Context) {

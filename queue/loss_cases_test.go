@@ -155,7 +155,7 @@ func TestLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
 		}
 		// etcd ends the waiter's lease right after the hub's verdict.
 		e.hubs.mu.Lock()
-		h := e.hubs.hubs[e.keys.namePrefix("z")]
+		h := e.hubs.m[e.keys.namePrefix("z")]
 		e.hubs.mu.Unlock()
 		var key string
 		h.mu.Lock()
@@ -402,7 +402,7 @@ func TestLossWaitBehindASemaphoreRelease(t *testing.T) {
 		t.Fatalf("release of B = %v, %v", rel, err)
 	}
 	e.hubs.mu.Lock()
-	h := e.hubs.hubs[e.keys.namePrefix("sem")]
+	h := e.hubs.m[e.keys.namePrefix("sem")]
 	e.hubs.mu.Unlock()
 	for left := 3; left > 1; time.Sleep(time.Millisecond) { // the hub applies both revisions
 		h.mu.Lock()
