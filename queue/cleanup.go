@@ -139,7 +139,7 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 		cancel()
 		if err == nil {
 			if resp.Succeeded {
-				e.revokeOwnLease(ctx, deletedKV(resp, 0))
+				e.revokeOwnLease(ctx, deletedKV(resp))
 			}
 			return resp.Succeeded
 		}
@@ -176,7 +176,7 @@ func ownLease(prev *mvccpb.KeyValue) (waiterMeta, bool) {
 	if prev == nil || prev.Lease == 0 {
 		return waiterMeta{}, false
 	}
-	_, meta, err := decodeValue(prev.Value)
+	meta, err := decodeValue(prev.Value)
 	return meta, err == nil && !meta.Session
 }
 
@@ -195,12 +195,12 @@ func (e *Engine) recycleOwnLease(ctx context.Context, prev *mvccpb.KeyValue) {
 	}
 }
 
-// deletedKV is the key a delete with WithPrevKV at response index i removed.
-func deletedKV(resp *clientv3.TxnResponse, i int) *mvccpb.KeyValue {
-	if len(resp.Responses) <= i {
+// deletedKV is the key removed by a delete with WithPrevKV, resp's first op.
+func deletedKV(resp *clientv3.TxnResponse) *mvccpb.KeyValue {
+	if len(resp.Responses) == 0 {
 		return nil
 	}
-	return firstOf(resp.Responses[i].GetResponseDeleteRange().GetPrevKvs())
+	return firstOf(resp.Responses[0].GetResponseDeleteRange().GetPrevKvs())
 }
 
 // forgetUnknown takes back what an enqueue transaction whose answer was

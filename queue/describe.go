@@ -107,7 +107,7 @@ func (e *Engine) holderInfo(ctx context.Context, kv *mvccpb.KeyValue) (*Holder, 
 	if kv == nil {
 		return nil, nil
 	}
-	_, meta, err := decodeValue(kv.Value)
+	meta, err := decodeValue(kv.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (e *Engine) CheckFence(ctx context.Context, name string, token int64) (live
 		return false, 0, err
 	}
 	for i, kv := range held {
-		_, meta, err := decodeValue(kv.Value)
+		meta, err := decodeValue(kv.Value)
 		if err != nil {
 			return false, 0, err
 		}

@@ -91,7 +91,7 @@ func leaderOf(kv *mvccpb.KeyValue) (*Leader, error) {
 	if kv == nil {
 		return nil, nil
 	}
-	_, meta, err := decodeValue(kv.Value)
+	meta, err := decodeValue(kv.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (e *Engine) Proclaim(ctx context.Context, h Handle, value []byte) error {
 			return errors.Join(ErrNotLeader, e.classifyGone(ctx, h.Name))
 		}
 		mine := resp.Kvs[0]
-		_, meta, err := decodeValue(mine.Value)
+		meta, err := decodeValue(mine.Value)
 		if err != nil || !hasHeader(mine.Value, h.Secret) || clientv3.LeaseID(mine.Lease) != h.Lease {
 			return fmt.Errorf("%w: the leader id does not match the leader's secret or lease", ErrNotOwner)
 		}

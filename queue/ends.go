@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,11 +47,10 @@ type End struct {
 }
 
 // endWatch is an engine's watches over audit and wait records for
-// AwaitEnd: two watches per space while the space has an awaiter.
+// AwaitEnd: two watches per space, by prefix, while it has an awaiter.
 type endWatch struct {
-	e      *Engine
-	mu     sync.Mutex
-	spaces map[string]*endSpace // by space prefix
+	e *Engine
+	perSpace[string, endSpace]
 }
 
 // endSpace is one space's awaiters and watches.
@@ -67,27 +65,21 @@ type endSub struct {
 	wake wakeup
 }
 
-func newEndWatch(e *Engine) *endWatch {
-	return &endWatch{e: e, spaces: map[string]*endSpace{}}
-}
-
 // subscribe registers an awaiter of key, a key of the space ks created at
 // rev, starting the space's watches with its first.
 func (w *endWatch) subscribe(ks keys, key string, rev int64) (*endSub, func()) {
 	sub := &endSub{rev: rev, wake: newWakeup()}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	sp := w.spaces[ks.prefix]
-	if sp == nil {
-		sp = &endSpace{keys: ks, subs: map[string]map[*endSub]struct{}{}}
-		w.spaces[ks.prefix] = sp
-		if w.e.ctx.Err() == nil {
-			ctx, cancel := context.WithCancel(w.e.ctx)
-			sp.cancel = cancel
-			for _, prefix := range []string{ks.auditPrefix(), ks.delays()} {
-				w.e.wg.Add(1)
-				go w.run(ctx, sp, prefix)
-			}
+	sp, made := w.getLocked(ks.prefix, func() *endSpace {
+		return &endSpace{keys: ks, subs: map[string]map[*endSub]struct{}{}}
+	})
+	if made && w.e.ctx.Err() == nil {
+		ctx, cancel := context.WithCancel(w.e.ctx)
+		sp.cancel = cancel
+		for _, prefix := range []string{ks.auditPrefix(), ks.delays()} {
+			w.e.wg.Add(1)
+			go w.run(ctx, sp, prefix)
 		}
 	}
 	if sp.subs[key] == nil {
@@ -101,11 +93,8 @@ func (w *endWatch) subscribe(ks keys, key string, rev int64) (*endSub, func()) {
 		if len(sp.subs[key]) == 0 {
 			delete(sp.subs, key)
 		}
-		if len(sp.subs) == 0 && w.spaces[ks.prefix] == sp {
-			delete(w.spaces, ks.prefix)
-			if sp.cancel != nil {
-				sp.cancel()
-			}
+		if len(sp.subs) == 0 && w.dropLocked(ks.prefix, sp) && sp.cancel != nil {
+			sp.cancel()
 		}
 	}
 }

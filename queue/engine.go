@@ -92,7 +92,7 @@ func New(cli *clientv3.Client, cfg Config) (*Engine, error) {
 		cancel:   cancel,
 	}
 	e := &Engine{core: c, keys: keys{prefix: cfg.Prefix}}
-	c.hubs, c.sess, c.watches, c.ends = newHubSet(e), newSessionWatch(e), newWatchSet(e), newEndWatch(e)
+	c.hubs, c.sess, c.watches, c.ends = &hubSet{e: e}, &sessionWatch{e: e}, newWatchSet(e), &endWatch{e: e}
 	c.att.e = e
 	c.pool = newLeasePool(e, cfg.LeasePool)
 	c.sessTTLs, _ = lru.New[sessionRef, time.Duration](sessionTTLs)
@@ -185,6 +185,38 @@ func (e *Engine) Close() {
 	e.bgCancel()
 	e.wg.Wait()
 }
+
+// perSpace is an engine's watch machinery of one kind, by space or prefix:
+// an entry is made by its first user and removed by its last, under mu.
+type perSpace[K comparable, V any] struct {
+	mu sync.Mutex
+	m  map[K]*V
+	wg sync.WaitGroup // the entries' goroutines, where they count here
+}
+
+// getLocked returns k's entry, made by mk (made: true) when there is none.
+func (p *perSpace[K, V]) getLocked(k K, mk func() *V) (v *V, made bool) {
+	if v = p.m[k]; v == nil {
+		if p.m == nil {
+			p.m = map[K]*V{}
+		}
+		v, made = mk(), true
+		p.m[k] = v
+	}
+	return v, made
+}
+
+// dropLocked removes k's entry if it is still v, and reports so.
+func (p *perSpace[K, V]) dropLocked(k K, v *V) bool {
+	if p.m[k] != v {
+		return false
+	}
+	delete(p.m, k)
+	return true
+}
+
+// close waits for the goroutines counted in wg.
+func (p *perSpace[K, V]) close() { p.wg.Wait() }
 
 // Handle names one waiter key and proves its ownership. It is everything a
 // holder needs to renew or release, so the gateway can encode it into an

@@ -37,7 +37,7 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	}
 	first := resp.Responses[0].GetResponseRange().GetKvs()
 	if mine := firstKV(resp.Responses[1]); mine != nil {
-		_, meta, err := decodeValue(mine.Value)
+		meta, err := decodeValue(mine.Value)
 		if err != nil {
 			return Grant{}, false, err
 		}
@@ -81,7 +81,7 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	if i < 0 {
 		return Grant{}, false, nil
 	}
-	_, meta, _ := decodeValue(kv.Value)
+	meta, _ := decodeValue(kv.Value)
 	h := Handle{Name: r.Name, WaiterID: lid, HoldID: holds[i].ID, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	g = Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), Resumed: true, keep: true, attempt: kv.ModRevision}
 	e.grantMade(ctx, g, resp.Header.Revision, 0)

@@ -390,7 +390,7 @@ func (w *world) certify(who string, g Grant) {
 			w.violate("%s granted (token %d, limit %d) as of revision %d, when %d keys were ahead", who, g.Token(), n, asOf, len(ahead))
 		}
 		for _, kv := range ahead {
-			if _, m, _ := decodeValue(kv.Value); max(m.Limit, 1) != n {
+			if m, _ := decodeValue(kv.Value); max(m.Limit, 1) != n {
 				w.violate("%s granted (token %d, limit %d) as of revision %d, when a key of limit %d was ahead", who, g.Token(), n, asOf, m.Limit)
 			}
 		}
@@ -986,7 +986,7 @@ func (w *world) expire(ctx context.Context, lease clientv3.LeaseID) {
 				continue
 			}
 			p.expiredRev[kv.CreateRevision]++
-			if _, m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && p.limitOf[kv.CreateRevision] > 0 {
+			if m, err := decodeValue(kv.Value); err == nil && m.Delay > 0 && p.limitOf[kv.CreateRevision] > 0 {
 				// A holder that was granted expires now: nobody may be
 				// granted before its lock-delay has passed. (A waiter
 				// that expires before its grant was never told it held.)
@@ -1363,7 +1363,7 @@ func (w *world) checkElection(kvs []*mvccpb.KeyValue) error {
 			if clientv3.LeaseID(kv.Lease) != g.Lease {
 				return fmt.Errorf("%s leads (token %d) but its key rides on lease %x, not its grant's %x", client, g.Token(), kv.Lease, g.Lease)
 			}
-			_, meta, err := decodeValue(kv.Value)
+			meta, err := decodeValue(kv.Value)
 			if err != nil {
 				return err
 			}
@@ -1491,7 +1491,7 @@ func (w *world) checkViews() error {
 	}
 	held := map[int64]bool{}
 	for i, kv := range resp.Kvs {
-		_, m, err := decodeValue(kv.Value)
+		m, err := decodeValue(kv.Value)
 		if err != nil {
 			return err
 		}

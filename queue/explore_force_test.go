@@ -55,7 +55,7 @@ func (w *world) evictor(name string) actorSpec {
 		if err != nil || len(resp.Kvs) == 0 {
 			return
 		}
-		if _, _, err := decodeValue(resp.Kvs[0].Value); err != nil {
+		if _, err := decodeValue(resp.Kvs[0].Value); err != nil {
 			w.violate("%s: decode the first key: %v", name, err)
 			return
 		}

@@ -438,7 +438,7 @@ func holdsByLimit(kvs []*mvccpb.KeyValue, create int64, n int) bool {
 		if kv.CreateRevision == create {
 			return true
 		}
-		_, m, err := decodeValue(kv.Value)
+		m, err := decodeValue(kv.Value)
 		if err != nil || max(m.Limit, 1) != n {
 			return false
 		}

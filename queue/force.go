@@ -152,7 +152,7 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 	if err != nil || kv == nil {
 		return ForceReleaseResult{}, err
 	}
-	if _, _, err := decodeValue(kv.Value); err != nil {
+	if _, err := decodeValue(kv.Value); err != nil {
 		return ForceReleaseResult{}, err
 	}
 	held := entryOf(kv)
@@ -196,7 +196,7 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 		}
 		return ForceReleaseResult{}, fmt.Errorf("%w: the holder (token %d) left before it could be evicted; nothing was evicted", ErrHolderChanged, held.Token)
 	}
-	e.revokeOwnLease(ctx, deletedKV(txn, 0))
+	e.revokeOwnLease(ctx, deletedKV(txn))
 	if n := txn.Responses[5].GetResponseRange().Count; n > int64(ret.MaxRecords) {
 		e.trimAudit(ctx, n-int64(ret.MaxRecords))
 	}
@@ -211,7 +211,7 @@ func (e *Engine) ForceRelease(ctx context.Context, r ForceReleaseRequest) (Force
 // granted.
 func (e *Engine) evictedRecordsOp(ctx context.Context, name string, kv *mvccpb.KeyValue, now time.Time) (op clientv3.Op, lease clientv3.LeaseID, err error) {
 	h := Handle{Name: name, WaiterID: waiterIDOf(kv), Revision: kv.CreateRevision}
-	_, meta, _ := decodeValue(kv.Value)
+	meta, _ := decodeValue(kv.Value)
 	if meta.Delay <= 0 {
 		return e.releaseDelayOp(h), 0, nil
 	}

@@ -17,7 +17,7 @@ import (
 // An engine keeps one hub per name that has local waiters, in each key
 // space (hubs are kept by the name's key prefix, which names the space):
 // one prefix watch over the name's keys and, in memory, an ordered view of
-// its queue — every key with its create revision, mod revision and lease —
+// its queue — every key with its create and mod revisions —
 // that is exactly etcd's state of the prefix at a known revision. The view
 // is built from a read at revision R0 and the watch's events from R0+1 on:
 // the watch is created first, at the current revision (so etcd has no
@@ -36,15 +36,15 @@ import (
 
 // viewKey is one key of a hub's view.
 type viewKey struct {
-	create, mod, lease int64
-	limit              int  // the semaphore limit its value records (limitOf)
-	delay              bool // its value asks for a lock-delay (delay.go)
+	create, mod int64
+	limit       int  // the semaphore limit its value records (limitOf)
+	delay       bool // its value asks for a lock-delay (delay.go)
 }
 
 // viewKeyOf is kv as a view records it.
 func viewKeyOf(kv *mvccpb.KeyValue) *viewKey {
-	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision, lease: kv.Lease}
-	if _, m, err := decodeValue(kv.Value); err == nil {
+	k := &viewKey{create: kv.CreateRevision, mod: kv.ModRevision}
+	if m, err := decodeValue(kv.Value); err == nil {
 		k.limit, k.delay = max(m.Limit, 1), m.Delay > 0
 	}
 	return k
@@ -158,13 +158,9 @@ type nameHub struct {
 
 // hubSet is an engine's hubs, by name prefix.
 type hubSet struct {
-	e    *Engine
-	mu   sync.Mutex
-	hubs map[string]*nameHub
-	wg   sync.WaitGroup
+	e *Engine
+	perSpace[string, nameHub]
 }
-
-func newHubSet(e *Engine) *hubSet { return &hubSet{e: e, hubs: map[string]*nameHub{}} }
 
 // register adds a waiter for the key named key under prefix, created at
 // create and last written by its attempt at mod, starting the name's hub
@@ -190,12 +186,13 @@ func (s *hubSet) register(ctx context.Context, prefix, delays, key string, creat
 // hubLocked returns prefix's hub, starting it for ctx (as register) if
 // there is none.
 func (s *hubSet) hubLocked(ctx context.Context, prefix, delays string) *nameHub {
-	h := s.hubs[prefix]
-	if h == nil {
-		hctx, cancel := context.WithCancel(s.e.ctx)
-		h = &nameHub{set: s, prefix: prefix, delays: delays, cancel: cancel, done: make(chan struct{}),
+	h, made := s.getLocked(prefix, func() *nameHub {
+		return &nameHub{set: s, prefix: prefix, delays: delays, done: make(chan struct{}),
 			keys: map[string]*viewKey{}, limits: map[int64]int{}, waiters: map[*hubWaiter]struct{}{}, watched: map[string]int64{}}
-		s.hubs[prefix] = h
+	})
+	if made {
+		hctx, cancel := context.WithCancel(s.e.ctx)
+		h.cancel = cancel
 		vals := ctx
 		if s.e.hooks != nil {
 			vals = s.e.hooks.spawn(ctx, "hub")
@@ -223,7 +220,7 @@ func (s *hubSet) unref(h *nameHub, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if h.refs -= n; h.refs == 0 {
-		delete(s.hubs, h.prefix)
+		s.dropLocked(h.prefix, h)
 		close(h.done)
 		h.cancel()
 	}
@@ -295,8 +292,6 @@ func (h *nameHub) stamp(ctx context.Context, gone []expiry) {
 	}
 	h.set.unref(h, refs)
 }
-
-func (s *hubSet) close() { s.wg.Wait() }
 
 // run keeps the view until the hub has no waiters or the engine closes.
 func (h *nameHub) run(ctx context.Context) {

@@ -34,7 +34,7 @@ const MaxLimit = leasegatev1.MaxSemaphoreLimit
 // before limits existed, 0 for one the engine cannot read (a different
 // limit, which only ever withholds a grant).
 func limitOf(v []byte) int {
-	_, m, err := decodeValue(v)
+	m, err := decodeValue(v)
 	if err != nil {
 		return 0
 	}

@@ -341,7 +341,7 @@ func nameOf(engineName string) (string, bool) {
 // nothing but its identity.
 func entryOf(kv *mvccpb.KeyValue) QueueEntry {
 	q := QueueEntry{Revision: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease), Token: Token(0, kv.CreateRevision)}
-	_, m, err := decodeValue(kv.Value)
+	m, err := decodeValue(kv.Value)
 	if err != nil {
 		return q
 	}

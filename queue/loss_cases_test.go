@@ -155,15 +155,20 @@ func TestLossWaitOfAHolderGoneBeforeItsWatchBegins(t *testing.T) {
 		}
 		// etcd ends the waiter's lease right after the hub's verdict.
 		e.hubs.mu.Lock()
-		h := e.hubs.hubs[e.keys.namePrefix("z")]
+		h := e.hubs.m[e.keys.namePrefix("z")]
 		e.hubs.mu.Unlock()
-		var lease clientv3.LeaseID
+		var key string
 		h.mu.Lock()
-		for _, k := range h.keys {
-			lease = clientv3.LeaseID(k.lease)
+		for k := range h.keys {
+			key = k
 		}
 		h.mu.Unlock()
-		resp, err := cli.Revoke(context.Background(), lease)
+		kv, err := cli.Get(context.Background(), key)
+		if err != nil || len(kv.Kvs) != 1 {
+			t.Errorf("reading the waiter's key %q: %v", key, err)
+			return
+		}
+		resp, err := cli.Revoke(context.Background(), clientv3.LeaseID(kv.Kvs[0].Lease))
 		if err != nil {
 			t.Error(err)
 			return
@@ -397,7 +402,7 @@ func TestLossWaitBehindASemaphoreRelease(t *testing.T) {
 		t.Fatalf("release of B = %v, %v", rel, err)
 	}
 	e.hubs.mu.Lock()
-	h := e.hubs.hubs[e.keys.namePrefix("sem")]
+	h := e.hubs.m[e.keys.namePrefix("sem")]
 	e.hubs.mu.Unlock()
 	for left := 3; left > 1; time.Sleep(time.Millisecond) { // the hub applies both revisions
 		h.mu.Lock()

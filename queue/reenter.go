@@ -172,7 +172,7 @@ func waiterIDOf(kv *mvccpb.KeyValue) string {
 // with r's limit, and whose secret the session unseals.
 func (e *Engine) heldBySession(r *AcquireRequest, kvs []*mvccpb.KeyValue, n int) (*mvccpb.KeyValue, Secret) {
 	for _, kv := range kvs {
-		_, meta, err := decodeValue(kv.Value)
+		meta, err := decodeValue(kv.Value)
 		if clientv3.LeaseID(kv.Lease) != r.Session || err != nil || meta.Reenter == "" || meta.Owner != r.binding() ||
 			max(meta.Limit, 1) != n || !holdsIn(kvs, kv.CreateRevision, n) {
 			continue
@@ -218,7 +218,7 @@ func (e *Engine) addHold(ctx context.Context, r *AcquireRequest, kv *mvccpb.KeyV
 		clientv3.Compare(clientv3.ModRevision(hkey), "=", rec.GetModRevision()),
 	}, ownerCmps(key, secret)...)
 	cmps = append(cmps, ownerCmps(skey, r.SessionSecret)...)
-	_, meta, _ := decodeValue(kv.Value)
+	meta, _ := decodeValue(kv.Value)
 	h := Handle{Name: r.Name, WaiterID: wid, HoldID: hid, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
 	e.at(ctx, pointReenter)
 	tctx, cancel := e.answered(ctx)
@@ -279,7 +279,7 @@ func (e *Engine) dropHold(ctx context.Context, h Handle, rec *mvccpb.KeyValue, n
 		// The last hold: the lock is released.
 		resp, err = e.releaseCommit(ctx, h, key, cmps, clientv3.OpDelete(hkey))
 		if err == nil && resp.Succeeded {
-			e.recycleOwnLease(ctx, deletedKV(resp, 0))
+			e.recycleOwnLease(ctx, deletedKV(resp))
 		}
 	case len(rest) == 1 && rest[0].ID == "":
 		// The key's own hold alone: no record says so.

@@ -176,7 +176,7 @@ func (e *Engine) Release(ctx context.Context, h Handle, token int64) (released b
 				return false, fmt.Errorf("queue: release: %w", err)
 			}
 			if resp.Succeeded {
-				e.recycleOwnLease(ctx, deletedKV(resp, 0))
+				e.recycleOwnLease(ctx, deletedKV(resp))
 				return true, nil
 			}
 			mine, rec = firstKV(resp.Responses[0]), firstKV(resp.Responses[1])

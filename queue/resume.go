@@ -26,7 +26,7 @@ import (
 // already rides on the session lease (it holds); the session is proven in
 // the same transaction.
 func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.KeyValue) (*enqueued, error) {
-	_, meta, err := decodeValue(mine.Value)
+	meta, err := decodeValue(mine.Value)
 	if err != nil {
 		return nil, err
 	}

@@ -40,12 +40,10 @@ type sessionSub struct {
 func (s *sessionSub) end() { s.once.Do(func() { close(s.gone) }) }
 
 // sessionWatch is an engine's watches of session records: one per space
-// while the space has session waiters.
+// (by its prefix) while the space has session waiters.
 type sessionWatch struct {
-	e      *Engine
-	mu     sync.Mutex
-	spaces map[string]*sessionSpace // by space prefix
-	wg     sync.WaitGroup
+	e *Engine
+	perSpace[string, sessionSpace]
 }
 
 // sessionSpace is one space's watch and its waiters, guarded by the
@@ -62,10 +60,6 @@ type sessionSpace struct {
 	deadOrder   []clientv3.LeaseID
 }
 
-func newSessionWatch(e *Engine) *sessionWatch {
-	return &sessionWatch{e: e, spaces: map[string]*sessionSpace{}}
-}
-
 // watch returns a channel closed once the record of lease's session in
 // the space ks is gone, for a waiter that saw it alive at revision
 // aliveAt, and the func that ends the registration.
@@ -73,11 +67,9 @@ func (s *sessionWatch) watch(ks keys, lease clientv3.LeaseID, aliveAt int64) (<-
 	sub := &sessionSub{gone: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sp := s.spaces[ks.prefix]
-	if sp == nil {
-		sp = &sessionSpace{keys: ks, subs: map[clientv3.LeaseID]map[*sessionSub]struct{}{}}
-		s.spaces[ks.prefix] = sp
-	}
+	sp, _ := s.getLocked(ks.prefix, func() *sessionSpace {
+		return &sessionSpace{keys: ks, subs: map[clientv3.LeaseID]map[*sessionSub]struct{}{}}
+	})
 	if sp.subs[lease] == nil {
 		sp.subs[lease] = map[*sessionSub]struct{}{}
 	}
@@ -123,9 +115,7 @@ func (s *sessionWatch) unregister(sp *sessionSpace, lease clientv3.LeaseID, sub 
 	}
 	if sp.n--; sp.n == 0 {
 		sp.cancel()
-		if s.spaces[sp.keys.prefix] == sp {
-			delete(s.spaces, sp.keys.prefix)
-		}
+		s.dropLocked(sp.keys.prefix, sp)
 	}
 }
 
@@ -224,5 +214,3 @@ func (s *sessionWatch) recheck(ctx context.Context, sp *sessionSpace) (int64, er
 	s.mu.Unlock()
 	return at + 1, nil
 }
-
-func (s *sessionWatch) close() { s.wg.Wait() }

@@ -160,7 +160,7 @@ func (n *txnNormalizer) key(b []byte) string {
 
 func (n *txnNormalizer) value(b []byte) string {
 	s := string(b)
-	if _, m, err := decodeValue(b); err == nil {
+	if m, err := decodeValue(b); err == nil {
 		m.Sealed = mark(m.Sealed, "SEALED")
 		m.Owner = mark(m.Owner, "OWNER")
 		m.Attempt = mark(m.Attempt, "NONCE")

@@ -74,20 +74,20 @@ func encodeValue(s Secret, m waiterMeta) string {
 // ValueEpoch reads the shard-map epoch a waiter key's value records: for
 // readers of etcd's history that are not an engine.
 func ValueEpoch(v []byte) (uint16, error) {
-	_, m, err := decodeValue(v)
+	m, err := decodeValue(v)
 	return m.Epoch, err
 }
 
-func decodeValue(v []byte) (header string, m waiterMeta, err error) {
+func decodeValue(v []byte) (m waiterMeta, err error) {
 	s := string(v)
 	i := strings.IndexByte(s, '\n')
 	if i < 0 || !strings.HasPrefix(s, "lg1 ") {
-		return "", m, fmt.Errorf("queue: waiter value has an unknown format")
+		return m, fmt.Errorf("queue: waiter value has an unknown format")
 	}
 	if err := json.Unmarshal(v[i+1:], &m); err != nil {
-		return "", m, fmt.Errorf("queue: waiter value: %w", err)
+		return m, fmt.Errorf("queue: waiter value: %w", err)
 	}
-	return s[:i+1], m, nil
+	return m, nil
 }
 
 // ownerBinding is what a waiter records of the caller that enqueued it: a

@@ -124,7 +124,7 @@ func waiterTag(seg string) [16]byte {
 
 func watchKeyOf(kv *mvccpb.KeyValue, waiter string) watchKey {
 	k := watchKey{create: kv.CreateRevision, waiter: waiterTag(waiter)}
-	if _, m, err := decodeValue(kv.Value); err == nil {
+	if m, err := decodeValue(kv.Value); err == nil {
 		k.enqueued, k.client, k.epoch, k.session = m.Enqueued, m.ClientID, m.Epoch, m.Session
 		k.limit = int32(min(max(m.Limit, 1), MaxLimit+1))
 	}

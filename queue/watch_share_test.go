@@ -281,7 +281,7 @@ func TestASlowWatcherIsDroppedAlone(t *testing.T) {
 	// view, and so is what it did not take.
 	waitFor(t, func() bool {
 		e.watches.mu.Lock()
-		v := e.watches.views[viewID{e.keys.prefix, "s/"}]
+		v := e.watches.m[viewID{e.keys.prefix, "s/"}]
 		e.watches.mu.Unlock()
 		v.mu.Lock()
 		defer v.mu.Unlock()

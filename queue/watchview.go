@@ -66,10 +66,8 @@ var errViewEnded = errors.New("queue: watch view ended")
 
 // watchSet is an engine's shared views, by space and prefix.
 type watchSet struct {
-	e     *Engine
-	mu    sync.Mutex
-	views map[viewID]*watchView
-	wg    sync.WaitGroup
+	e *Engine
+	perSpace[viewID, watchView]
 	// closed: the engine is closing, no view starts (guarded by mu).
 	closed bool
 
@@ -83,7 +81,7 @@ type watchSet struct {
 type viewID struct{ space, prefix string }
 
 func newWatchSet(e *Engine) *watchSet {
-	return &watchSet{e: e, views: map[viewID]*watchView{}, budget: map[string]int64{}}
+	return &watchSet{e: e, budget: map[string]int64{}}
 }
 
 // count adds n keys (fewer, for n < 0) to space's budget and returns what
@@ -176,9 +174,11 @@ func (sub *watchSub) take() ([]WatchBatch, error) {
 // newViewLocked adds a view of id, with no state yet, to the set, and
 // subscribes its first watcher.
 func (s *watchSet) newViewLocked(id viewID) (*watchView, *watchSub) {
-	v := &watchView{set: s, id: id, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
-	v.drained.L = &v.mu
-	s.views[id] = v
+	v, _ := s.getLocked(id, func() *watchView {
+		v := &watchView{set: s, id: id, ready: make(chan struct{}), subs: map[*watchSub]struct{}{}}
+		v.drained.L = &v.mu
+		return v
+	})
 	return v, v.addLocked(false)
 }
 
@@ -258,9 +258,7 @@ func (v *watchView) endLocked(err error) {
 // end removes v from the set and ends it with err.
 func (s *watchSet) end(v *watchView, err error) {
 	s.mu.Lock()
-	if s.views[v.id] == v {
-		delete(s.views, v.id)
-	}
+	s.dropLocked(v.id, v)
 	s.mu.Unlock()
 	v.mu.Lock()
 	v.endLocked(err)
@@ -347,7 +345,7 @@ func (s *watchSet) join(ctx context.Context, ks keys, prefix string, from int64,
 			return nil, nil, 0, fmt.Errorf("%w: the engine is closed", ErrClosed)
 		}
 		s.mu.Lock()
-		v := s.views[id]
+		v := s.m[id]
 		if v == nil {
 			// The first watcher of the prefix loads its view.
 			v, sub := s.newViewLocked(id)
@@ -436,7 +434,7 @@ func (s *watchSet) catchUp(ctx context.Context, ks keys, id viewID, from int64, 
 // shared view, st becomes it.
 func (s *watchSet) tryJoin(st *viewState) (*watchSub, bool) {
 	s.mu.Lock()
-	v := s.views[st.id]
+	v := s.m[st.id]
 	if v == nil {
 		v, sub := s.newViewLocked(st.id)
 		s.mu.Unlock()
@@ -473,9 +471,7 @@ func (s *watchSet) leave(sub *watchSub) {
 	sub.queue = nil
 	v.drained.Broadcast()
 	if len(v.subs) == 0 && v.err == nil {
-		if s.views[v.id] == v {
-			delete(s.views, v.id)
-		}
+		s.dropLocked(v.id, v)
 		v.endLocked(errViewEnded)
 	}
 }
