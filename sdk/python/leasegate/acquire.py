@@ -1,0 +1,300 @@
+"""Acquiring: the server-streaming Acquire with its queue positions,
+try_acquire, and the turning of a grant into a kept Lock."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from . import wire
+from .errors import (
+    CancelledError,
+    ErrorReason,
+    InvalidArgumentError,
+    LeasegateError,
+    LockLostError,
+    NotAcquiredError,
+    UnavailableError,
+    WaitTimeoutError,
+    classify,
+    op_message,
+    proof_refused,
+    rate_limit_delay,
+    reason_of,
+    retryable,
+)
+from .keeper import Confirmation, Keeper
+from .lock import LeaseHolder, Lock
+from .signal import on_event
+
+MAX_SHARD_RECOVERIES = 3
+
+
+@dataclass
+class AcquireOptions:
+    """Tune one acquire; durations in seconds, every field optional.
+
+    ttl: lease TTL (the gateway rounds it up to whole seconds). Default: the client's default_ttl.
+    wait_timeout: longest wait for a grant, then WaitTimeoutError. Default: wait until cancelled.
+    on_queued: called with the caller's place in line (1: next) whenever the gateway reports it.
+    cancel: a threading.Event; setting it gives up the wait (the gateway drops the caller from the queue).
+    request_id: idempotency key; a retry with it keeps the queue place. Default: a random UUID.
+    limit: semaphore limit, 1 to 1000: the first limit acquirers hold at once. Default 1.
+    lock_delay: lock-delay after an expiry (not a release), 0 to 60. Default 0.
+    reentrant: re-entrant (session locks only).
+    manual_renew: no background renewal: renew with Lock.renew. Ignored for session locks.
+    """
+
+    ttl: float | None = None
+    wait_timeout: float | None = None
+    on_queued: Callable[[int], None] | None = None
+    cancel: threading.Event | None = None
+    request_id: str | None = None
+    limit: int = 0
+    lock_delay: float = 0.0
+    reentrant: bool = False
+    manual_renew: bool = False
+
+    def validate(self, op: str) -> None:
+        """Raises InvalidArgumentError naming a bad field and its allowed range."""
+        if self.ttl is not None and not self.ttl > 0:
+            raise InvalidArgumentError(op_message(op, f"ttl is {self.ttl}; want a positive number of seconds"))
+        if self.wait_timeout is not None and not self.wait_timeout > 0:
+            raise InvalidArgumentError(op_message(op, f"wait_timeout is {self.wait_timeout}; want a positive number of seconds"))
+        if self.limit and not (isinstance(self.limit, int) and 1 <= self.limit <= 1000):
+            raise InvalidArgumentError(op_message(op, f"limit is {self.limit}; want an integer from 1 to 1000"))
+        if not 0 <= self.lock_delay <= 60:
+            raise InvalidArgumentError(op_message(op, f"lock_delay is {self.lock_delay}; want 0 to 60 seconds"))
+
+
+class SessionBinding(Protocol):
+    """What a session lends an acquire: its id and its lease on each shard."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def lease(self, shard: str) -> LeaseHolder | None: ...
+
+    def extend(self, shard: str, cancel: threading.Event | None) -> None: ...
+
+
+def _ms(seconds: float) -> str:
+    """Seconds as whole milliseconds on the wire (an int64: a JSON string), rounded up."""
+    return str(math.ceil(seconds * 1000))
+
+
+def _request(c, name: str, o: AcquireOptions, rid: str, s: SessionBinding | None) -> dict:
+    return {
+        "name": name,
+        "ttlMs": _ms(o.ttl if o.ttl is not None else c.opts.default_ttl),
+        "clientId": c.opts.client_id,
+        "requestId": rid,
+        "sessionId": s.session_id if s else "",
+        "limit": o.limit,
+        "reentrant": o.reentrant,
+        "lockDelayMs": _ms(o.lock_delay),
+    }
+
+
+def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) -> Lock:
+    """Waits in the name's queue until granted, retrying the same request id on the next gateway."""
+    op = f'acquire lock "{name}"'
+    c.check_open(op)
+    o.validate(op)
+    clock = c.opts.clock
+    anchor = clock()
+    rid = o.request_id or str(uuid.uuid4())
+    wait_until = anchor + o.wait_timeout if o.wait_timeout is not None else None
+    bo = c.backoff()
+    failures = recoveries = 0
+    last: BaseException | None = None
+    while True:
+        if o.cancel is not None and o.cancel.is_set():
+            raise CancelledError(op_message(op, "cancelled"), last)
+        msg = _request(c, name, o, rid, s)
+        if wait_until is not None:
+            left = math.ceil((wait_until - clock()) * 1000)
+            if left <= 0:
+                raise WaitTimeoutError(op_message(op, "wait timed out"), last)
+            msg["waitTimeoutMs"] = str(left)
+        i, ep = c.pick()
+        sent = clock()
+        progressed = False
+        stream: wire.Stream | None = None
+        stop = lambda: None  # noqa: E731
+        try:
+            stream = wire.Stream(ep, "Acquire", msg, c.token(), c.opts.request_timeout)
+            stop = on_event(o.cancel, stream.close)
+            for m in stream:
+                if "queued" in m:
+                    progressed = True
+                    if o.on_queued is not None:
+                        o.on_queued(int((m["queued"] or {}).get("position") or 0))
+                elif "granted" in m:
+                    g = m["granted"] or {}
+                    stop()
+                    stream.close()
+                    if o.cancel is not None and o.cancel.is_set():
+                        _let_go(c, g)
+                        raise CancelledError(op_message(op, "cancelled"))
+                    return _held(c, op, name, g, rid, anchor, sent, o, s)
+            raise wire.WireError("unavailable", "the acquire stream ended without a grant")
+        except LeasegateError:
+            raise
+        except wire.WireError as err:
+            if o.cancel is not None and o.cancel.is_set():
+                raise CancelledError(op_message(op, "cancelled"), err) from None
+            if s is not None and reason_of(err) == ErrorReason.SESSION_SHARD_MISSING and recoveries < MAX_SHARD_RECOVERIES:
+                recoveries += 1
+                s.extend(classify(op, err).shard, o.cancel)
+                continue
+            last = err
+            pause = 0.0
+            delay = rate_limit_delay(err)
+            if delay is not None:
+                # Waited out on the same gateway: another's budget would only hide the tenant's overload.
+                pause = delay if delay > 0 else bo.next()
+                if wait_until is not None and clock() + pause >= wait_until:
+                    raise classify(op, err) from None
+            else:
+                if not retryable(err):
+                    raise classify(op, err) from None
+                c.failed(i)
+                failures = 1 if progressed else failures + 1
+                if failures >= max(3, c.endpoint_count) * 2:
+                    raise UnavailableError(op_message(op, "no gateway available", err), err) from None
+                if failures % c.endpoint_count == 0:
+                    pause = bo.next()
+            if pause > 0:
+                if wait_until is not None:
+                    pause = min(pause, max(wait_until - clock(), 0))
+                if o.cancel is not None:
+                    if o.cancel.wait(pause):
+                        raise CancelledError(op_message(op, "cancelled"), err) from None
+                else:
+                    time.sleep(pause)
+        finally:
+            stop()
+            if stream is not None:
+                stream.close()
+
+
+def _ts(v) -> datetime | None:
+    if not v:
+        return None
+    try:
+        return datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def try_acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) -> Lock:
+    """Grants the lock if it is free, and never waits (NotAcquiredError when held)."""
+    op = f'try to acquire lock "{name}"'
+    c.check_open(op)
+    o.validate(op)
+    clock = c.opts.clock
+    anchor = clock()
+    rid = o.request_id or str(uuid.uuid4())
+    recoveries = 0
+    while True:
+        sent = [anchor]
+        msg = _request(c, name, o, rid, s)
+
+        def attempt(ep, tok, t):
+            sent[0] = clock()
+            return wire.unary(ep, "TryAcquire", msg, tok, t)
+
+        try:
+            resp = c.call(op, attempt, cancel=o.cancel)
+        except LeasegateError as err:
+            if s is not None and err.reason == ErrorReason.SESSION_SHARD_MISSING and recoveries < MAX_SHARD_RECOVERIES:
+                recoveries += 1
+                s.extend(err.shard, o.cancel)
+                continue
+            raise
+        if not resp.get("acquired") or not resp.get("granted"):
+            holder, delay = _ts(resp.get("holderExpiresAt")), _ts(resp.get("delayUntil"))
+            if delay:
+                why = f'lock "{name}" is free, but an expired holder\'s lock-delay keeps it from everyone until {delay.isoformat()}'
+            elif holder:
+                why = f'lock "{name}" is held until {holder.isoformat()}'
+            else:
+                why = f'lock "{name}" is held'
+            raise NotAcquiredError("leasegate: " + why, holder, delay)
+        return _held(c, op, name, resp["granted"], rid, anchor, sent[0], o, s)
+
+
+def _let_go(c, g: dict) -> None:
+    """Releases a grant that will not be handed out, best effort: unanswered, it lapses with its lease."""
+    msg = {"lockId": g.get("lockId", ""), "fencingToken": str(g.get("fencingToken") or 0)}
+    try:
+        c.call("release an unwanted grant", lambda ep, tok, t: wire.unary(ep, "Release", msg, tok, t))
+    except LeasegateError:
+        pass
+
+
+def _seconds(v) -> float:
+    return int(v or 0) / 1000
+
+
+def _held(c, op: str, name: str, g: dict, rid: str, anchor: float, sent: float, o: AcquireOptions, s: SessionBinding | None) -> Lock:
+    """Turns a grant into a Lock. The first deadline is the tighter of the
+    first attempt's send time plus the TTL (every lease event of the grant
+    follows it) and the granted attempt's send time plus valid_for (which
+    counts from that attempt's arrival). After a long wait that leaves too
+    little, a renewal right away gives a fresh send time."""
+    if s is not None:
+        lease = s.lease(str(g.get("shard") or ""))
+        if lease is None:
+            _let_go(c, g)
+            raise UnavailableError(op_message(op, f"granted on shard {g.get('shard')}, which the session has no lease on; released it"))
+        # A lease lost since the grant takes the lock with it, as it should.
+        return Lock(c, name, g, rid, lease, None)
+    ttl = _seconds(g.get("ttlMs"))
+    if not ttl > 0:
+        raise UnavailableError(op_message(op, f"the gateway granted a lease with ttl_ms {g.get('ttlMs')}"))
+    opts = c.opts
+    clock = opts.clock
+    lock_id, token = str(g.get("lockId") or ""), str(int(g.get("fencingToken") or 0))
+
+    def renew(ep, tok, t) -> Confirmation:
+        r = wire.unary(ep, "Renew", {"lockId": lock_id, "fencingToken": token}, tok, t)
+        return Confirmation(_seconds(r.get("ttlMs")), _seconds(r.get("validForMs")))
+
+    deadline = opts.deadline_of(anchor, ttl)
+    valid = _seconds(g.get("validForMs"))
+    if valid > 0:
+        deadline = min(deadline, opts.deadline_of(sent, ttl, valid))
+    if clock() - anchor >= ttl * opts.renew_fraction:
+        rsent = [0.0]
+
+        def attempt(ep, tok, t):
+            rsent[0] = clock()
+            return renew(ep, tok, t)
+
+        try:
+            # Not bounded by the first deadline, which a long wait may have
+            # passed: the gateway kept the waiter's lease alive, and this
+            # renewal's confirmation, counted from its own send time, is
+            # what the lock's deadline then rests on.
+            conf = c.call(op, attempt, cancel=o.cancel)
+            if conf.ttl > 0:
+                ttl = conf.ttl
+            anchor = rsent[0]
+            deadline = opts.deadline_of(anchor, ttl, conf.valid_for)
+        except LeasegateError as err:
+            cause = err.__cause__ if err.__cause__ is not None else err
+            if proof_refused(cause):
+                raise LockLostError(op_message(op, "lock lost", cause), classify(op, cause)) from None
+    if clock() >= deadline:
+        _let_go(c, g)
+        raise UnavailableError(op_message(op, "granted, but no gateway confirmed the lease before its deadline; released it"))
+    keeper = Keeper(c, f'lock "{name}"', ttl, anchor, deadline, renew, not o.manual_renew)
+    return Lock(c, name, g, rid, keeper, keeper)

@@ -1,0 +1,282 @@
+"""The Connect protocol over HTTP/1.1 with the standard library.
+
+Unary calls are JSON POSTs; the server-streaming Acquire uses Connect's
+envelopes (one flag byte, a 4-byte big-endian length, a JSON message),
+ending with an end-stream envelope (flag 0x02) that carries the error, if
+any. Errors come back as WireError, which the errors module classifies.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import struct
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from .details import ERROR_DOMAIN, ERROR_INFO, RETRY_INFO, ErrorInfo, b64decode, decode_error_info, decode_retry_delay
+
+SERVICE = "/leasegate.v1.LockService/"
+END_STREAM = 0x02
+COMPRESSED = 0x01
+MAX_MESSAGE = 4 << 20
+
+_HTTP_CODES = {
+    400: "internal",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "unimplemented",
+    408: "deadline_exceeded",
+    429: "unavailable",
+    502: "unavailable",
+    503: "unavailable",
+    504: "unavailable",
+}
+
+
+@dataclass
+class WireError(Exception):
+    """A failed call: a gateway's Connect error, or one made on this side.
+
+    from_server is true when a gateway answered with it; a connection that
+    failed or broke gives a WireError with from_server false.
+    """
+
+    code: str
+    message: str = ""
+    details: list[tuple[str, bytes]] = field(default_factory=list)
+    from_server: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.message else self.code
+
+    def error_info(self) -> ErrorInfo | None:
+        """The leasegate ErrorInfo among the details, if any."""
+        for t, v in self.details:
+            if t == ERROR_INFO:
+                try:
+                    info = decode_error_info(v)
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                if info.domain == ERROR_DOMAIN:
+                    return info
+        return None
+
+    def retry_delay(self) -> float | None:
+        """The RetryInfo delay in seconds, if the error carries one."""
+        for t, v in self.details:
+            if t == RETRY_INFO:
+                try:
+                    return decode_retry_delay(v)
+                except ValueError:
+                    continue
+        return None
+
+
+def encode_envelope(msg: dict, flags: int = 0) -> bytes:
+    """One Connect envelope holding msg as JSON."""
+    body = json.dumps(msg, separators=(",", ":")).encode()
+    return struct.pack(">BI", flags, len(body)) + body
+
+
+def read_envelopes(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
+    """Yields (flags, payload) of each envelope read with read(n) until EOF.
+
+    A stream cut inside an envelope raises WireError unavailable.
+    """
+    while True:
+        head = _read_full(read, 5)
+        if not head:
+            return
+        if len(head) < 5:
+            raise WireError("unavailable", "the stream broke inside an envelope header")
+        flags, n = struct.unpack(">BI", head)
+        if n > MAX_MESSAGE:
+            raise WireError("resource_exhausted", f"stream message of {n} bytes exceeds {MAX_MESSAGE}")
+        body = _read_full(read, n)
+        if len(body) < n:
+            raise WireError("unavailable", "the stream broke inside a message")
+        yield flags, body
+
+
+def _read_full(read: Callable[[int], bytes], n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = read(n - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def parse_error(obj: object, from_server: bool = True) -> WireError:
+    """A WireError from a Connect JSON error object."""
+    if not isinstance(obj, dict):
+        return WireError("unknown", "malformed error", from_server=from_server)
+    details = []
+    for d in obj.get("details") or []:
+        try:
+            details.append((d.get("type", ""), b64decode(d.get("value", ""))))
+        except (ValueError, AttributeError):
+            continue
+    return WireError(str(obj.get("code") or "unknown"), str(obj.get("message") or ""), details, from_server)
+
+
+def decode_end_stream(body: bytes) -> WireError | None:
+    """The error an end-stream message carries, or None for a clean end."""
+    try:
+        obj = json.loads(body or b"{}")
+    except ValueError:
+        return WireError("internal", "malformed end-stream message", from_server=True)
+    err = obj.get("error") if isinstance(obj, dict) else None
+    return parse_error(err) if err else None
+
+
+class Endpoint:
+    """One gateway's base URL, and the way to open connections to it."""
+
+    def __init__(self, url: str, ssl_context: ssl.SSLContext | None):
+        if "://" not in url:
+            url = ("https://" if ssl_context else "http://") + url
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"endpoint {url!r}: want http://host:port or https://host:port")
+        self.url = url
+        self.https = u.scheme == "https"
+        self.host = u.hostname
+        self.port = u.port or (443 if self.https else 80)
+        self.prefix = u.path.rstrip("/")
+        self.ssl_context = ssl_context if self.https else None
+        if self.https and self.ssl_context is None:
+            self.ssl_context = ssl.create_default_context()
+
+    def connect(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self.https:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.ssl_context)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+
+def _headers(content_type: str, token: str | None, timeout: float | None) -> dict[str, str]:
+    h = {"Content-Type": content_type, "Connect-Protocol-Version": "1", "User-Agent": "leasegate-python"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    if timeout is not None:
+        # Whole milliseconds, rounded down: never later than the caller's bound.
+        h["Connect-Timeout-Ms"] = str(max(1, int(timeout * 1000)))
+    return h
+
+
+def _transport_error(e: BaseException) -> WireError:
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return WireError("unauthenticated", f"TLS: the gateway's certificate is not trusted: {e}")
+    if isinstance(e, ssl.SSLError) and any(
+        s in str(e).lower() for s in ("certificate required", "bad certificate", "unknown ca", "certificate unknown")
+    ):
+        return WireError("unauthenticated", f"TLS: a certificate was refused: {e}")
+    if isinstance(e, (TimeoutError, socket.timeout)):
+        return WireError("deadline_exceeded", f"no answer in time: {e}")
+    return WireError("unavailable", f"{type(e).__name__}: {e}")
+
+
+def _http_error(status: int, body: bytes) -> WireError:
+    try:
+        obj = json.loads(body)
+        if isinstance(obj, dict) and obj.get("code"):
+            return parse_error(obj)
+    except ValueError:
+        pass
+    return WireError(_HTTP_CODES.get(status, "unknown"), f"HTTP {status}: {body[:200]!r}", from_server=True)
+
+
+def unary(ep: Endpoint, method: str, msg: dict, token: str | None, timeout: float) -> dict:
+    """Calls method with msg and returns the answer, or raises WireError."""
+    conn = ep.connect(timeout)
+    try:
+        conn.request(
+            "POST",
+            ep.prefix + SERVICE + method,
+            body=json.dumps(msg, separators=(",", ":")).encode(),
+            headers=_headers("application/json", token, timeout),
+        )
+        resp = conn.getresponse()
+        body = resp.read()
+    except WireError:
+        raise
+    except (OSError, http.client.HTTPException) as e:
+        raise _transport_error(e) from e
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise _http_error(resp.status, body)
+    try:
+        out = json.loads(body or b"{}")
+    except ValueError as e:
+        raise WireError("internal", "malformed answer", from_server=True) from e
+    return out if isinstance(out, dict) else {}
+
+
+class Stream:
+    """A server-streaming call under way: iterate for its messages; close to end it.
+
+    close may be called from another thread: it shuts the socket, which ends
+    a read blocked on it.
+    """
+
+    def __init__(self, ep: Endpoint, method: str, msg: dict, token: str | None, timeout: float | None):
+        self._conn = ep.connect(timeout)
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._conn.request(
+                "POST",
+                ep.prefix + SERVICE + method,
+                body=encode_envelope(msg),
+                headers=_headers("application/connect+json", token, timeout),
+            )
+            self._resp = self._conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise _transport_error(e) from e
+
+    def __iter__(self) -> Iterator[dict]:
+        resp = self._resp
+        try:
+            if resp.status != 200:
+                raise _http_error(resp.status, resp.read())
+            for flags, body in read_envelopes(resp.read):
+                if flags & COMPRESSED:
+                    raise WireError("internal", "compressed stream message not negotiated", from_server=True)
+                if flags & END_STREAM:
+                    err = decode_end_stream(body)
+                    if err:
+                        raise err
+                    return
+                try:
+                    yield json.loads(body)
+                except ValueError as e:
+                    raise WireError("internal", "malformed stream message", from_server=True) from e
+            raise WireError("unavailable", "the stream ended without an end-stream message")
+        except WireError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            raise _transport_error(e) from e
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Ends the call; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._conn.close()
