@@ -220,31 +220,33 @@ def unary(ep: Endpoint, method: str, msg: dict, token: str | None, timeout: floa
 
 
 class Stream:
-    """A server-streaming call under way: iterate for its messages; close to end it.
+    """A server-streaming call: iterate for its messages; close to end it.
 
-    close may be called from another thread: it shuts the socket, which ends
-    a read blocked on it.
+    Nothing is sent until iteration starts. close may be called from another
+    thread at any time: it shuts the socket, which ends a connect, send or
+    read blocked on it, and a closed stream never opens a connection again.
+    The socket has no read timeout once connected: a wait lasts as long as
+    the gateway keeps it (its wait timeout, or the caller's cancel).
     """
 
-    def __init__(self, ep: Endpoint, method: str, msg: dict, token: str | None, timeout: float | None):
-        self._conn = ep.connect(timeout)
+    def __init__(self, ep: Endpoint, method: str, msg: dict, token: str | None, connect_timeout: float):
+        self._conn = ep.connect(connect_timeout)
+        self._conn.auto_open = 0  # a closed stream must not reconnect on its own
+        self._path = ep.prefix + SERVICE + method
+        self._body = encode_envelope(msg)
+        self._headers = _headers("application/connect+json", token, None)
         self._lock = threading.Lock()
         self._closed = False
-        try:
-            self._conn.request(
-                "POST",
-                ep.prefix + SERVICE + method,
-                body=encode_envelope(msg),
-                headers=_headers("application/connect+json", token, timeout),
-            )
-            self._resp = self._conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
-            self.close()
-            raise _transport_error(e) from e
 
     def __iter__(self) -> Iterator[dict]:
-        resp = self._resp
         try:
+            self._conn.connect()
+            with self._lock:
+                if self._closed:
+                    raise WireError("canceled", "the stream was closed")
+                self._conn.sock.settimeout(None)
+            self._conn.request("POST", self._path, body=self._body, headers=self._headers)
+            resp = self._conn.getresponse()
             if resp.status != 200:
                 raise _http_error(resp.status, resp.read())
             for flags, body in read_envelopes(resp.read):
@@ -256,13 +258,16 @@ class Stream:
                         raise err
                     return
                 try:
-                    yield json.loads(body)
+                    msg = json.loads(body)
                 except ValueError as e:
                     raise WireError("internal", "malformed stream message", from_server=True) from e
+                yield msg
             raise WireError("unavailable", "the stream ended without an end-stream message")
         except WireError:
             raise
-        except (OSError, http.client.HTTPException, ValueError) as e:
+        except (OSError, http.client.HTTPException, ValueError, AttributeError) as e:
+            if self._closed:
+                raise WireError("canceled", "the stream was closed") from e
             raise _transport_error(e) from e
         finally:
             self.close()
@@ -273,7 +278,7 @@ class Stream:
             if self._closed:
                 return
             self._closed = True
-        sock = self._conn.sock
+            sock = self._conn.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
