@@ -182,6 +182,28 @@ def _transport_error(e: BaseException) -> WireError:
     return WireError("unavailable", f"{type(e).__name__}: {e}")
 
 
+def _pending_alert(conn: http.client.HTTPConnection) -> WireError | None:
+    """The TLS alert a gateway sent before closing, if one waits unread.
+
+    Under TLS 1.3 the gateway judges the client's certificate after this
+    side's handshake has finished: its refusal (an alert, then EOF) surfaces
+    at the first write or read as a bare EOF or reset, indistinguishable
+    from an outage until the alert itself is read.
+    """
+    sock = conn.sock
+    if not isinstance(sock, ssl.SSLSocket):
+        return None
+    try:
+        sock.settimeout(0.2)
+        sock.recv(1)
+    except ssl.SSLError as e:
+        err = _transport_error(e)
+        return err if err.code == "unauthenticated" else None
+    except OSError:
+        return None
+    return None
+
+
 def _http_error(status: int, body: bytes) -> WireError:
     try:
         obj = json.loads(body)
@@ -207,7 +229,7 @@ def unary(ep: Endpoint, method: str, msg: dict, token: str | None, timeout: floa
     except WireError:
         raise
     except (OSError, http.client.HTTPException) as e:
-        raise _transport_error(e) from e
+        raise (_pending_alert(conn) or _transport_error(e)) from e
     finally:
         conn.close()
     if resp.status != 200:
@@ -268,7 +290,7 @@ class Stream:
         except (OSError, http.client.HTTPException, ValueError, AttributeError) as e:
             if self._closed:
                 raise WireError("canceled", "the stream was closed") from e
-            raise _transport_error(e) from e
+            raise (_pending_alert(self._conn) or _transport_error(e)) from e
         finally:
             self.close()
 
