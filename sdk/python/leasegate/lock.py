@@ -84,7 +84,7 @@ class Lock:
             why = UnavailableError(op_message(op, "no gateway confirmed the lease before its deadline"))
             self.lease.lose(LockLostError(op_message(op, "lock lost", why), why))
         if self.lost.is_set():
-            raise self.lost.cause  # type: ignore[misc]
+            raise self.lost.cause or LockLostError(op_message(f'lock "{self.name}"', "lock lost"))
 
     def renew(self) -> float:
         """Renews the lease now and returns the new deadline. Raises the lock's

@@ -10,13 +10,15 @@ class Signal(threading.Event):
     """An Event set once, by fire, with the cause; wait on it like any Event.
 
     The first fire wins: its cause stays, later ones are ignored. Callbacks
-    added with add_callback run once, on the firing thread (at once when
-    already fired); they must not block.
+    added with add_callback run once, on the firing thread, before the
+    event is set (so a thread woken by wait sees what they recorded), or at
+    once when it has fired; they must not block.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._mu = threading.Lock()
+        self._fired = False
         self._cause: BaseException | None = None
         self._callbacks: list[Callable[[BaseException | None], None]] = []
 
@@ -28,13 +30,16 @@ class Signal(threading.Event):
     def fire(self, cause: BaseException | None) -> bool:
         """Sets the signal with cause; returns whether this call was the one that set it."""
         with self._mu:
-            if self.is_set():
+            if self._fired:
                 return False
+            self._fired = True
             self._cause = cause
-            super().set()
             cbs, self._callbacks = self._callbacks, []
-        for cb in cbs:
-            cb(cause)
+        try:
+            for cb in cbs:
+                cb(cause)
+        finally:
+            super().set()
         return True
 
     def set(self) -> None:
@@ -48,7 +53,7 @@ class Signal(threading.Event):
     def add_callback(self, cb: Callable[[BaseException | None], None]) -> None:
         """Runs cb(cause) when the signal fires, or now if it has."""
         with self._mu:
-            if not self.is_set():
+            if not self._fired:
                 self._callbacks.append(cb)
                 return
         cb(self._cause)
