@@ -271,6 +271,30 @@ class WireClientTest(unittest.TestCase):
                 raise KeyError("body")
         self.assertEqual(f.count("Release"), 1)
 
+    def test_lock_context_raises_the_loss_on_a_normal_exit(self):
+        f = self.fake({"Acquire": lambda r, h: Reply(stream=[{"granted": granted()}]), "Release": lambda r, h: Reply({"released": False})})
+        c = leasegate.Client([f.url])
+        with self.assertRaises(leasegate.LockLostError):
+            with c.lock("x") as lock:
+                lock.lease.lose(leasegate.LockLostError("lost under the body"))
+                with self.assertRaises(leasegate.LockLostError):
+                    lock.check()
+        self.assertEqual(f.count("Release"), 1, "released on the way out all the same")
+
+    def test_with_lock_passes_the_bodys_exception_unchanged(self):
+        f = self.fake({"Acquire": lambda r, h: Reply(stream=[{"granted": granted()}]), "Release": lambda r, h: Reply({"released": True})})
+        c = leasegate.Client([f.url])
+        mine = ValueError("mine")
+
+        def body(lock, signal):
+            self.assertFalse(signal.is_set())
+            raise mine
+
+        with self.assertRaises(ValueError) as cm:
+            c.with_lock("x", body)
+        self.assertIs(cm.exception, mine)
+        self.assertEqual(f.count("Release"), 1)
+
     def test_wait_timeout_from_the_stream(self):
         f = self.fake({"Acquire": lambda r, h: Reply(stream=[{"queued": {"position": "1"}}], error=connect_error("deadline_exceeded", "", (EI, error_info("WAIT_TIMEOUT"))))})
         c = leasegate.Client([f.url])
