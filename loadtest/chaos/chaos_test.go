@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +33,13 @@ var bins Binaries
 
 func TestMain(m *testing.M) {
 	RunRole() // a child process of the harness never returns from here
+	// Under nohup every process the harness starts would inherit an
+	// ignored SIGHUP, which leasectl keeps by design, and the hangup
+	// injections would test nohup. A caught signal is reset to its default
+	// across exec: catch it here, so the processes start as from a shell.
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 	flag.Parse()
 	built, err := os.MkdirTemp("", "leasegate-chaos-bin-")
 	if err != nil {
