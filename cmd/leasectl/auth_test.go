@@ -186,9 +186,25 @@ func TestCertificateAskedThenDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS13,
-	})
+	url := dropAfterHandshake(t, &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS13})
+	wantFail(t, nil, exitError, []string{"asked for a client certificate", "requires a client certificate: --cert and --key"},
+		"--endpoint", url, "--cacert", pki.CAFile, "try", "x")
+
+	// A gateway that never asks for a certificate and drops the connection
+	// gets no such hint: the evidence is the request, not the failure.
+	plain := dropAfterHandshake(t, &tls.Config{Certificates: []tls.Certificate{pair}})
+	r := run(t, nil, "--endpoint", plain, "--cacert", pki.CAFile, "try", "x")
+	if r.code == 0 || strings.Contains(r.stderr, "client certificate") {
+		t.Errorf("leasectl against a gateway that drops connections without asking for a certificate: exit %d, stderr %q; want a failure that does not blame a missing certificate", r.code, r.stderr)
+	}
+}
+
+// dropAfterHandshake serves TLS with cfg on loopback: each connection
+// completes its handshake and is then reset, without an alert. It
+// returns the listener's https URL.
+func dropAfterHandshake(t *testing.T, cfg *tls.Config) string {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,39 +215,11 @@ func TestCertificateAskedThenDropped(t *testing.T) {
 			if err != nil {
 				return
 			}
-			// The handshake completes (no certificate is required by
-			// this listener), then the connection goes without an alert.
 			_ = c.(*tls.Conn).Handshake()
 			raw := c.(*tls.Conn).NetConn()
 			raw.(*net.TCPConn).SetLinger(0)
 			raw.Close()
 		}
 	}()
-	url := "https://" + ln.Addr().String()
-	wantFail(t, nil, exitError, []string{"asked for a client certificate", "requires a client certificate: --cert and --key"},
-		"--endpoint", url, "--cacert", pki.CAFile, "try", "x")
-
-	// A gateway that never asks for a certificate and drops the connection
-	// gets no such hint: the evidence is the request, not the failure.
-	plain, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { plain.Close() })
-	go func() {
-		for {
-			c, err := plain.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).Handshake()
-			raw := c.(*tls.Conn).NetConn()
-			raw.(*net.TCPConn).SetLinger(0)
-			raw.Close()
-		}
-	}()
-	r := run(t, nil, "--endpoint", "https://"+plain.Addr().String(), "--cacert", pki.CAFile, "try", "x")
-	if r.code == 0 || strings.Contains(r.stderr, "client certificate") {
-		t.Errorf("leasectl against a gateway that drops connections without asking for a certificate: exit %d, stderr %q; want a failure that does not blame a missing certificate", r.code, r.stderr)
-	}
+	return "https://" + ln.Addr().String()
 }
