@@ -32,9 +32,7 @@ type keeper struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	deadline time.Time
-	lostBy   error // cause of the loss; nil while not lost
+	leaseState
 
 	// manual turns the scheduled renewals off: only renewNow renews.
 	manual bool
@@ -98,14 +96,6 @@ func (c *Client) startKeeper(ttl time.Duration, anchor, deadline time.Time, manu
 	return k
 }
 
-// Deadline is the conservative deadline: the moment the context is
-// cancelled unless a renewal confirms the lease first.
-func (k *keeper) Deadline() time.Time {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.deadline
-}
-
 // renewInterval is the jittered pause between a confirmation of a lease of
 // ttl and the next renewal, for locks and sessions alike: TTL × renew
 // fraction, ±10%.
@@ -160,9 +150,7 @@ func (k *keeper) run(anchor time.Time) {
 		case r.err == nil:
 			if d := k.c.deadline(r.sent, r.confirmation); d.After(deadline) {
 				deadline = d
-				k.mu.Lock()
-				k.deadline = d
-				k.mu.Unlock()
+				k.extend(d)
 				deadlineT.Stop()
 				deadlineT = clk.NewTimer(d.Sub(clk.Now()))
 			}
@@ -285,13 +273,6 @@ func (k *keeper) lose(err error) {
 	k.lostBy = err
 	k.mu.Unlock()
 	k.cancel(err)
-}
-
-// lost returns the cause of the loss, or nil while the lease was not lost.
-func (k *keeper) lost() error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.lostBy
 }
 
 // stop ends the renewals and waits for them to finish. If the lease was not

@@ -27,27 +27,34 @@ type shardLease struct {
 	ctx    context.Context // cancelled when lost or when the session closes
 	cancel context.CancelCauseFunc
 
+	leaseState
+}
+
+// leaseState is what a lease's renewer (a lock's keeper, a session's run
+// loop) and its readers share: the conservative deadline, which only moves
+// forward, and the cause of the loss, which is set once.
+type leaseState struct {
 	mu       sync.Mutex
 	deadline time.Time
 	lostBy   error // nil while live
 }
 
 // Deadline is the lease's conservative deadline on the client's clock.
-func (l *shardLease) Deadline() time.Time {
+func (l *leaseState) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
 }
 
 // lost returns the cause of the loss, or nil while the lease is live.
-func (l *shardLease) lost() error {
+func (l *leaseState) lost() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lostBy
 }
 
 // extend moves the deadline to d if d is later and the lease is live.
-func (l *shardLease) extend(d time.Time) {
+func (l *leaseState) extend(d time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lostBy == nil && d.After(l.deadline) {
@@ -122,7 +129,7 @@ func (c *Client) shardLeases(sent time.Time, shards []*v1.SessionShard) map[stri
 			continue
 		}
 		conf := confirmation{ttl: ms(sh.TtlMs), valid: ms(sh.ValidForMs)}
-		l := &shardLease{shard: sh.Shard, ttl: conf.ttl, deadline: c.deadline(sent, conf)}
+		l := &shardLease{shard: sh.Shard, ttl: conf.ttl, leaseState: leaseState{deadline: c.deadline(sent, conf)}}
 		l.ctx, l.cancel = context.WithCancelCause(context.Background())
 		out[sh.Shard] = l
 	}
