@@ -280,3 +280,38 @@ func (c *Client) attempt(ctx context.Context, timeout time.Duration, fn rpcFunc)
 	}
 	return err
 }
+
+// follow keeps a server stream open and hands each of its messages to
+// recv, until ctx ends (ctx's error), recv fails (its error), or stop turns
+// a stream's failure into an error to return (stop sees nil when the
+// stream ended cleanly). Any other end opens the stream again with open on
+// the next endpoint, after a backoff that each delivered message resets.
+func follow[M any](ctx context.Context, c *Client, open func(context.Context, endpoint) (*connect.ServerStreamForClient[M], error),
+	recv func(*M) error, stop func(error) error) error {
+	bo := c.newBackoff()
+	for {
+		i, ep := c.pick()
+		stream, err := open(ctx, ep)
+		if err == nil {
+			for stream.Receive() {
+				bo.reset()
+				if rerr := recv(stream.Msg()); rerr != nil {
+					stream.Close()
+					return rerr
+				}
+			}
+			err = stream.Err()
+			stream.Close()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if serr := stop(err); serr != nil {
+			return serr
+		}
+		c.failed(i)
+		if serr := sleep(ctx, c.cfg.clock, bo.next()); serr != nil {
+			return serr
+		}
+	}
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -184,41 +185,26 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[*LeaderInfo, error] {
 		op := fmt.Sprintf("observe %q", e.name)
 		var last *LeaderInfo
 		seen := false
-		bo := e.c.newBackoff()
-		for {
-			i, ep := e.c.pick()
-			stream, err := ep.elect.Observe(ctx, connect.NewRequest(&v1.ObserveRequest{Name: e.name}))
-			if err == nil {
-				for stream.Receive() {
-					bo.reset()
-					cur := leaderInfo(stream.Msg().Leader)
-					if seen && sameLeader(cur, last) {
-						continue
-					}
-					last, seen = cur, true
-					if !yield(cur, nil) {
-						stream.Close()
-						return
-					}
-				}
-				err = stream.Err()
-				stream.Close()
-				if err == nil {
-					err = errStreamEnded
-				}
+		stopped := errors.New("the loop stopped")
+		_ = follow(ctx, e.c, func(ctx context.Context, ep endpoint) (*connect.ServerStreamForClient[v1.ObserveResponse], error) {
+			return ep.elect.Observe(ctx, connect.NewRequest(&v1.ObserveRequest{Name: e.name}))
+		}, func(m *v1.ObserveResponse) error {
+			cur := leaderInfo(m.Leader)
+			if seen && sameLeader(cur, last) {
+				return nil
 			}
-			if ctx.Err() != nil {
-				return
+			last, seen = cur, true
+			if !yield(cur, nil) {
+				return stopped
 			}
-			if !retryable(err) && rateLimited(err) == nil {
+			return nil
+		}, func(err error) error {
+			if err != nil && !retryable(err) && rateLimited(err) == nil {
 				yield(nil, wrap(op, err))
-				return
+				return stopped
 			}
-			e.c.failed(i)
-			if err := sleep(ctx, e.c.cfg.clock, bo.next()); err != nil {
-				return
-			}
-		}
+			return nil
+		})
 	}
 }
 

@@ -216,34 +216,21 @@ type LockEvent struct {
 // event twice and misses none, except as RESYNC messages announce.
 func (c *Client) Watch(ctx context.Context, prefix, resumeToken string, fn func(WatchMessage) error) error {
 	op := fmt.Sprintf("watch %q", prefix)
-	bo := c.newBackoff()
-	for {
-		i, ep := c.pick()
-		stream, err := ep.rpc.Watch(ctx, connect.NewRequest(&v1.WatchRequest{Prefix: prefix, ResumeToken: resumeToken}))
-		if err == nil {
-			for stream.Receive() {
-				bo.reset()
-				m := watchMessage(stream.Msg())
-				if ferr := fn(m); ferr != nil {
-					stream.Close()
-					return ferr
-				}
-				resumeToken = m.ResumeToken
-			}
-			err = stream.Err()
-			stream.Close()
+	return follow(ctx, c, func(ctx context.Context, ep endpoint) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+		return ep.rpc.Watch(ctx, connect.NewRequest(&v1.WatchRequest{Prefix: prefix, ResumeToken: resumeToken}))
+	}, func(msg *v1.WatchResponse) error {
+		m := watchMessage(msg)
+		if err := fn(m); err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+		resumeToken = m.ResumeToken
+		return nil
+	}, func(err error) error {
 		if err != nil && !retryable(err) {
 			return wrap(op, err)
 		}
-		c.failed(i)
-		if serr := sleep(ctx, c.cfg.clock, bo.next()); serr != nil {
-			return serr
-		}
-	}
+		return nil
+	})
 }
 
 func watchMessage(m *v1.WatchResponse) WatchMessage {
