@@ -119,46 +119,54 @@ func (c *config) interceptorOptions() []connect.ClientOption {
 	return []connect.ClientOption{connect.WithInterceptors(ics...)}
 }
 
-// bearerAuth sets the Authorization header of every request from a
+// bearerAuth is the Authorization header of every request, from a
 // TokenSource.
-type bearerAuth TokenSource
-
-func (b bearerAuth) header(ctx context.Context) (string, error) {
-	tok, err := b(ctx)
-	if err != nil {
-		return "", fmt.Errorf("bearer token: the token source failed: %w", err)
-	}
-	if err := checkToken(tok); err != nil {
-		return "", fmt.Errorf("bearer token: the token source's answer: %w", err)
-	}
-	return "Bearer " + tok, nil
+func bearerAuth(src TokenSource) setHeader {
+	return setHeader{"Authorization", func(ctx context.Context) (string, error) {
+		tok, err := src(ctx)
+		if err != nil {
+			return "", fmt.Errorf("bearer token: the token source failed: %w", err)
+		}
+		if err := checkToken(tok); err != nil {
+			return "", fmt.Errorf("bearer token: the token source's answer: %w", err)
+		}
+		return "Bearer " + tok, nil
+	}}
 }
 
-func (b bearerAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+// setHeader sets the header key on every request the client sends, to what
+// value answers for the request's context; a call whose value fails is
+// not sent.
+type setHeader struct {
+	key   string
+	value func(context.Context) (string, error)
+}
+
+func (s setHeader) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		h, err := b.header(ctx)
+		v, err := s.value(ctx)
 		if err != nil {
 			return nil, err
 		}
-		req.Header().Set("Authorization", h)
+		req.Header().Set(s.key, v)
 		return next(ctx, req)
 	}
 }
 
-func (b bearerAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (s setHeader) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		// Ask first: a stream is not even prepared without its credentials.
-		h, err := b.header(ctx)
+		// Ask first: a stream is not even prepared without its header.
+		v, err := s.value(ctx)
 		if err != nil {
 			return failedConn{spec: spec, err: err}
 		}
 		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", h)
+		conn.RequestHeader().Set(s.key, v)
 		return conn
 	}
 }
 
-func (bearerAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (setHeader) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
 
@@ -266,29 +274,6 @@ func (c *config) tracingOptions() ([]connect.ClientOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []connect.ClientOption{connect.WithInterceptors(sdkMark{}, ic)}, nil
-}
-
-// sdkMark sets sdkHeader on every request.
-type sdkMark struct{}
-
-func (sdkMark) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if req.Spec().IsClient {
-			req.Header().Set(sdkHeader, "go")
-		}
-		return next(ctx, req)
-	}
-}
-
-func (sdkMark) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set(sdkHeader, "go")
-		return conn
-	}
-}
-
-func (sdkMark) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
+	sdkMark := setHeader{sdkHeader, func(context.Context) (string, error) { return "go", nil }}
+	return []connect.ClientOption{connect.WithInterceptors(sdkMark, ic)}, nil
 }
