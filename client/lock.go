@@ -240,14 +240,10 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 	}
 	go func() {
 		ctx := l.ctx
-		// On the real clock: the watch's start is no deadline, and a fake
-		// clock's timers are its tests' to count.
-		t := time.NewTimer(after)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		// On the real clock: the watch's start and its pauses are no
+		// deadlines, and a fake clock's timers are its tests' to count.
+		if sleep(ctx, RealClock, after) != nil {
 			return
-		case <-t.C:
 		}
 		bo := c.newBackoff()
 		for ctx.Err() == nil {
@@ -286,12 +282,8 @@ func (c *Client) watchHold(l *Lock, lose func(error)) {
 			case err == nil || retryable(err):
 				c.failed(i)
 			}
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if sleep(ctx, RealClock, pause) != nil {
 				return
-			case <-t.C:
 			}
 		}
 	}()
