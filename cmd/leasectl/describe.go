@@ -33,12 +33,9 @@ lease expiry on the gateway's clock), how many waiters queue behind the holder,
 and the shard (etcd cluster) the name lives on.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+			return g.show(cmd.Context(), func(ctx context.Context, c *client.Client) ([]field, error) {
 				d, err := c.Describe(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return g.printer().print(descFields(d)...)
+				return descFields(d), err
 			})
 		},
 	}

@@ -47,19 +47,14 @@ CMD.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
-			c, opts, grace, err := a.supervised(g, cmd, name)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			el := c.Election(name)
-			return runHeld(cmd.Context(), g, fmt.Sprintf("leadership of %q", name), func(ctx context.Context) (*holding, error) {
-				l, err := el.Campaign(ctx, []byte(value), opts...)
-				if err != nil {
-					return nil, err
-				}
-				return newHolding(l, l.Resign, "LEASEGATE_ELECTION_NAME="+name, "LEASEGATE_LEADER_ID="+l.ID()), nil
-			}, grace, argv)
+			return a.supervise(g, cmd, name, fmt.Sprintf("leadership of %q", name), argv,
+				func(ctx context.Context, c *client.Client, name string, opts []client.AcquireOption) (*holding, error) {
+					l, err := c.Election(name).Campaign(ctx, []byte(value), opts...)
+					if err != nil {
+						return nil, err
+					}
+					return newHolding(l, l.Resign, "LEASEGATE_ELECTION_NAME="+name, "LEASEGATE_LEADER_ID="+l.ID()), nil
+				})
 		},
 	}
 	a.registerSupervised(cmd)
@@ -84,12 +79,9 @@ func newLeaderCmd(g *globals) *cobra.Command {
 token and its value. When nobody leads it exits with status 3.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+			return g.show(cmd.Context(), func(ctx context.Context, c *client.Client) ([]field, error) {
 				info, err := c.Election(args[0]).Leader(ctx)
-				if err != nil {
-					return err
-				}
-				return g.printer().print(leaderFields(time.Now(), info)[1:]...)
+				return leaderFields(time.Now(), info)[1:], err
 			})
 		},
 	}

@@ -249,23 +249,20 @@ holder: a holder that changes in between is not evicted, and the command fails
 			if reason == "" {
 				return usagef("--reason is required: say why the holder is evicted")
 			}
-			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error {
+			return g.show(cmd.Context(), func(ctx context.Context, c *client.Client) ([]field, error) {
 				tok := token
 				if tok == 0 {
 					d, err := c.Describe(ctx, args[0])
 					if err != nil {
-						return err
+						return nil, err
 					}
 					if !d.Held {
-						return g.printer().print(evictionFields(args[0], client.Eviction{Shard: d.Shard})...)
+						return evictionFields(args[0], client.Eviction{Shard: d.Shard}), nil
 					}
 					tok = d.Token
 				}
 				ev, err := c.ForceRelease(ctx, args[0], reason, tok)
-				if err != nil {
-					return err
-				}
-				return g.printer().print(evictionFields(args[0], ev)...)
+				return evictionFields(args[0], ev), err
 			})
 		},
 	}

@@ -157,8 +157,8 @@ when the delay lasts. Like acquire, it does not renew the lock after it exits.`,
 }
 
 // newByIDCmd is the command "VERB LOCKID TOKEN": one unary call, do, on
-// the lock with that id and fencing token.
-func newByIDCmd(g *globals, verb, short, long string, do func(ctx context.Context, c *client.Client, id string, token int64) error) *cobra.Command {
+// the lock with that id and fencing token, and the record it returns.
+func newByIDCmd(g *globals, verb, short, long string, do func(ctx context.Context, c *client.Client, id string, token int64) ([]field, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   verb + " LOCKID TOKEN",
 		Short: short,
@@ -169,7 +169,7 @@ func newByIDCmd(g *globals, verb, short, long string, do func(ctx context.Contex
 			if err != nil || token <= 0 {
 				return usagef("token %q: want a positive integer", args[1])
 			}
-			return g.call(cmd.Context(), func(ctx context.Context, c *client.Client) error { return do(ctx, c, args[0], token) })
+			return g.show(cmd.Context(), func(ctx context.Context, c *client.Client) ([]field, error) { return do(ctx, c, args[0], token) })
 		},
 	}
 }
@@ -179,12 +179,9 @@ func newRenewCmd(g *globals) *cobra.Command {
 		`renew extends the lease of the lock with the given id and fencing token by its
 TTL and prints the new expiry (on the gateway's clock). It exits with status 4
 when the lock is no longer held: lost (expired or taken over) or released.`,
-		func(ctx context.Context, c *client.Client, id string, token int64) error {
+		func(ctx context.Context, c *client.Client, id string, token int64) ([]field, error) {
 			r, err := c.RenewByID(ctx, id, token)
-			if err != nil {
-				return err
-			}
-			return g.printer().print(field{"RENEWED", "renewed", true}, field{"TTL", "ttlMs", r.TTL}, field{"EXPIRES", "expiresAt", r.Expires})
+			return []field{{"RENEWED", "renewed", true}, {"TTL", "ttlMs", r.TTL}, {"EXPIRES", "expiresAt", r.Expires}}, err
 		})
 }
 
@@ -193,11 +190,8 @@ func newReleaseCmd(g *globals) *cobra.Command {
 		`release frees the lock with the given id and fencing token. It is idempotent:
 releasing a lock that is already gone prints released false and succeeds, and it
 can never free a newer holder's lock.`,
-		func(ctx context.Context, c *client.Client, id string, token int64) error {
+		func(ctx context.Context, c *client.Client, id string, token int64) ([]field, error) {
 			released, err := c.ReleaseByID(ctx, id, token)
-			if err != nil {
-				return err
-			}
-			return g.printer().print(field{"RELEASED", "released", released})
+			return []field{{"RELEASED", "released", released}}, err
 		})
 }

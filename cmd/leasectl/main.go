@@ -270,6 +270,18 @@ func (g *globals) call(ctx context.Context, do func(context.Context, *client.Cli
 	})
 }
 
+// show runs one unary call of a command (call) and prints the record it
+// returns.
+func (g *globals) show(ctx context.Context, do func(context.Context, *client.Client) ([]field, error)) error {
+	return g.call(ctx, func(ctx context.Context, c *client.Client) error {
+		fields, err := do(ctx, c)
+		if err != nil {
+			return err
+		}
+		return g.printer().print(fields...)
+	})
+}
+
 // args validators that report usage errors.
 func exactArgs(names ...string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {

@@ -86,14 +86,7 @@ is granted within --wait, run exits with status 3 without running CMD.`,
 			if name == "" {
 				return usagef("--lock is required")
 			}
-			c, opts, grace, err := a.supervised(g, cmd, name)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return runHeld(cmd.Context(), g, fmt.Sprintf("lock %q", name), func(ctx context.Context) (*holding, error) {
-				return holdLock(ctx, c, name, opts)
-			}, grace, args)
+			return a.supervise(g, cmd, name, fmt.Sprintf("lock %q", name), args, holdLock)
 		},
 	}
 	a.registerSupervised(cmd)
@@ -111,19 +104,22 @@ func (a *acquireFlags) registerSupervised(cmd *cobra.Command) {
 	cmd.Flags().Lookup("grace").DefValue = "min(10s, TTL/3)"
 }
 
-// supervised is what run and elect need before they wait: the wait's
-// options, the --grace to use, and a client.
-func (a *acquireFlags) supervised(g *globals, cmd *cobra.Command, name string) (*client.Client, []client.AcquireOption, time.Duration, error) {
+// supervise is run and elect: with the wait's options, the --grace to use
+// and a client, it runs argv under the term acquire waits for on name
+// (runHeld); what names the term in messages.
+func (a *acquireFlags) supervise(g *globals, cmd *cobra.Command, name, what string, argv []string,
+	acquire func(context.Context, *client.Client, string, []client.AcquireOption) (*holding, error)) error {
 	opts, err := a.waitOptions(g, name)
 	if err != nil {
-		return nil, nil, 0, err
+		return err
 	}
 	grace, err := graceFor(a.ttl, a.grace, cmd.Flags().Changed("grace"))
 	if err != nil {
-		return nil, nil, 0, err
+		return err
 	}
-	c, err := g.client()
-	return c, opts, grace, err
+	return g.withClient(func(c *client.Client) error {
+		return runHeld(cmd.Context(), g, what, func(ctx context.Context) (*holding, error) { return acquire(ctx, c, name, opts) }, grace, argv)
+	})
 }
 
 // superviseArg, as leasectl's first argument, makes it CMD's supervisor
