@@ -154,14 +154,21 @@ func errorInfo(err error) *errdetails.ErrorInfo {
 	if !errors.As(err, &ce) {
 		return nil
 	}
+	info, _ := detail(ce, func(info *errdetails.ErrorInfo) bool { return info.Domain == v1.ErrorDomain })
+	return info
+}
+
+// detail returns the first detail of ce of type T that want accepts.
+func detail[T any](ce *connect.Error, want func(T) bool) (T, bool) {
 	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == v1.ErrorDomain {
-				return info
+		if v, err := d.Value(); err == nil {
+			if t, ok := v.(T); ok && want(t) {
+				return t, true
 			}
 		}
 	}
-	return nil
+	var zero T
+	return zero, false
 }
 
 // shardOf returns the shard a gateway error concerns (its ErrorInfo
@@ -438,13 +445,7 @@ func limitOf(ce *connect.Error) error {
 		limit = info.Metadata[v1.MetadataLimit]
 	}
 	d, ok := retryInfo(ce)
-	switch Reason(ce) {
-	case v1.ErrorReason_QUOTA_EXCEEDED:
-		return &QuotaError{Limit: limit}
-	case v1.ErrorReason_RATE_LIMITED:
-		return &RateLimitError{Limit: limit, RetryAfter: d}
-	}
-	if ok {
+	if r := Reason(ce); r == ReasonRateLimited || ok && r != ReasonQuotaExceeded {
 		return &RateLimitError{Limit: limit, RetryAfter: d}
 	}
 	return &QuotaError{Limit: limit}
@@ -452,14 +453,8 @@ func limitOf(ce *connect.Error) error {
 
 // retryInfo is the delay of a RetryInfo detail of ce, and whether it has one.
 func retryInfo(ce *connect.Error) (time.Duration, bool) {
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if ri, ok := v.(*errdetails.RetryInfo); ok {
-				return max(ri.GetRetryDelay().AsDuration(), 0), true
-			}
-		}
-	}
-	return 0, false
+	ri, ok := detail(ce, func(*errdetails.RetryInfo) bool { return true })
+	return max(ri.GetRetryDelay().AsDuration(), 0), ok
 }
 
 // rateLimited returns the RateLimitError err is, or nil.
