@@ -49,25 +49,25 @@ func holdFor(ctx context.Context, l *Lock, err error, fn func(ctx context.Contex
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	// free releases l once fn is done; it returns what had ended l before.
+	free := func() (lost, rerr error) {
+		stop()
+		cancel(nil)
+		lost = l.Err()
+		if rerr = l.Release(context.WithoutCancel(ctx)); rerr != nil && l.sess != nil {
+			releaseLater(l)
+		}
+		return lost, rerr
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			// fn panicked: free the lock before the panic goes on.
-			stop()
-			cancel(nil)
-			if l.Release(context.WithoutCancel(ctx)) != nil && l.sess != nil {
-				releaseLater(l)
-			}
+			free()
 			panic(p)
 		}
 	}()
 	ferr := fn(fctx)
-	stop()
-	cancel(nil)
-	lost := l.Err()
-	rerr := l.Release(context.WithoutCancel(ctx))
-	if rerr != nil && l.sess != nil {
-		releaseLater(l)
-	}
+	lost, rerr := free()
 	switch {
 	case ferr != nil:
 		return ferr
