@@ -267,18 +267,18 @@ func (c *Client) ctxError(op string, ctx context.Context, s *Session, last error
 // acquireOnce is the streamOnce of LockService.Acquire.
 func acquireOnce(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
 	stream, err := ep.rpc.Acquire(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, false, err
-	}
-	return receiveGrant(stream, onQueued, func(m *v1.AcquireResponse) (*v1.Queued, *v1.Granted) {
+	return receiveGrant(stream, err, onQueued, func(m *v1.AcquireResponse) (*v1.Queued, *v1.Granted) {
 		return m.GetQueued(), m.GetGranted()
 	})
 }
 
-// receiveGrant reads a streaming acquire (Acquire, Campaign) to its grant,
-// reporting positions on the way; event picks a message's position or
-// grant.
-func receiveGrant[M any](stream *connect.ServerStreamForClient[M], onQueued func(int64), event func(*M) (*v1.Queued, *v1.Granted)) (g *v1.Granted, queued bool, err error) {
+// receiveGrant reads a streaming acquire (Acquire, Campaign) that opened
+// with openErr to its grant, reporting positions on the way; event picks a
+// message's position or grant.
+func receiveGrant[M any](stream *connect.ServerStreamForClient[M], openErr error, onQueued func(int64), event func(*M) (*v1.Queued, *v1.Granted)) (g *v1.Granted, queued bool, err error) {
+	if openErr != nil {
+		return nil, false, openErr
+	}
 	defer stream.Close()
 	last := int64(-1)
 	for stream.Receive() {

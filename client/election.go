@@ -65,10 +65,7 @@ func (e *Election) Campaign(ctx context.Context, value []byte, opts ...AcquireOp
 // for Acquire; the Elected message is returned as the grant it is.
 func campaignOnce(ctx context.Context, rpc leasegatev1connect.ElectionServiceClient, req *v1.CampaignRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
 	stream, err := rpc.Campaign(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, false, err
-	}
-	return receiveGrant(stream, onQueued, func(m *v1.CampaignResponse) (*v1.Queued, *v1.Granted) {
+	return receiveGrant(stream, err, onQueued, func(m *v1.CampaignResponse) (*v1.Queued, *v1.Granted) {
 		el := m.GetElected()
 		if el == nil {
 			return m.GetQueued(), nil
