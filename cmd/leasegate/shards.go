@@ -53,33 +53,20 @@ it never grants a name twice: see docs/operations.md.`,
 	pf.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	f.access.addFlags(pf)
 	cmd.AddCommand(
-		f.maxEpochFlag(&cobra.Command{
-			Use:   "bump-epoch",
-			Short: "Raise the epoch by one without moving names (after restoring an etcd cluster from a snapshot)",
-			Long: `Raises the shard map's epoch by one and writes it to every cluster's meta/epoch,
+		f.maxEpochFlag(f.mapCmd("bump-epoch", "Raise the epoch by one without moving names (after restoring an etcd cluster from a snapshot)",
+			`Raises the shard map's epoch by one and writes it to every cluster's meta/epoch,
 in the order of a resharding (pending map, every cluster bumped, new map in force),
 without moving any name. Every waiter enqueued afterwards gets a fencing token above
 every token issued before, on any cluster. Run it after restoring a cluster from a
 snapshot, before gateways serve it again: see docs/operations.md, "Backup and restore".`,
-			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
-					m, err := rs.BumpEpoch(ctx)
-					return m, f.explain(err)
-				})
-			},
+			func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
+				m, err := rs.BumpEpoch(ctx)
+				return m, f.explain(err)
+			})),
+		f.mapCmd("show", "Print the shard map in force", "", func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
+			snap, err := rs.Store.Load(ctx)
+			return snap.Map, err
 		}),
-		&cobra.Command{
-			Use:   "show",
-			Short: "Print the shard map in force",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
-					snap, err := rs.Store.Load(ctx)
-					return snap.Map, err
-				})
-			},
-		},
 		f.maxEpochFlag(&cobra.Command{
 			Use:   "add NAME=URL[,URL…]",
 			Short: "Add an etcd cluster and move its share of names to it",
@@ -114,18 +101,18 @@ snapshot, before gateways serve it again: see docs/operations.md, "Backup and re
 				}, nil)
 			},
 		}),
-		&cobra.Command{
-			Use:   "sweep",
-			Short: "Finish a change: wait until draining clusters have let go of moved names",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return f.run(cmd, func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
-					return rs.Sweep(ctx, 500*time.Millisecond)
-				})
-			},
-		},
+		f.mapCmd("sweep", "Finish a change: wait until draining clusters have let go of moved names", "",
+			func(ctx context.Context, rs *shard.Resharder) (shard.Map, error) {
+				return rs.Sweep(ctx, 500*time.Millisecond)
+			}),
 	)
 	return cmd
+}
+
+// mapCmd is the subcommand use, without arguments, that runs fn (run).
+func (f *shardsFlags) mapCmd(use, short, long string, fn func(context.Context, *shard.Resharder) (shard.Map, error)) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, fn) }}
 }
 
 // run dials the home cluster, calls fn with a Resharder over it and prints
