@@ -64,6 +64,11 @@ func TestMain(m *testing.M) {
 		Leasectl:   filepath.Join(dir, "leasectl"),
 		EtcdMember: filepath.Join(built, "etcdmember"),
 	}
+	// Without python3 the Python actor is skipped, and the run says so.
+	if py, err := exec.LookPath("python3"); err == nil {
+		bins.Python = py
+		bins.PythonSDK, _ = filepath.Abs(filepath.Join("..", "..", "sdk", "python"))
+	}
 	code := runChecked(m)
 	os.RemoveAll(built)
 	os.Exit(code)

@@ -29,6 +29,11 @@ type Config struct {
 	// names re-entrant in sessions, re-enter them and release their holds
 	// in a random order (reentrant.go). Default 2.
 	ReentrantWorkers int
+	// PythonWorkers is how many more workers, each a process of its own,
+	// take the contended names through the Python SDK (python.go); none
+	// run when python3 is not found. Default 1 in quick mode, 2 in long
+	// mode.
+	PythonWorkers int
 	// AdversaryPause is the mean pause between two calls of an adversary
 	// (adversary.go). Default 300 ms in quick mode, 100 ms in long mode.
 	AdversaryPause time.Duration
@@ -55,7 +60,7 @@ type Config struct {
 
 // QuickConfig is the CI run: a few dozen injections in about two minutes.
 func QuickConfig() Config {
-	return Config{Injections: 20, Workers: 8, StableWorkers: 2, Campaigners: 2, SemaphoreWorkers: 8, ReentrantWorkers: 2, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
+	return Config{Injections: 20, Workers: 8, StableWorkers: 2, Campaigners: 2, SemaphoreWorkers: 8, ReentrantWorkers: 2, PythonWorkers: 1, AdversaryPause: 300 * time.Millisecond, NamesPerCluster: 3, TTL: 2 * time.Second,
 		TickMs: 100, ElectionMs: 1000, Gap: 500 * time.Millisecond, AttemptTTL: 2 * time.Second}
 }
 
@@ -64,6 +69,7 @@ func LongConfig() Config {
 	c := QuickConfig()
 	c.Injections = 220
 	c.AdversaryPause = 100 * time.Millisecond
+	c.PythonWorkers = 2
 	c.Report = true
 	return c
 }
@@ -83,6 +89,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("chaos: SemaphoreWorkers %d is outside 0 to 32", c.SemaphoreWorkers)
 	case c.ReentrantWorkers < 0 || c.ReentrantWorkers > 16:
 		return fmt.Errorf("chaos: ReentrantWorkers %d is outside 0 to 16", c.ReentrantWorkers)
+	case c.PythonWorkers < 0 || c.PythonWorkers > 8:
+		return fmt.Errorf("chaos: PythonWorkers %d is outside 0 to 8", c.PythonWorkers)
 	case c.AdversaryPause < 10*time.Millisecond || c.AdversaryPause > 10*time.Second:
 		return fmt.Errorf("chaos: AdversaryPause %s is outside 10ms to 10s", c.AdversaryPause)
 	case c.NamesPerCluster < 1 || c.NamesPerCluster > 32:

@@ -13,7 +13,14 @@
 // checker below judges as the locks they are; semaphore workers
 // (semaphores.go) take three names as semaphores of limit 2 or 3, per lock
 // and in sessions, and the same checkers judge them at their limit N
-// (recorded with every acquire; a lock's is 1); re-entrant workers
+// (recorded with every acquire; a lock's is 1); Python workers (python.go,
+// pyworker.py) are processes that take the contended names through the
+// Python SDK (sdk/python) over both gateways, check the lock's loss
+// signal and deadline before each write to the register (over its HTTP
+// endpoint, which records the write) and release, and report each acquire
+// as JSON lines stamped with CLOCK_MONOTONIC readings, which the harness
+// records as a Go worker's (one in quick mode, two in long mode; skipped,
+// with a logged line, when python3 is not on PATH); re-entrant workers
 // (reentrant.go) take the contended names in sessions with
 // client.WithReentrant, re-enter them once or twice (each hold a lock id
 // of its own, the lock's token), ask for some holds again with their
@@ -94,7 +101,8 @@
 // their name (at most the attempt TTL).
 //
 // What a holder believed is judged on one clock. An SDK holder believes
-// from its grant until its Lock.Context is done or it releases; a
+// from its grant until its Lock.Context is done or it releases (a Python
+// worker: until its lock's loss signal fires or it begins to release); a
 // re-entrant worker from its first grant until it begins to release its
 // last hold or one of its holds' Context ends otherwise; a raw
 // client until its deadline passes, a gateway refuses its renewal, or it

@@ -22,10 +22,14 @@ type Harness struct {
 	bin      string // the leasegate binary
 	leasectl string // the leasectl binary
 	member   string // the etcdmember binary
-	out      string
-	dataDir  string
-	logf     func(format string, args ...any)
-	maxTTL   atomic.Int64 // the longest lock TTL asked for (noteTTL)
+	python   string // the Python interpreter; "" skips the Python actor
+	// pythonSDK is the Python SDK's directory (sdk/python), the Python
+	// workers' PYTHONPATH.
+	pythonSDK string
+	out       string
+	dataDir   string
+	logf      func(format string, args ...any)
+	maxTTL    atomic.Int64 // the longest lock TTL asked for (noteTTL)
 
 	// Clusters are the etcd clusters, c0 first (the home of the shard map).
 	Clusters []*EtcdCluster
@@ -65,6 +69,10 @@ type Binaries struct {
 	Leasectl string
 	// EtcdMember runs one etcd member (loadtest/chaos/etcdmember).
 	EtcdMember string
+	// Python runs the Python workers (python.go); empty skips them.
+	Python string
+	// PythonSDK is the Python SDK's directory (sdk/python).
+	PythonSDK string
 }
 
 // Start brings up 2 clusters × 3 members and 2 gateways, with out the
@@ -73,7 +81,7 @@ func Start(ctx context.Context, cfg Config, bins Binaries, out string, logf func
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &Harness{cfg: cfg, bin: bins.Leasegate, leasectl: bins.Leasectl, member: bins.EtcdMember, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
+	h := &Harness{cfg: cfg, bin: bins.Leasegate, leasectl: bins.Leasectl, member: bins.EtcdMember, python: bins.Python, pythonSDK: bins.PythonSDK, out: out, dataDir: filepath.Join(out, "data"), logf: logf,
 		Hist: &History{}, initial: map[string]string{}, epoch: shard.MinEpoch, stale: &stalePool{}, mono: newMonoClock(), ports: newPorts()}
 	defer func() {
 		if err != nil {

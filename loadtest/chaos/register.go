@@ -26,7 +26,8 @@ type Register struct {
 	ln   net.Listener
 }
 
-// writeResult is the HTTP answer to a write.
+// writeResult is the HTTP answer to a write (ok: accepted) or a read (ok
+// always; highest is the read's result).
 type writeResult struct {
 	OK      bool  `json:"ok"`
 	Highest int64 `json:"highest"`
@@ -52,6 +53,19 @@ func newRegister(hist *History) (*Register, error) {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(writeResult{OK: ok, Highest: highest})
+	})
+	mux.HandleFunc("GET /read", func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		if q.Get("name") == "" {
+			http.Error(w, "want name", http.StatusBadRequest)
+			return
+		}
+		highest, err := r.Read(req.Context(), q.Get("client"), q.Get("name"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(writeResult{OK: true, Highest: highest})
 	})
 	r.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = r.srv.Serve(ln) }()

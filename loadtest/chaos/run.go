@@ -98,6 +98,9 @@ func Run(ctx context.Context, cfg Config, bins Binaries, out string, logf func(s
 	if err := h.runReentrants(wctx, wg, cfg.Seed); err != nil {
 		return nil, err
 	}
+	if err := h.runPythonWorkers(wctx, wg, cfg.Seed); err != nil {
+		return nil, err
+	}
 	if err := h.runAdversaries(wctx, wg, cfg.Seed); err != nil {
 		return nil, err
 	}

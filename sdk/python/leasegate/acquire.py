@@ -35,6 +35,12 @@ from .signal import on_event
 
 MAX_SHARD_RECOVERIES = 3
 
+# How long past its wait deadline an acquire may take to return: the time to
+# confirm a grant that arrived at the deadline. The gateway ends the wait
+# itself; closing an attempt's stream this long after the deadline only
+# guards against a gateway or network that stalls (the Go SDK's waitGrace).
+WAIT_GRACE = 0.5
+
 
 @dataclass
 class AcquireOptions:
@@ -111,6 +117,9 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
     anchor = clock()
     rid = o.request_id or str(uuid.uuid4())
     wait_until = anchor + o.wait_timeout if o.wait_timeout is not None else None
+    # The latest the call may return: whatever a gateway does, the caller is
+    # not held far past the wait deadline it asked for.
+    until = wait_until + WAIT_GRACE if wait_until is not None else None
     bo = c.backoff()
     failures = recoveries = 0
     last: BaseException | None = None
@@ -128,9 +137,14 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
         progressed = False
         stream: wire.Stream | None = None
         stop = lambda: None  # noqa: E731
+        guard: threading.Timer | None = None
         try:
             stream = wire.Stream(ep, "Acquire", msg, c.token(), c.opts.request_timeout)
             stop = on_event(o.cancel, stream.close)
+            if wait_until is not None:
+                guard = threading.Timer(max(until - clock(), 0), stream.close)
+                guard.daemon = True
+                guard.start()
             for m in stream:
                 if "queued" in m:
                     progressed = True
@@ -141,9 +155,9 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
                     stop()
                     stream.close()
                     if o.cancel is not None and o.cancel.is_set():
-                        _let_go(c, g)
+                        _let_go(c, g, until)
                         raise CancelledError(op_message(op, "cancelled"))
-                    return _held(c, op, name, g, rid, anchor, sent, o, s)
+                    return _held(c, op, name, g, rid, anchor, sent, o, s, until)
             raise wire.WireError("unavailable", "the acquire stream ended without a grant")
         except LeasegateError:
             raise
@@ -154,6 +168,8 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
                 recoveries += 1
                 s.extend(classify(op, err).shard, o.cancel)
                 continue
+            if wait_until is not None and clock() >= wait_until:
+                raise WaitTimeoutError(op_message(op, "wait timed out"), err) from None
             last = err
             pause = 0.0
             delay = rate_limit_delay(err)
@@ -181,6 +197,8 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
                     time.sleep(pause)
         finally:
             stop()
+            if guard is not None:
+                guard.cancel()
             if stream is not None:
                 stream.close()
 
@@ -231,29 +249,44 @@ def try_acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None
         return _held(c, op, name, resp["granted"], rid, anchor, sent[0], o, s)
 
 
-def _let_go(c, g: dict) -> None:
-    """Releases a grant that will not be handed out, best effort: unanswered, it lapses with its lease."""
+def _let_go(c, g: dict, until: float | None = None) -> None:
+    """Releases a grant that will not be handed out, best effort: unanswered, it
+    lapses with its lease. The release is bounded by the request timeout; with
+    until (a reading of the client's clock) the caller waits for it only until
+    then, and the release goes on in a daemon thread for the rest of its bound."""
     msg = {"lockId": g.get("lockId", ""), "fencingToken": str(g.get("fencingToken") or 0)}
-    try:
-        c.call("release an unwanted grant", lambda ep, tok, t: wire.unary(ep, "Release", msg, tok, t))
-    except LeasegateError:
-        pass
+
+    def release() -> None:
+        try:
+            c.call("release an unwanted grant", lambda ep, tok, t: wire.unary(ep, "Release", msg, tok, t))
+        except LeasegateError:
+            pass
+
+    if until is None:
+        release()
+        return
+    t = threading.Thread(target=release, name="leasegate-let-go", daemon=True)
+    t.start()
+    t.join(max(until - c.opts.clock(), 0))
 
 
 def _seconds(v) -> float:
     return int(v or 0) / 1000
 
 
-def _held(c, op: str, name: str, g: dict, rid: str, anchor: float, sent: float, o: AcquireOptions, s: SessionBinding | None) -> Lock:
+def _held(
+    c, op: str, name: str, g: dict, rid: str, anchor: float, sent: float, o: AcquireOptions, s: SessionBinding | None, until: float | None = None
+) -> Lock:
     """Turns a grant into a Lock. The first deadline is the tighter of the
     first attempt's send time plus the TTL (every lease event of the grant
     follows it) and the granted attempt's send time plus valid_for (which
     counts from that attempt's arrival). After a long wait that leaves too
-    little, a renewal right away gives a fresh send time."""
+    little, a renewal right away gives a fresh send time. until (a reading of
+    the client's clock) bounds that renewal and the release of a grant let go."""
     if s is not None:
         lease = s.lease(str(g.get("shard") or ""))
         if lease is None:
-            _let_go(c, g)
+            _let_go(c, g, until)
             raise UnavailableError(op_message(op, f"granted on shard {g.get('shard')}, which the session has no lease on; released it"))
         # A lease lost since the grant takes the lock with it, as it should.
         return Lock(c, name, g, rid, lease, None)
@@ -284,7 +317,7 @@ def _held(c, op: str, name: str, g: dict, rid: str, anchor: float, sent: float, 
             # passed: the gateway kept the waiter's lease alive, and this
             # renewal's confirmation, counted from its own send time, is
             # what the lock's deadline then rests on.
-            conf = c.call(op, attempt, cancel=o.cancel)
+            conf = c.call(op, attempt, cancel=o.cancel, until=until)
             if conf.ttl > 0:
                 ttl = conf.ttl
             anchor = rsent[0]
@@ -294,7 +327,7 @@ def _held(c, op: str, name: str, g: dict, rid: str, anchor: float, sent: float, 
             if proof_refused(cause):
                 raise LockLostError(op_message(op, "lock lost", cause), classify(op, cause)) from None
     if clock() >= deadline:
-        _let_go(c, g)
+        _let_go(c, g, until)
         raise UnavailableError(op_message(op, "granted, but no gateway confirmed the lease before its deadline; released it"))
     keeper = Keeper(c, f'lock "{name}"', ttl, anchor, deadline, renew, not o.manual_renew)
     return Lock(c, name, g, rid, keeper, keeper)

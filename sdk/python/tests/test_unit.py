@@ -302,6 +302,42 @@ class WireClientTest(unittest.TestCase):
             c.acquire("x", wait_timeout=1)
         self.assertEqual(f.requests[0][1]["waitTimeoutMs"], "1000")
 
+    def test_a_stalled_wait_ends_at_its_timeout_and_grace(self):
+        gate = threading.Event()
+
+        def acquire(r, h):
+            gate.wait(5)
+            return Reply(stream=[])
+
+        f = self.fake({"Acquire": acquire})
+        self.addCleanup(gate.set)
+        c = leasegate.Client([f.url])
+        t0 = time.monotonic()
+        with self.assertRaises(leasegate.WaitTimeoutError):
+            c.acquire("x", wait_timeout=0.3)
+        took = time.monotonic() - t0
+        self.assertGreaterEqual(took, 0.3)
+        self.assertLess(took, 0.3 + 0.5 + 0.5, "the wait outlived its timeout and grace while the gateway stalled")
+
+    def test_a_stalled_confirmation_of_a_late_grant_ends_at_the_wait_timeout_and_grace(self):
+        gate = threading.Event()
+
+        def acquire(r, h):
+            time.sleep(0.4)  # past a third of the TTL: the grant is confirmed by a renewal at once
+            return Reply(stream=[{"granted": granted(ttl_ms=1000)}])
+
+        def renew(r, h):
+            gate.wait(5)
+            return Reply({"ttlMs": "1000", "validForMs": "1000"})
+
+        f = self.fake({"Acquire": acquire, "Renew": renew, "Release": lambda r, h: Reply({"released": True})})
+        self.addCleanup(gate.set)
+        c = leasegate.Client([f.url])
+        t0 = time.monotonic()
+        with self.assertRaises(leasegate.UnavailableError):
+            c.acquire("x", wait_timeout=0.6)
+        self.assertLess(time.monotonic() - t0, 0.6 + 0.5 + 0.5, "confirming the grant held the caller past its wait timeout and grace")
+
     def test_proof_of_loss_on_renewal_fires_the_signal(self):
         f = self.fake(
             {
