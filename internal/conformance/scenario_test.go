@@ -55,6 +55,11 @@ type step struct {
 	AtLeast      int    `json:"atLeast"`
 	Exit         string `json:"exit"`
 	Resource     string `json:"resource"`
+	TokenSource  bool   `json:"tokenSource"`
+	TLS          string `json:"tls"`
+	Record       bool   `json:"recordRenewals"`
+	Next         string `json:"next"`
+	Odd          bool   `json:"odd"`
 }
 
 // scenariosPath is sdk/conformance/scenarios.json, found from this file.
