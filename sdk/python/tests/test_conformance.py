@@ -332,9 +332,13 @@ class Runner:
             threading.Thread(target=run, name=f"acquire {s['as']}", daemon=True).start()
         elif op == "tryAcquire":
             o = owner(s)
-            e = Entry(prefix + s["name"], time.monotonic())
+            e = Entry(prefix + s["name"], time.monotonic(), s.get("client"), s.get("ttlMs"))
             lock = expect_call(s, lambda: o.try_acquire(e.name, **opts(s)))
             elapsed = time.monotonic() - e.started_at
+            log = self.renewals.get(s.get("client"))
+            if log is not None and lock is not None:
+                with log.mu:
+                    log.lock = lock
             e.settle(lock, None)
             entries.append(e)
             if "as" in s:
