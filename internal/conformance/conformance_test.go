@@ -64,6 +64,7 @@ func runScenario(t *testing.T, desc conformance.Description, hc *http.Client, ru
 	r := &run{
 		desc: desc, prefix: runID + "/" + sc.ID + "/", ctx: ctx, http: hc,
 		clients: map[string]*client.Client{}, sessions: map[string]*client.Session{}, locks: map[string]*handle{},
+		sources: map[string]*tokenBox{}, renewals: map[string]*renewLog{},
 	}
 	defer func() {
 		r.cleanup()

@@ -35,8 +35,8 @@ func (h *Harness) controlHandler() http.Handler {
 		reply(w, http.StatusOK, struct{}{})
 	}))
 	mux.HandleFunc("GET /gateways/{i}/requests", h.withFront(func(f *front, w http.ResponseWriter, r *http.Request) {
-		total, byPath := f.requests()
-		reply(w, http.StatusOK, requestsBody{Total: total, ByPath: byPath})
+		total, byPath, byToken := f.requests()
+		reply(w, http.StatusOK, requestsBody{Total: total, ByPath: byPath, ByToken: byToken})
 	}))
 	mux.HandleFunc("POST /gateways/{i}/requests/reset", h.withFront(func(f *front, w http.ResponseWriter, r *http.Request) {
 		f.resetRequests()
@@ -46,6 +46,7 @@ func (h *Harness) controlHandler() http.Handler {
 	mux.HandleFunc("POST /fence", h.fenceWrite)
 	mux.HandleFunc("GET /holder", h.holder)
 	mux.HandleFunc("POST /epoch", h.raiseEpoch)
+	mux.HandleFunc("POST /revision", h.alignRevision)
 	return mux
 }
 
@@ -54,8 +55,9 @@ type errorBody struct {
 }
 
 type requestsBody struct {
-	Total  int64            `json:"total"`
-	ByPath map[string]int64 `json:"byPath"`
+	Total   int64                       `json:"total"`
+	ByPath  map[string]int64            `json:"byPath"`
+	ByToken map[string]map[string]int64 `json:"byToken"`
 }
 
 func reply(w http.ResponseWriter, code int, body any) {
@@ -216,4 +218,47 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.base.RoundTrip(r)
+}
+
+type revisionRequest struct {
+	Next string `json:"next"`
+}
+
+type revisionReply struct {
+	Revision int64 `json:"revision"`
+}
+
+// fillerKey is where alignRevision writes: outside the fleet's prefix, so
+// no gateway watches it.
+const fillerKey = "/conformance-harness/filler"
+
+// alignRevision writes a filler key until etcd's revision is such that the
+// next write gets a revision of the parity asked for ("odd" or "even"):
+// the next grant's create revision, and so the low bit of its fencing
+// token, is then known. A double holds only even integers between 2^53
+// and 2^54, so an odd token there is one no float can carry.
+func (h *Harness) alignRevision(w http.ResponseWriter, r *http.Request) {
+	var req revisionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || (req.Next != "odd" && req.Next != "even") {
+		reply(w, http.StatusBadRequest, errorBody{`want {"next": "odd" | "even"}`})
+		return
+	}
+	cli, err := etcdtest.NewClient(h.etcd.Endpoint())
+	if err != nil {
+		reply(w, http.StatusInternalServerError, errorBody{err.Error()})
+		return
+	}
+	defer cli.Close()
+	wantOdd := req.Next == "odd"
+	for {
+		resp, err := cli.Put(r.Context(), fillerKey, "")
+		if err != nil {
+			reply(w, http.StatusInternalServerError, errorBody{err.Error()})
+			return
+		}
+		if rev := resp.Header.Revision; (rev%2 == 0) == wantOdd {
+			reply(w, http.StatusOK, revisionReply{Revision: rev})
+			return
+		}
+	}
 }

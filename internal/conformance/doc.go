@@ -1,8 +1,10 @@
 // Package conformance runs the SDK conformance harness: one embedded etcd
-// member and three leasegate gateways over it, on loopback addresses only,
-// and a control API that scenarios drive (stop and start a gateway, count
-// the requests it received, check a write against a fencing guard, raise
-// the fleet's epoch so tokens pass 2^53). The scenarios themselves are
+// member and four leasegate gateways over it (three behind counting
+// fronts, one that takes callers by client certificate), on loopback
+// addresses only, and a control API that scenarios drive (stop and start a
+// gateway, count the requests it received and the tokens they carried,
+// check a write against a fencing guard, raise the fleet's epoch so tokens
+// pass 2^53, align etcd's revision so a token is odd). The scenarios themselves are
 // data, in sdk/conformance/scenarios.json; each SDK has a small runner
 // that interprets them. sdk/conformance/README.md is the contract between
 // the harness, the scenarios and the runners.

@@ -3,10 +3,12 @@ package conformance
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,15 +22,17 @@ import (
 // front's listener is closed too, so a client's connection is refused
 // exactly as it would be by a dead process.
 type front struct {
-	addr  string // fixed loopback host:port, kept across restarts
-	start func(context.Context) (*server.Server, error)
+	addr   string // fixed loopback host:port, kept across restarts
+	start  func(context.Context) (*server.Server, error)
+	tokens map[string]string // bearer token → its name in Description.Tokens
 
-	mu     sync.Mutex
-	gw     *server.Server  // nil while stopped
-	srv    *http.Server    // nil while stopped
-	tr     *http.Transport // the proxy's connections to the gateway
-	counts map[string]int64
-	total  int64
+	mu      sync.Mutex
+	gw      *server.Server  // nil while stopped
+	srv     *http.Server    // nil while stopped
+	tr      *http.Transport // the proxy's connections to the gateway
+	counts  map[string]int64
+	byToken map[string]map[string]int64 // credential name → path → count
+	total   int64
 }
 
 // up starts the gateway, its start bounded by ctx, and the front's
@@ -105,27 +109,51 @@ func (f *front) count(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.counts[r.URL.Path]++
+		cred := f.credential(r.Header.Get("Authorization"))
+		if f.byToken[cred] == nil {
+			f.byToken[cred] = map[string]int64{}
+		}
+		f.byToken[cred][r.URL.Path]++
 		f.total++
 		f.mu.Unlock()
 		next.ServeHTTP(w, r)
 	})
 }
 
-// requests returns the requests received since the last reset, by path.
-func (f *front) requests() (int64, map[string]int64) {
+// credential names the bearer token an Authorization header presents by
+// its key in Description.Tokens: "none" without one, "other" for a token
+// the harness did not make. The token itself is never recorded.
+func (f *front) credential(header string) string {
+	tok, ok := strings.CutPrefix(header, "Bearer ")
+	switch {
+	case header == "":
+		return "none"
+	case !ok:
+		return "other"
+	}
+	if name, ok := f.tokens[tok]; ok {
+		return name
+	}
+	return "other"
+}
+
+// requests returns the requests received since the last reset, by path,
+// and by credential and path.
+func (f *front) requests() (int64, map[string]int64, map[string]map[string]int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]int64, len(f.counts))
-	for k, v := range f.counts {
-		out[k] = v
+	byToken := make(map[string]map[string]int64, len(f.byToken))
+	for cred, paths := range f.byToken {
+		byToken[cred] = maps.Clone(paths)
 	}
-	return f.total, out
+	return f.total, maps.Clone(f.counts), byToken
 }
 
 func (f *front) resetRequests() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.counts = map[string]int64{}
+	f.byToken = map[string]map[string]int64{}
 	f.total = 0
 }
 

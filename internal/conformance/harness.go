@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/leasegate/leasegate/fence"
 	"github.com/leasegate/leasegate/internal/embedetcd"
 	"github.com/leasegate/leasegate/internal/etcdtest"
 	"github.com/leasegate/leasegate/internal/server"
+	"github.com/leasegate/leasegate/internal/testpki"
 )
 
 // The tenants the gateways know, by the keys of Description.Tokens.
@@ -28,7 +30,18 @@ const (
 	TenantLimited = "limited"
 	// TokenWrong is a well-formed bearer token no gateway accepts.
 	TokenWrong = "wrong"
+	// TokenRotated is a second token of the normal tenant's caller (same
+	// tenant, same subject, so it owns the same locks): what a token
+	// source rotates to.
+	TokenRotated = "rotated"
+	// TenantThrottled is a second tenant of the rate-limited gateway, whose
+	// acquire budget no other scenario spends.
+	TenantThrottled = "throttled"
 )
+
+// subject is the caller every token and the client certificate name, so
+// that a rotated token or a certificate owns what the normal token took.
+const subject = "conformance"
 
 // LimitedGateway is the index of the rate-limited gateway in
 // Description.Gateways.
@@ -47,6 +60,14 @@ const (
 	RenewEvery = 500 * time.Millisecond
 )
 
+// The rate-limited gateway's acquire budget per tenant: one acquire (or
+// try-acquire) of burst, then one an hour, so the second acquire of a run
+// is refused with a retry delay far longer than any wait a scenario sets.
+const (
+	limitedAcquireRate  = 1.0 / 3600
+	limitedAcquireBurst = 1
+)
+
 // Description is what a runner is given (as JSON, in the environment
 // variable LEASEGATE_CONFORMANCE): where the gateways and the control API
 // are and which bearer tokens to present.
@@ -62,6 +83,25 @@ type Description struct {
 	Tokens map[string]string `json:"tokens"`
 	// Limited describes the rate-limited gateway.
 	Limited LimitedDescription `json:"limited"`
+	// TLS describes the gateway that takes callers only by client
+	// certificate.
+	TLS TLSDescription `json:"tls"`
+}
+
+// TLSDescription is the mutual-TLS gateway: it serves TLS only, demands a
+// client certificate issued by CA and takes the tenant (normal) and the
+// subject from it. It is not behind a counting front: the handshake is
+// between the SDK and the gateway.
+type TLSDescription struct {
+	// Gateway is its https:// base URL.
+	Gateway string `json:"gateway"`
+	// CA is the PEM file of the CA that issued the gateway's certificate
+	// and the client's.
+	CA string `json:"ca"`
+	// Cert and Key are the PEM files of a client certificate of the
+	// normal tenant and its key.
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
 }
 
 // LimitedDescription says how the rate-limited gateway is limited.
@@ -71,6 +111,9 @@ type LimitedDescription struct {
 	// RenewEveryMs is the interval its renewal rate allows, after a burst
 	// of one.
 	RenewEveryMs int64 `json:"renewEveryMs"`
+	// AcquireBurst is how many acquires each tenant may make there; the
+	// next is refused for an hour.
+	AcquireBurst int `json:"acquireBurst"`
 }
 
 // Config configures Start.
@@ -85,6 +128,7 @@ type Harness struct {
 	desc    Description
 	etcd    *etcdtest.Cluster
 	fronts  []*front
+	tlsGW   *server.Server
 	guard   *fence.Memory
 	control *http.Server
 	calls   *http.Transport // the harness's own calls to the gateways
@@ -109,14 +153,21 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if h.etcd, err = etcdtest.StartIn(filepath.Join(cfg.Dir, "etcd")); err != nil {
 		return nil, err
 	}
-	h.desc.Tokens = map[string]string{TenantNormal: newToken(), TenantLimited: newToken(), TokenWrong: newToken()}
+	h.desc.Tokens = map[string]string{
+		TenantNormal: newToken(), TenantLimited: newToken(), TokenWrong: newToken(),
+		TokenRotated: newToken(), TenantThrottled: newToken(),
+	}
 	normal := filepath.Join(cfg.Dir, "tokens-normal")
 	limited := filepath.Join(cfg.Dir, "tokens-limited")
-	if err := os.WriteFile(normal, []byte(h.desc.Tokens[TenantNormal]+" "+TenantNormal+" conformance\n"), 0o600); err != nil {
+	if err := h.writeTokens(normal, map[string]string{TenantNormal: TenantNormal, TokenRotated: TenantNormal}); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(limited, []byte(h.desc.Tokens[TenantLimited]+" "+TenantLimited+" conformance\n"), 0o600); err != nil {
+	if err := h.writeTokens(limited, map[string]string{TenantLimited: TenantLimited, TenantThrottled: TenantThrottled}); err != nil {
 		return nil, err
+	}
+	names := map[string]string{}
+	for name, tok := range h.desc.Tokens {
+		names[tok] = name
 	}
 	for i := 0; i < 3; i++ {
 		tokens, limit := normal, false
@@ -127,14 +178,18 @@ func Start(ctx context.Context, cfg Config) (h *Harness, err error) {
 		if err != nil {
 			return nil, err
 		}
-		f := &front{addr: addr, counts: map[string]int64{}, start: h.gatewayStarter(tokens, limit)}
+		f := &front{addr: addr, tokens: names, start: h.gatewayStarter(tokens, limit)}
+		f.resetRequests()
 		if err := f.up(ctx); err != nil {
 			return nil, fmt.Errorf("conformance: gateway %d: %w", i, err)
 		}
 		h.fronts = append(h.fronts, f)
 		h.desc.Gateways = append(h.desc.Gateways, "http://"+addr)
 	}
-	h.desc.Limited = LimitedDescription{Gateway: LimitedGateway, RenewEveryMs: RenewEvery.Milliseconds()}
+	h.desc.Limited = LimitedDescription{Gateway: LimitedGateway, RenewEveryMs: RenewEvery.Milliseconds(), AcquireBurst: limitedAcquireBurst}
+	if err := h.startTLS(ctx, filepath.Join(cfg.Dir, "pki")); err != nil {
+		return nil, fmt.Errorf("conformance: mutual-TLS gateway: %w", err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -158,9 +213,47 @@ func (h *Harness) gatewayStarter(tokens string, limited bool) func(context.Conte
 		if limited {
 			cfg.Gateway.Limits.TenantRenewRate = limitedRenewRate
 			cfg.Gateway.Limits.TenantRenewBurst = limitedRenewBurst
+			cfg.Gateway.Limits.TenantAcquireRate = limitedAcquireRate
+			cfg.Gateway.Limits.TenantAcquireBurst = limitedAcquireBurst
 		}
 		return server.Start(ctx, cfg)
 	}
+}
+
+// writeTokens writes a gateway's tokens file: each token of
+// Description.Tokens named in tenantOf, for its tenant there.
+func (h *Harness) writeTokens(path string, tenantOf map[string]string) error {
+	var b strings.Builder
+	for name, tenant := range tenantOf {
+		fmt.Fprintf(&b, "%s %s %s\n", h.desc.Tokens[name], tenant, subject)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// startTLS starts the mutual-TLS gateway, over the same etcd and prefix
+// as the others, with a throwaway CA in dir.
+func (h *Harness) startTLS(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	pki, err := testpki.NewIn(dir)
+	if err != nil {
+		return err
+	}
+	cert, key, err := pki.IssueClient(TenantNormal, subject)
+	if err != nil {
+		return err
+	}
+	cfg := server.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Prefix = h.prefix
+	cfg.Clusters = []server.Cluster{{Name: "main", Endpoints: []string{h.etcd.Endpoint()}}}
+	cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA = pki.ServerCert, pki.ServerKey, pki.CAFile
+	if h.tlsGW, err = server.Start(ctx, cfg); err != nil {
+		return err
+	}
+	h.desc.TLS = TLSDescription{Gateway: h.tlsGW.URL(), CA: pki.CAFile, Cert: cert, Key: key}
+	return nil
 }
 
 // Description returns where the gateways and the control API are.
@@ -177,6 +270,10 @@ func (h *Harness) Stop() {
 		f.down()
 	}
 	h.fronts = nil
+	if h.tlsGW != nil {
+		shutdownNow(h.tlsGW)
+		h.tlsGW = nil
+	}
 	h.calls.CloseIdleConnections()
 	if h.etcd != nil {
 		h.etcd.Stop()

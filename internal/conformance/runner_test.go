@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasegate/leasegate/client"
@@ -30,13 +31,54 @@ type run struct {
 	sessions map[string]*client.Session
 	locks    map[string]*handle
 	http     *http.Client
+	sources  map[string]*tokenBox // by client, for those with tokenSource
+	renewals map[string]*renewLog // by client, for those with recordRenewals
+}
+
+// tokenBox is the token a client's token source returns now; rotateToken
+// changes it.
+type tokenBox struct{ tok atomic.Pointer[string] }
+
+func (b *tokenBox) source(context.Context) (string, error) { return *b.tok.Load(), nil }
+
+// renewLog records a client's renewals as its WithOnRenew function sees
+// them, with the deadline of the client's latest lock right after each.
+type renewLog struct {
+	mu   sync.Mutex
+	lock *client.Lock
+	seen []renewal
+}
+
+// renewal is one processed renewal: when it was sent, how it ended, and
+// the lock's deadline once it was processed.
+type renewal struct {
+	sent, expires time.Time
+	err           error
+}
+
+func (g *renewLog) observe(sent time.Time, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var exp time.Time
+	if g.lock != nil {
+		exp = g.lock.Expires()
+	}
+	g.seen = append(g.seen, renewal{sent: sent, expires: exp, err: err})
+}
+
+func (g *renewLog) since(n int) []renewal {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]renewal(nil), g.seen[n:]...)
 }
 
 // handle is a lock a step asked for: an acquire in flight or done, or a
 // try-acquire's result.
 type handle struct {
-	name  string
-	start time.Time
+	name   string
+	client string        // the client that asked, "" for a session
+	ttl    time.Duration // the step's TTL, 0 for the default
+	start  time.Time
 
 	mu        sync.Mutex
 	positions []int64
@@ -49,8 +91,12 @@ type handle struct {
 	lostAt    time.Time // when the lock's Done closed
 }
 
-func newHandle(name string) *handle {
-	return &handle{name: name, start: time.Now(), changed: make(chan struct{}), done: make(chan struct{})}
+// newHandle is the handle of the lock step s asks for.
+func (r *run) newHandle(s step) *handle {
+	return &handle{
+		name: r.name(s.Name), client: s.Client, ttl: ms(s.TTLMs),
+		start: time.Now(), changed: make(chan struct{}), done: make(chan struct{}),
+	}
 }
 
 func (h *handle) queued(p int64) {
@@ -62,8 +108,14 @@ func (h *handle) queued(p int64) {
 }
 
 // finish records the call's result and, for a grant, watches for the
-// loss signal until the scenario ends.
-func (h *handle) finish(ctx context.Context, l *client.Lock, err error) {
+// loss signal until the scenario ends; log, when not nil, is the
+// client's renewal log, whose deadlines are then read from this lock.
+func (h *handle) finish(ctx context.Context, l *client.Lock, err error, log *renewLog) {
+	if log != nil && l != nil {
+		log.mu.Lock()
+		log.lock = l
+		log.mu.Unlock()
+	}
 	h.mu.Lock()
 	h.lock, h.err, h.grantedAt = l, err, time.Now()
 	h.mu.Unlock()
@@ -257,22 +309,27 @@ func (r *run) control(method, path string, in, out any) error {
 }
 
 // requests sums the requests for method the gateways received since
-// their last reset; all describes every path's count, for a failure's
-// message.
-func (r *run) requests(gateways []int, method string) (n int64, all string, err error) {
+// their last reset, only those presenting token's token when token is
+// set; all describes every path's count, for a failure's message.
+func (r *run) requests(gateways []int, method, token string) (n int64, all string, err error) {
 	for _, g := range gateways {
 		var got struct {
-			ByPath map[string]int64 `json:"byPath"`
+			ByPath  map[string]int64            `json:"byPath"`
+			ByToken map[string]map[string]int64 `json:"byToken"`
 		}
 		if err := r.control("GET", fmt.Sprintf("/gateways/%d/requests", g), nil, &got); err != nil {
 			return 0, "", err
 		}
-		for path, c := range got.ByPath {
+		paths := got.ByPath
+		if token != "" {
+			paths = got.ByToken[token]
+		}
+		for path, c := range paths {
 			if strings.HasSuffix(path, "/"+method) {
 				n += c
 			}
 		}
-		all += fmt.Sprintf(" gateway %d: %v;", g, got.ByPath)
+		all += fmt.Sprintf(" gateway %d: %v;", g, got.ByToken)
 	}
 	return n, all, nil
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"testing"
 )
 
 // scenarioFile is sdk/conformance/scenarios.json.
@@ -55,6 +57,11 @@ type step struct {
 	AtLeast      int    `json:"atLeast"`
 	Exit         string `json:"exit"`
 	Resource     string `json:"resource"`
+	TokenSource  bool   `json:"tokenSource"`
+	TLS          string `json:"tls"`
+	Record       bool   `json:"recordRenewals"`
+	Next         string `json:"next"`
+	Odd          bool   `json:"odd"`
 }
 
 // scenariosPath is sdk/conformance/scenarios.json, found from this file.
@@ -87,4 +94,22 @@ func loadScenarios() (scenarioFile, error) {
 		seen[sc.ID] = true
 	}
 	return f, nil
+}
+
+// TestReadmeListsScenarios keeps sdk/conformance/README.md's list of
+// scenarios ("- `id`: title.") in step with scenarios.json.
+func TestReadmeListsScenarios(t *testing.T) {
+	f, err := loadScenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(filepath.Dir(scenariosPath()), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range f.Scenarios {
+		if line := fmt.Sprintf("- `%s`: %s.\n", sc.ID, sc.Title); !strings.Contains(string(readme), line) {
+			t.Errorf("sdk/conformance/README.md lacks the line %q", line)
+		}
+	}
 }

@@ -2,11 +2,13 @@ package conformance_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/leasegate/leasegate/client"
-	"github.com/leasegate/leasegate/internal/conformance"
 )
 
 // do runs one step.
@@ -124,17 +126,33 @@ func (r *run) do(s step) error {
 		}
 		return nil
 	case "expectRequests":
-		if s.Count == nil || s.Method == "" {
-			return fmt.Errorf("expectRequests needs a method and a count")
+		if (s.Count == nil) == (s.AtLeast == 0) || s.Method == "" {
+			return fmt.Errorf("expectRequests needs a method and a count or atLeast")
 		}
-		n, all, err := r.requests(s.Gateways, s.Method)
+		n, all, err := r.requests(s.Gateways, s.Method, s.Token)
 		if err != nil {
 			return err
 		}
-		if n != *s.Count {
-			return fmt.Errorf("gateways %v received %d %s requests; want %d (all requests:%s)", s.Gateways, n, s.Method, *s.Count, all)
+		if s.Count != nil && n != *s.Count || s.Count == nil && n < int64(s.AtLeast) {
+			return fmt.Errorf("gateways %v received %d %s requests (token %q); want count %v, at least %d (all requests by token:%s)",
+				s.Gateways, n, s.Method, s.Token, fmtCount(s.Count), s.AtLeast, all)
 		}
 		return nil
+	case "rotateToken":
+		b, ok := r.sources[s.Client]
+		if !ok {
+			return fmt.Errorf("client %q has no token source", s.Client)
+		}
+		tok, ok := r.desc.Tokens[s.Token]
+		if !ok {
+			return fmt.Errorf("no token %q in the description", s.Token)
+		}
+		b.tok.Store(&tok)
+		return nil
+	case "alignRevision":
+		return r.control("POST", "/revision", map[string]string{"next": s.Next}, nil)
+	case "expectRenewals":
+		return r.expectRenewals(s)
 	case "fenceWrite":
 		return r.fenceWrite(s)
 	case "expectTokenAbove":
@@ -153,6 +171,9 @@ func (r *run) do(s step) error {
 		}
 		if !got.Held || got.Token != tokenString(l) {
 			return fmt.Errorf("lock %q: the SDK's token is %s; the gateway reads held=%v token %s", s.Lock, tokenString(l), got.Held, got.Token)
+		}
+		if s.Odd && l.Token()%2 != 1 {
+			return fmt.Errorf("lock %q: token %s is even; the scenario arranged an odd one", s.Lock, tokenString(l))
 		}
 		return nil
 	case "raiseEpoch":
@@ -181,12 +202,33 @@ func (r *run) newClient(s step) error {
 		eps = append(eps, r.desc.Gateways[g])
 	}
 	var opts []client.Option
-	switch s.Token {
-	case "none":
-	case conformance.TenantNormal, conformance.TenantLimited, conformance.TokenWrong:
-		opts = append(opts, client.WithBearerToken(r.desc.Tokens[s.Token]))
+	if s.TLS != "" {
+		cfg, err := r.tlsConfig(s.TLS)
+		if err != nil {
+			return err
+		}
+		if len(eps) > 0 {
+			return fmt.Errorf("client with tls %q: its endpoint is the TLS gateway; want no gateways", s.TLS)
+		}
+		eps = []string{r.desc.TLS.Gateway}
+		opts = append(opts, client.WithTLSConfig(cfg))
+	}
+	switch tok, ok := r.desc.Tokens[s.Token]; {
+	case s.Token == "none":
+	case !ok:
+		return fmt.Errorf("token %q: want none or one of the description's tokens", s.Token)
+	case s.TokenSource:
+		b := &tokenBox{}
+		b.tok.Store(&tok)
+		r.sources[s.As] = b
+		opts = append(opts, client.WithTokenSource(b.source))
 	default:
-		return fmt.Errorf("token %q: want normal, limited, wrong or none", s.Token)
+		opts = append(opts, client.WithBearerToken(tok))
+	}
+	if s.Record {
+		g := &renewLog{}
+		r.renewals[s.As] = g
+		opts = append(opts, client.WithOnRenew(g.observe))
 	}
 	c, err := client.New(eps, opts...)
 	if err != nil {
@@ -196,14 +238,84 @@ func (r *run) newClient(s step) error {
 	return nil
 }
 
+// tlsConfig trusts the TLS gateway's CA and, for "cert", presents the
+// description's client certificate.
+func (r *run) tlsConfig(mode string) (*tls.Config, error) {
+	pem, err := os.ReadFile(r.desc.TLS.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no certificate", r.desc.TLS.CA)
+	}
+	cfg := &tls.Config{RootCAs: pool}
+	switch mode {
+	case "cert":
+		cert, err := tls.LoadX509KeyPair(r.desc.TLS.Cert, r.desc.TLS.Key)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case "noCert":
+	default:
+		return nil, fmt.Errorf("tls %q: want cert or noCert", mode)
+	}
+	return cfg, nil
+}
+
+// expectRenewals holds the lock for s.ForMs without touching it and then
+// checks the renewals the client's WithOnRenew function saw meanwhile: at
+// least s.AtLeast confirmed, each leaving a deadline no later than its
+// send time plus the TTL, and the lock never lost.
+func (r *run) expectRenewals(s step) error {
+	h, l, err := r.held(s.Lock)
+	if err != nil {
+		return err
+	}
+	g, ok := r.renewals[h.client]
+	if !ok || h.ttl == 0 {
+		return fmt.Errorf("lock %q: expectRenewals needs a client with recordRenewals and a lock with ttlMs", s.Lock)
+	}
+	from := len(g.since(0))
+	select {
+	case <-l.Done():
+		return fmt.Errorf("lock %q was lost while held: %v", s.Lock, l.Err())
+	case <-time.After(ms(s.ForMs)):
+	}
+	confirmed := 0
+	for _, rn := range g.since(from) {
+		if rn.err != nil {
+			continue
+		}
+		confirmed++
+		if limit := rn.sent.Add(h.ttl); rn.expires.After(limit) {
+			return fmt.Errorf("lock %q: a renewal sent at %s left the deadline at %s, %s past send time + TTL",
+				s.Lock, rn.sent.Format(time.StampMilli), rn.expires.Format(time.StampMilli), rn.expires.Sub(limit))
+		}
+	}
+	if confirmed < s.AtLeast {
+		return fmt.Errorf("lock %q: %d renewals confirmed in %dms; want at least %d", s.Lock, confirmed, s.ForMs, s.AtLeast)
+	}
+	return nil
+}
+
+func fmtCount(c *int64) any {
+	if c == nil {
+		return "-"
+	}
+	return *c
+}
+
 func (r *run) acquire(s step) error {
 	c, sess, err := r.clientOf(s)
 	if err != nil {
 		return err
 	}
-	h := newHandle(r.name(s.Name))
+	h := r.newHandle(s)
 	r.locks[s.As] = h
 	opts := acquireOpts(s, r.prefix, h)
+	log := r.renewals[s.Client]
 	go func() {
 		var l *client.Lock
 		var err error
@@ -212,7 +324,7 @@ func (r *run) acquire(s step) error {
 		} else {
 			l, err = c.Acquire(r.ctx, h.name, opts...)
 		}
-		h.finish(r.ctx, l, err)
+		h.finish(r.ctx, l, err, log)
 	}()
 	return nil
 }
@@ -222,7 +334,7 @@ func (r *run) tryAcquire(s step) error {
 	if err != nil {
 		return err
 	}
-	h := newHandle(r.name(s.Name))
+	h := r.newHandle(s)
 	opts := acquireOpts(s, r.prefix, nil)
 	var l *client.Lock
 	if sess != nil {
@@ -230,7 +342,7 @@ func (r *run) tryAcquire(s step) error {
 	} else {
 		l, err = c.TryAcquire(r.ctx, h.name, opts...)
 	}
-	h.finish(r.ctx, l, err)
+	h.finish(r.ctx, l, err, r.renewals[s.Client])
 	if s.As != "" {
 		r.locks[s.As] = h
 	}

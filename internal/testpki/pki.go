@@ -37,24 +37,45 @@ type PKI struct {
 // New makes a CA and a server certificate in tb's temporary directory.
 func New(tb testing.TB) *PKI {
 	tb.Helper()
-	k := NewKey(tb)
+	p, err := NewIn(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// NewIn makes a CA and a server certificate in dir, which must exist: for
+// a program (the conformance harness) that has no testing.TB.
+func NewIn(dir string) (*PKI, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := serial()
+	if err != nil {
+		return nil, err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(tb), Subject: pkix.Name{CommonName: "leasegate test CA"},
+		SerialNumber: sn, Subject: pkix.Name{CommonName: "leasegate test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
 	ca, err := x509.ParseCertificate(der)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, err
 	}
-	p := &PKI{dir: tb.TempDir(), ca: ca, caKey: k}
-	p.CAFile = p.write(tb, "ca.pem", "CERTIFICATE", der)
-	p.ServerCert, p.ServerKey = p.issue(tb, "server", pkix.Name{CommonName: "127.0.0.1"}, true)
-	return p
+	p := &PKI{dir: dir, ca: ca, caKey: k}
+	if p.CAFile, err = p.write("ca.pem", "CERTIFICATE", der); err != nil {
+		return nil, err
+	}
+	if p.ServerCert, p.ServerKey, err = p.issue("server", pkix.Name{CommonName: "127.0.0.1"}, true); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Pool is a certificate pool holding the CA.
@@ -69,7 +90,16 @@ func (p *PKI) Pool() *x509.CertPool {
 // certificate and key files.
 func (p *PKI) ClientCert(tb testing.TB, tenant, subject string) (certFile, keyFile string) {
 	tb.Helper()
-	return p.issue(tb, "client-"+tenant+"-"+subject, pkix.Name{CommonName: subject, Organization: []string{tenant}}, false)
+	certFile, keyFile, err := p.IssueClient(tenant, subject)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// IssueClient is ClientCert for a program without a testing.TB.
+func (p *PKI) IssueClient(tenant, subject string) (certFile, keyFile string, err error) {
+	return p.issue("client-"+tenant+"-"+subject, pkix.Name{CommonName: subject, Organization: []string{tenant}}, false)
 }
 
 // ClientTLS is a TLS configuration trusting the CA and, when tenant is
@@ -88,11 +118,17 @@ func (p *PKI) ClientTLS(tb testing.TB, tenant, subject string) *tls.Config {
 	return cfg
 }
 
-func (p *PKI) issue(tb testing.TB, name string, subj pkix.Name, isServer bool) (certFile, keyFile string) {
-	tb.Helper()
-	k := NewKey(tb)
+func (p *PKI) issue(name string, subj pkix.Name, isServer bool) (certFile, keyFile string, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	sn, err := serial()
+	if err != nil {
+		return "", "", err
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(tb), Subject: subj,
+		SerialNumber: sn, Subject: subj,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
@@ -103,22 +139,22 @@ func (p *PKI) issue(tb testing.TB, name string, subj pkix.Name, isServer bool) (
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
 	if err != nil {
-		tb.Fatal(err)
+		return "", "", err
 	}
 	kder, err := x509.MarshalPKCS8PrivateKey(k)
 	if err != nil {
-		tb.Fatal(err)
+		return "", "", err
 	}
-	return p.write(tb, name+".pem", "CERTIFICATE", der), p.write(tb, name+".key", "PRIVATE KEY", kder)
+	if certFile, err = p.write(name+".pem", "CERTIFICATE", der); err != nil {
+		return "", "", err
+	}
+	keyFile, err = p.write(name+".key", "PRIVATE KEY", kder)
+	return certFile, keyFile, err
 }
 
-func (p *PKI) write(tb testing.TB, name, typ string, der []byte) string {
-	tb.Helper()
+func (p *PKI) write(name, typ string, der []byte) (string, error) {
 	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	return path
+	return path, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }
 
 // NewKey is a fresh P-256 key.
@@ -130,10 +166,4 @@ func NewKey(tb testing.TB) *ecdsa.PrivateKey {
 	return k
 }
 
-func serial(tb testing.TB) *big.Int {
-	n, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
+func serial() (*big.Int, error) { return rand.Int(rand.Reader, big.NewInt(1<<62)) }

@@ -174,6 +174,16 @@ class Keeper:
                 self._renewing = False
                 self._cv.notify_all()
 
+    def _observe(self, sent: float, err: BaseException | None) -> None:
+        """Reports a processed renewal to the client's on_renew."""
+        hook = self._c.opts.on_renew
+        if hook is None:
+            return
+        try:
+            hook(sent, err)
+        except Exception:  # noqa: BLE001 - a hook's failure is not the lease's
+            pass
+
     def _renew_until_deadline(self, renew: RenewFn) -> float:
         opts = self._c.opts
         bo = self._c.backoff()
@@ -193,8 +203,10 @@ class Keeper:
                 conf = renew(ep, self._c.token(), max(0.001, min(opts.request_timeout, left)))
                 if not self.credit(sent, conf):
                     raise self.lost.cause
+                self._observe(sent, None)
                 return self.expires
             except wire.WireError as err:
+                self._observe(sent, err)
                 if self.lost.is_set():
                     raise self.lost.cause from None
                 if proof_refused(err):

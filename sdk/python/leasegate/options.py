@@ -29,6 +29,11 @@ class Options:
     backoff_initial, backoff_max: first and largest pause between rounds of retries. Default 0.1 and 2.
     default_ttl: TTL of locks and sessions acquired without one. Default 15.
     clock: monotonic clock in seconds, for tests. Default time.monotonic.
+    on_renew: called after each renewal of a lock's or session's lease has been
+        processed, as on_renew(sent, error): when it was sent (on clock) and, unless
+        the gateway confirmed the lease, its error (None when confirmed; the lock's
+        expires already counts from it). Called on the renewing thread: keep it
+        short; what it raises is ignored. Default none.
     """
 
     client_id: str = ""
@@ -41,6 +46,7 @@ class Options:
     backoff_max: float = 2.0
     default_ttl: float = 15.0
     clock: Callable[[], float] = time.monotonic
+    on_renew: Callable[[float, BaseException | None], None] | None = None
 
     def validate(self) -> None:
         """Raises InvalidArgumentError naming the first bad field and its allowed range."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import ssl
 import sys
 import threading
 import time
@@ -30,7 +31,10 @@ SCENARIOS = os.environ.get("LEASEGATE_CONFORMANCE_SCENARIOS")
 # Fields each op takes (rule: a runner refuses an unknown op or field).
 OWNER = {"client", "session"}
 FIELDS: dict[str, set[str]] = {
-    "client": {"as", "gateways", "token"},
+    "client": {"as", "gateways", "token", "tokenSource", "tls", "recordRenewals"},
+    "rotateToken": {"client", "token"},
+    "alignRevision": {"next"},
+    "expectRenewals": {"lock", "forMs", "atLeast"},
     "openSession": {"client", "as", "ttlMs"},
     "closeSession": {"session", "expectError"},
     "acquire": OWNER | {"name", "as", "ttlMs", "waitTimeoutMs", "requestId", "manualRenew"},
@@ -46,13 +50,13 @@ FIELDS: dict[str, set[str]] = {
     "awaitLost": {"lock", "withinMs", "error", "timeoutMs"},
     "withLock": OWNER | {"name", "ttlMs", "exit", "expectError"},
     "expectTokenAbove": {"lock", "thanLock", "than"},
-    "expectTokenExact": {"lock"},
+    "expectTokenExact": {"lock", "odd"},
     "fenceWrite": {"lock", "expect", "resource"},
     "raiseEpoch": {"atLeast"},
     "stopGateway": {"gateway"},
     "startGateway": {"gateway"},
     "resetRequests": {"gateways"},
-    "expectRequests": {"gateways", "method", "count"},
+    "expectRequests": {"gateways", "method", "count", "atLeast", "token"},
 }
 
 # Error kinds in the README's order: when an error matches several, the first wins.
@@ -110,6 +114,8 @@ class Entry:
 
     name: str
     started_at: float
+    client: str | None = None
+    ttl_ms: int | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     settled: threading.Event = field(default_factory=threading.Event)
     cv: threading.Condition = field(default_factory=threading.Condition)
@@ -138,6 +144,24 @@ class Entry:
             self.lost_at = time.monotonic()
 
 
+@dataclass
+class RenewLog:
+    """A client's renewals as its on_renew saw them, with the deadline of its
+    latest lock right after each: (sent, expires, error)."""
+
+    lock: leasegate.Lock | None = None
+    seen: list[tuple[float, float, BaseException | None]] = field(default_factory=list)
+    mu: threading.Lock = field(default_factory=threading.Lock)
+
+    def observe(self, sent: float, err: BaseException | None) -> None:
+        with self.mu:
+            self.seen.append((sent, self.lock.expires if self.lock is not None else float("nan"), err))
+
+    def since(self, n: int) -> list[tuple[float, float, BaseException | None]]:
+        with self.mu:
+            return list(self.seen[n:])
+
+
 class Runner:
     def __init__(self, desc: dict, run: str):
         self.desc = desc
@@ -161,6 +185,8 @@ class Runner:
         sessions: dict[str, leasegate.Session] = {}
         locks: dict[str, Entry] = {}
         entries: list[Entry] = []
+        self.tokens: dict[str, list[str]] = {}  # clients with a token source: [current token]
+        self.renewals: dict[str, RenewLog] = {}  # clients with recordRenewals
 
         def entry(k) -> Entry:
             if k not in locks:
@@ -235,7 +261,44 @@ class Runner:
             token = None if tok == "none" else desc["tokens"].get(tok)
             if tok != "none" and token is None:
                 raise StepFailed(f"no token {tok} in the description")
-            clients[s["as"]] = leasegate.Client([desc["gateways"][g] for g in s["gateways"]], token=token)
+            endpoints = [desc["gateways"][g] for g in s.get("gateways", [])]
+            kw = {}
+            if s.get("tokenSource") and token is not None:
+                box = [token]
+                self.tokens[s["as"]] = box
+                token = lambda box=box: box[0]  # noqa: E731
+            if "tls" in s:
+                check(not endpoints, "a tls client's endpoint is the TLS gateway; want no gateways")
+                endpoints = [desc["tls"]["gateway"]]
+                ctx = ssl.create_default_context(cafile=desc["tls"]["ca"])
+                if s["tls"] == "cert":
+                    ctx.load_cert_chain(desc["tls"]["cert"], desc["tls"]["key"])
+                else:
+                    check(s["tls"] == "noCert", f"tls {s['tls']!r}: want cert or noCert")
+                kw["ssl_context"] = ctx
+            if s.get("recordRenewals"):
+                log = RenewLog()
+                self.renewals[s["as"]] = log
+                kw["on_renew"] = log.observe
+            clients[s["as"]] = leasegate.Client(endpoints, token=token, **kw)
+        elif op == "rotateToken":
+            box = self.tokens.get(s["client"])
+            check(box is not None, f"client {s['client']} has no token source")
+            check(s["token"] in desc["tokens"], f"no token {s['token']} in the description")
+            box[0] = desc["tokens"][s["token"]]
+        elif op == "alignRevision":
+            self.control("POST", "/revision", {"next": s["next"]})
+        elif op == "expectRenewals":
+            e = entry(s["lock"])
+            lock = held(s["lock"])
+            log = self.renewals.get(e.client) if e.client else None
+            check(log is not None and e.ttl_ms is not None, "expectRenewals needs a client with recordRenewals and a lock with ttlMs")
+            start = len(log.since(0))
+            check(not lock.lost.wait(s["forMs"] / 1000), f"lost while held: {lock.error}")
+            confirmed = [(sent, exp) for sent, exp, err in log.since(start) if err is None]
+            for sent, exp in confirmed:
+                check(exp <= sent + e.ttl_ms / 1000, f"a renewal sent at {sent:.3f} left the deadline at {exp:.3f}, past send time + {e.ttl_ms} ms")
+            check(len(confirmed) >= s["atLeast"], f"{len(confirmed)} renewals confirmed; want at least {s['atLeast']}")
         elif op == "openSession":
             ttl = s["ttlMs"] / 1000 if "ttlMs" in s else None
             sessions[s["as"]] = clients[s["client"]].open_session(ttl)
@@ -243,7 +306,8 @@ class Runner:
             expect_call(s, sessions[s["session"]].close)
         elif op == "acquire":
             o = owner(s)
-            e = Entry(prefix + s["name"], time.monotonic())
+            e = Entry(prefix + s["name"], time.monotonic(), s.get("client"), s.get("ttlMs"))
+            log = self.renewals.get(s.get("client"))
             kw = opts(s)
             if "waitTimeoutMs" in s:
                 kw["wait_timeout"] = s["waitTimeoutMs"] / 1000
@@ -252,12 +316,15 @@ class Runner:
             if s.get("manualRenew"):
                 kw["manual_renew"] = True
 
-            def run(e=e, o=o, kw=kw):
+            def run(e=e, o=o, kw=kw, log=log):
                 try:
                     lock = o.acquire(e.name, on_queued=e.queued, cancel=e.cancel, **kw)
                 except BaseException as err:  # noqa: BLE001
                     e.settle(None, err)
                 else:
+                    if log is not None:
+                        with log.mu:
+                            log.lock = lock
                     e.settle(lock, None)
 
             locks[s["as"]] = e
@@ -265,9 +332,13 @@ class Runner:
             threading.Thread(target=run, name=f"acquire {s['as']}", daemon=True).start()
         elif op == "tryAcquire":
             o = owner(s)
-            e = Entry(prefix + s["name"], time.monotonic())
+            e = Entry(prefix + s["name"], time.monotonic(), s.get("client"), s.get("ttlMs"))
             lock = expect_call(s, lambda: o.try_acquire(e.name, **opts(s)))
             elapsed = time.monotonic() - e.started_at
+            log = self.renewals.get(s.get("client"))
+            if log is not None and lock is not None:
+                with log.mu:
+                    log.lock = lock
             e.settle(lock, None)
             entries.append(e)
             if "as" in s:
@@ -375,6 +446,8 @@ class Runner:
             lock = held(s["lock"])
             h = self.control("GET", "/holder?name=" + urllib.parse.quote(lock.name, safe=""))
             check(str(lock.token) == h.get("token"), f"token {lock.token}; the gateway reads {h}")
+            if s.get("odd"):
+                check(lock.token % 2 == 1, f"token {lock.token} is even; the scenario arranged an odd one")
         elif op == "fenceWrite":
             lock = held(s["lock"])
             resource = prefix + s["resource"] if "resource" in s else lock.name
@@ -391,8 +464,12 @@ class Runner:
             n = 0
             for g in s["gateways"]:
                 r = self.control("GET", f"/gateways/{g}/requests")
-                n += sum(c for p, c in (r.get("byPath") or {}).items() if p.endswith("/" + s["method"]))
-            check(n == s["count"], f"{n} {s['method']} requests; want {s['count']}")
+                paths = (r.get("byToken") or {}).get(s["token"]) if "token" in s else r.get("byPath")
+                n += sum(c for p, c in (paths or {}).items() if p.endswith("/" + s["method"]))
+            if "count" in s:
+                check(n == s["count"], f"{n} {s['method']} requests (token {s.get('token', 'any')}); want {s['count']}")
+            else:
+                check(n >= s["atLeast"], f"{n} {s['method']} requests; want at least {s['atLeast']}")
         else:
             raise StepFailed(f"unknown op {op!r}")
 

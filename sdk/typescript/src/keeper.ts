@@ -98,6 +98,15 @@ export class Keeper {
     return true;
   }
 
+  /** observe reports a processed renewal to the client's onRenew. */
+  private observe(sent: number, err?: unknown): void {
+    try {
+      this.c.cfg.onRenew?.(sent, err);
+    } catch {
+      // A hook's failure is not the lease's.
+    }
+  }
+
   /** lose aborts the signal with err (the first cause wins) and stops the timers. */
   lose(err: LeasegateError): void {
     if (this.signal.aborted) return;
@@ -172,8 +181,10 @@ export class Keeper {
       try {
         const conf = await renew(rpc, { signal: this.signal, timeoutMs: Math.max(1, Math.floor(Math.min(cfg.requestTimeoutMs, left))) });
         if (!this.credit(sent, conf)) throw this.signal.reason;
+        this.observe(sent);
         return this.deadline;
       } catch (err) {
+        if (err !== this.signal.reason) this.observe(sent, err);
         if (this.signal.aborted) throw this.signal.reason;
         if (proofRefused(err)) {
           const cause = classify(this.op, err);

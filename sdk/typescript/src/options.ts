@@ -42,6 +42,14 @@ export interface ClientOptions {
   defaultTtlMs?: number;
   /** Monotonic clock in ms, for tests. Default performance.now. */
   now?: () => number;
+  /**
+   * Called after each renewal of a lock's or session's lease has been
+   * processed, with when it was sent (on `now`'s clock) and, unless the
+   * gateway confirmed the lease, its error. The lock's `expires` already
+   * counts from a confirmed renewal. Called synchronously on the renewer:
+   * keep it short; what it throws is ignored. Default: none.
+   */
+  onRenew?: (sentMs: number, error?: unknown) => void;
 }
 
 /** Config is ClientOptions with every default filled in. */
@@ -58,6 +66,7 @@ export interface Config {
   backoffMaxMs: number;
   defaultTtlMs: number;
   now: () => number;
+  onRenew: ((sentMs: number, error?: unknown) => void) | undefined;
 }
 
 function positive(name: string, v: number | undefined, dflt: number): number {
@@ -96,6 +105,7 @@ export function config(opts: ClientOptions): Config {
     backoffMaxMs: positive("backoffMaxMs", opts.backoffMaxMs, 2000),
     defaultTtlMs: positive("defaultTtlMs", opts.defaultTtlMs, 15_000),
     now: opts.now ?? (() => performance.now()),
+    onRenew: opts.onRenew,
   };
 }
 

@@ -10,8 +10,10 @@ import { setTimeout as delay } from "node:timers/promises";
 import {
   AbortedError,
   Client,
+  InvalidArgumentError,
   LockLostError,
   NotAcquiredError,
+  RateLimitedError,
   ReleasedError,
   UnauthenticatedError,
   WaitTimeoutError,
@@ -24,6 +26,13 @@ interface Description {
   control: string;
   tokens: Record<string, string>;
   limited: { gateway: number; renewEveryMs: number };
+  tls: { gateway: string; ca: string; cert: string; key: string };
+}
+
+/** A client's renewals as its onRenew saw them, with the deadline of its latest lock right after each. */
+interface RenewLog {
+  lock?: Lock;
+  seen: { sent: number; expires: number; error?: unknown }[];
 }
 
 type Step = Record<string, unknown> & { op: string };
@@ -41,6 +50,8 @@ const skip = !descJson || !scenariosPath ? "LEASEGATE_CONFORMANCE and LEASEGATE_
 /** A lock a scenario named: its acquire under way, or its outcome. */
 interface Entry {
   name: string;
+  client?: string;
+  ttlMs?: number;
   startedAt: number;
   settled: boolean;
   lock?: Lock;
@@ -68,7 +79,9 @@ async function control(desc: Description, method: string, path: string, body?: u
 function kindOf(err: unknown, body: Record<string, unknown>): string {
   if (err instanceof NotAcquiredError) return "notAcquired";
   if (err instanceof WaitTimeoutError) return "waitTimeout";
+  if (err instanceof RateLimitedError) return "rateLimited";
   if (err instanceof UnauthenticatedError) return "unauthenticated";
+  if (err instanceof InvalidArgumentError) return "invalidArgument";
   if (err instanceof LockLostError) return "lockLost";
   if (err instanceof ReleasedError) return "released";
   if (err instanceof AbortedError) return "cancelled";
@@ -90,6 +103,8 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
   const clients = new Map<string, Client>();
   const sessions = new Map<string, Session>();
   const locks = new Map<string, Entry>();
+  const tokens = new Map<string, { current: string }>(); // clients with a token source
+  const renewals = new Map<string, RenewLog>(); // clients with recordRenewals
   const run = `${sc.id}-${process.pid}-${Date.now()}`;
   const scoped = (n: string) => `${run}/${n}`;
   const entry = (k: unknown) => {
@@ -103,11 +118,22 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
     return e.lock;
   };
   const owner = (s: Step) => (s.session ? sessions.get(s.session as string)! : clients.get(s.client as string)!);
-  const record = (as: string | undefined, name: string, p: (e: Entry) => Promise<Lock>): Entry => {
-    const e: Entry = { name, startedAt: performance.now(), settled: false, positions: [], cursor: 0, done: Promise.resolve() };
+  const record = (as: string | undefined, s: Step, p: (e: Entry) => Promise<Lock>): Entry => {
+    const e: Entry = {
+      name: s.name as string,
+      client: s.client as string | undefined,
+      ttlMs: s.ttlMs as number | undefined,
+      startedAt: performance.now(),
+      settled: false,
+      positions: [],
+      cursor: 0,
+      done: Promise.resolve(),
+    };
     e.done = p(e).then(
       (l) => {
         e.lock = l;
+        const log = e.client === undefined ? undefined : renewals.get(e.client);
+        if (log) log.lock = l;
         e.grantedAt = performance.now();
         l.signal.addEventListener("abort", () => (e.lostAt = performance.now()), { once: true });
         e.settled = true;
@@ -127,9 +153,55 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
         switch (s.op) {
           case "client": {
             const tok = s.token as string;
-            const token = tok === "none" ? undefined : desc.tokens[tok];
+            let token: string | undefined | (() => string) = tok === "none" ? undefined : desc.tokens[tok];
             if (tok !== "none" && token === undefined) throw new Error(`no token ${tok} in the description`);
-            clients.set(s.as as string, new Client((s.gateways as number[]).map((g) => desc.gateways[g]!), { token, backoffInitialMs: 50 }));
+            if (s.tokenSource && token !== undefined) {
+              const box = { current: token };
+              tokens.set(s.as as string, box);
+              token = () => box.current;
+            }
+            let endpoints = ((s.gateways as number[] | undefined) ?? []).map((g) => desc.gateways[g]!);
+            let tls: { ca: Buffer; cert?: Buffer; key?: Buffer } | undefined;
+            if (s.tls) {
+              assert.equal(endpoints.length, 0, "a tls client's endpoint is the TLS gateway");
+              endpoints = [desc.tls.gateway];
+              tls = { ca: readFileSync(desc.tls.ca) };
+              if (s.tls === "cert") Object.assign(tls, { cert: readFileSync(desc.tls.cert), key: readFileSync(desc.tls.key) });
+              else assert.equal(s.tls, "noCert");
+            }
+            let onRenew: ((sent: number, error?: unknown) => void) | undefined;
+            if (s.recordRenewals) {
+              const log: RenewLog = { seen: [] };
+              renewals.set(s.as as string, log);
+              onRenew = (sent, error) => log.seen.push({ sent, expires: log.lock?.expires ?? NaN, error });
+            }
+            clients.set(s.as as string, new Client(endpoints, { token, tls, onRenew, backoffInitialMs: 50 }));
+            break;
+          }
+          case "rotateToken": {
+            const box = tokens.get(s.client as string);
+            if (!box) throw new Error(`client ${s.client} has no token source`);
+            const t = desc.tokens[s.token as string];
+            if (t === undefined) throw new Error(`no token ${s.token} in the description`);
+            box.current = t;
+            break;
+          }
+          case "alignRevision":
+            await control(desc, "POST", "/revision", { next: s.next });
+            break;
+          case "expectRenewals": {
+            const e = entry(s.lock);
+            const l = held(s.lock);
+            const log = e.client === undefined ? undefined : renewals.get(e.client);
+            if (!log || e.ttlMs === undefined) throw new Error("expectRenewals needs a client with recordRenewals and a lock with ttlMs");
+            const from = log.seen.length;
+            await Promise.race([delay(s.forMs as number), new Promise((r) => l.signal.addEventListener("abort", r, { once: true }))]);
+            assert.equal(l.signal.aborted, false, `lost while held: ${l.signal.reason}`);
+            const confirmed = log.seen.slice(from).filter((r) => r.error === undefined);
+            for (const r of confirmed) {
+              assert.ok(r.expires <= r.sent + e.ttlMs, `a renewal sent at ${r.sent} left the deadline at ${r.expires}, past send time + ${e.ttlMs} ms`);
+            }
+            assert.ok(confirmed.length >= (s.atLeast as number), `${confirmed.length} renewals confirmed; want at least ${s.atLeast}`);
             break;
           }
           case "openSession":
@@ -140,7 +212,7 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
             break;
           case "acquire": {
             const o = owner(s);
-            record(s.as as string, s.name as string, (e) =>
+            record(s.as as string, s, (e) =>
               o.acquire(scoped(s.name as string), {
                 ttlMs: s.ttlMs as number | undefined,
                 waitTimeoutMs: s.waitTimeoutMs as number | undefined,
@@ -153,7 +225,7 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
           }
           case "tryAcquire": {
             const o = owner(s);
-            const e = record(s.as as string | undefined, s.name as string, () => o.tryAcquire(scoped(s.name as string), { ttlMs: s.ttlMs as number | undefined }));
+            const e = record(s.as as string | undefined, s, () => o.tryAcquire(scoped(s.name as string), { ttlMs: s.ttlMs as number | undefined }));
             await e.done;
             const elapsed = performance.now() - e.startedAt;
             if (s.expectError) assert.equal(kindOf(e.error, {}), s.expectError);
@@ -205,6 +277,7 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
             const l = held(s.lock);
             const h = await control(desc, "GET", `/holder?name=${encodeURIComponent(l.name)}`);
             assert.equal(l.token.toString(), h.token);
+            if (s.odd) assert.equal(l.token % 2n, 1n, `token ${l.token} is even; the scenario arranged an odd one`);
             break;
           }
           case "awaitError": {
@@ -212,7 +285,9 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
             await Promise.race([e.done, delay((s.timeoutMs as number | undefined) ?? 10_000)]);
             assert.ok(e.settled && !e.lock, `no error: ${e.lock ? "granted" : "still waiting"}`);
             assert.equal(kindOf(e.error, {}), s.error);
-            if (s.minElapsedMs !== undefined) assert.ok(performance.now() - e.startedAt >= (s.minElapsedMs as number));
+            const took = performance.now() - e.startedAt;
+            if (s.minElapsedMs !== undefined) assert.ok(took >= (s.minElapsedMs as number), `ended after ${took} ms`);
+            if (s.maxElapsedMs !== undefined) assert.ok(took <= (s.maxElapsedMs as number), `ended after ${took} ms`);
             break;
           }
           case "awaitLost": {
@@ -243,9 +318,11 @@ async function runScenario(desc: Description, sc: Scenario): Promise<void> {
             let n = 0;
             for (const g of s.gateways as number[]) {
               const r = await control(desc, "GET", `/gateways/${g}/requests`);
-              for (const [path, c] of Object.entries(r.byPath ?? {})) if (path.endsWith("/" + (s.method as string))) n += c as number;
+              const paths = s.token ? (r.byToken?.[s.token as string] ?? {}) : (r.byPath ?? {});
+              for (const [path, c] of Object.entries(paths)) if (path.endsWith("/" + (s.method as string))) n += c as number;
             }
-            assert.equal(n, s.count, `${s.method} requests`);
+            if (s.count !== undefined) assert.equal(n, s.count, `${s.method} requests (token ${s.token ?? "any"})`);
+            else assert.ok(n >= (s.atLeast as number), `${n} ${s.method} requests; want at least ${s.atLeast}`);
             break;
           }
           case "renew": {
