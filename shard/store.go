@@ -320,12 +320,14 @@ func (s *Store) follow(ctx context.Context, rev int64) (progressed bool) {
 	}
 }
 
-// wait sleeps for d or until ctx is done.
-func wait(ctx context.Context, d time.Duration) {
+// wait sleeps for d or until ctx is done, and reports whether d passed.
+func wait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
 	case <-t.C:
+		return true
 	}
 }
