@@ -330,15 +330,7 @@ func (r *Reach) setUnusable(grace time.Duration) {
 // given up on as silent, until ctx ends.
 func (r *Reach) watch(ctx context.Context) {
 	defer r.wg.Done()
-	every := r.cfg.ConnectTimeout / 10
-	for {
-		t := r.cfg.Clock.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		}
+	for clock.Sleep(ctx, r.cfg.Clock, r.cfg.ConnectTimeout/10) {
 		if r.probeDue() {
 			r.probe(ctx)
 		}

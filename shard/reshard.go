@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // NameLister lists the lock names that hold keys in one cluster under a
@@ -300,7 +302,7 @@ func (rs *Resharder) Sweep(ctx context.Context, every time.Duration) (Map, error
 			}
 			continue
 		}
-		if !wait(ctx, every) {
+		if !clock.Sleep(ctx, clock.Real, every) {
 			return m, ctx.Err()
 		}
 	}
