@@ -114,12 +114,8 @@ func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cf
 	if cfg.Dial == nil {
 		cfg.Dial = shard.DialCluster
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Clock = cmp.Or(cfg.Clock, clock.Real)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRouterConfig().RequestTimeout)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
