@@ -185,9 +185,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	case errors.Is(err, queue.ErrLimitMismatch):
 		// Not a bad request: the same limit is right once the name is free.
 		return connect.CodeFailedPrecondition, v1.ErrorReason_LIMIT_MISMATCH, err.Error()
-	case errors.As(err, &fe):
-		return connect.CodeInvalidArgument, noReason, err.Error()
-	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
+	case errors.As(err, &fe), errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
 		errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, ErrMalformedID):
 		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, ErrUnauthenticated):
