@@ -105,10 +105,8 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 		return nil, err
 	}
 	var tok auditToken
-	if req.Msg.PageToken != "" {
-		if err := decodeToken("page_token", req.Msg.PageToken, &tok); err != nil {
-			return nil, err
-		}
+	if err := decodeToken("page_token", req.Msg.PageToken, &tok, nil); err != nil {
+		return nil, err
 	}
 	id, err := s.admin(ctx, req.Peer())
 	if err != nil {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -174,9 +175,7 @@ func NewAuthenticator(c AuthConfig, log *slog.Logger, clk clock.Clock) (*Authent
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	a := &Authenticator{mtls: c.MTLS, required: c.Enabled()}
 	opt := reload.Options{Interval: c.ReloadInterval, Clock: clk, Log: log}
 	var err error

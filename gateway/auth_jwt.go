@@ -90,13 +90,9 @@ func newJWTVerifier(c AuthConfig, opt reload.Options, log *slog.Logger) (*jwtVer
 func (v *jwtVerifier) startJWKS(c AuthConfig, log *slog.Logger) error {
 	every := cmp.Or(c.JWKSRefresh, DefaultJWKSRefresh)
 	v.fetch = &fetchState{}
-	next := c.JWKSTransport
-	if next == nil {
-		next = http.DefaultTransport
-	}
 	hc := &http.Client{
 		Timeout:       jwksFetchTimeout,
-		Transport:     fetchRecorder{next: next, state: v.fetch},
+		Transport:     fetchRecorder{next: cmp.Or(c.JWKSTransport, http.DefaultTransport), state: v.fetch},
 		CheckRedirect: v.fetch.checkRedirect,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -110,15 +106,14 @@ func (v *jwtVerifier) startJWKS(c AuthConfig, log *slog.Logger) error {
 			log.ErrorContext(ctx, "jwks fetch failed; keeping the keys fetched before", "url", c.JWKSURL, "err", err)
 		},
 	})
-	if err != nil {
-		cancel()
-		return fmt.Errorf("jwks url %s: %w", c.JWKSURL, err)
+	var client jwkset.Storage
+	if err == nil {
+		client, err = jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
+			HTTPURLs:          map[string]jwkset.Storage{c.JWKSURL: store},
+			RateLimitWaitMax:  jwksFetchTimeout,
+			RefreshUnknownKID: rate.NewLimiter(rate.Every(jwksUnknownKIDEvery), 1),
+		})
 	}
-	client, err := jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
-		HTTPURLs:          map[string]jwkset.Storage{c.JWKSURL: store},
-		RateLimitWaitMax:  jwksFetchTimeout,
-		RefreshUnknownKID: rate.NewLimiter(rate.Every(jwksUnknownKIDEvery), 1),
-	})
 	if err == nil {
 		v.jwks, err = keyfunc.New(keyfunc.Options{Ctx: ctx, Storage: client})
 	}

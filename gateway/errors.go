@@ -185,9 +185,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	case errors.Is(err, queue.ErrLimitMismatch):
 		// Not a bad request: the same limit is right once the name is free.
 		return connect.CodeFailedPrecondition, v1.ErrorReason_LIMIT_MISMATCH, err.Error()
-	case errors.As(err, &fe):
-		return connect.CodeInvalidArgument, noReason, err.Error()
-	case errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
+	case errors.As(err, &fe), errors.Is(err, queue.ErrInvalidName), errors.Is(err, queue.ErrInvalidTTL),
 		errors.Is(err, queue.ErrInvalidArgument), errors.Is(err, ErrMalformedID):
 		return connect.CodeInvalidArgument, noReason, err.Error()
 	case errors.Is(err, ErrUnauthenticated):
@@ -252,26 +250,24 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 	}
 }
 
-// httpStatus maps a Connect code to the REST API's status code.
+// httpStatuses maps Connect codes to the REST API's status codes; any
+// other code answers 503 (httpStatus).
+var httpStatuses = map[connect.Code]int{
+	connect.CodeInvalidArgument:    http.StatusBadRequest,
+	connect.CodeNotFound:           http.StatusNotFound,
+	connect.CodePermissionDenied:   http.StatusForbidden,
+	connect.CodeUnauthenticated:    http.StatusUnauthorized,
+	connect.CodeFailedPrecondition: http.StatusConflict,
+	connect.CodeAborted:            http.StatusConflict,
+	connect.CodeAlreadyExists:      http.StatusConflict,
+	connect.CodeResourceExhausted:  http.StatusTooManyRequests,
+	connect.CodeDeadlineExceeded:   http.StatusGatewayTimeout,
+	connect.CodeCanceled:           499,
+}
+
 func httpStatus(code connect.Code) int {
-	switch code {
-	case connect.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case connect.CodeNotFound:
-		return http.StatusNotFound
-	case connect.CodePermissionDenied:
-		return http.StatusForbidden
-	case connect.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case connect.CodeFailedPrecondition, connect.CodeAborted, connect.CodeAlreadyExists:
-		return http.StatusConflict
-	case connect.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case connect.CodeDeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case connect.CodeCanceled:
-		return 499
-	default:
-		return http.StatusServiceUnavailable
+	if st, ok := httpStatuses[code]; ok {
+		return st
 	}
+	return http.StatusServiceUnavailable
 }

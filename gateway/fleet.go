@@ -53,10 +53,18 @@ func encodeToken(v any) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodeToken(field, tok string, v any) error {
+// decodeToken reads tok, a page or resume token, into v (an empty tok
+// leaves v as it is); ours, when set, says whether v is for this prefix.
+func decodeToken(field, tok string, v any, ours func() bool) error {
+	if tok == "" {
+		return nil
+	}
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil || json.Unmarshal(b, v) != nil {
 		return fieldOf(field, fmt.Errorf("%w: the token is malformed", queue.ErrInvalidArgument))
+	}
+	if ours != nil && !ours() {
+		return fieldOf(field, fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
 	}
 	return nil
 }
@@ -73,13 +81,8 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 		return nil, err
 	}
 	var tok listToken
-	if req.Msg.PageToken != "" {
-		if err := decodeToken("page_token", req.Msg.PageToken, &tok); err != nil {
-			return nil, err
-		}
-		if tok.Prefix != prefix || !queue.CursorInPrefix(tok.Cursor, prefix) {
-			return nil, fieldOf("page_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
-		}
+	if err := decodeToken("page_token", req.Msg.PageToken, &tok, func() bool { return tok.Prefix == prefix && queue.CursorInPrefix(tok.Cursor, prefix) }); err != nil {
+		return nil, err
 	}
 	id, err := s.admit(ctx)
 	if err != nil {

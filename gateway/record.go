@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -110,17 +111,7 @@ func (r *callRecord) currentShard() string {
 }
 
 // shardLocked is the shard recorded so far, "" before routing; r.mu is held.
-func (r *callRecord) shardLocked() string {
-	if r.shard != "" {
-		return r.shard
-	}
-	return r.route.Shard()
-}
+func (r *callRecord) shardLocked() string { return cmp.Or(r.shard, r.route.Shard()) }
 
 // orUnknown is shard, or "unknown" for a call never routed.
-func orUnknown(shard string) string {
-	if shard == "" {
-		return "unknown"
-	}
-	return shard
-}
+func orUnknown(shard string) string { return cmp.Or(shard, "unknown") }

@@ -111,13 +111,12 @@ func (h *Health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 	}
 	select {
 	case <-h.svc.shutdown:
-		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
 	default:
+		if h.ping(ctx) == nil {
+			return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+		}
 	}
-	if err := h.ping(ctx); err != nil {
-		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
-	}
-	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
 }
 
 // ping asks every shard's etcd for a linearizable read, at most once a

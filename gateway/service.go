@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -60,13 +61,8 @@ func NewService(cfg Config, router *locks.Router, log *slog.Logger) (_ *Service,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	clk := cfg.Clock
-	if clk == nil {
-		clk = clock.Real
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
+	clk := cmp.Or(cfg.Clock, clock.Real)
 	auth := cfg.Authenticator
 	if auth == nil {
 		if auth, err = NewAuthenticator(cfg.Auth, log, clk); err != nil {

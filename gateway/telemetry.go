@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -85,16 +86,11 @@ func (t *telemetry) labelsOf(k labelKey) metric.MeasurementOption {
 	if o, ok := t.sets.Load(k); ok {
 		return o.(metric.MeasurementOption)
 	}
-	kv := make([]attribute.KeyValue, 0, 3)
-	kv = append(kv, attribute.String("shard", k.shard))
-	if k.outcome != "" {
-		kv = append(kv, attribute.String("outcome", k.outcome))
-	}
-	if k.mode != "" {
-		kv = append(kv, attribute.String("mode", k.mode))
-	}
-	if k.reason != "" {
-		kv = append(kv, attribute.String("reason", k.reason))
+	kv := []attribute.KeyValue{attribute.String("shard", k.shard)}
+	for _, l := range [...][2]string{{"outcome", k.outcome}, {"mode", k.mode}, {"reason", k.reason}} {
+		if l[1] != "" {
+			kv = append(kv, attribute.String(l[0], l[1]))
+		}
 	}
 	o, _ := t.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	return o.(metric.MeasurementOption)
@@ -112,10 +108,7 @@ func newTelemetry(s *Service, cfg Telemetry) (*telemetry, error) {
 	if cfg.TracerProvider == nil && cfg.MeterProvider == nil {
 		return nil, nil
 	}
-	t := &telemetry{s: s, prop: cfg.Propagator}
-	if t.prop == nil {
-		t.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-	}
+	t := &telemetry{s: s, prop: cmp.Or(cfg.Propagator, propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))}
 	if cfg.TracerProvider != nil {
 		opts := []otelconnect.Option{
 			otelconnect.WithTracerProvider(cfg.TracerProvider), otelconnect.WithPropagator(t.prop),
@@ -158,15 +151,17 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 		renew:   hist("leasegate.renew.duration", "Renew calls, by shard and outcome."),
 		release: hist("leasegate.release.duration", "Release calls, by shard and outcome."),
 	}
+	counter := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
 	var err error
 	in.waiters, err = m.Int64UpDownCounter("leasegate.waiters", metric.WithDescription("Acquire calls this gateway holds in a queue, by shard."))
 	errs = append(errs, err)
-	in.losses, err = m.Int64Counter("leasegate.lease.losses", metric.WithDescription("Leases found lost, by shard and reason (expired, stolen, waiter_lease_lost, session_lost)."))
-	errs = append(errs, err)
-	in.refusals, err = m.Int64Counter("leasegate.rate_limit.rejections", metric.WithDescription("Calls refused by a rate limit or cap, by limit."))
-	errs = append(errs, err)
-	in.forced, err = m.Int64Counter("leasegate.force_releases", metric.WithDescription("Holders evicted by AdminService.ForceRelease, by shard."))
-	errs = append(errs, err)
+	in.losses = counter("leasegate.lease.losses", "Leases found lost, by shard and reason (expired, stolen, waiter_lease_lost, session_lost).")
+	in.refusals = counter("leasegate.rate_limit.rejections", "Calls refused by a rate limit or cap, by limit.")
+	in.forced = counter("leasegate.force_releases", "Holders evicted by AdminService.ForceRelease, by shard.")
 	return in, errors.Join(errs...)
 }
 
@@ -229,10 +224,14 @@ func (t *telemetry) lost(ctx context.Context, shard, reason string) {
 	}
 }
 
-// logCall labels the call's span with outcome and writes the call's
-// request-scoped log line: at debug level always, at warn level when the
-// store failed. It never logs the request.
-func (t *telemetry) logCall(ctx context.Context, procedure, shard, outcome string, err error, d time.Duration) {
+// callDone records the call's duration d in hist (nil: not measured) by
+// shard, outcome and mode, labels the call's span with outcome and writes
+// the call's request-scoped log line: at debug level always, at warn level
+// when the store failed. It never logs the request.
+func (t *telemetry) callDone(ctx context.Context, hist metric.Float64Histogram, procedure, shard, outcome, mode string, err error, d time.Duration) {
+	if hist != nil {
+		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, mode))
+	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("leasegate.outcome", outcome))
 	}
@@ -266,7 +265,7 @@ func (c *callRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 
 // unaryDone records a unary call by what its handler put in rec.
 func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.AnyRequest, resp connect.AnyResponse, err error, d time.Duration) {
-	secs, outcome := d.Seconds(), outcomeOf(err)
+	outcome := outcomeOf(err)
 	got := rec.read()
 	shard := got.shard
 	if err == nil && got.outcome != "" {
@@ -297,10 +296,7 @@ func (t *telemetry) unaryDone(ctx context.Context, rec *callRecord, req connect.
 	default:
 		shard = rec.currentShard()
 	}
-	if hist != nil {
-		hist.Record(ctx, secs, t.labels(shard, outcome, mode))
-	}
-	t.logCall(ctx, req.Spec().Procedure, shard, outcome, err, d)
+	t.callDone(ctx, hist, req.Spec().Procedure, shard, outcome, mode, err, d)
 }
 
 func (c *callRecorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -362,13 +358,8 @@ func (t *telemetry) waitEnded(ctx context.Context, shard, outcome string, at, no
 
 // isQueued reports whether msg is a streaming acquire's queue position.
 func isQueued(msg any) bool {
-	switch m := msg.(type) {
-	case *v1.AcquireResponse:
-		return m.GetQueued() != nil
-	case *v1.CampaignResponse:
-		return m.GetQueued() != nil
-	}
-	return false
+	m, ok := msg.(interface{ GetQueued() *v1.Queued })
+	return ok && m.GetQueued() != nil
 }
 
 func (a *acquireConn) done(err error) {
@@ -379,11 +370,8 @@ func (a *acquireConn) done(err error) {
 		mode = "queued"
 		a.t.waitEnded(a.ctx, a.waitShard, outcome, a.queuedAt, now)
 	}
-	if a.t.m != nil {
-		a.t.m.acquire.Record(a.ctx, now.Sub(a.start).Seconds(), a.t.labels(shard, outcome, mode))
-	}
 	a.t.lost(a.ctx, shard, lossReason(err))
-	a.t.logCall(a.ctx, a.procedure, shard, outcome, err, now.Sub(a.start))
+	a.t.callDone(a.ctx, a.t.m.histogram("acquire"), a.procedure, shard, outcome, mode, err, now.Sub(a.start))
 }
 
 // restPrefix is where the REST lock calls live.
@@ -393,14 +381,8 @@ const restPrefix = "/api/v1/locks/"
 // providers (no-op ones for a signal that is off, never the global ones),
 // its propagator, and a new root per call on a public endpoint.
 func (t *telemetry) newRESTTracing(cfg Telemetry) []otelhttp.Option {
-	var tp trace.TracerProvider = tracenoop.NewTracerProvider()
-	if cfg.TracerProvider != nil {
-		tp = cfg.TracerProvider
-	}
-	var mp metric.MeterProvider = metricnoop.NewMeterProvider()
-	if cfg.MeterProvider != nil {
-		mp = cfg.MeterProvider
-	}
+	tp := cmp.Or[trace.TracerProvider](cfg.TracerProvider, tracenoop.NewTracerProvider())
+	mp := cmp.Or[metric.MeterProvider](cfg.MeterProvider, metricnoop.NewMeterProvider())
 	// Without tracing a caller's trace context has nothing to join, and is not
 	// read (nor is it by the Connect calls, with no tracing interceptor then).
 	var prop propagation.TextMapPropagator = propagation.NewCompositeTextMapPropagator()
@@ -454,13 +436,10 @@ func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path strin
 	if got.mode != "" {
 		mode = got.mode
 	}
-	if hist != nil {
-		hist.Record(ctx, d.Seconds(), t.labels(shard, outcome, mode))
-	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("leasegate.shard", shard))
 	}
-	t.logCall(ctx, path, shard, outcome, err, d)
+	t.callDone(ctx, hist, path, shard, outcome, mode, err, d)
 }
 
 func (m *instruments) histogram(op string) metric.Float64Histogram {

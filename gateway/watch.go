@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"time"
 
@@ -40,13 +39,8 @@ func (s *Service) Watch(ctx context.Context, req *connect.Request[v1.WatchReques
 		return err
 	}
 	tok := watchToken{Prefix: prefix}
-	if req.Msg.ResumeToken != "" {
-		if err := decodeToken("resume_token", req.Msg.ResumeToken, &tok); err != nil {
-			return err
-		}
-		if tok.Prefix != prefix {
-			return fieldOf("resume_token", fmt.Errorf("%w: the token belongs to another prefix", queue.ErrInvalidArgument))
-		}
+	if err := decodeToken("resume_token", req.Msg.ResumeToken, &tok, func() bool { return tok.Prefix == prefix }); err != nil {
+		return err
 	}
 	id, err := s.admit(ctx)
 	if err != nil {

@@ -101,8 +101,14 @@ func noteBreaker(ctx context.Context, b *Backend, err error) {
 // do runs fn on t's cluster through its breaker (Backend.call) and
 // returns fn's value.
 func do[T any](ctx context.Context, t Target, fn func(context.Context) (T, error)) (T, error) {
+	return via(ctx, t.Backend.call, fn)
+}
+
+// via runs fn by run (Backend.call or Backend.freeing) and returns fn's
+// value.
+func via[T any](ctx context.Context, run func(context.Context, func(context.Context) error) error, fn func(context.Context) (T, error)) (T, error) {
 	var v T
-	err := t.Backend.call(ctx, func(ctx context.Context) error {
+	err := run(ctx, func(ctx context.Context) error {
 		var err error
 		v, err = fn(ctx)
 		return err

@@ -52,13 +52,7 @@ func (l Held) Renew(ctx context.Context, token int64) (queue.Renewal, error) {
 func (l Held) Release(ctx context.Context, token int64) (bool, error) {
 	ctx, cancel := l.r.Bound(ctx)
 	defer cancel()
-	var ok bool
-	err := l.t.Backend.freeing(ctx, func(ctx context.Context) error {
-		var err error
-		ok, err = l.t.Engine.Release(ctx, l.h, token)
-		return err
-	})
-	return ok, err
+	return via(ctx, l.t.Backend.freeing, func(ctx context.Context) (bool, error) { return l.t.Engine.Release(ctx, l.h, token) })
 }
 
 // Proclaim replaces the leader's value while the term lasts; one call

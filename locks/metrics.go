@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/shard"
 )
 
@@ -94,12 +95,8 @@ func (r *Router) RegisterMetrics(mp metric.MeterProvider, cfg MetricsConfig) (st
 				}
 				mu.Unlock()
 			}
-			t := time.NewTimer(cfg.CountEvery)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !clock.Sleep(ctx, clock.Real, cfg.CountEvery) {
 				return
-			case <-t.C:
 			}
 		}
 	}()

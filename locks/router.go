@@ -1,6 +1,7 @@
 package locks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,9 +73,7 @@ func (c RouterConfig) Validate() error {
 		return fmt.Errorf("locks: %w", err)
 	}
 	q := c.Queue
-	if q.Prefix = strings.TrimSuffix(c.Prefix, "/"); q.Prefix == "" {
-		q.Prefix = shard.DefaultPrefix
-	}
+	q.Prefix = cmp.Or(strings.TrimSuffix(c.Prefix, "/"), shard.DefaultPrefix)
 	if err := q.Validate(); err != nil {
 		return err
 	}
@@ -110,23 +109,14 @@ type Router struct {
 // NewRouter loads the map from the home cluster, storing initial if none
 // is stored yet, dials every cluster it names and starts following it.
 func NewRouter(ctx context.Context, home *clientv3.Client, initial shard.Map, cfg RouterConfig) (*Router, error) {
-	if cfg.Prefix == "" {
-		cfg.Prefix = shard.DefaultPrefix
-	}
-	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
+	cfg.Prefix = strings.TrimSuffix(cmp.Or(cfg.Prefix, shard.DefaultPrefix), "/")
 	cfg.Queue.Prefix = cfg.Prefix
 	if cfg.Dial == nil {
 		cfg.Dial = shard.DialCluster
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = DefaultRouterConfig().RequestTimeout
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Clock = cmp.Or(cfg.Clock, clock.Real)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, DefaultRouterConfig().RequestTimeout)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -255,9 +245,7 @@ func (r *Router) dial(c shard.Cluster) (*Backend, error) {
 		return b.Reach.Call(ctx, b.Ping)
 	}
 	if b.Breaker, err = shard.NewBreaker(c.Name, bc); err != nil {
-		b.Reach.Close()
-		eng.Close()
-		cli.Close()
+		b.close()
 		return nil, err
 	}
 	return b, nil

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasegate/leasegate/internal/clock"
 	"github.com/leasegate/leasegate/queue"
 )
 
@@ -95,12 +96,8 @@ func (r *Router) watchShard(ctx context.Context, t Target, prefix string, from i
 			return
 		}
 		r.cfg.Log.Debug("shard watch broke: resuming", "shard", t.Shard, "revision", from, "err", err)
-		tm := r.cfg.Clock.NewTimer(watchRetry)
-		select {
-		case <-ctx.Done():
-			tm.Stop()
+		if !clock.Sleep(ctx, r.cfg.Clock, watchRetry) {
 			return
-		case <-tm.C():
 		}
 	}
 }

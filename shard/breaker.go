@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,24 +129,12 @@ func DefaultBreakerConfig() BreakerConfig {
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
 	d := DefaultBreakerConfig()
-	if c.ConsecutiveFailures == 0 {
-		c.ConsecutiveFailures = d.ConsecutiveFailures
-	}
-	if c.MinCalls == 0 {
-		c.MinCalls = d.MinCalls
-	}
-	if c.Window == 0 {
-		c.Window = d.Window
-	}
-	if c.OpenTimeout == 0 {
-		c.OpenTimeout = d.OpenTimeout
-	}
-	if c.HalfOpenProbes == 0 {
-		c.HalfOpenProbes = d.HalfOpenProbes
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = d.ProbeTimeout
-	}
+	c.ConsecutiveFailures = cmp.Or(c.ConsecutiveFailures, d.ConsecutiveFailures)
+	c.MinCalls = cmp.Or(c.MinCalls, d.MinCalls)
+	c.Window = cmp.Or(c.Window, d.Window)
+	c.OpenTimeout = cmp.Or(c.OpenTimeout, d.OpenTimeout)
+	c.HalfOpenProbes = cmp.Or(c.HalfOpenProbes, d.HalfOpenProbes)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
 	return c
 }
 
@@ -237,13 +226,7 @@ func (b *Breaker) Execute(ctx context.Context, fn func(ctx context.Context) erro
 			return err
 		}
 	}
-	_, err := b.cb.Execute(func() (struct{}, error) {
-		err := fn(ctx)
-		if err == nil {
-			return struct{}{}, nil
-		}
-		return struct{}{}, &verdict{err: err, kind: classify(ctx, err)}
-	})
+	err := b.run(ctx, fn)
 	if v, ok := err.(*verdict); ok {
 		return v.err
 	}
@@ -257,13 +240,7 @@ func (b *Breaker) Execute(ctx context.Context, fn func(ctx context.Context) erro
 func (b *Breaker) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, b.cfg.ProbeTimeout)
 	defer cancel()
-	_, err := b.cb.Execute(func() (struct{}, error) {
-		err := b.cfg.Probe(pctx)
-		if err == nil {
-			return struct{}{}, nil
-		}
-		return struct{}{}, &verdict{err: err, kind: classify(pctx, err)}
-	})
+	err := b.run(pctx, b.cfg.Probe)
 	var v *verdict
 	switch {
 	case err == nil:
@@ -277,6 +254,18 @@ func (b *Breaker) probe(ctx context.Context) error {
 	}
 	// Open again, or another caller's probe is in flight.
 	return fmt.Errorf("%w: cluster %q: %w", ErrShardUnavailable, b.cluster, err)
+}
+
+// run passes fn(ctx) through gobreaker; a failure comes back as a
+// *verdict, classified by ctx.
+func (b *Breaker) run(ctx context.Context, fn func(context.Context) error) error {
+	_, err := b.cb.Execute(func() (struct{}, error) {
+		if err := fn(ctx); err != nil {
+			return struct{}{}, &verdict{err: err, kind: classify(ctx, err)}
+		}
+		return struct{}{}, nil
+	})
+	return err
 }
 
 func (b *Breaker) readyToTrip(c gobreaker.Counts) bool {

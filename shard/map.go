@@ -42,11 +42,7 @@ type Cluster struct {
 // Map is the shard map: which clusters names are hashed over, under which
 // epoch, and the state of a change in progress. It is stored as JSON in the
 // home cluster (see [Store]); the JSON field names are part of the format.
-//
-// A change from epoch e to e+1 goes: write map e with Pending = map e+1;
-// bump every cluster's meta/epoch to e+1 ([BumpEpoch]); write map e+1 with
-// Previous and Draining set; once every draining cluster holds no key of a
-// moved name, write map e+1 again without them.
+// A change from epoch e to e+1 goes through it by [Resharder]'s steps.
 type Map struct {
 	// Epoch numbers the map; it only grows. Range [MinEpoch, MaxEpoch].
 	Epoch uint16 `json:"epoch"`

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -127,9 +128,7 @@ func NewReach(cluster string, conn Conn, cfg ReachConfig) *Reach {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.Real)
 	ctx, stop := context.WithCancel(context.Background())
 	r := &Reach{cluster: cluster, conn: conn, cfg: cfg, up: make(chan struct{}), stop: stop}
 	r.gen.Store(newGeneration())
@@ -330,15 +329,7 @@ func (r *Reach) setUnusable(grace time.Duration) {
 // given up on as silent, until ctx ends.
 func (r *Reach) watch(ctx context.Context) {
 	defer r.wg.Done()
-	every := r.cfg.ConnectTimeout / 10
-	for {
-		t := r.cfg.Clock.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		}
+	for clock.Sleep(ctx, r.cfg.Clock, r.cfg.ConnectTimeout/10) {
 		if r.probeDue() {
 			r.probe(ctx)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // NameLister lists the lock names that hold keys in one cluster under a
@@ -71,12 +73,7 @@ func (rs *Resharder) say(format string, args ...any) {
 	}
 }
 
-func (rs *Resharder) prefix() string {
-	if rs.Prefix == "" {
-		return DefaultPrefix
-	}
-	return normPrefix(rs.Prefix)
-}
+func (rs *Resharder) prefix() string { return normPrefix(rs.Prefix) }
 
 func (rs *Resharder) dial(c Cluster) (*clientv3.Client, error) {
 	dial := rs.Dial
@@ -305,23 +302,19 @@ func (rs *Resharder) Sweep(ctx context.Context, every time.Duration) (Map, error
 			}
 			continue
 		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !clock.Sleep(ctx, clock.Real, every) {
 			return m, ctx.Err()
-		case <-t.C:
 		}
 	}
 }
 
 // movedNames counts the names on cluster d that the ring maps elsewhere.
 func (rs *Resharder) movedNames(ctx context.Context, m Map, ring *Ring, d string) (int, error) {
-	c, ok := m.previousCluster(d)
-	if !ok {
+	i := slices.IndexFunc(m.Previous, func(c Cluster) bool { return c.Name == d })
+	if i < 0 {
 		return 0, fmt.Errorf("shard: draining cluster %q is not in Previous", d)
 	}
-	cli, err := rs.dial(c)
+	cli, err := rs.dial(m.Previous[i])
 	if err != nil {
 		return 0, err
 	}
@@ -337,13 +330,4 @@ func (rs *Resharder) movedNames(ctx context.Context, m Map, ring *Ring, d string
 		}
 	}
 	return n, nil
-}
-
-func (m Map) previousCluster(name string) (Cluster, bool) {
-	for _, c := range m.Previous {
-		if c.Name == name {
-			return c, true
-		}
-	}
-	return Cluster{}, false
 }

@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasegate/leasegate/internal/clock"
 )
 
 // Store keeps the shard map in the home cluster, as the JSON of [Map] under
@@ -249,7 +251,7 @@ func (s *Store) watch(ctx context.Context, out chan Map, startRev int64) {
 	}
 	rev, backoff := startRev, s.minBackoff
 	retry := func() {
-		wait(ctx, backoff)
+		clock.Sleep(ctx, clock.Real, backoff)
 		backoff = min(2*backoff, s.maxBackoff)
 	}
 	for ctx.Err() == nil {
@@ -317,15 +319,5 @@ func (s *Store) follow(ctx context.Context, rev int64) (progressed bool) {
 		case len(resp.Events) > 0:
 			return true
 		}
-	}
-}
-
-// wait sleeps for d or until ctx is done.
-func wait(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }

@@ -38,6 +38,19 @@ func WithTimeoutCause(ctx context.Context, c Clock, d time.Duration, cause error
 	return out, func() { cancel(context.Canceled) }
 }
 
+// Sleep waits until c has moved d past now or ctx ends, and reports
+// whether d passed (false: ctx ended first).
+func Sleep(ctx context.Context, c Clock, d time.Duration) bool {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
 // timeoutCtx reports its expiry on a non-real clock as
 // context.DeadlineExceeded, as a real deadline would be.
 type timeoutCtx struct {

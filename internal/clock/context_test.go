@@ -3,6 +3,7 @@ package clock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -56,5 +57,32 @@ func TestWithTimeoutCauseOnRealClock(t *testing.T) {
 	defer cancel()
 	if _, ok := ctx.Deadline(); !ok {
 		t.Error("a wall-clock timeout reports no deadline")
+	}
+}
+
+func TestSleepOnFakeClock(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(0, 0))
+	done := make(chan bool)
+	go func() { done <- clock.Sleep(context.Background(), clk, time.Second) }()
+	for clk.Pending() == 0 {
+		runtime.Gosched() // until Sleep's timer is armed
+	}
+	clk.Advance(time.Second)
+	if passed := <-done; !passed {
+		t.Fatal("Sleep = false once the clock passed d; want true")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- clock.Sleep(ctx, clk, time.Second) }()
+	for clk.Pending() == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	if passed := <-done; passed {
+		t.Fatal("Sleep = true when ctx ended first; want false")
+	}
+	if n := clk.Pending(); n != 0 {
+		t.Fatalf("Pending() = %d after a cancelled Sleep; want 0 (its timer stopped)", n)
 	}
 }
