@@ -148,7 +148,11 @@ func (k *keeper) run(anchor time.Time) {
 		}
 		switch {
 		case r.err == nil:
-			if d := k.c.deadline(r.sent, r.confirmation); d.After(deadline) {
+			// A renewal never changes a lease's TTL: an answer claiming a
+			// longer one than the grant's is credited the grant's.
+			conf := r.confirmation
+			conf.ttl = min(conf.ttl, k.ttl)
+			if d := k.c.deadline(r.sent, conf); d.After(deadline) {
 				deadline = d
 				k.extend(d)
 				deadlineT.Stop()

@@ -174,3 +174,30 @@ func TestKeeperDeadlineTakesTheTighterOfTTLAndValid(t *testing.T) {
 		}
 	}
 }
+
+// A renewal never changes a lease's TTL, so an answer claiming a longer one
+// than the lease was granted with (a broken or hostile gateway) moves the
+// deadline by the granted TTL only, and an answer claiming none moves it
+// not at all.
+func TestKeeperCreditsNoMoreThanTheGrantedTTL(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	for _, claimed := range []time.Duration{600 * time.Second, 0} {
+		k, clk, seen := keeperFixture(t, ttl, func(context.Context) (confirmation, error) {
+			return confirmation{ttl: claimed}, nil
+		})
+		before := k.Deadline()
+		clk.Advance(1100 * time.Millisecond)
+		r := waitFor(t, seen)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		want := r.sent.Add(ttl - k.c.cfg.marginFor(ttl))
+		if claimed == 0 {
+			want = before
+		}
+		if got := k.Deadline(); !got.Equal(want) {
+			t.Errorf("a renewal answered with TTL %s: deadline %s after the renewal sent at %s; want %s (granted TTL %s)", claimed, got, r.sent, want, ttl)
+		}
+	}
+}

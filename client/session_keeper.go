@@ -180,7 +180,8 @@ func (s *Session) apply(r sessionRenewal, unconfirmed map[string]error) (partial
 		sh, ok := answers[l.shard]
 		switch {
 		case ok && sh.State == v1.ShardLeaseState_SHARD_LEASE_STATE_LIVE && sh.TtlMs > 0:
-			l.extend(s.c.deadline(r.sent, confirmation{ttl: ms(sh.TtlMs), valid: ms(sh.ValidForMs)}))
+			// Capped at the lease's granted TTL, which a keepalive never changes.
+			l.extend(s.c.deadline(r.sent, confirmation{ttl: min(ms(sh.TtlMs), l.ttl), valid: ms(sh.ValidForMs)}))
 			delete(unconfirmed, l.shard)
 		case ok && sh.State == v1.ShardLeaseState_SHARD_LEASE_STATE_LOST:
 			s.loseLease(l, leaseLost(l.shard, goneOnShard(l.shard, "is gone, the gateway reports")))
