@@ -23,8 +23,9 @@
 // home cluster. The pinned scenario runs alone, on a setup of its own:
 // etcd in a process of its own pinned to --etcd-cpus, the gateway and the
 // load generator in this one pinned to --gateway-cpus, so that etcd's CPU
-// and raft entries per cycle are etcd's alone. It only ever sends traffic to loopback addresses, and
-// every phase is bounded in time and in operations.
+// and raft entries per cycle are etcd's alone. It only ever sends traffic
+// to loopback addresses, and every phase is bounded in time and in
+// operations.
 package main
 
 import (

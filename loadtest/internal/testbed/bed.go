@@ -1,7 +1,7 @@
-// Package testbed sets up what a load test runs against: the gateway (an
-// embedded one — three embedded etcd clusters and an in-process gateway —,
-// a pinned one — an in-process gateway over an etcd process on CPUs of its
-// own — or the loopback gateways given), the home etcd cluster the
+// Package testbed sets up what a load test runs against: the gateway — an
+// embedded one (three embedded etcd clusters and an in-process gateway), a
+// pinned one (an in-process gateway over an etcd process, each on CPUs of
+// its own) or the loopback gateways given —, the home etcd cluster the
 // baselines share with it, and redis-server instances for the Redis
 // baseline. It also reads what the systems cost: etcd's lease renewals,
 // process CPU and memory.
@@ -53,10 +53,6 @@ type Pin struct {
 	// may use that is not etcd's.
 	GatewayCPUs CPUs
 }
-
-// ErrTooFewCPUs is returned for a pinned setup on a machine (or in a
-// cpuset) of fewer than two CPUs.
-var ErrTooFewCPUs = errors.New("the pinned setup needs at least 2 CPUs")
 
 // Bed is a running setup. Close tears down what it started.
 type Bed struct {

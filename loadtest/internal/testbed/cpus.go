@@ -8,9 +8,14 @@ import (
 	"strings"
 )
 
-// ErrNoAffinity is returned where CPU affinity cannot be set: off Linux,
-// or when the kernel refuses it.
-var ErrNoAffinity = errors.New("CPU affinity is not available")
+var (
+	// ErrNoAffinity is returned where CPU affinity cannot be set: off
+	// Linux, or when the kernel refuses it.
+	ErrNoAffinity = errors.New("CPU affinity is not available")
+	// ErrTooFewCPUs is returned for a pinned setup on a machine (or in a
+	// cpuset) of fewer than two CPUs.
+	ErrTooFewCPUs = errors.New("the pinned setup needs at least 2 CPUs")
+)
 
 // maxCPU bounds the CPU numbers a list may name.
 const maxCPU = 1023
