@@ -40,6 +40,27 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+func TestParseFlagsPinned(t *testing.T) {
+	o, err := parseFlags([]string{"--scenario", "pinned", "--etcd-cpus", "0,2-3", "--gateway-cpus", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.scenarios, []string{pinnedScenario}) || o.pin == nil ||
+		o.pin.EtcdCPUs.String() != "0,2-3" || o.pin.GatewayCPUs.String() != "1" {
+		t.Errorf("--scenario pinned --etcd-cpus 0,2-3 --gateway-cpus 1 gave scenarios %v, pin %+v; want [pinned], etcd 0,2-3, gateway 1", o.scenarios, o.pin)
+	}
+	o, err = parseFlags([]string{"--scenario", "pinned"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.pin == nil || o.pin.EtcdCPUs.String() != "0" || o.pin.GatewayCPUs != nil {
+		t.Errorf("--scenario pinned gave pin %+v; want etcd on 0, the gateway on the rest (nil)", o.pin)
+	}
+	if o, err = parseFlags(nil, io.Discard); err != nil || o.pin != nil || slices.Contains(o.scenarios, pinnedScenario) {
+		t.Errorf("no flags gave scenarios %v, pin %+v, %v; want all but pinned, no pin", o.scenarios, o.pin, err)
+	}
+}
+
 func TestParseFlagsKeepsUnflaggedDefaults(t *testing.T) {
 	o, err := parseFlags(nil, io.Discard)
 	if err != nil {
@@ -62,6 +83,12 @@ func TestParseFlagsErrors(t *testing.T) {
 		{[]string{"--drain-waiters", "0"}, "drain waiters 0"},
 		{[]string{"--release-delay", "2s"}, "release delay 2s"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--scenario", "pinned,uncontested"}, "give it alone"},
+		{[]string{"--scenario", "uncontested", "--etcd-cpus", "1"}, "--etcd-cpus: only the pinned scenario"},
+		{[]string{"--gateway-cpus", "1"}, "--gateway-cpus: only the pinned scenario"},
+		{[]string{"--scenario", "pinned", "--etcd-cpus", "a"}, `--etcd-cpus: CPU list "a"`},
+		{[]string{"--scenario", "pinned", "--gateway-cpus", "2-1"}, `--gateway-cpus: CPU list "2-1"`},
+		{[]string{"--scenario", "pinned", "--endpoint", "http://127.0.0.1:7070"}, "give no --endpoint"},
 	} {
 		_, err := parseFlags(c.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -9,6 +9,7 @@
 //	go run ./loadtest --endpoint http://127.0.0.1:7070 --etcd shard-0=http://127.0.0.1:2379
 //	go run ./loadtest --scenario uncontested,contended --duration 5s   # the performance figures
 //	go run ./loadtest --scenario uncontested,openloop,contended,renewal --duration 5s --cpuprofile DIR
+//	go run ./loadtest --scenario pinned --etcd-cpus 0 --gateway-cpus 1 --duration 5s --rounds 2
 //
 // The contended scenario also measures the handoff after a settled enqueue,
 // the drain of a long queue and the gateway's memory per queued waiter; the
@@ -19,8 +20,12 @@
 //
 // Without --endpoint it starts three embedded etcd clusters and a gateway
 // in this process (internal/server), and the baselines share the gateway's
-// home cluster. It only ever sends traffic to loopback addresses, and
-// every phase is bounded in time and in operations.
+// home cluster. The pinned scenario runs alone, on a setup of its own:
+// etcd in a process of its own pinned to --etcd-cpus, the gateway and the
+// load generator in this one pinned to --gateway-cpus, so that etcd's CPU
+// and raft entries per cycle are etcd's alone. It only ever sends traffic
+// to loopback addresses, and every phase is bounded in time and in
+// operations.
 package main
 
 import (
@@ -31,15 +36,20 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/leasegate/leasegate/loadtest/internal/scenario"
+	"github.com/leasegate/leasegate/loadtest/internal/testbed"
 )
 
 // Scenario names, in the order a run performs them.
 var allScenarios = []string{"uncontested", "openloop", "contended", "renewal", "mixed", "capacity"}
+
+// pinnedScenario runs alone, on the pinned setup; "all" leaves it out.
+const pinnedScenario = "pinned"
 
 // options is the command line, resolved.
 type options struct {
@@ -53,6 +63,9 @@ type options struct {
 	command   string
 	// cpuProfile is the directory for per-phase CPU profiles ("" none).
 	cpuProfile string
+	// pin places etcd and this process for the pinned scenario (nil for
+	// the others).
+	pin *testbed.Pin
 }
 
 type stringList []string
@@ -70,9 +83,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var scn string
 	var quick bool
 	var maxRSSMiB int64
+	var etcdCPUs, gatewayCPUs string
 	fs.Var(&endpoints, "endpoint", "gateway base URL on loopback, e.g. http://127.0.0.1:7070 (repeatable); none: start an embedded setup")
 	fs.StringVar(&o.etcd, "etcd", "", "with --endpoint: the home etcd cluster for the baselines, as shard-name=http://127.0.0.1:2379[,…]")
-	fs.StringVar(&scn, "scenario", "all", "uncontested, openloop, contended, renewal, mixed, capacity or all (a comma-separated list works)")
+	fs.StringVar(&scn, "scenario", "all", "uncontested, openloop, contended, renewal, mixed, capacity or all (a comma-separated list works); or pinned, alone")
+	fs.StringVar(&etcdCPUs, "etcd-cpus", "0", "pinned: the etcd process's CPUs, as taskset -c takes them (0, 0-1, 0,2)")
+	fs.StringVar(&gatewayCPUs, "gateway-cpus", "", "pinned: this process's CPUs (the gateway and the load generator); empty: every other CPU")
 	fs.IntVar(&o.cfg.Workers, "workers", d.Workers, "concurrent clients in the uncontested and open-loop scenarios")
 	fs.DurationVar(&o.cfg.Duration, "duration", d.Duration, "measured time per system and phase")
 	fs.DurationVar(&o.cfg.Warmup, "warmup", d.Warmup, "unrecorded warmup before each measured phase")
@@ -119,8 +135,43 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.scenarios, err = parseScenarios(scn); err != nil {
 		return o, err
 	}
+	if o.pin, err = parsePin(o, etcdCPUs, gatewayCPUs, fs); err != nil {
+		return o, err
+	}
 	o.command = "go run ./loadtest " + strings.Join(args, " ")
 	return o, o.cfg.Validate()
+}
+
+// parsePin reads the CPU flags for the pinned scenario, which runs alone
+// and on a setup of its own; the flags mean nothing to the other
+// scenarios.
+func parsePin(o options, etcdCPUs, gatewayCPUs string, fs *flag.FlagSet) (*testbed.Pin, error) {
+	if !slices.Contains(o.scenarios, pinnedScenario) {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "etcd-cpus" || f.Name == "gateway-cpus" {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return nil, fmt.Errorf("%s: only the pinned scenario (--scenario pinned) places processes on CPUs", strings.Join(set, ", "))
+		}
+		return nil, nil
+	}
+	if len(o.endpoints) > 0 {
+		return nil, errors.New("--scenario pinned starts its own gateway and etcd process: give no --endpoint")
+	}
+	var p testbed.Pin
+	var err error
+	if p.EtcdCPUs, err = testbed.ParseCPUs(etcdCPUs); err != nil {
+		return nil, fmt.Errorf("--etcd-cpus: %w", err)
+	}
+	if gatewayCPUs != "" {
+		if p.GatewayCPUs, err = testbed.ParseCPUs(gatewayCPUs); err != nil {
+			return nil, fmt.Errorf("--gateway-cpus: %w", err)
+		}
+	}
+	return &p, nil
 }
 
 // overlay copies the explicitly set flags of c onto q.
@@ -152,8 +203,15 @@ func overlay(q *scenario.Config, c scenario.Config, set map[string]bool) {
 
 func parseScenarios(s string) ([]string, error) {
 	want := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
+	parts := strings.Split(s, ",")
+	for _, part := range parts {
 		part = strings.TrimSpace(part)
+		if part == pinnedScenario {
+			if len(parts) > 1 {
+				return nil, fmt.Errorf("scenario %q: the pinned scenario runs on a setup of its own; give it alone", s)
+			}
+			return []string{pinnedScenario}, nil
+		}
 		if part == "all" {
 			return allScenarios, nil
 		}
@@ -162,7 +220,7 @@ func parseScenarios(s string) ([]string, error) {
 			ok = ok || a == part
 		}
 		if !ok {
-			return nil, fmt.Errorf("scenario %q: want one of %s or all", part, strings.Join(allScenarios, ", "))
+			return nil, fmt.Errorf("scenario %q: want one of %s or all, or %s alone", part, strings.Join(allScenarios, ", "), pinnedScenario)
 		}
 		want[part] = true
 	}
@@ -180,6 +238,14 @@ func main() {
 		// A child of the waiter-memory measurement (see scenario.WaiterMemory).
 		if err := scenario.RunWaiterChild(spec, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "loadtest waiter child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if spec := os.Getenv(testbed.EtcdChildEnv); spec != "" {
+		// The pinned setup's etcd process (see testbed.StartEtcdProcess).
+		if err := testbed.RunEtcdChild(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "loadtest etcd process:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -32,6 +32,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if spec := os.Getenv(testbed.EtcdChildEnv); spec != "" {
+		// Re-executed as the pinned setup's etcd process.
+		if err := testbed.RunEtcdChild(spec, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "etcd process:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {

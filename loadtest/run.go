@@ -24,7 +24,7 @@ func run(ctx context.Context, o options, stderr io.Writer) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*plan+5*time.Minute)
 	defer cancel()
 
-	bed, err := testbed.Start(ctx, testbed.Config{Endpoints: o.endpoints, Etcd: o.etcd, Redis: o.redis, Log: stderr})
+	bed, err := testbed.Start(ctx, testbed.Config{Endpoints: o.endpoints, Etcd: o.etcd, Redis: o.redis, Log: stderr, Pin: o.pin})
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +67,8 @@ func run(ctx context.Context, o options, stderr io.Writer) ([]string, error) {
 			res.Mixed, err = env.Mixed(ctx)
 		case "capacity":
 			res.Capacity, err = env.Capacity(ctx)
+		case pinnedScenario:
+			res.Pinned, err = env.Pinned(ctx)
 		}
 		if err != nil {
 			runErr = fmt.Errorf("scenario %s: %w", s, err)
@@ -126,12 +128,18 @@ func planned(o options) time.Duration {
 			d += 2 * (c.Warmup + c.Duration + max(c.RenewTTL/3, 2*time.Second) + 2*time.Second)
 		case "capacity":
 			d += c.CapacityDuration
+		case pinnedScenario:
+			d += 5 * share(c.Duration)
 		}
 	}
 	return d
 }
 
 func setupText(b *testbed.Bed) string {
+	if p := b.Pinned(); p != nil {
+		return fmt.Sprintf("pinned — one single-member etcd cluster (fsync on, etcd's default raft timing) in a process of its own on CPU %s, "+
+			"and a gateway and the load generator in this process on CPU %s, all on 127.0.0.1; the baselines run on that etcd too", p.EtcdCPUs, p.GatewayCPUs)
+	}
 	if b.Embedded() {
 		return fmt.Sprintf("embedded — three single-member etcd clusters (fsync on, etcd's default raft timing) and a gateway, all in this process on 127.0.0.1; "+
 			"the baselines run on the gateway's home cluster %s, and the gateway's names in the side-by-side scenarios are chosen to route there", b.HomeShard)

@@ -29,8 +29,12 @@ func Markdown(r *Results, charts []Chart) []byte {
 		p("; redis-server %s", m.RedisVersion)
 	}
 	p(".  \nCommand: `%s`  \nDuration: %s.\n\n", r.Command, r.Finished.Sub(r.Started).Round(1e9))
-	p("The machine is shared and noisy, and the load generator, the gateway and every etcd member share its cores: " +
-		"absolute figures are noise, ratios measured side by side in this one run are the result.\n\n")
+	if r.Pinned != nil {
+		p("The machine is shared and noisy: absolute figures are noise, ratios measured side by side in this one run are the result.\n\n")
+	} else {
+		p("The machine is shared and noisy, and the load generator, the gateway and every etcd member share its cores: " +
+			"absolute figures are noise, ratios measured side by side in this one run are the result.\n\n")
+	}
 
 	if len(r.Ratios) > 0 {
 		p("## Headline ratios\n\n| figure | goal | measured | met |\n|---|---|---|---|\n")
@@ -135,6 +139,10 @@ func Markdown(r *Results, charts []Chart) []byte {
 		if len(cp.ErrorSample) > 0 {
 			p("First errors: %s\n\n", strings.Join(quoteAll(cp.ErrorSample), "; "))
 		}
+	}
+	if pn := r.Pinned; pn != nil {
+		pinnedSection(&b, pn, r.PinnedRatios)
+		collect(systems, pn.Runs)
 	}
 	if len(r.Layers) > 0 {
 		p("## CPU by layer\n\n")
@@ -260,6 +268,11 @@ func errorLines(r *Results) []string {
 	if o := r.OpenLoop; o != nil {
 		for _, x := range o.Runs {
 			add("open loop", x.Run)
+		}
+	}
+	if pn := r.Pinned; pn != nil {
+		for _, x := range pn.Runs {
+			add("pinned", x)
 		}
 	}
 	if c := r.Contended; c != nil {

@@ -27,9 +27,12 @@ type Results struct {
 	Renewal     *scenario.Renewal     `json:"renewal,omitempty"`
 	Mixed       *scenario.Mixed       `json:"mixed,omitempty"`
 	Capacity    *scenario.Capacity    `json:"capacity,omitempty"`
+	Pinned      *scenario.Pinned      `json:"pinned,omitempty"`
 
 	// Ratios are the headline figures, each with its goal.
 	Ratios []Ratio `json:"ratios"`
+	// PinnedRatios are the pinned scenario's systems ÷ concurrency.Mutex.
+	PinnedRatios []PinnedRatio `json:"pinned_ratios,omitempty"`
 	// Figures are the ratios the performance work is judged by (Figures).
 	Figures []Figure `json:"figures"`
 	// Layers is CPU per operation by layer, per profiled phase (with

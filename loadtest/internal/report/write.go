@@ -22,6 +22,9 @@ func Write(dir string, r *Results) ([]string, error) {
 	}
 	r.Ratios = Ratios(r)
 	r.Figures = Figures(r)
+	if r.Pinned != nil {
+		r.PinnedRatios = PinnedRatios(r.Pinned)
+	}
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode results: %w", err)

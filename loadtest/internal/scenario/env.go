@@ -45,6 +45,8 @@ type Env struct {
 	// IdleCPU collects, per set of rounds, the CPU seconds per second the
 	// process burnt with every system open and idle (see measureIdle).
 	IdleCPU []float64
+	// EtcdIdleCPU is the same for the bed's etcd process, where it has one.
+	EtcdIdleCPU []float64
 }
 
 func (e *Env) logf(format string, args ...any) {

@@ -53,6 +53,7 @@ type window struct {
 	ops             atomic.Int64
 	endNs           atomic.Int64 // set when the limit is reached
 	cpu0            atomic.Int64
+	etcd0           atomic.Int64 // the etcd process's CPU, where it has one
 	extraCPU        func() time.Duration
 	cpuTimer        *time.Timer
 	prof            *Profiler
@@ -98,12 +99,23 @@ func (e *Env) newWindow(p phase, sysName string) *window {
 		w.count0 = c
 		w.countMu.Unlock()
 		w.cpu0.Store(int64(w.cpu()))
+		c0, _ := w.etcdCPU()
+		w.etcd0.Store(int64(c0))
 		w.prof.start(p.label)
 	})
 	return w
 }
 
 func (w *window) cpu() time.Duration { return testbed.CPU() + w.extraCPU() }
+
+// etcdCPU is the bed's etcd process's CPU so far; ok is false when etcd
+// is not a process of the bed's own.
+func (w *window) etcdCPU() (cpu time.Duration, ok bool) {
+	if w.bed == nil {
+		return 0, false
+	}
+	return w.bed.EtcdCPU()
+}
 
 // admit reports whether an operation that ended at end counts, and counts
 // it: every operation completed inside the window does, so throughput is
@@ -138,10 +150,14 @@ func (w *window) length() time.Duration {
 
 // tally accumulates one system's measurements over its rounds.
 type tally struct {
-	hist     *stats.Histogram
-	errs     *errSamples
-	seconds  float64
-	busy     time.Duration // CPU in the windows
+	hist    *stats.Histogram
+	errs    *errSamples
+	seconds float64
+	busy    time.Duration // CPU in the windows
+	// etcdBusy is the etcd process's CPU in the windows, when the bed has
+	// one (etcdSeen).
+	etcdBusy time.Duration
+	etcdSeen bool
 	timeline []stats.RatePoint
 	// etcd's raft entries and keepalives in the windows, while every
 	// window could read them (countsOK), over countedOps operations.
@@ -164,6 +180,10 @@ func (t *tally) close(w *window, hs []*stats.Histogram, tl *stats.Timeline) {
 	}
 	w.prof.stop(ops)
 	t.busy += w.cpu() - time.Duration(w.cpu0.Load())
+	if c1, ok := w.etcdCPU(); ok {
+		t.etcdBusy += c1 - time.Duration(w.etcd0.Load())
+		t.etcdSeen = true
+	}
 	w.countMu.Lock()
 	c0 := w.count0
 	w.countMu.Unlock()
@@ -196,6 +216,10 @@ func (t *tally) run(name, describe string, workers int) Run {
 	if r.Ops > 0 {
 		v := float64(t.busy.Microseconds()) / float64(r.Ops)
 		r.CPUPerOpUs = &v
+	}
+	if t.etcdSeen && r.Ops > 0 {
+		v := float64(t.etcdBusy.Microseconds()) / float64(r.Ops)
+		r.EtcdCPUPerOpUs = &v
 	}
 	if t.countsOK && t.countedOps > 0 {
 		w, k := t.writes/float64(t.countedOps), t.keepalives/float64(t.countedOps)
@@ -314,12 +338,25 @@ func (e *Env) rounds(ctx context.Context, systems []*opened, total time.Duration
 
 // measureIdle measures the CPU this process burns while every opened system
 // sits idle (etcd's ticks, session keepalives, the tail of opening the
-// clients), over Config.IdleSample. CPU per operation includes this
-// background; at low operation rates it is most of it.
+// clients), over Config.IdleSample, and the etcd process's where the bed
+// has one. CPU per operation includes this background; at low operation
+// rates it is most of it.
 func (e *Env) measureIdle(ctx context.Context) {
+	etcd0, etcdOK := e.etcdCPU()
 	c0, t0 := testbed.CPU(), time.Now()
 	pause(ctx, max(e.Cfg.IdleSample, time.Millisecond))
-	e.IdleCPU = append(e.IdleCPU, (testbed.CPU()-c0).Seconds()/time.Since(t0).Seconds())
+	secs := time.Since(t0).Seconds()
+	e.IdleCPU = append(e.IdleCPU, (testbed.CPU()-c0).Seconds()/secs)
+	if etcd1, ok := e.etcdCPU(); ok && etcdOK {
+		e.EtcdIdleCPU = append(e.EtcdIdleCPU, (etcd1-etcd0).Seconds()/secs)
+	}
+}
+
+func (e *Env) etcdCPU() (time.Duration, bool) {
+	if e.Bed == nil {
+		return 0, false
+	}
+	return e.Bed.EtcdCPU()
 }
 
 // idleNote describes the last idle measurement, for a scenario's notes.
@@ -327,7 +364,11 @@ func (e *Env) idleNote(what string) string {
 	if len(e.IdleCPU) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s: with every system open and idle the process burnt %.2f CPU-s/s (etcd's ticks, session keepalives); CPU µs/op includes it.", what, e.IdleCPU[len(e.IdleCPU)-1])
+	n := fmt.Sprintf("%s: with every system open and idle the process burnt %.2f CPU-s/s (etcd's ticks, session keepalives); CPU µs/op includes it.", what, e.IdleCPU[len(e.IdleCPU)-1])
+	if len(e.EtcdIdleCPU) > 0 {
+		n += fmt.Sprintf(" The etcd process burnt %.3f CPU-s/s meanwhile; etcd CPU µs/op includes that.", e.EtcdIdleCPU[len(e.EtcdIdleCPU)-1])
+	}
+	return n
 }
 
 func pause(ctx context.Context, d time.Duration) {

@@ -27,6 +27,10 @@ type Run struct {
 	// background (etcd's ticks, idle sessions' keepalives), which dominates
 	// at low operation rates; see the idle CPU notes.
 	CPUPerOpUs *float64 `json:"cpu_us_per_op,omitempty"`
+	// EtcdCPUPerOpUs is the CPU time (user + system) the etcd process spent
+	// per operation, background included, where etcd runs in a process of
+	// its own (the pinned setup); nil elsewhere.
+	EtcdCPUPerOpUs *float64 `json:"etcd_cpu_us_per_op,omitempty"`
 	// EtcdWritesPerOp is the raft entries etcd agreed on per operation, over
 	// every cluster (background included: lease revokes of closing
 	// sessions, expiring leases); KeepalivesPerOp the lease renewals etcd
@@ -172,4 +176,26 @@ type Capacity struct {
 	Samples       []CapacitySample `json:"samples"`
 	Latency       stats.Summary    `json:"latency"`
 	Notes         []string         `json:"notes,omitempty"`
+}
+
+// Pinned is uncontested cycles at saturation with etcd in a process of its
+// own on CPUs of its own, and the gateway and the load generator on the
+// others.
+type Pinned struct {
+	// EtcdCPUs and GatewayCPUs are the CPU lists asked for; the
+	// ThreadCPUs fields are the lists the kernel reported, at the end of
+	// the run, for the threads of the etcd process and of this one (one
+	// entry per distinct list: one entry when every thread obeys).
+	EtcdCPUs          string   `json:"etcd_cpus"`
+	GatewayCPUs       string   `json:"gateway_cpus"`
+	EtcdThreadCPUs    []string `json:"etcd_thread_cpus"`
+	GatewayThreadCPUs []string `json:"gateway_thread_cpus"`
+	// EtcdListens are the TCP addresses the etcd process listened on, read
+	// from the kernel's socket tables.
+	EtcdListens []string `json:"etcd_listens"`
+	// Runs are the systems measured, Workers clients each. CPUPerOpUs is
+	// this process's (gateway and load generator), EtcdCPUPerOpUs the etcd
+	// process's, EtcdWritesPerOp the raft entries the member applied.
+	Runs  []Run    `json:"runs"`
+	Notes []string `json:"notes,omitempty"`
 }

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/leasegate/leasegate/loadtest/internal/system"
 )
@@ -32,41 +33,51 @@ func (e *Env) Uncontested(ctx context.Context) (*Uncontested, error) {
 		if pass.workers == 1 {
 			out.Notes = append(out.Notes, notes...)
 		}
-		tallies := map[*opened]*tally{}
 		total := e.Cfg.Duration
 		if pass.workers == 1 {
 			total = max(e.Cfg.Duration/2, e.Cfg.Warmup)
 		}
-		err = e.rounds(ctx, systems, total, func(ctx context.Context, o *opened, p phase) error {
-			t := tallies[o]
-			if t == nil {
-				t = newTally()
-				tallies[o] = t
-			}
-			p.workers = pass.workers
-			p.label = fmt.Sprintf("uncontested %s ×%d", o.name, pass.workers)
-			e.closedLoop(ctx, p, o.name, t, func(ctx context.Context, w int) error {
-				return cycle(ctx, o.clients[w], names[w], nil)
-			})
-			return nil
-		})
+		*pass.dst, err = e.cycles(ctx, "uncontested", systems, names, pass.workers, total)
 		if n := e.idleNote(fmt.Sprintf("%d client(s)", pass.workers)); n != "" {
 			out.Notes = append(out.Notes, n)
-		}
-		for _, o := range systems {
-			if t := tallies[o]; t != nil {
-				r := t.run(o.name, o.sys.Describe(), pass.workers)
-				*pass.dst = append(*pass.dst, r)
-				e.logf("uncontested %-17s workers=%-3d %8.0f cycles/s  p50 %.2fms  p99 %.2fms  errors %d",
-					o.name, pass.workers, r.PerSec, r.Latency.P50Ms, r.Latency.P99Ms, r.Errors)
-			}
-			o.close()
 		}
 		if err != nil {
 			return out, err
 		}
 	}
 	return out, ctx.Err()
+}
+
+// cycles measures back-to-back acquire+release cycles of each opened
+// system, worker w on names[w] alone, in interleaved rounds of total
+// measured time per system, and closes the systems. It returns a Run per
+// system measured, also when an error stopped the rounds.
+func (e *Env) cycles(ctx context.Context, label string, systems []*opened, names []string, workers int, total time.Duration) ([]Run, error) {
+	tallies := map[*opened]*tally{}
+	err := e.rounds(ctx, systems, total, func(ctx context.Context, o *opened, p phase) error {
+		t := tallies[o]
+		if t == nil {
+			t = newTally()
+			tallies[o] = t
+		}
+		p.workers = workers
+		p.label = fmt.Sprintf("%s %s ×%d", label, o.name, workers)
+		e.closedLoop(ctx, p, o.name, t, func(ctx context.Context, w int) error {
+			return cycle(ctx, o.clients[w], names[w], nil)
+		})
+		return nil
+	})
+	var runs []Run
+	for _, o := range systems {
+		if t := tallies[o]; t != nil {
+			r := t.run(o.name, o.sys.Describe(), workers)
+			runs = append(runs, r)
+			e.logf("%s %-17s workers=%-3d %8.0f cycles/s  p50 %.2fms  p99 %.2fms  errors %d",
+				label, o.name, workers, r.PerSec, r.Latency.P50Ms, r.Latency.P99Ms, r.Errors)
+		}
+		o.close()
+	}
+	return runs, err
 }
 
 // cycle acquires name and releases it at once.

@@ -1,12 +1,15 @@
-// Package testbed sets up what a load test runs against: the gateway (an
-// embedded one — three embedded etcd clusters and an in-process gateway — or
-// the loopback gateways given), the home etcd cluster the baselines share
-// with it, and redis-server instances for the Redis baseline. It also reads
-// what the systems cost: etcd's lease renewals, process CPU and memory.
+// Package testbed sets up what a load test runs against: the gateway — an
+// embedded one (three embedded etcd clusters and an in-process gateway), a
+// pinned one (an in-process gateway over an etcd process, each on CPUs of
+// its own) or the loopback gateways given —, the home etcd cluster the
+// baselines share with it, and redis-server instances for the Redis
+// baseline. It also reads what the systems cost: etcd's lease renewals,
+// process CPU and memory.
 package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +38,20 @@ type Config struct {
 	Redis bool
 	// Log receives progress notes; nil discards them.
 	Log io.Writer
+	// Pin, when set, starts the pinned setup instead of the embedded one
+	// (Endpoints must be empty, and Redis is not started).
+	Pin *Pin
+}
+
+// Pin places etcd in a process of its own on EtcdCPUs, and this process —
+// the gateway and the load generator — on GatewayCPUs: etcd is the scarce
+// resource, as in production, where gateways scale out and etcd does not.
+type Pin struct {
+	// EtcdCPUs are the etcd process's CPUs. Required.
+	EtcdCPUs CPUs
+	// GatewayCPUs are this process's. Empty means every CPU this process
+	// may use that is not etcd's.
+	GatewayCPUs CPUs
 }
 
 // Bed is a running setup. Close tears down what it started.
@@ -58,13 +75,35 @@ type Bed struct {
 	probe *client.Client
 	log   io.Writer
 
+	// etcd and pin are the pinned setup's etcd process and placement;
+	// unpin gives this process its affinity back.
+	etcd  *EtcdProcess
+	pin   *Pin
+	unpin func()
+
 	statusMu sync.Mutex
 	status   map[string]*clientv3.Client // by cluster, for RaftIndex
 }
 
 // Embedded reports whether the bed runs its own gateway and etcd in this
 // process.
-func (b *Bed) Embedded() bool { return b.srv != nil }
+func (b *Bed) Embedded() bool { return b.srv != nil && b.etcd == nil }
+
+// Pinned returns the pinned setup's placement, or nil for another setup.
+func (b *Bed) Pinned() *Pin { return b.pin }
+
+// EtcdProcess is the pinned setup's etcd process, or nil.
+func (b *Bed) EtcdProcess() *EtcdProcess { return b.etcd }
+
+// EtcdCPU is the CPU time the etcd process has used so far; ok is false
+// when etcd is not a process of the bed's own (it is then in this
+// process's CPU, or out of sight).
+func (b *Bed) EtcdCPU() (cpu time.Duration, ok bool) {
+	if b.etcd == nil {
+		return 0, false
+	}
+	return b.etcd.CPU(), true
+}
 
 // Start sets the bed up. It fails on a non-loopback target.
 func Start(ctx context.Context, cfg Config) (_ *Bed, err error) {
@@ -82,11 +121,18 @@ func Start(ctx context.Context, cfg Config) (_ *Bed, err error) {
 			return nil, err
 		}
 	}
-	if len(cfg.Endpoints) == 0 {
+	switch {
+	case cfg.Pin != nil && len(cfg.Endpoints) > 0:
+		return nil, errors.New("the pinned setup starts its own gateway and etcd: give no endpoints")
+	case cfg.Pin != nil:
+		if err := b.startPinned(ctx, *cfg.Pin); err != nil {
+			return nil, err
+		}
+	case len(cfg.Endpoints) == 0:
 		if err := b.startEmbedded(ctx); err != nil {
 			return nil, err
 		}
-	} else {
+	default:
 		b.Gateways = cfg.Endpoints
 		if err := b.useEtcd(cfg.Etcd); err != nil {
 			return nil, err
@@ -95,9 +141,11 @@ func Start(ctx context.Context, cfg Config) (_ *Bed, err error) {
 	if b.probe, err = client.New(b.Gateways, client.WithClientID("loadtest-probe")); err != nil {
 		return nil, err
 	}
-	if cfg.Redis {
+	switch {
+	case cfg.Pin != nil: // the pinned setup measures etcd's cost: no Redis
+	case cfg.Redis:
 		b.startRedis(ctx)
-	} else {
+	default:
 		b.note("Redis baseline off (--redis=false).")
 	}
 	return b, nil
@@ -240,6 +288,14 @@ func (b *Bed) Close() {
 		_ = b.srv.Shutdown(ctx)
 		cancel()
 		b.srv = nil
+	}
+	if b.etcd != nil {
+		b.etcd.Close()
+		b.etcd = nil
+	}
+	if b.unpin != nil {
+		b.unpin()
+		b.unpin = nil
 	}
 	if b.dir != "" {
 		os.RemoveAll(b.dir)

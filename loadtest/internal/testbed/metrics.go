@@ -24,10 +24,11 @@ var ErrNoCounts = errors.New("etcd's counters are not reachable")
 
 // Keepalives returns how many lease renewals etcd has seen so far: with the
 // embedded setup, summed over its three clusters (they share this process's
-// Prometheus registry); with external gateways, on the --etcd cluster only
-// (scraped from its /metrics).
+// Prometheus registry); with external gateways, on the --etcd cluster only,
+// and with the pinned setup on its etcd process (scraped from its
+// /metrics).
 func (b *Bed) Keepalives(ctx context.Context) (float64, error) {
-	if b.srv != nil {
+	if b.Embedded() {
 		return gatherCounter(prometheus.DefaultGatherer, renewedMetric)
 	}
 	if len(b.HomeEtcd) == 0 {
@@ -46,7 +47,7 @@ func (b *Bed) Keepalives(ctx context.Context) (float64, error) {
 
 // KeepaliveScope says what Keepalives counts, for the report.
 func (b *Bed) KeepaliveScope() string {
-	if b.srv != nil {
+	if b.Embedded() {
 		return "all three embedded clusters"
 	}
 	return fmt.Sprintf("cluster %s only", b.HomeShard)
