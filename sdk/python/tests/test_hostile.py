@@ -4,11 +4,13 @@ names the property it holds the SDK to."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import sys
 import threading
 import time
 import unittest
+import weakref
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -169,6 +171,34 @@ class HostileAnswerTest(unittest.TestCase):
             return
         lock.release()
         self.fail(f"a float fencing token was accepted as {lock.token} (exact would be {BIG} or a refusal)")
+
+
+class SessionLeakTest(unittest.TestCase):
+    def test_a_released_session_lock_is_not_kept_alive_by_its_session(self):
+        live = {"shards": [{"shard": "s0", "state": "SHARD_LEASE_STATE_LIVE", "ttlMs": "30000"}]}
+        gw = FakeGateway(
+            {
+                "OpenSession": lambda r, h: Reply({"sessionId": "s-1", "ttlMs": "30000", **live}),
+                "KeepAliveSession": lambda r, h: Reply(live),
+                "TryAcquire": lambda r, h: Reply(grant(30000)),
+                "Release": lambda r, h: Reply({"released": True}),
+                "CloseSession": lambda r, h: Reply({}),
+            }
+        )
+        self.addCleanup(gw.close)
+        c = leasegate.Client([gw.url])
+        self.addCleanup(c.close)
+        s = c.open_session(ttl=30)
+        self.addCleanup(s.close)
+        refs = []
+        for _ in range(100):
+            lock = s.try_acquire("many")
+            lock.release()
+            refs.append(weakref.ref(lock.lost))
+            del lock
+        gc.collect()
+        pinned = sum(1 for r in refs if r() is not None)
+        self.assertEqual(pinned, 0, f"{pinned} of 100 released session locks' signals are still referenced (by the session lease's callbacks)")
 
 
 if __name__ == "__main__":

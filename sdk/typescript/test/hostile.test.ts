@@ -10,7 +10,19 @@ import { create } from "@bufbuild/protobuf";
 import { BinaryWriter } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { AcquireResponseSchema, GrantedSchema, LockService, RenewResponseSchema, ReleaseResponseSchema } from "../src/gen/leasegate/v1/lock_pb.js";
+import { getEventListeners } from "node:events";
+import {
+  AcquireResponseSchema,
+  CloseSessionResponseSchema,
+  GrantedSchema,
+  KeepAliveSessionResponseSchema,
+  LockService,
+  OpenSessionResponseSchema,
+  ReleaseResponseSchema,
+  RenewResponseSchema,
+  SessionShardSchema,
+  ShardLeaseState,
+} from "../src/gen/leasegate/v1/lock_pb.js";
 import { Client, RateLimitedError } from "../src/index.js";
 
 type Impl = Partial<ServiceImpl<typeof LockService>>;
@@ -174,4 +186,29 @@ test("a renewal's TTL above the one the lock asked for does not push its deadlin
   await l.release();
   c.close();
   assert.ok(d - sent <= 2000, `the deadline is ${Math.round(d - sent)} ms after the renewal was sent on a lock that asked for 2000 ms`);
+});
+
+test("a released session lock is not kept alive by its session (no abort listener left on the lease)", async () => {
+  const live = () => [create(SessionShardSchema, { shard: "shard-0", state: ShardLeaseState.LIVE, ttlMs: 30_000n })];
+  const gw = await fake(() => ({
+    async *acquire() {
+      yield granted(30_000n);
+    },
+    release: () => create(ReleaseResponseSchema, { released: true }),
+    openSession: () => create(OpenSessionResponseSchema, { sessionId: "s-1", ttlMs: 30_000n, shards: live() }),
+    keepAliveSession: () => create(KeepAliveSessionResponseSchema, { shards: live() }),
+    closeSession: () => create(CloseSessionResponseSchema, {}),
+  }));
+  const c = new Client([gw.url]);
+  const s = await c.openSession({ ttlMs: 30_000 });
+  let lease: AbortSignal | undefined;
+  for (let i = 0; i < 100; i++) {
+    const l = await s.acquire("many");
+    lease = l.lease.signal;
+    await l.release();
+  }
+  const n = getEventListeners(lease!, "abort").length;
+  await s.close();
+  c.close();
+  assert.ok(n <= 1, `the session's lease holds ${n} abort listeners after 100 locks were taken and released on it: each pins a released Lock`);
 });
