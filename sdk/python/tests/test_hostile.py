@@ -172,6 +172,43 @@ class HostileAnswerTest(unittest.TestCase):
         lock.release()
         self.fail(f"a float fencing token was accepted as {lock.token} (exact would be {BIG} or a refusal)")
 
+    def test_a_renewal_answer_with_ttl_0_does_not_extend_the_deadline(self):
+        # As the Go SDK: a zero TTL confirms nothing.
+        gw = FakeGateway({"TryAcquire": lambda r, h: Reply(grant(2000)), "Renew": lambda r, h: Reply({"ttlMs": "0"}), "Release": lambda r, h: Reply({"released": True})})
+        self.addCleanup(gw.close)
+        c = leasegate.Client([gw.url])
+        self.addCleanup(c.close)
+        lock = c.try_acquire("zero-ttl", ttl=2.0, manual_renew=True)
+        self.addCleanup(lambda: lock.release())
+        before = lock.expires
+        time.sleep(0.3)  # so that a renewal crediting the old TTL lands visibly later
+        try:
+            after = lock.renew()
+        except leasegate.LeasegateError:
+            after = lock.expires
+        self.assertLessEqual(after, before, f"an answer with ttlMs 0 moved the deadline {(after - before) * 1000:.0f} ms later")
+
+    def test_a_keepalive_reporting_a_live_lease_with_ttl_0_does_not_extend_it(self):
+        # The Go SDK takes a LIVE shard with no TTL as unconfirmed.
+        shards = lambda ttl: {"shards": [{"shard": "s0", "state": "SHARD_LEASE_STATE_LIVE", "ttlMs": str(ttl)}]}  # noqa: E731
+        gw = FakeGateway(
+            {
+                "OpenSession": lambda r, h: Reply({"sessionId": "s-1", "ttlMs": "1500", **shards(1500)}),
+                "KeepAliveSession": lambda r, h: Reply(shards(0)),
+                "CloseSession": lambda r, h: Reply({}),
+            }
+        )
+        self.addCleanup(gw.close)
+        c = leasegate.Client([gw.url])
+        self.addCleanup(c.close)
+        s = c.open_session(ttl=1.5)
+        self.addCleanup(s.close)
+        lease = s.lease("s0")
+        first = lease.expires
+        time.sleep(1.0)  # two keepalives at TTL/3
+        later = first if lease.lost.is_set() else lease.expires
+        self.assertLessEqual(later, first, f"keepalives answering ttlMs 0 moved the lease's deadline {(later - first) * 1000:.0f} ms later")
+
 
 class SessionLeakTest(unittest.TestCase):
     def test_a_released_session_lock_is_not_kept_alive_by_its_session(self):

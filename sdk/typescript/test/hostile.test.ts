@@ -212,3 +212,39 @@ test("a released session lock is not kept alive by its session (no abort listene
   c.close();
   assert.ok(n <= 1, `the session's lease holds ${n} abort listeners after 100 locks were taken and released on it: each pins a released Lock`);
 });
+
+test("a renewal answer with ttl_ms 0 does not extend the deadline (as the Go SDK: a zero TTL confirms nothing)", async () => {
+  const gw = await fake(() => ({
+    async *acquire() {
+      yield granted(2000n);
+    },
+    renew: () => create(RenewResponseSchema, { ttlMs: 0n }),
+    release: () => create(ReleaseResponseSchema, { released: true }),
+  }));
+  const c = new Client([gw.url]);
+  const l = await c.acquire("zero-ttl", { ttlMs: 2000, manualRenew: true });
+  const before = l.expires;
+  await until(300); // so that a renewal crediting the old TTL lands visibly later
+  const after = await l.renew().catch(() => l.expires);
+  await l.release();
+  c.close();
+  assert.ok(after <= before, `an answer with ttl_ms 0 moved the deadline ${Math.round(after - before)} ms later`);
+});
+
+test("a session keepalive reporting a LIVE lease with ttl_ms 0 does not extend that lease (the Go SDK refuses it)", async () => {
+  const shard = (ttlMs: bigint) => [create(SessionShardSchema, { shard: "shard-0", state: ShardLeaseState.LIVE, ttlMs })];
+  const gw = await fake(() => ({
+    openSession: () => create(OpenSessionResponseSchema, { sessionId: "s-1", ttlMs: 1500n, shards: shard(1500n) }),
+    keepAliveSession: () => create(KeepAliveSessionResponseSchema, { shards: shard(0n) }),
+    closeSession: () => create(CloseSessionResponseSchema, {}),
+  }));
+  const c = new Client([gw.url]);
+  const s = await c.openSession({ ttlMs: 1500 });
+  const lease = s.lease("shard-0")!;
+  const first = lease.expires;
+  await until(1000); // two keepalives at TTL/3
+  const later = lease.signal.aborted ? first : lease.expires;
+  await s.close().catch(() => {});
+  c.close();
+  assert.ok(later <= first, `keepalives answering ttl_ms 0 moved the lease's deadline ${Math.round(later - first)} ms later`);
+});
