@@ -237,6 +237,37 @@ class SessionLeakTest(unittest.TestCase):
         pinned = sum(1 for r in refs if r() is not None)
         self.assertEqual(pinned, 0, f"{pinned} of 100 released session locks' signals are still referenced (by the session lease's callbacks)")
 
+    def test_a_raising_loss_callback_on_one_lock_does_not_hide_the_loss_from_another(self):
+        # Two locks on one session lease; the first lock's loss signal has a
+        # callback that raises. The lease's loss must still reach the second.
+        live = {"shards": [{"shard": "s0", "state": "SHARD_LEASE_STATE_LIVE", "ttlMs": "1500"}]}
+        lost = {"shards": [{"shard": "s0", "state": "SHARD_LEASE_STATE_LOST"}]}
+        gw = FakeGateway(
+            {
+                "OpenSession": lambda r, h: Reply({"sessionId": "s-1", "ttlMs": "1500", **live}),
+                "KeepAliveSession": lambda r, h: Reply(lost),
+                "TryAcquire": lambda r, h: Reply(grant(1500, lock_id=r["name"])),
+                "Release": lambda r, h: Reply({"released": True}),
+                "CloseSession": lambda r, h: Reply({}),
+            }
+        )
+        self.addCleanup(gw.close)
+        c = leasegate.Client([gw.url])
+        self.addCleanup(c.close)
+        s = c.open_session(ttl=1.5)
+        self.addCleanup(s.close)
+        first = s.try_acquire("first")
+        second = s.try_acquire("second")
+
+        def boom(_cause):
+            raise RuntimeError("a caller's callback failed")
+
+        first.lost.add_callback(boom)
+        deadline = second.expires
+        told = second.lost.wait(max(deadline - time.monotonic(), 0) + 1.0)
+        past = time.monotonic() - deadline
+        self.assertTrue(told and not second.held(), f"{past * 1000:.0f} ms past its deadline, the second lock is untold (held() = {second.held()}): a loss callback of another lock raised")
+
 
 if __name__ == "__main__":
     unittest.main()
