@@ -131,7 +131,7 @@ def read_envelopes(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
             raise WireError("unavailable", "the stream broke inside an envelope header")
         flags, n = struct.unpack(">BI", head)
         if n > MAX_MESSAGE:
-            raise WireError("resource_exhausted", f"stream message of {n} bytes exceeds {MAX_MESSAGE}")
+            raise _too_large(f"stream message of {n} bytes")
         body = _read_full(read, n)
         if len(body) < n:
             raise WireError("unavailable", "the stream broke inside a message")
@@ -253,11 +253,16 @@ def _read_body(resp: http.client.HTTPResponse) -> bytes:
     """The answer's body, refused once it exceeds MAX_MESSAGE (as a stream's
     message is) without reading the rest."""
     if (resp.length or 0) > MAX_MESSAGE:
-        raise WireError("resource_exhausted", f"answer of {resp.length} bytes exceeds {MAX_MESSAGE}")
+        raise _too_large(f"answer of {resp.length} bytes")
     body = resp.read(MAX_MESSAGE + 1)
     if len(body) > MAX_MESSAGE:
-        raise WireError("resource_exhausted", f"answer exceeds {MAX_MESSAGE} bytes")
+        raise _too_large("answer")
     return body
+
+
+def _too_large(what: str) -> WireError:
+    # A gateway's failure, not a quota of the caller's: never retried.
+    return WireError("internal", f"{what} exceeds {MAX_MESSAGE} bytes", from_server=True)
 
 
 def unary(ep: Endpoint, method: str, msg: dict, token: str | None, timeout: float) -> dict:

@@ -376,6 +376,16 @@ class WireClientTest(unittest.TestCase):
         with self.assertRaises(leasegate.ClosedError):
             c.try_acquire("x")
 
+    def test_an_oversized_answer_is_a_gateway_failure(self):
+        pad = "x" * (5 << 20)
+        f = self.fake({"TryAcquire": lambda r, h: Reply({"acquired": False, "pad": pad}), "Acquire": lambda r, h: Reply(stream=[{"queued": {"position": "1"}, "pad": pad}])})
+        c = leasegate.Client([f.url])
+        with self.assertRaises(leasegate.InternalError):
+            c.try_acquire("x")
+        with self.assertRaises(leasegate.InternalError):
+            c.acquire("x")
+        self.assertEqual(f.count("TryAcquire"), 1, "an oversized answer was retried")
+
     def test_on_queued_reports_only_changes_of_position(self):
         # The gateway repeats the position as a heartbeat.
         stream = [{"queued": {"position": p}} for p in ("3", "3", "2", "2", "2", "1")] + [{"granted": granted()}]
