@@ -26,7 +26,6 @@ from .errors import (
     op_message,
     proof_refused,
     rate_limit_delay,
-    reason_of,
     retryable,
 )
 from .keeper import Confirmation, Keeper
@@ -89,6 +88,8 @@ class SessionBinding(Protocol):
 
     def extend(self, shard: str, cancel: threading.Event | None) -> None: ...
 
+    def lose_shard(self, shard: str, cause: LeasegateError) -> None: ...
+
 
 def _ms(seconds: float) -> str:
     """Seconds as whole milliseconds on the wire (an int64: a JSON string), rounded up."""
@@ -126,6 +127,7 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
     while True:
         if o.cancel is not None and o.cancel.is_set():
             raise CancelledError(op_message(op, "cancelled"), last)
+        c.check_open(op)
         msg = _request(c, name, o, rid, s)
         if wait_until is not None:
             left = math.ceil((wait_until - clock()) * 1000)
@@ -136,38 +138,61 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
         sent = clock()
         progressed = False
         stream: wire.Stream | None = None
-        stop = lambda: None  # noqa: E731
+        stop = forget = lambda: None  # noqa: E731
         guard: threading.Timer | None = None
         try:
             stream = wire.Stream(ep, "Acquire", msg, c.token(), c.opts.request_timeout)
             stop = on_event(o.cancel, stream.close)
+            forget = c.track(lambda _closed, stream=stream: stream.close())
             if wait_until is not None:
                 guard = threading.Timer(max(until - clock(), 0), stream.close)
                 guard.daemon = True
                 guard.start()
+            g: dict | None = None
+            position = -1
             for m in stream:
                 if "queued" in m:
                     progressed = True
-                    if o.on_queued is not None:
-                        o.on_queued(int((m["queued"] or {}).get("position") or 0))
+                    p = wire.int64(wire.message(m, "queued"), "position")
+                    # The gateway repeats the position as a heartbeat:
+                    # report the first of each attempt, then changes.
+                    if o.on_queued is not None and p != position:
+                        position = p
+                        o.on_queued(p)
                 elif "granted" in m:
-                    g = m["granted"] or {}
-                    stop()
-                    stream.close()
-                    if o.cancel is not None and o.cancel.is_set():
-                        _let_go(c, g, until)
-                        raise CancelledError(op_message(op, "cancelled"))
-                    return _held(c, op, name, g, rid, anchor, sent, o, s, until)
-            raise wire.WireError("unavailable", "the acquire stream ended without a grant")
+                    g = grant(wire.message(m, "granted"))
+                    break
+            if g is None:
+                raise wire.WireError("unavailable", "the acquire stream ended without a grant")
+            stop()
+            stream.close()
+            if o.cancel is not None and o.cancel.is_set():
+                _let_go(c, g, until)
+                raise CancelledError(op_message(op, "cancelled"))
+            c.check_open(op)
+            if s is not None and s.lease(g["shard"]) is None:
+                # Granted on a lease the session gave up as lost: let the
+                # grant go and take the name again on a new lease.
+                _let_go(c, g, until)
+                if recoveries >= MAX_SHARD_RECOVERIES:
+                    raise UnavailableError(op_message(op, f"granted on shard {g['shard']}, which the session has no lease on; released it"))
+                recoveries += 1
+                rid = str(uuid.uuid4())
+                s.extend(g["shard"], o.cancel)
+                continue
+            return _held(c, op, name, g, rid, anchor, sent, o, s, until)
         except LeasegateError:
             raise
         except wire.WireError as err:
             if o.cancel is not None and o.cancel.is_set():
                 raise CancelledError(op_message(op, "cancelled"), err) from None
-            if s is not None and reason_of(err) == ErrorReason.SESSION_SHARD_MISSING and recoveries < MAX_SHARD_RECOVERIES:
-                recoveries += 1
-                s.extend(classify(op, err).shard, o.cancel)
-                continue
+            c.check_open(op)
+            if s is not None and recoveries < MAX_SHARD_RECOVERIES:
+                new_rid = _recover(c, op, s, err, o.cancel)
+                if new_rid is not None:
+                    recoveries += 1
+                    rid = new_rid or rid
+                    continue
             if wait_until is not None and clock() >= wait_until:
                 raise WaitTimeoutError(op_message(op, "wait timed out"), err) from None
             last = err
@@ -197,10 +222,46 @@ def acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None) ->
                     time.sleep(pause)
         finally:
             stop()
+            forget()
             if guard is not None:
                 guard.cancel()
             if stream is not None:
                 stream.close()
+
+
+def _recover(c, op: str, s: SessionBinding, err: BaseException, cancel: threading.Event | None) -> str | None:
+    """Handles a failure that concerns the session's lease on one shard:
+    SESSION_SHARD_MISSING (the session has none there) or SESSION_LOST
+    naming the shard (the gateway proved it gone: it is lost, with its
+    locks). The session then covers the shard with a new lease. Returns
+    None when err is neither, "" to retry under the same request id, or
+    the new request id to retry under: a waiter left on a lost lease is
+    bound to it, and the same id on the new lease would be refused as
+    another caller's."""
+    e = classify(op, err)
+    if not e.shard:
+        return None
+    if e.reason == ErrorReason.SESSION_SHARD_MISSING:
+        s.extend(e.shard, cancel)
+        return ""
+    if e.reason == ErrorReason.SESSION_LOST:
+        s.lose_shard(e.shard, e)
+        s.extend(e.shard, cancel)
+        return str(uuid.uuid4())
+    return None
+
+
+def grant(g: dict) -> dict:
+    """A Granted message with its numbers checked and parsed (WireError
+    internal when one is malformed): what _held and Lock read."""
+    return {
+        "lockId": str(g.get("lockId") or ""),
+        "fencingToken": wire.int64(g, "fencingToken"),
+        "ttlMs": wire.int64(g, "ttlMs"),
+        "validForMs": wire.int64(g, "validForMs"),
+        "shard": str(g.get("shard") or ""),
+        "holdCount": wire.int64(g, "holdCount"),
+    }
 
 
 def _ts(v) -> datetime | None:
@@ -227,15 +288,20 @@ def try_acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None
 
         def attempt(ep, tok, t):
             sent[0] = clock()
-            return wire.unary(ep, "TryAcquire", msg, tok, t)
+            r = wire.unary(ep, "TryAcquire", msg, tok, t)
+            if r.get("acquired") and r.get("granted"):
+                r["granted"] = grant(wire.message(r, "granted"))
+            return r
 
         try:
             resp = c.call(op, attempt, cancel=o.cancel)
         except LeasegateError as err:
-            if s is not None and err.reason == ErrorReason.SESSION_SHARD_MISSING and recoveries < MAX_SHARD_RECOVERIES:
-                recoveries += 1
-                s.extend(err.shard, o.cancel)
-                continue
+            if s is not None and recoveries < MAX_SHARD_RECOVERIES:
+                new_rid = _recover(c, op, s, err, o.cancel)
+                if new_rid is not None:
+                    recoveries += 1
+                    rid = new_rid or rid
+                    continue
             raise
         if not resp.get("acquired") or not resp.get("granted"):
             holder, delay = _ts(resp.get("holderExpiresAt")), _ts(resp.get("delayUntil"))
@@ -246,7 +312,17 @@ def try_acquire(c, name: str, o: AcquireOptions, s: SessionBinding | None = None
             else:
                 why = f'lock "{name}" is held'
             raise NotAcquiredError("leasegate: " + why, holder, delay)
-        return _held(c, op, name, resp["granted"], rid, anchor, sent[0], o, s)
+        g = resp["granted"]
+        c.check_open(op)
+        if s is not None and s.lease(g["shard"]) is None and recoveries < MAX_SHARD_RECOVERIES:
+            # Granted on a lease the session gave up as lost: let the grant
+            # go and take the name again on a new lease.
+            _let_go(c, g)
+            recoveries += 1
+            rid = str(uuid.uuid4())
+            s.extend(g["shard"], o.cancel)
+            continue
+        return _held(c, op, name, g, rid, anchor, sent[0], o, s)
 
 
 def _let_go(c, g: dict, until: float | None = None) -> None:
@@ -270,10 +346,6 @@ def _let_go(c, g: dict, until: float | None = None) -> None:
     t.join(max(until - c.opts.clock(), 0))
 
 
-def _seconds(v) -> float:
-    return int(v or 0) / 1000
-
-
 def _held(
     c, op: str, name: str, g: dict, rid: str, anchor: float, sent: float, o: AcquireOptions, s: SessionBinding | None, until: float | None = None
 ) -> Lock:
@@ -290,19 +362,19 @@ def _held(
             raise UnavailableError(op_message(op, f"granted on shard {g.get('shard')}, which the session has no lease on; released it"))
         # A lease lost since the grant takes the lock with it, as it should.
         return Lock(c, name, g, rid, lease, None)
-    ttl = _seconds(g.get("ttlMs"))
+    ttl = wire.millis(g, "ttlMs")
     if not ttl > 0:
         raise UnavailableError(op_message(op, f"the gateway granted a lease with ttl_ms {g.get('ttlMs')}"))
     opts = c.opts
     clock = opts.clock
-    lock_id, token = str(g.get("lockId") or ""), str(int(g.get("fencingToken") or 0))
+    lock_id, token = g["lockId"], str(g["fencingToken"])
 
     def renew(ep, tok, t) -> Confirmation:
         r = wire.unary(ep, "Renew", {"lockId": lock_id, "fencingToken": token}, tok, t)
-        return Confirmation(_seconds(r.get("ttlMs")), _seconds(r.get("validForMs")))
+        return Confirmation(wire.millis(r, "ttlMs"), wire.millis(r, "validForMs"))
 
     deadline = opts.deadline_of(anchor, ttl)
-    valid = _seconds(g.get("validForMs"))
+    valid = wire.millis(g, "validForMs")
     if valid > 0:
         deadline = min(deadline, opts.deadline_of(sent, ttl, valid))
     if clock() - anchor >= ttl * opts.renew_fraction:
@@ -318,10 +390,11 @@ def _held(
             # renewal's confirmation, counted from its own send time, is
             # what the lock's deadline then rests on.
             conf = c.call(op, attempt, cancel=o.cancel, until=until)
+            # Without a TTL it confirms nothing; above the granted one it
+            # counts only the granted one (a renewal never changes it).
             if conf.ttl > 0:
-                ttl = conf.ttl
-            anchor = rsent[0]
-            deadline = opts.deadline_of(anchor, ttl, conf.valid_for)
+                anchor = rsent[0]
+                deadline = opts.deadline_of(anchor, min(conf.ttl, ttl), conf.valid_for)
         except LeasegateError as err:
             cause = err.__cause__ if err.__cause__ is not None else err
             if proof_refused(cause):

@@ -50,6 +50,9 @@ class Core:
         self._mu = threading.Lock()
         self._cur = 0
         self._closed = False
+        # What close must end: each keeper, session and acquire stream of
+        # the client that is still going, by a key of its own.
+        self._ends: dict[object, Callable[[ClosedError], None]] = {}
 
     @property
     def endpoints(self) -> list[str]:
@@ -57,9 +60,41 @@ class Core:
         return [e.url for e in self._eps]
 
     def close(self) -> None:
-        """Closes the client: later calls raise ClosedError. Locks still held are
-        not released: they lose their renewals and end at their deadlines."""
-        self._closed = True
+        """Closes the client and ends everything it keeps: every lock's loss
+        signal fires with a LockLostError caused by a ClosedError, every
+        session ends with a ClosedError, and waiting acquires fail with one.
+        It sends nothing: what was held lapses in etcd at its lease's TTL
+        (release locks and close sessions first to free them at once). No
+        request leaves the client once it returns; later calls raise
+        ClosedError. Idempotent; it does not wait for the network."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+            ends, self._ends = list(self._ends.values()), {}
+        closed = ClosedError("leasegate: the client was closed")
+        for end in ends:
+            end(closed)
+
+    @property
+    def closed(self) -> bool:
+        """Whether close was called."""
+        return self._closed
+
+    def track(self, end: Callable[[ClosedError], None]) -> Callable[[], None]:
+        """Has close call end(cause); returns the function that forgets it.
+        On a closed client end runs at once."""
+        key = object()
+        with self._mu:
+            if not self._closed:
+                self._ends[key] = end
+                return lambda: self._forget(key)
+        end(ClosedError("leasegate: the client was closed"))
+        return lambda: None
+
+    def _forget(self, key: object) -> None:
+        with self._mu:
+            self._ends.pop(key, None)
 
     def __enter__(self):
         return self
@@ -125,6 +160,7 @@ class Core:
                 pause = 0.0
             if cancel is not None and cancel.is_set():
                 raise CancelledError(op_message(op, "cancelled"), last)
+            self.check_open(op)
             i, ep = self.pick()
             t = timeout if timeout is not None else self.opts.request_timeout
             if until is not None:

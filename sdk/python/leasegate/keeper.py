@@ -14,6 +14,7 @@ once the deadline has passed revives nothing: the signal stays fired.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from .errors import (
     retryable,
 )
 from .signal import Signal
+
+_log = logging.getLogger("leasegate")
 
 
 @dataclass
@@ -53,7 +56,11 @@ class Keeper:
 
     Two daemon threads serve it: one fires the deadline (it never waits on
     the network, so a renewal stuck in a call cannot delay the signal), one
-    renews. Both end when lost fires.
+    renews. Both end when lost fires, which the client's close does too.
+
+    A confirmation is credited with at most the lease's granted TTL (a renewal
+    never changes a lease's TTL, so a larger one is a gateway's error) and a
+    confirmation without a TTL credits nothing.
     """
 
     def __init__(self, core, op: str, ttl: float, anchor: float, deadline: float, renew: RenewFn | None, background: bool):
@@ -68,6 +75,8 @@ class Keeper:
         self._next_renewal = anchor + core.opts.renew_interval(ttl)
         #: Fired, with the cause, when the lease is lost or the keeper stops.
         self.lost = Signal()
+        forget = core.track(lambda closed: self.lose(LockLostError(op_message(self._op, "lock lost", closed), closed)))
+        self.lost.add_callback(lambda _cause: forget())
         threading.Thread(target=self._watch_deadline, name=f"leasegate-deadline {op}", daemon=True).start()
         if renew is not None and background:
             threading.Thread(target=self._renew_loop_bg, name=f"leasegate-renew {op}", daemon=True).start()
@@ -92,10 +101,8 @@ class Keeper:
             if self.lost.is_set():
                 return False
             late = now >= self._deadline
-            if not late:
-                if conf.ttl > 0:
-                    self._ttl = conf.ttl
-                d = self._c.opts.deadline_of(sent, self._ttl, conf.valid_for)
+            if not late and conf.ttl > 0:
+                d = self._c.opts.deadline_of(sent, min(conf.ttl, self._ttl), conf.valid_for)
                 if d > self._deadline:
                     self._deadline = d
                 if sent > self._anchor:
@@ -147,6 +154,9 @@ class Keeper:
             except LeasegateError:
                 if self.lost.is_set():
                     return
+            except Exception:  # noqa: BLE001 - the lease outlives a fault of one renewal
+                _log.exception("leasegate: %s: a renewal failed unexpectedly", self._op)
+                self.lost.wait(self._c.opts.backoff_initial)
 
     def renew_now(self) -> float:
         """Renews until a gateway confirms the lease, one proves it lost, or the
@@ -200,7 +210,15 @@ class Keeper:
             sent = opts.clock()
             pause = 0.0
             try:
-                conf = renew(ep, self._c.token(), max(0.001, min(opts.request_timeout, left)))
+                try:
+                    conf = renew(ep, self._c.token(), max(0.001, min(opts.request_timeout, left)))
+                except wire.WireError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - one attempt's fault, retried like a failed call
+                    _log.exception("leasegate: %s: a renewal attempt failed unexpectedly", self._op)
+                    raise wire.WireError("unknown", f"{type(e).__name__}: {e}") from e
+                if not conf.ttl > 0:
+                    raise wire.WireError("internal", "the gateway confirmed the lease without a TTL, which confirms nothing", from_server=True)
                 if not self.credit(sent, conf):
                     raise self.lost.cause
                 self._observe(sent, None)

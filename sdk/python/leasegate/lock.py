@@ -39,7 +39,7 @@ class Lock:
         #: The lock's name.
         self.name = name
         #: The fencing token, exact (a Python int); it only grows for the name.
-        self.token = int(granted.get("fencingToken") or 0)
+        self.token = wire.int64(granted, "fencingToken")
         #: The opaque lock id (carries the holder's secret).
         self.id = str(granted.get("lockId") or "")
         #: The shard (etcd cluster) the lock lives on.
@@ -47,7 +47,7 @@ class Lock:
         #: The request id the lock was acquired under.
         self.request_id = request_id
         #: The lock's holds (more than 1 for a re-entered session lock).
-        self.hold_count = max(int(granted.get("holdCount") or 0), 1)
+        self.hold_count = max(wire.int64(granted, "holdCount"), 1)
         self.lease = lease
         self._keeper = keeper
         self._mu = threading.Lock()
@@ -55,7 +55,9 @@ class Lock:
         #: Fired, with the cause, when the lock ends.
         self.lost = Signal()
         self.done = self.lost
-        lease.lost.add_callback(self.lost.fire)
+        # Removed at release: a session's lease outlives many of its locks.
+        self._follow = self.lost.fire
+        lease.lost.add_callback(self._follow)
 
     @property
     def expires(self) -> float:
@@ -68,7 +70,7 @@ class Lock:
         return self.lost.cause if self.lost.is_set() else None  # type: ignore[return-value]
 
     def held(self) -> bool:
-        """Whether the lock is still held: not ended, its deadline not passed."""
+        """Whether the lock is still held: not ended, its lease not lost, its deadline not passed."""
         try:
             self.check()
             return True
@@ -76,13 +78,17 @@ class Lock:
             return False
 
     def check(self) -> None:
-        """Raises the lock's error when it has ended, or when its deadline has
-        passed on the clock even if the deadline thread has not run yet:
-        call it right before a write."""
-        if not self.lost.is_set() and self._c.opts.clock() >= self.lease.expires:
+        """Raises the lock's error when it has ended, when its lease is lost, or
+        when its deadline has passed on the clock even if the deadline thread
+        has not run yet: call it right before a write. The lease is looked
+        at itself, not only through the lock's signal."""
+        lease = self.lease
+        if not self.lost.is_set() and not lease.lost.is_set() and self._c.opts.clock() >= lease.expires:
             op = f'lock "{self.name}"'
             why = UnavailableError(op_message(op, "no gateway confirmed the lease before its deadline"))
-            self.lease.lose(LockLostError(op_message(op, "lock lost", why), why))
+            lease.lose(LockLostError(op_message(op, "lock lost", why), why))
+        if lease.lost.is_set():
+            self.lost.fire(lease.lost.cause)
         if self.lost.is_set():
             raise self.lost.cause or LockLostError(op_message(f'lock "{self.name}"', "lock lost"))
 
@@ -96,7 +102,8 @@ class Lock:
 
     def release(self) -> bool:
         """Frees the lock and fires lost with a ReleasedError. Returns False when
-        the lock was already gone (released or expired). Idempotent; it can
+        the lock was already gone (released or expired), and sends nothing
+        once the client is closed (close ended the lock). Idempotent; it can
         never free a lock another holder acquired since (the fencing token
         names this grant)."""
         op = f'release lock "{self.name}"'
@@ -109,6 +116,9 @@ class Lock:
         if self._keeper is not None:
             self._keeper.lose(released)  # stops its renewals too
         self.lost.fire(released)
+        self.lease.lost.remove_callback(self._follow)
+        if self._c.closed:
+            return False
         msg = {"lockId": self.id, "fencingToken": str(self.token)}
         try:
             resp = self._c.call(op, lambda ep, tok, t: wire.unary(ep, "Release", msg, tok, t))

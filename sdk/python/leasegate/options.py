@@ -23,7 +23,8 @@ class Options:
     token: bearer token, a fixed string or a source called before every request. Default none.
     ssl_context: TLS for https:// endpoints (trust, client certificate); also makes
         https the scheme of endpoints given without one. Default: the system's trust, no client certificate.
-    request_timeout: bound of one attempt of a unary call. Default 10.
+    request_timeout: bound of one attempt of a unary call as a whole (connect, send, and the
+        answer however slowly it arrives). Default 10.
     renew_fraction: renewal interval as a fraction of the TTL, in (0, 0.5]. Default 1/3, jittered ±10%.
     safety_margin: subtracted from every deadline. Default TTL/100 + 0.1; at most TTL/3.
     backoff_initial, backoff_max: first and largest pause between rounds of retries. Default 0.1 and 2.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+
+_log = logging.getLogger("leasegate")
 
 
 class Signal(threading.Event):
@@ -12,7 +15,9 @@ class Signal(threading.Event):
     The first fire wins: its cause stays, later ones are ignored. Callbacks
     added with add_callback run once, on the firing thread, before the
     event is set (so a thread woken by wait sees what they recorded), or at
-    once when it has fired; they must not block.
+    once when it has fired; they must not block. Each runs on its own: one
+    that raises is logged (logger "leasegate") and the others still run, so
+    a caller's failing callback never hides a loss from another listener.
     """
 
     def __init__(self) -> None:
@@ -37,7 +42,7 @@ class Signal(threading.Event):
             cbs, self._callbacks = self._callbacks, []
         try:
             for cb in cbs:
-                cb(cause)
+                _run(cb, cause)
         finally:
             super().set()
         return True
@@ -56,7 +61,23 @@ class Signal(threading.Event):
             if not self._fired:
                 self._callbacks.append(cb)
                 return
-        cb(self._cause)
+        _run(cb, self._cause)
+
+    def remove_callback(self, cb: Callable[[BaseException | None], None]) -> None:
+        """Drops cb (compared by ==) if it has not run yet, so that the signal
+        no longer keeps cb, and what it refers to, alive."""
+        with self._mu:
+            try:
+                self._callbacks.remove(cb)
+            except ValueError:
+                pass
+
+
+def _run(cb: Callable[[BaseException | None], None], cause: BaseException | None) -> None:
+    try:
+        cb(cause)
+    except Exception:  # noqa: BLE001 - a listener's failure is not the signal's
+        _log.exception("leasegate: a Signal callback raised")
 
 
 def on_event(ev: threading.Event | None, fn: Callable[[], None]) -> Callable[[], None]:
@@ -69,8 +90,17 @@ def on_event(ev: threading.Event | None, fn: Callable[[], None]) -> Callable[[],
         return lambda: None
     stopped = threading.Event()
     if isinstance(ev, Signal):
-        ev.add_callback(lambda _c: None if stopped.is_set() else fn())
-        return stopped.set
+
+        def cb(_cause: BaseException | None) -> None:
+            if not stopped.is_set():
+                fn()
+
+        def stop() -> None:
+            stopped.set()
+            ev.remove_callback(cb)
+
+        ev.add_callback(cb)
+        return stop
 
     def watch() -> None:
         while not stopped.is_set():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import ssl
 import struct
@@ -77,6 +78,40 @@ class WireError(Exception):
         return None
 
 
+_INT = re.compile(r"-?[0-9]+")
+
+
+def int64(obj: dict, key: str) -> int:
+    """obj[key] as an integer: protojson writes an int64 as a string of
+    digits, an int32 as a number; absent or null is 0. Anything else (a
+    float, which would round a fencing token above 2**53, an exponent, a
+    word, an object) is a gateway's malformed answer: WireError internal."""
+    v = obj.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and _INT.fullmatch(v):
+        return int(v)
+    raise WireError("internal", f"malformed answer: {key} is {v!r}; want an integer", from_server=True)
+
+
+def millis(obj: dict, key: str) -> float:
+    """obj[key], a duration in whole milliseconds, in seconds (as int64)."""
+    return int64(obj, key) / 1000
+
+
+def message(obj: object, key: str) -> dict:
+    """obj[key] as a message; absent or null is an empty one. A field of
+    another type is a malformed answer: WireError internal."""
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise WireError("internal", f"malformed answer: {key} is {v!r}; want a message", from_server=True)
+    return v
+
+
 def encode_envelope(msg: dict, flags: int = 0) -> bytes:
     """One Connect envelope holding msg as JSON."""
     body = json.dumps(msg, separators=(",", ":")).encode()
@@ -96,7 +131,7 @@ def read_envelopes(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
             raise WireError("unavailable", "the stream broke inside an envelope header")
         flags, n = struct.unpack(">BI", head)
         if n > MAX_MESSAGE:
-            raise WireError("resource_exhausted", f"stream message of {n} bytes exceeds {MAX_MESSAGE}")
+            raise _too_large(f"stream message of {n} bytes")
         body = _read_full(read, n)
         if len(body) < n:
             raise WireError("unavailable", "the stream broke inside a message")
@@ -214,10 +249,53 @@ def _http_error(status: int, body: bytes) -> WireError:
     return WireError(_HTTP_CODES.get(status, "unknown"), f"HTTP {status}: {body[:200]!r}", from_server=True)
 
 
+def _read_body(resp: http.client.HTTPResponse) -> bytes:
+    """The answer's body, refused once it exceeds MAX_MESSAGE (as a stream's
+    message is) without reading the rest."""
+    if (resp.length or 0) > MAX_MESSAGE:
+        raise _too_large(f"answer of {resp.length} bytes")
+    body = resp.read(MAX_MESSAGE + 1)
+    if len(body) > MAX_MESSAGE:
+        raise _too_large("answer")
+    return body
+
+
+def _too_large(what: str) -> WireError:
+    # A gateway's failure, not a quota of the caller's: never retried.
+    return WireError("internal", f"{what} exceeds {MAX_MESSAGE} bytes", from_server=True)
+
+
 def unary(ep: Endpoint, method: str, msg: dict, token: str | None, timeout: float) -> dict:
-    """Calls method with msg and returns the answer, or raises WireError."""
+    """Calls method with msg and returns the answer, or raises WireError.
+
+    timeout bounds the whole call: connecting, sending and reading however
+    slowly the gateway trickles its answer (a socket timeout alone bounds
+    only each read). At the bound a timer shuts the socket and the call
+    fails with deadline_exceeded.
+    """
     conn = ep.connect(timeout)
+    conn.auto_open = 0  # a socket shut by the timer must not reconnect
+    mu = threading.Lock()
+    expired = [False]
+
+    def expire() -> None:
+        with mu:
+            expired[0] = True
+            sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
     try:
+        conn.connect()
+        with mu:
+            if expired[0]:
+                raise WireError("deadline_exceeded", f"no answer within {timeout:.3f} s")
         conn.request(
             "POST",
             ep.prefix + SERVICE + method,
@@ -225,12 +303,15 @@ def unary(ep: Endpoint, method: str, msg: dict, token: str | None, timeout: floa
             headers=_headers("application/json", token, timeout),
         )
         resp = conn.getresponse()
-        body = resp.read()
+        body = _read_body(resp)
     except WireError:
         raise
-    except (OSError, http.client.HTTPException) as e:
+    except (OSError, http.client.HTTPException, ValueError, AttributeError) as e:
+        if expired[0]:
+            raise WireError("deadline_exceeded", f"no answer within {timeout:.3f} s") from e
         raise (_pending_alert(conn) or _transport_error(e)) from e
     finally:
+        timer.cancel()
         conn.close()
     if resp.status != 200:
         raise _http_error(resp.status, body)
@@ -270,7 +351,7 @@ class Stream:
             self._conn.request("POST", self._path, body=self._body, headers=self._headers)
             resp = self._conn.getresponse()
             if resp.status != 200:
-                raise _http_error(resp.status, resp.read())
+                raise _http_error(resp.status, _read_body(resp))
             for flags, body in read_envelopes(resp.read):
                 if flags & COMPRESSED:
                     raise WireError("internal", "compressed stream message not negotiated", from_server=True)

@@ -376,6 +376,93 @@ class WireClientTest(unittest.TestCase):
         with self.assertRaises(leasegate.ClosedError):
             c.try_acquire("x")
 
+    def test_an_oversized_answer_is_a_gateway_failure(self):
+        pad = "x" * (5 << 20)
+        f = self.fake({"TryAcquire": lambda r, h: Reply({"acquired": False, "pad": pad}), "Acquire": lambda r, h: Reply(stream=[{"queued": {"position": "1"}, "pad": pad}])})
+        c = leasegate.Client([f.url])
+        with self.assertRaises(leasegate.InternalError):
+            c.try_acquire("x")
+        with self.assertRaises(leasegate.InternalError):
+            c.acquire("x")
+        self.assertEqual(f.count("TryAcquire"), 1, "an oversized answer was retried")
+
+    def test_on_queued_reports_only_changes_of_position(self):
+        # The gateway repeats the position as a heartbeat.
+        stream = [{"queued": {"position": p}} for p in ("3", "3", "2", "2", "2", "1")] + [{"granted": granted()}]
+        f = self.fake({"Acquire": lambda r, h: Reply(stream=stream), "Release": lambda r, h: Reply({"released": True})})
+        c = leasegate.Client([f.url])
+        seen = []
+        c.acquire("x", on_queued=seen.append).release()
+        self.assertEqual(seen, [3, 2, 1])
+
+    def test_close_ends_the_clients_sessions_and_sends_nothing_after(self):
+        live = {"shards": [{"shard": "s0", "state": "SHARD_LEASE_STATE_LIVE", "ttlMs": "1500"}]}
+        f = self.fake(
+            {
+                "OpenSession": lambda r, h: Reply({"sessionId": "s-1", "ttlMs": "1500", **live}),
+                "KeepAliveSession": lambda r, h: Reply(live),
+                "TryAcquire": lambda r, h: Reply({"acquired": True, "granted": {**granted(), "shard": "s0"}}),
+                "Release": lambda r, h: Reply({"released": True}),
+                "CloseSession": lambda r, h: Reply({}),
+            }
+        )
+        c = leasegate.Client([f.url])
+        s = c.open_session(ttl=1.5)
+        lock = s.try_acquire("x")
+        c.close()
+        sent = len(f.requests)
+        self.assertIsInstance(s.done.cause, leasegate.ClosedError)
+        self.assertIsInstance(lock.error, leasegate.LockLostError)
+        self.assertIsInstance(lock.error.__cause__, leasegate.ClosedError)
+        self.assertFalse(lock.release(), "a lock the close ended was released again")
+        s.close()
+        time.sleep(1.0)  # two keepalive intervals
+        self.assertEqual(f.requests[sent:], [], "requests left the closed client")
+
+    def test_a_session_takes_a_new_lease_on_a_shard_whose_lease_was_lost(self):
+        # Two shards; s0's lease is reported LOST, s1's stays live. A later
+        # lock on s0 gets a new lease (replace), as the Go SDK does, whether
+        # the gateway still grants on the old lease or answers SESSION_LOST.
+        lost_s0 = connect_error("failed_precondition", "session lost", (EI, error_info("SESSION_LOST", {"shard": "s0"})))
+        for refusal in ("grant", "session_lost"):
+            with self.subTest(refusal=refusal):
+                state = {"s0": "SHARD_LEASE_STATE_LOST", "replaced": False}
+
+                def shards(*names):
+                    return {"shards": [{"shard": n, "state": state.get(n, "SHARD_LEASE_STATE_LIVE"), "ttlMs": "1500"} for n in names]}
+
+                def extend(r, h):
+                    state["replaced"] = bool(r.get("replace"))
+                    state["s0"] = "SHARD_LEASE_STATE_LIVE"
+                    return Reply({"sessionId": "s-2", "shards": [{"shard": "s0", "state": "SHARD_LEASE_STATE_LIVE", "ttlMs": "1500"}]})
+
+                def try_acquire(r, h):
+                    if not state["replaced"] and refusal == "session_lost":
+                        return Reply(error=lost_s0)
+                    return Reply({"acquired": True, "granted": {**granted(), "lockId": r["requestId"], "shard": "s0"}})
+
+                f = self.fake(
+                    {
+                        "OpenSession": lambda r, h: Reply({"sessionId": "s-1", "ttlMs": "1500", "shards": [{"shard": n, "state": "SHARD_LEASE_STATE_LIVE", "ttlMs": "1500"} for n in ("s0", "s1")]}),
+                        "KeepAliveSession": lambda r, h: Reply(shards(*r["shards"])),
+                        "ExtendSession": extend,
+                        "TryAcquire": try_acquire,
+                        "Release": lambda r, h: Reply({"released": True}),
+                        "CloseSession": lambda r, h: Reply({}),
+                    }
+                )
+                c = leasegate.Client([f.url])
+                self.addCleanup(c.close)
+                s = c.open_session(ttl=1.5)
+                old = s.lease("s0")
+                self.assertTrue(old.lost.wait(3), "the keepalive's LOST did not end s0's lease")
+                lock = s.try_acquire("x", request_id="rid-1")
+                self.assertTrue(lock.held(), f"the lock on a new lease is not held: {lock.error}")
+                self.assertIsNot(lock.lease, old)
+                self.assertTrue(state["replaced"], "the session extended to s0 without replacing its lost lease")
+                self.assertNotEqual(lock.id, "rid-1", "the retry on the new lease kept the request id bound to the lost one")
+                s.close()
+
     def test_bad_options_name_the_value(self):
         with self.assertRaisesRegex(leasegate.InvalidArgumentError, "renew_fraction is 0.9"):
             leasegate.Client(["http://127.0.0.1:1"], renew_fraction=0.9)
