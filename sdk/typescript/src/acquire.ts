@@ -23,7 +23,7 @@ import { ErrorReason } from "./gen/leasegate/v1/errors_pb.js";
 import type { Granted } from "./gen/leasegate/v1/lock_pb.js";
 import { Keeper, deadlineOf, type Confirmation, type RenewFn } from "./keeper.js";
 import { Lock, type LeaseHolder } from "./lock.js";
-import { sleep } from "./retry.js";
+import { later, sleep } from "./retry.js";
 
 /** AcquireOptions tune one acquire; every field is optional. */
 export interface AcquireOptions {
@@ -31,7 +31,7 @@ export interface AcquireOptions {
   ttlMs?: number;
   /** Longest wait for a grant, in ms; then WaitTimeoutError. Default: wait until `signal` aborts. */
   waitTimeoutMs?: number;
-  /** Called with the caller's place in line (1: next) whenever the gateway reports it. */
+  /** Called with the caller's place in line (1: next) when it changes (and first on each attempt), as the gateway reports it. */
   onQueued?: (position: number) => void;
   /** Aborting it gives up the wait (the gateway drops the caller from the queue). */
   signal?: AbortSignal;
@@ -52,11 +52,20 @@ export interface SessionBinding {
   readonly sessionId: string;
   /** The lease on shard, or undefined when the session has none there. */
   lease(shard: string): LeaseHolder | undefined;
-  /** Opens the session's lease on shard (SESSION_SHARD_MISSING). */
-  extend(shard: string, signal?: AbortSignal): Promise<void>;
+  /** Opens the session's lease on shard (SESSION_SHARD_MISSING), by `until` on the client's clock when given. */
+  extend(shard: string, signal?: AbortSignal, until?: number): Promise<void>;
 }
 
 const MAX_SHARD_RECOVERIES = 3;
+
+/**
+ * How long past its wait deadline an acquire may take to return: the time
+ * to confirm a grant that arrived at the deadline. The gateway ends the
+ * wait itself; closing an attempt's stream this long after the deadline
+ * only guards against a gateway or network that stalls (the Go SDK's
+ * waitGrace).
+ */
+const WAIT_GRACE_MS = 500;
 
 function ms(n: bigint): number {
   return Number(n);
@@ -77,12 +86,16 @@ export async function acquire(c: Core, name: string, o: AcquireOptions, s?: Sess
   const anchor = cfg.now();
   const rid = o.requestId ?? randomUUID();
   const waitUntil = o.waitTimeoutMs !== undefined ? anchor + o.waitTimeoutMs : undefined;
+  // The latest the call may return, whatever a gateway does.
+  const until = waitUntil !== undefined ? waitUntil + WAIT_GRACE_MS : undefined;
+  const signal = c.signalFor(o.signal);
   const bo = c.newBackoff();
   let failures = 0;
   let recoveries = 0;
   let last: unknown;
   for (;;) {
     if (o.signal?.aborted) throw new AbortedError(opMessage(op, "aborted"), o.signal.reason);
+    c.checkOpen(op, last);
     let waitMs = 0n;
     if (waitUntil !== undefined) {
       const left = Math.ceil(waitUntil - cfg.now());
@@ -92,6 +105,10 @@ export async function acquire(c: Core, name: string, o: AcquireOptions, s?: Sess
     const [i, rpc] = c.pick();
     const sent = cfg.now();
     let progressed = false;
+    // Ends this attempt's stream: once it is done with, or when it stalls
+    // past the wait's grace.
+    const attempt = new AbortController();
+    const guard = until !== undefined ? later(until - cfg.now(), () => attempt.abort()) : undefined;
     try {
       const stream = rpc.acquire(
         {
@@ -105,30 +122,40 @@ export async function acquire(c: Core, name: string, o: AcquireOptions, s?: Sess
           reentrant: o.reentrant ?? false,
           lockDelayMs: BigInt(o.lockDelayMs ?? 0),
         },
-        { signal: o.signal },
+        { signal: AbortSignal.any([signal, attempt.signal]) },
       );
+      let position = -1;
       for await (const m of stream) {
         if (m.event.case === "queued") {
           progressed = true;
-          o.onQueued?.(ms(m.event.value.position));
+          // The gateway repeats the position as a heartbeat: report changes.
+          const p = ms(m.event.value.position);
+          if (p !== position) {
+            position = p;
+            o.onQueued?.(p);
+          }
         } else if (m.event.case === "granted") {
           const g = m.event.value;
           if (o.signal?.aborted) {
             void letGo(c, g);
             throw new AbortedError(opMessage(op, "aborted"), o.signal.reason);
           }
-          return await held(c, op, name, g, rid, anchor, sent, o, s);
+          guard?.stop();
+          attempt.abort();
+          return await held(c, op, name, g, rid, anchor, sent, o, s, until);
         }
       }
       throw new StreamEndedError();
     } catch (err) {
       if (err instanceof LeasegateError) throw err;
       if (o.signal?.aborted) throw new AbortedError(opMessage(op, "aborted"), err);
+      c.checkOpen(op, err);
       if (s && reasonOf(err) === ErrorReason.SESSION_SHARD_MISSING && recoveries < MAX_SHARD_RECOVERIES) {
         recoveries++;
-        await s.extend(classify(op, err).shard, o.signal);
+        await s.extend(classify(op, err).shard, o.signal, until);
         continue;
       }
+      if (waitUntil !== undefined && cfg.now() >= waitUntil) throw waitTimedOut(op, err);
       last = err;
       const delay = rateLimitDelay(err);
       let pause = 0;
@@ -146,10 +173,14 @@ export async function acquire(c: Core, name: string, o: AcquireOptions, s?: Sess
         if (failures % c.endpointCount === 0) pause = bo.next();
       }
       if (pause > 0) {
-        await sleep(waitUntil !== undefined ? Math.min(pause, Math.max(waitUntil - cfg.now(), 0)) : pause, o.signal).catch((e) => {
+        await sleep(waitUntil !== undefined ? Math.min(pause, Math.max(waitUntil - cfg.now(), 0)) : pause, signal).catch((e) => {
+          c.checkOpen(op, last);
           throw new AbortedError(opMessage(op, "aborted"), e);
         });
       }
+    } finally {
+      guard?.stop();
+      attempt.abort();
     }
   }
 }
@@ -225,9 +256,21 @@ async function letGo(c: Core, g: Granted): Promise<void> {
  * first attempt's send time plus the TTL (every lease event of the grant
  * follows it) and the granted attempt's send time plus valid_for_ms (which
  * counts from that attempt's arrival). After a long wait that leaves too
- * little, a renewal right away gives a fresh send time.
+ * little, a renewal right away gives a fresh send time; `until` (a reading
+ * of the client's clock: a wait's deadline plus its grace) bounds it.
  */
-async function held(c: Core, op: string, name: string, g: Granted, rid: string, anchor: number, sent: number, o: AcquireOptions, s?: SessionBinding): Promise<Lock> {
+async function held(
+  c: Core,
+  op: string,
+  name: string,
+  g: Granted,
+  rid: string,
+  anchor: number,
+  sent: number,
+  o: AcquireOptions,
+  s?: SessionBinding,
+  until?: number,
+): Promise<Lock> {
   if (s) {
     const lease = s.lease(g.shard);
     if (!lease) {
@@ -260,11 +303,14 @@ async function held(c: Core, op: string, name: string, g: Granted, rid: string, 
         // passed: the gateway kept the waiter's lease alive, and this
         // renewal's confirmation, counted from its own send time, is
         // what the lock's deadline then rests on.
-        { signal: o.signal },
+        { signal: o.signal, until },
       );
-      if (conf.ttlMs > 0) ttl = conf.ttlMs;
-      anchor = rsent;
-      deadline = deadlineOf(c, rsent, { ttlMs: ttl, validForMs: conf.validForMs });
+      if (conf.ttlMs > 0) {
+        // A TTL of 0 confirms nothing; a renewal never lengthens the TTL.
+        ttl = Math.min(conf.ttlMs, ttl);
+        anchor = rsent;
+        deadline = deadlineOf(c, rsent, { ttlMs: ttl, validForMs: conf.validForMs });
+      }
     } catch (err) {
       const cause = err instanceof LeasegateError && err.cause !== undefined ? err.cause : err;
       if (proofRefused(cause)) throw new LockLostError(opMessage(op, "lock lost", cause), classify(op, cause));

@@ -31,6 +31,18 @@ export interface AttemptOptions {
 /** An attempt of a call against one gateway. */
 export type Attempt<T> = (rpc: LockRpc, opts: AttemptOptions) => Promise<T>;
 
+/**
+ * The largest message the SDK reads from a gateway: leasegate's answers
+ * are small, and connect's own bound (4 GiB) would let a broken gateway
+ * make the SDK buffer any amount. The Python SDK's bound is the same.
+ */
+export const MAX_MESSAGE_BYTES = 4 << 20;
+
+/** @internal Closable is what a client's close ends: a lock's keeper or a session. */
+export interface Closable {
+  end(err: ClosedError): void;
+}
+
 interface Endpoint {
   url: string;
   rpc: LockRpc;
@@ -48,6 +60,10 @@ export class Core {
   private readonly eps: Endpoint[];
   private cur = 0;
   private closed = false;
+  /** Aborted by close: every call's signal follows it. */
+  private readonly closing = new AbortController();
+  /** The keepers and sessions close ends. */
+  private readonly open = new Set<Closable>();
 
   /** Creates a client of the given endpoints ("http://host:port", "https://…", or "host:port"). */
   constructor(endpoints: string[], opts: ClientOptions = {}) {
@@ -70,12 +86,13 @@ export class Core {
       // An HTTP/2 connection of our own, so that close can end it rather
       // than leave it open until it idles out.
       const session = this.cfg.httpVersion === "2" ? new Http2SessionManager(url, undefined, nodeOptions) : undefined;
+      const readMaxBytes = MAX_MESSAGE_BYTES;
       const transport =
         this.cfg.protocol === "grpc"
-          ? createGrpcTransport({ baseUrl: url, interceptors, sessionManager: session })
+          ? createGrpcTransport({ baseUrl: url, interceptors, sessionManager: session, readMaxBytes })
           : session
-            ? createConnectTransport({ baseUrl: url, httpVersion: "2", interceptors, sessionManager: session })
-            : createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors, nodeOptions });
+            ? createConnectTransport({ baseUrl: url, httpVersion: "2", interceptors, sessionManager: session, readMaxBytes })
+            : createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors, nodeOptions, readMaxBytes });
       return { url, rpc: createClient(LockService, transport), session };
     });
   }
@@ -86,18 +103,51 @@ export class Core {
   }
 
   /**
-   * Closes the client and its connections: later calls throw ClosedError,
-   * and calls under way fail. Locks still held are not released: they
-   * lose their renewals and end at their deadlines (release them first).
+   * Closes the client and its connections, and ends its locks and
+   * sessions: their signals abort at once, a lock's with a LockLostError
+   * whose cause is a ClosedError, a session's with the ClosedError. It
+   * sends nothing: the locks and sessions are not released on the
+   * gateways but lapse there with their leases, within their TTL (release
+   * them first to free the names at once). Calls under way fail, later
+   * ones throw ClosedError, and no request leaves the client once close
+   * has returned. It does not block and is idempotent.
    */
   close(): void {
+    if (this.closed) return;
     this.closed = true;
-    for (const e of this.eps) e.session?.abort(new ClosedError("leasegate: the client was closed"));
+    const err = new ClosedError("leasegate: the client was closed");
+    this.closing.abort(err);
+    for (const x of [...this.open]) x.end(err);
+    this.open.clear();
+    for (const e of this.eps) e.session?.abort(err);
+  }
+
+  /** @internal isClosed reports whether close was called. */
+  get isClosed(): boolean {
+    return this.closed;
   }
 
   /** @internal checkOpen throws ClosedError on a closed client. */
-  checkOpen(op: string): void {
-    if (this.closed) throw new ClosedError(opMessage(op, "closed"));
+  checkOpen(op: string, cause?: unknown): void {
+    if (this.closed) throw new ClosedError(opMessage(op, "closed"), cause);
+  }
+
+  /**
+   * @internal track has close end x; the function it returns forgets x.
+   * On a closed client it ends x at once.
+   */
+  track(x: Closable): () => void {
+    if (this.closed) {
+      x.end(new ClosedError("leasegate: the client was closed"));
+      return () => {};
+    }
+    this.open.add(x);
+    return () => this.open.delete(x);
+  }
+
+  /** @internal signalFor is a call's signal: aborted by the caller's, or by close. */
+  signalFor(caller?: AbortSignal): AbortSignal {
+    return caller ? AbortSignal.any([caller, this.closing.signal]) : this.closing.signal;
   }
 
   /** @internal pick returns the current endpoint's index and client. */
@@ -131,6 +181,7 @@ export class Core {
    */
   async call<T>(op: string, fn: Attempt<T>, opts: { signal?: AbortSignal; until?: number; timeoutMs?: number } = {}): Promise<T> {
     this.checkOpen(op);
+    const signal = this.signalFor(opts.signal);
     const attempts = Math.max(3, this.eps.length);
     const bo = this.newBackoff();
     let last: unknown;
@@ -139,21 +190,24 @@ export class Core {
       if (pause === 0 && a > 0 && a % this.eps.length === 0) pause = bo.next();
       if (pause > 0) {
         if (opts.until !== undefined && this.cfg.now() + pause >= opts.until) break;
-        await sleep(pause, opts.signal).catch((e: unknown) => {
+        await sleep(pause, signal).catch((e: unknown) => {
+          this.checkOpen(op, last ?? e);
           throw new AbortedError(opMessage(op, "aborted"), last ?? e);
         });
         pause = 0;
       }
+      // A connection close aborted may be opened again: never after close.
+      this.checkOpen(op, last);
       const [i, rpc] = this.pick();
       let timeoutMs = opts.timeoutMs ?? this.cfg.requestTimeoutMs;
       if (opts.until !== undefined) timeoutMs = Math.min(timeoutMs, opts.until - this.cfg.now());
       timeoutMs = Math.floor(timeoutMs); // the wire takes whole milliseconds; rounding down is never late
       if (timeoutMs <= 0) break;
-      const signal = opts.signal ?? new AbortController().signal;
       try {
         return await fn(rpc, { signal, timeoutMs });
       } catch (err) {
         if (opts.signal?.aborted) throw new AbortedError(opMessage(op, "aborted"), err);
+        this.checkOpen(op, err);
         const delay = rateLimitDelay(err);
         if (delay !== undefined) {
           pause = delay > 0 ? delay : bo.next();

@@ -221,6 +221,11 @@ export function classify(op: string, err: unknown): LeasegateError {
       if (reason === ErrorReason.NOT_OWNER) return new NotOwnerError(opMessage(op, "not the lock's owner", err), err);
       return new PermissionDeniedError(opMessage(op, "permission denied", err), err);
     case Code.ResourceExhausted: {
+      if (!errorInfo(err) && /readMaxBytes/.test(err.rawMessage)) {
+        // Connect's own refusal of a message above the SDK's read bound:
+        // a gateway that sends one is broken, and asking again will not mend it.
+        return new InternalError(opMessage(op, "a gateway's answer exceeds the SDK's message size bound", err), err);
+      }
       const limit = errorInfo(err)?.metadata["limit"] ?? "";
       const delay = retryInfoMs(err);
       if (reason === ErrorReason.RATE_LIMITED || (reason !== ErrorReason.QUOTA_EXCEEDED && delay !== undefined)) {

@@ -10,11 +10,27 @@
 // outlives the deadline by the margin. A confirmation only ever moves the
 // deadline later (an answer to an older request, crediting an earlier S,
 // is ignored), and one that arrives once the deadline has passed revives
-// nothing: the signal is aborted for good.
-import { InvalidArgumentError, LeasegateError, LockLostError, UnavailableError, classify, opMessage, proofRefused, rateLimitDelay, retryable } from "./errors.js";
-import type { Core as Client, LockRpc } from "./client.js";
+// nothing: the signal is aborted for good. An answer with a TTL of 0 or
+// less confirms nothing, and one with a TTL above the lease's granted TTL
+// is counted at the granted TTL: a renewal never changes a lease's TTL.
+import {
+  ClosedError,
+  InvalidArgumentError,
+  LeasegateError,
+  LockLostError,
+  UnavailableError,
+  classify,
+  opMessage,
+  proofRefused,
+  rateLimitDelay,
+  retryable,
+} from "./errors.js";
+import type { Closable, Core as Client, LockRpc } from "./client.js";
 import { marginFor, renewIntervalFor } from "./options.js";
-import { sleep } from "./retry.js";
+import { later, sleep, type Timer } from "./retry.js";
+
+/** UnconfirmedError is a renewal's answer that confirms nothing: retried like an outage. */
+class UnconfirmedError extends UnavailableError {}
 
 /** A lease confirmation: the TTL and what the gateway says it owes from the request's arrival (0: unsaid). */
 export interface Confirmation {
@@ -36,31 +52,38 @@ export function deadlineOf(c: Client, sent: number, conf: Confirmation): number 
  * confirmation moves it first; with renew set it also renews in the
  * background, every TTL × renewFraction from the latest confirmation's
  * send time, retrying every endpoint with backoff until the deadline.
+ * The client's close ends it.
  */
-export class Keeper {
+export class Keeper implements Closable {
   /** Aborted, with the cause, when the lease is lost or the keeper stops. */
   readonly signal: AbortSignal;
   private readonly ctl = new AbortController();
   private deadline: number;
   private anchor: number;
-  private deadlineTimer: NodeJS.Timeout | undefined;
-  private renewTimer: NodeJS.Timeout | undefined;
+  private ttlMs: number;
+  /** The TTL the lease was granted with: no answer counts for more. */
+  private readonly grantedTtlMs: number;
+  private deadlineTimer: Timer | undefined;
+  private renewTimer: Timer | undefined;
   private renewing = false;
+  private untrack: () => void = () => {};
 
   constructor(
     private readonly c: Client,
     private readonly op: string,
-    private ttlMs: number,
+    ttlMs: number,
     anchor: number,
     deadline: number,
     private readonly renew: RenewFn | undefined,
     private readonly background: boolean,
   ) {
     this.signal = this.ctl.signal;
+    this.ttlMs = this.grantedTtlMs = ttlMs;
     this.anchor = anchor;
     this.deadline = deadline;
     this.armDeadline();
     this.scheduleRenewal();
+    this.untrack = c.track(this);
   }
 
   /** The conservative deadline, on the client's clock (ms). */
@@ -85,7 +108,8 @@ export class Keeper {
       this.lose(this.unconfirmed());
       return false;
     }
-    if (conf.ttlMs > 0) this.ttlMs = conf.ttlMs;
+    if (!(conf.ttlMs > 0)) return true;
+    this.ttlMs = Math.min(conf.ttlMs, this.grantedTtlMs);
     const d = deadlineOf(this.c, sent, { ttlMs: this.ttlMs, validForMs: conf.validForMs });
     if (d > this.deadline) {
       this.deadline = d;
@@ -110,9 +134,15 @@ export class Keeper {
   /** lose aborts the signal with err (the first cause wins) and stops the timers. */
   lose(err: LeasegateError): void {
     if (this.signal.aborted) return;
-    clearTimeout(this.deadlineTimer);
-    clearTimeout(this.renewTimer);
+    this.deadlineTimer?.stop();
+    this.renewTimer?.stop();
+    this.untrack();
     this.ctl.abort(err);
+  }
+
+  /** end is the client's close: the lease can no longer be kept. */
+  end(err: ClosedError): void {
+    this.lose(new LockLostError(opMessage(this.op, "lock lost", err), err));
   }
 
   /** The error the deadline passing gives. */
@@ -124,19 +154,15 @@ export class Keeper {
   }
 
   private armDeadline(): void {
-    clearTimeout(this.deadlineTimer);
-    const t = setTimeout(() => this.lose(this.unconfirmed()), Math.max(this.deadline - this.c.cfg.now(), 0));
-    t.unref();
-    this.deadlineTimer = t;
+    this.deadlineTimer?.stop();
+    this.deadlineTimer = later(this.deadline - this.c.cfg.now(), () => this.lose(this.unconfirmed()));
   }
 
   private scheduleRenewal(): void {
     if (!this.renew || !this.background || this.signal.aborted) return;
-    clearTimeout(this.renewTimer);
+    this.renewTimer?.stop();
     const at = this.anchor + renewIntervalFor(this.c.cfg, this.ttlMs);
-    const t = setTimeout(() => void this.renewNow().catch(() => {}), Math.max(at - this.c.cfg.now(), 0));
-    t.unref();
-    this.renewTimer = t;
+    this.renewTimer = later(at - this.c.cfg.now(), () => void this.renewNow().catch(() => {}));
   }
 
   /**
@@ -180,6 +206,7 @@ export class Keeper {
       let pause = 0;
       try {
         const conf = await renew(rpc, { signal: this.signal, timeoutMs: Math.max(1, Math.floor(Math.min(cfg.requestTimeoutMs, left))) });
+        if (!(conf.ttlMs > 0)) throw new UnconfirmedError(opMessage(this.op, `the gateway answered the renewal with ttl_ms ${conf.ttlMs}, which confirms nothing`));
         if (!this.credit(sent, conf)) throw this.signal.reason;
         this.observe(sent);
         return this.deadline;
@@ -196,7 +223,7 @@ export class Keeper {
         if (delay !== undefined) {
           pause = delay > 0 ? delay : bo.next();
         } else {
-          if (retryable(err)) this.c.failed(i);
+          if (retryable(err) || err instanceof UnconfirmedError) this.c.failed(i);
           tried++;
           if (tried % this.c.endpointCount === 0) pause = bo.next();
         }

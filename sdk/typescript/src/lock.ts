@@ -53,9 +53,14 @@ export class Lock {
     this.requestId = requestId;
     this.holdCount = Math.max(g.holdCount, 1);
     this.signal = this.ctl.signal;
+    // A session's lease outlives its locks: the listener goes when the
+    // lock ends, or every released lock would stay referenced by it.
     const forward = () => this.ctl.abort(lease.signal.reason);
     if (lease.signal.aborted) forward();
-    else lease.signal.addEventListener("abort", forward, { once: true });
+    else {
+      lease.signal.addEventListener("abort", forward, { once: true });
+      this.signal.addEventListener("abort", () => lease.signal.removeEventListener("abort", forward), { once: true });
+    }
   }
 
   /** The conservative deadline on the client's monotonic clock (ms, as `ClientOptions.now`). */
@@ -105,6 +110,7 @@ export class Lock {
    * release frees the lock and aborts `signal` with a ReleasedError.
    * Returns false when the lock was already gone (released or expired).
    * Idempotent; it can never free a lock another holder acquired since.
+   * On a closed client it sends nothing and throws ClosedError.
    */
   async release(): Promise<boolean> {
     const op = `release lock "${this.name}"`;

@@ -1,4 +1,5 @@
-// Pauses: jittered exponential backoff and an abortable sleep.
+// Pauses: jittered exponential backoff, timers longer than Node's, and an
+// abortable sleep.
 import { AbortedError } from "./errors.js";
 
 /** Backoff yields jittered, exponentially growing pauses between retry rounds. */
@@ -18,7 +19,45 @@ export class Backoff {
   }
 }
 
-/** sleep resolves after ms, or rejects with an AbortedError when signal aborts first. */
+/**
+ * The longest delay setTimeout counts: Node fires a longer one after 1 ms
+ * (a gateway's 30-day RetryInfo would become a retry storm), so a longer
+ * wait is a chain of timers of at most this.
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Timer is a pending `later`; stop cancels it (idempotent). */
+export interface Timer {
+  stop(): void;
+}
+
+/**
+ * later runs fn after ms (of any length, chaining timers past Node's
+ * bound). Its timers keep the process running only with keepAlive: a
+ * lease's timers must not, a caller's pending retry must.
+ */
+export function later(ms: number, fn: () => void, keepAlive = false): Timer {
+  let t: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const arm = (left: number) => {
+    const step = Math.min(Math.max(left, 0), MAX_TIMER_MS);
+    t = setTimeout(() => {
+      if (stopped) return;
+      if (left > step) arm(left - step);
+      else fn();
+    }, step);
+    if (!keepAlive) t.unref();
+  };
+  arm(ms);
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** sleep resolves after ms (of any length), or rejects with an AbortedError when signal aborts first. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
@@ -26,13 +65,13 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
       return;
     }
     const onAbort = () => {
-      clearTimeout(t);
+      t.stop();
       reject(new AbortedError("leasegate: aborted", signal?.reason));
     };
-    const t = setTimeout(() => {
+    const t = later(ms, () => {
       signal?.removeEventListener("abort", onAbort);
       resolve();
-    }, Math.max(ms, 0));
+    }, true);
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }

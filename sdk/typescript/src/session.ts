@@ -1,12 +1,13 @@
 // Session: leases that many locks of one client share, one per shard,
 // renewed together by one keepalive call. Each shard's lease is lost on
 // its own: a shard that fails costs the session only the locks on it.
-import type { Core } from "./client.js";
-import { LeasegateError, LockLostError, ReleasedError, SessionLostError, classify, opMessage, proofRefused, rateLimitDelay } from "./errors.js";
+import type { Closable, Core } from "./client.js";
+import { ClosedError, LeasegateError, LockLostError, ReleasedError, SessionLostError, classify, opMessage, proofRefused, rateLimitDelay } from "./errors.js";
 import { ErrorReason } from "./gen/leasegate/v1/errors_pb.js";
 import { ShardLeaseState, type SessionShard } from "./gen/leasegate/v1/lock_pb.js";
 import { Keeper, deadlineOf } from "./keeper.js";
 import { renewIntervalFor } from "./options.js";
+import { later, type Timer } from "./retry.js";
 import type { LeaseHolder, Lock } from "./lock.js";
 import { runLocked } from "./withlock.js";
 import { acquire, tryAcquire, type AcquireOptions, type SessionBinding } from "./acquire.js";
@@ -17,14 +18,17 @@ import { acquire, tryAcquire, type AcquireOptions, type SessionBinding } from ".
  * unconfirmed, or that a gateway reports LOST, ends the locks on that
  * shard (their signal's reason is a LockLostError caused by a
  * SessionLostError) and is never renewed again, so it lapses in etcd too.
+ * A shard's answer of LIVE with a TTL of 0 or less confirms nothing. The
+ * client's close ends the session.
  */
-export class Session implements SessionBinding {
+export class Session implements SessionBinding, Closable {
   private id: string;
   private readonly leases = new Map<string, Keeper>();
   private readonly ctl = new AbortController();
-  private timer: NodeJS.Timeout | undefined;
+  private timer: Timer | undefined;
   private anchor: number;
   private keeping = false;
+  private untrack: () => void = () => {};
 
   private constructor(
     private readonly c: Core,
@@ -52,6 +56,7 @@ export class Session implements SessionBinding {
     const s = new Session(c, resp.sessionId, Number(resp.ttlMs) || ttlMs, sent);
     s.apply(sent, resp.shards);
     s.schedule();
+    s.untrack = c.track(s);
     return s;
   }
 
@@ -75,12 +80,13 @@ export class Session implements SessionBinding {
   private apply(sent: number, shards: SessionShard[]): void {
     for (const sh of shards) {
       const op = `session lease on shard ${sh.shard}`;
-      if (sh.state === ShardLeaseState.LIVE) {
-        const conf = { ttlMs: Number(sh.ttlMs) || this.ttlMs, validForMs: Number(sh.validForMs) };
+      if (confirmed(sh)) {
+        // Every lease of the session was granted with its TTL.
+        const conf = { ttlMs: Math.min(Number(sh.ttlMs), this.ttlMs), validForMs: Number(sh.validForMs) };
         const k = this.leases.get(sh.shard);
         if (k) {
           k.credit(sent, conf);
-        } else {
+        } else if (!this.ctl.signal.aborted) {
           const k2 = new Keeper(this.c, op, conf.ttlMs, sent, deadlineOf(this.c, sent, conf), undefined, false);
           this.leases.set(sh.shard, k2);
         }
@@ -96,12 +102,10 @@ export class Session implements SessionBinding {
   }
 
   private schedule(delayMs?: number): void {
-    clearTimeout(this.timer);
+    this.timer?.stop();
     if (this.ctl.signal.aborted) return;
     const at = delayMs !== undefined ? this.c.cfg.now() + delayMs : this.anchor + renewIntervalFor(this.c.cfg, this.ttlMs);
-    const t = setTimeout(() => void this.keepAlive(), Math.max(at - this.c.cfg.now(), 0));
-    t.unref();
-    this.timer = t;
+    this.timer = later(at - this.c.cfg.now(), () => void this.keepAlive());
   }
 
   /** keepAlive renews the live leases once, and schedules the next. */
@@ -112,6 +116,7 @@ export class Session implements SessionBinding {
     const shards = this.live();
     try {
       if (shards.length === 0) {
+        this.untrack();
         this.ctl.abort(new SessionLostError(opMessage(op, "session lost: no lease left")));
         return;
       }
@@ -124,7 +129,7 @@ export class Session implements SessionBinding {
         const resp = await rpc.keepAliveSession({ sessionId: this.id, shards }, { signal: this.ctl.signal, timeoutMs });
         this.apply(sent, resp.shards);
         if (sent > this.anchor) this.anchor = sent;
-        const unconfirmed = resp.shards.some((s) => s.state === ShardLeaseState.UNAVAILABLE);
+        const unconfirmed = shards.some((s) => !resp.shards.some((sh) => sh.shard === s && (confirmed(sh) || sh.state === ShardLeaseState.LOST)));
         this.schedule(unconfirmed ? this.c.cfg.backoffInitialMs : undefined);
       } catch (err) {
         if (this.ctl.signal.aborted) return;
@@ -145,7 +150,7 @@ export class Session implements SessionBinding {
   }
 
   /** @internal extend opens the session's lease on shard. */
-  async extend(shard: string, signal?: AbortSignal): Promise<void> {
+  async extend(shard: string, signal?: AbortSignal, until?: number): Promise<void> {
     const op = `extend session to shard ${shard}`;
     let sent = 0;
     const resp = await this.c.call(
@@ -154,7 +159,7 @@ export class Session implements SessionBinding {
         sent = this.c.cfg.now();
         return rpc.extendSession({ sessionId: this.id, shards: [shard], ttlMs: BigInt(this.ttlMs), clientId: this.c.cfg.clientId }, o);
       },
-      { signal },
+      { signal, until },
     );
     this.id = resp.sessionId;
     this.apply(sent, resp.shards);
@@ -181,14 +186,28 @@ export class Session implements SessionBinding {
     if (this.ctl.signal.aborted) throw this.ctl.signal.reason instanceof LeasegateError ? this.ctl.signal.reason : classify(op, this.ctl.signal.reason);
   }
 
-  /** close revokes the session's leases, releasing every lock attached (their signal's reason is a ReleasedError). */
+  /**
+   * close revokes the session's leases, releasing every lock attached
+   * (their signal's reason is a ReleasedError). A session the client's
+   * close already ended sends nothing.
+   */
   async close(): Promise<void> {
     if (this.ctl.signal.aborted) return;
     const closed = new ReleasedError(opMessage("close session", "session closed"));
-    clearTimeout(this.timer);
+    this.timer?.stop();
+    this.untrack();
     this.ctl.abort(closed);
     for (const k of this.leases.values()) k.lose(closed);
     await this.c.call("close session", (rpc, o) => rpc.closeSession({ sessionId: this.id }, o));
+  }
+
+  /** end is the client's close: the session's leases can no longer be kept. */
+  end(err: ClosedError): void {
+    if (this.ctl.signal.aborted) return;
+    this.timer?.stop();
+    this.ctl.abort(err);
+    const lost = new LockLostError(opMessage("session", "lock lost", err), err);
+    for (const k of this.leases.values()) k.lose(lost);
   }
 
   /** Closes the session (for `await using`). */
@@ -197,3 +216,7 @@ export class Session implements SessionBinding {
   }
 }
 
+/** confirmed reports a shard's answer that confirms its lease: LIVE, with a TTL. */
+function confirmed(sh: SessionShard): boolean {
+  return sh.state === ShardLeaseState.LIVE && sh.ttlMs > 0n;
+}

@@ -18,12 +18,13 @@ import {
   KeepAliveSessionResponseSchema,
   LockService,
   OpenSessionResponseSchema,
+  QueuedSchema,
   ReleaseResponseSchema,
   RenewResponseSchema,
   SessionShardSchema,
   ShardLeaseState,
 } from "../src/gen/leasegate/v1/lock_pb.js";
-import { Client, RateLimitedError } from "../src/index.js";
+import { Client, ClosedError, LockLostError, RateLimitedError, WaitTimeoutError } from "../src/index.js";
 
 type Impl = Partial<ServiceImpl<typeof LockService>>;
 
@@ -247,4 +248,91 @@ test("a session keepalive reporting a LIVE lease with ttl_ms 0 does not extend t
   await s.close().catch(() => {});
   c.close();
   assert.ok(later <= first, `keepalives answering ttl_ms 0 moved the lease's deadline ${Math.round(later - first)} ms later`);
+});
+
+/** stalled resolves when the call's signal aborts: a gateway that never answers. */
+function stalled(signal: AbortSignal): Promise<void> {
+  return new Promise((r) => (signal.aborted ? r() : signal.addEventListener("abort", () => r(), { once: true })));
+}
+
+test("an acquire returns at most the wait grace (0.5 s) after its wait timeout, however the gateway stalls", async () => {
+  // A gateway whose enqueue stalls (a shard without quorum) never ends the
+  // wait itself: the SDK must, as the Go SDK's waitGrace does.
+  const gw = await fake(() => ({
+    // eslint-disable-next-line require-yield
+    async *acquire(_req, ctx) {
+      await stalled(ctx.signal);
+    },
+  }));
+  const c = new Client([gw.url]);
+  const stop = new AbortController();
+  const bound = setTimeout(() => stop.abort(), 5000); // a broken SDK fails here rather than hang the run
+  const start = performance.now();
+  const err = await c.acquire("stalled", { waitTimeoutMs: 500, signal: stop.signal }).then(
+    (l) => l,
+    (e: unknown) => e,
+  );
+  const took = performance.now() - start;
+  clearTimeout(bound);
+  c.close();
+  assert.ok(err instanceof WaitTimeoutError, `the acquire ended with ${err}, not a WaitTimeoutError`);
+  assert.ok(took <= 500 + 500 + 250, `the acquire returned ${Math.round(took)} ms after it began; its wait timeout was 500 ms, its grace 500 ms`);
+});
+
+test("onQueued hears of a change of position, not of every heartbeat repeating it (as the Go SDK)", async () => {
+  const queued = (position: bigint) => create(AcquireResponseSchema, { event: { case: "queued", value: create(QueuedSchema, { position }) } });
+  const gw = await fake(() => ({
+    async *acquire() {
+      for (const p of [3n, 3n, 3n, 2n, 2n, 1n, 1n]) yield queued(p);
+      yield granted(30_000n);
+    },
+    release: () => create(ReleaseResponseSchema, { released: true }),
+  }));
+  const c = new Client([gw.url]);
+  const heard: number[] = [];
+  const l = await c.acquire("queued", { onQueued: (p) => heard.push(p) });
+  await l.release();
+  c.close();
+  assert.deepEqual(heard, [3, 2, 1]);
+});
+
+test("closing the client ends its sessions: their locks' signals abort with the close as the cause, and no keepalive follows", async () => {
+  const live = () => [create(SessionShardSchema, { shard: "shard-0", state: ShardLeaseState.LIVE, ttlMs: 900n })];
+  const gw = await fake(() => ({
+    async *acquire() {
+      yield granted(900n);
+    },
+    openSession: () => create(OpenSessionResponseSchema, { sessionId: "s-1", ttlMs: 900n, shards: live() }),
+    keepAliveSession: () => create(KeepAliveSessionResponseSchema, { shards: live() }),
+  }));
+  const c = new Client([gw.url]);
+  const s = await c.openSession({ ttlMs: 900 });
+  const l = await s.acquire("closed-session");
+  c.close();
+  const atClose = [...gw.calls.values()].reduce((a, b) => a + b, 0);
+  assert.ok(l.signal.aborted, "the session's lock is still held once the client is closed");
+  assert.ok(l.signal.reason instanceof LockLostError, `the lock ended with ${l.signal.reason}`);
+  assert.ok(l.signal.reason.cause instanceof ClosedError, `the lock's loss has the cause ${l.signal.reason.cause}, not the close`);
+  assert.ok(s.signal.reason instanceof ClosedError, `the session ended with ${s.signal.reason}`);
+  await s.close();
+  await until(1000); // more than a TTL: a session kept alive would have sent keepalives
+  const after = [...gw.calls.values()].reduce((a, b) => a + b, 0) - atClose;
+  assert.equal(after, 0, `${after} requests reached the gateway after close: ${JSON.stringify([...gw.calls])}`);
+});
+
+test("closing the client ends an acquire waiting on it, and no attempt follows (HTTP/2 would reconnect)", async () => {
+  const gw = await fake(() => ({
+    // eslint-disable-next-line require-yield
+    async *acquire(_req, ctx) {
+      await stalled(ctx.signal);
+    },
+  }));
+  const c = new Client([gw.url]);
+  const run = c.acquire("waiting").catch((e: unknown) => e);
+  while ((gw.calls.get("acquire") ?? 0) === 0) await until(10);
+  c.close();
+  const err = await Promise.race([run, until(3000).then(() => "still waiting 3 s after close")]);
+  await until(500);
+  assert.ok(err instanceof ClosedError, `the waiting acquire ended with ${err}, not a ClosedError`);
+  assert.equal(gw.calls.get("acquire"), 1, "an acquire attempt reached the gateway after close");
 });
