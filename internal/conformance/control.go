@@ -35,8 +35,7 @@ func (h *Harness) controlHandler() http.Handler {
 		reply(w, http.StatusOK, struct{}{})
 	}))
 	mux.HandleFunc("GET /gateways/{i}/requests", h.withFront(func(f *front, w http.ResponseWriter, r *http.Request) {
-		total, byPath, byToken := f.requests()
-		reply(w, http.StatusOK, requestsBody{Total: total, ByPath: byPath, ByToken: byToken})
+		reply(w, http.StatusOK, f.requests())
 	}))
 	mux.HandleFunc("POST /gateways/{i}/requests/reset", h.withFront(func(f *front, w http.ResponseWriter, r *http.Request) {
 		f.resetRequests()
@@ -55,9 +54,10 @@ type errorBody struct {
 }
 
 type requestsBody struct {
-	Total   int64                       `json:"total"`
-	ByPath  map[string]int64            `json:"byPath"`
-	ByToken map[string]map[string]int64 `json:"byToken"`
+	Total    int64                       `json:"total"`
+	ByPath   map[string]int64            `json:"byPath"`
+	ByToken  map[string]map[string]int64 `json:"byToken"`
+	Arrivals map[string][]Arrival        `json:"arrivals"`
 }
 
 func reply(w http.ResponseWriter, code int, body any) {

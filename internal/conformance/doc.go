@@ -3,6 +3,7 @@
 // fronts, one that takes callers by client certificate), on loopback
 // addresses only, and a control API that scenarios drive (stop and start a
 // gateway, count the requests it received and the tokens they carried,
+// tell when each arrived and whether it was answered without error,
 // check a write against a fencing guard, raise the fleet's epoch so tokens
 // pass 2^53, align etcd's revision so a token is odd). The scenarios themselves are
 // data, in sdk/conformance/scenarios.json; each SDK has a small runner

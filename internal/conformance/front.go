@@ -26,13 +26,25 @@ type front struct {
 	start  func(context.Context) (*server.Server, error)
 	tokens map[string]string // bearer token → its name in Description.Tokens
 
-	mu      sync.Mutex
-	gw      *server.Server  // nil while stopped
-	srv     *http.Server    // nil while stopped
-	tr      *http.Transport // the proxy's connections to the gateway
-	counts  map[string]int64
-	byToken map[string]map[string]int64 // credential name → path → count
-	total   int64
+	mu       sync.Mutex
+	gw       *server.Server  // nil while stopped
+	srv      *http.Server    // nil while stopped
+	tr       *http.Transport // the proxy's connections to the gateway
+	counts   map[string]int64
+	byToken  map[string]map[string]int64 // credential name → path → count
+	arrivals map[string][]*Arrival       // path → in order of arrival
+	total    int64
+}
+
+// Arrival is one request a front received: when, on the wall clock (Unix
+// milliseconds, so that a runner in another process can compare its own
+// clock readings with it), and whether the gateway answered it without
+// error (false while it is in flight). A confirmation of a lease that a
+// caller read came from a request with OK set, and etcd counts that
+// lease's TTL from no earlier than the request's arrival.
+type Arrival struct {
+	AtMs int64 `json:"atMs"`
+	OK   bool  `json:"ok"`
 }
 
 // up starts the gateway, its start bounded by ctx, and the front's
@@ -115,8 +127,15 @@ func (f *front) count(next http.Handler) http.Handler {
 		}
 		f.byToken[cred][r.URL.Path]++
 		f.total++
+		a := &Arrival{AtMs: time.Now().UnixMilli()}
+		f.arrivals[r.URL.Path] = append(f.arrivals[r.URL.Path], a)
 		f.mu.Unlock()
-		next.ServeHTTP(w, r)
+		o := &outcome{ResponseWriter: w}
+		next.ServeHTTP(o, r)
+		ok := o.ok()
+		f.mu.Lock()
+		a.OK = ok
+		f.mu.Unlock()
 	})
 }
 
@@ -137,16 +156,22 @@ func (f *front) credential(header string) string {
 	return "other"
 }
 
-// requests returns the requests received since the last reset, by path,
-// and by credential and path.
-func (f *front) requests() (int64, map[string]int64, map[string]map[string]int64) {
+// requests returns the requests received since the last reset: counted
+// by path and by credential and path, and their arrivals by path.
+func (f *front) requests() requestsBody {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	byToken := make(map[string]map[string]int64, len(f.byToken))
 	for cred, paths := range f.byToken {
 		byToken[cred] = maps.Clone(paths)
 	}
-	return f.total, maps.Clone(f.counts), byToken
+	arrivals := make(map[string][]Arrival, len(f.arrivals))
+	for path, as := range f.arrivals {
+		for _, a := range as {
+			arrivals[path] = append(arrivals[path], *a)
+		}
+	}
+	return requestsBody{Total: f.total, ByPath: maps.Clone(f.counts), ByToken: byToken, Arrivals: arrivals}
 }
 
 func (f *front) resetRequests() {
@@ -154,6 +179,7 @@ func (f *front) resetRequests() {
 	defer f.mu.Unlock()
 	f.counts = map[string]int64{}
 	f.byToken = map[string]map[string]int64{}
+	f.arrivals = map[string][]*Arrival{}
 	f.total = 0
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,6 +139,15 @@ func (h *handle) lostTime() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lostAt
+}
+
+// signalledAt is when the loss signal fired, for a lock whose Done is
+// closed: the watcher records it a moment after.
+func (h *handle) signalledAt() time.Time {
+	for i := 0; i < 100 && h.lostTime().IsZero(); i++ {
+		time.Sleep(time.Millisecond)
+	}
+	return h.lostTime()
 }
 
 // errorKind names err in the step language's closed set of error kinds.
@@ -332,6 +342,39 @@ func (r *run) requests(gateways []int, method, token string) (n int64, all strin
 		all += fmt.Sprintf(" gateway %d: %v;", g, got.ByToken)
 	}
 	return n, all, nil
+}
+
+// confirmingMethods are the calls whose answer confirms a lock's own
+// lease.
+var confirmingMethods = []string{"Acquire", "TryAcquire", "Renew"}
+
+// lastConfirmed is the arrival, at the gateways' fronts, of the latest
+// request for a confirming method that they answered without error since
+// their last reset.
+func (r *run) lastConfirmed(gateways []int) (time.Time, error) {
+	var last int64
+	for _, g := range gateways {
+		var got struct {
+			Arrivals map[string][]conformance.Arrival `json:"arrivals"`
+		}
+		if err := r.control("GET", fmt.Sprintf("/gateways/%d/requests", g), nil, &got); err != nil {
+			return time.Time{}, err
+		}
+		for path, as := range got.Arrivals {
+			if !slices.ContainsFunc(confirmingMethods, func(m string) bool { return strings.HasSuffix(path, "/"+m) }) {
+				continue
+			}
+			for _, a := range as {
+				if a.OK {
+					last = max(last, a.AtMs)
+				}
+			}
+		}
+	}
+	if last == 0 {
+		return time.Time{}, fmt.Errorf("gateways %v answered no %v without error since their reset", gateways, confirmingMethods)
+	}
+	return time.UnixMilli(last), nil
 }
 
 func parseToken(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }

@@ -46,6 +46,7 @@ type step struct {
 	MinElapsedMs int64  `json:"minElapsedMs"`
 	MaxElapsedMs int64  `json:"maxElapsedMs"`
 	WithinMs     *int64 `json:"withinMs"`
+	EarlyMs      int64  `json:"earlyMs"`
 	Error        string `json:"error"`
 	ExpectError  string `json:"expectError"`
 	Expect       string `json:"expect"`

@@ -112,6 +112,8 @@ func (r *run) do(s step) error {
 		return expectErr("released", l.Err())
 	case "awaitLost":
 		return r.awaitLost(s)
+	case "awaitLostInLease":
+		return r.awaitLostInLease(s)
 	case "stopGateway", "startGateway":
 		if s.Gateway == nil {
 			return fmt.Errorf("%s needs a gateway", s.Op)
@@ -427,12 +429,44 @@ func (r *run) awaitLost(s step) error {
 	if err := expectErr(want, l.Err()); err != nil {
 		return err
 	}
-	// The watcher records the time; give it the moment it needs.
-	for i := 0; i < 100 && h.lostTime().IsZero(); i++ {
-		time.Sleep(time.Millisecond)
-	}
-	if lost := h.lostTime(); lost.After(limit) {
+	if lost := h.signalledAt(); lost.After(limit) {
 		return fmt.Errorf("lock %q: loss signalled %s after its conservative deadline; want at most %dms", s.Lock, lost.Sub(deadline), *s.WithinMs)
+	}
+	return nil
+}
+
+// awaitLostInLease waits for the lock's loss signal and checks when it
+// fired against the lease as the gateways saw it, not as the SDK reports
+// it: no later than A + TTL, A being the arrival at s.Gateways' fronts of
+// the latest Acquire, TryAcquire or Renew they answered without error
+// (etcd counts the lease's TTL from no earlier than that arrival, so the
+// lease may be gone from then on), and no earlier than A + TTL − earlyMs.
+func (r *run) awaitLostInLease(s step) error {
+	h, l, err := r.held(s.Lock)
+	if err != nil {
+		return err
+	}
+	if h.ttl == 0 || s.EarlyMs <= 0 || len(s.Gateways) == 0 {
+		return fmt.Errorf("awaitLostInLease needs gateways, earlyMs and a lock with ttlMs")
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(timeoutOf(s)):
+		return fmt.Errorf("lock %q: no loss signal within %s", s.Lock, timeoutOf(s))
+	}
+	lost := h.signalledAt()
+	last, err := r.lastConfirmed(s.Gateways)
+	if err != nil {
+		return err
+	}
+	expiry := last.Add(h.ttl)
+	if lost.After(expiry) {
+		return fmt.Errorf("lock %q: loss signalled at %s, %s after the lease could have lapsed in etcd (last confirmed request arrived at %s, TTL %s)",
+			s.Lock, lost.Format(time.StampMilli), lost.Sub(expiry), last.Format(time.StampMilli), h.ttl)
+	}
+	if earliest := expiry.Add(-ms(s.EarlyMs)); lost.Before(earliest) {
+		return fmt.Errorf("lock %q: loss signalled at %s, %s before the lease could have lapsed in etcd (last confirmed request arrived at %s, TTL %s); want at most %dms before",
+			s.Lock, lost.Format(time.StampMilli), expiry.Sub(lost), last.Format(time.StampMilli), h.ttl, s.EarlyMs)
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ FIELDS: dict[str, set[str]] = {
     "expectHeld": {"lock"},
     "expectReleased": {"lock", "timeoutMs"},
     "awaitLost": {"lock", "withinMs", "error", "timeoutMs"},
+    "awaitLostInLease": {"lock", "gateways", "earlyMs", "timeoutMs"},
     "withLock": OWNER | {"name", "ttlMs", "exit", "expectError"},
     "expectTokenAbove": {"lock", "thanLock", "than"},
     "expectTokenExact": {"lock", "odd"},
@@ -58,6 +59,37 @@ FIELDS: dict[str, set[str]] = {
     "resetRequests": {"gateways"},
     "expectRequests": {"gateways", "method", "count", "atLeast", "token"},
 }
+
+# The calls whose answer confirms a lock's own lease.
+CONFIRMING = ("Acquire", "TryAcquire", "Renew")
+
+
+def load_scenarios(path: str) -> list[dict]:
+    """The scenarios of the file at path, refusing another version, an
+    unknown op or field, or a repeated id, before any of them runs."""
+    doc = json.loads(Path(path).read_text())
+    extra = set(doc) - {"version", "scenarios"}
+    if extra:
+        raise StepFailed(f"{path}: unknown fields {sorted(extra)}")
+    if doc.get("version") != 1:
+        raise StepFailed(f"{path}: version {doc.get('version')}; this runner reads version 1")
+    seen = set()
+    for sc in doc["scenarios"]:
+        extra = set(sc) - {"id", "title", "guarantee", "steps"}
+        if extra:
+            raise StepFailed(f"{path}: scenario {sc.get('id')}: unknown fields {sorted(extra)}")
+        if not sc.get("id") or sc["id"] in seen:
+            raise StepFailed(f"{path}: scenario id {sc.get('id')!r} is empty or repeated")
+        seen.add(sc["id"])
+        for i, s in enumerate(sc["steps"]):
+            op = s.get("op")
+            if op not in FIELDS:
+                raise StepFailed(f"{path}: scenario {sc['id']} step {i}: unknown op {op!r}")
+            extra = set(s) - {"op"} - FIELDS[op]
+            if extra:
+                raise StepFailed(f"{path}: scenario {sc['id']} step {i} ({op}): unknown fields {sorted(extra)}")
+    return doc["scenarios"]
+
 
 # Error kinds in the README's order: when an error matches several, the first wins.
 KINDS = [
@@ -125,6 +157,7 @@ class Entry:
     error: BaseException | None = None
     ended_at: float | None = None
     lost_at: float | None = None
+    lost_wall: float | None = None  # time.time() then, to compare with the harness's arrivals
 
     def queued(self, p: int) -> None:
         with self.cv:
@@ -140,8 +173,11 @@ class Entry:
         self.settled.set()
 
     def _lost(self, _cause) -> None:
-        if self.lost_at is None:
-            self.lost_at = time.monotonic()
+        with self.cv:
+            if self.lost_at is None:
+                self.lost_wall = time.time()
+                self.lost_at = time.monotonic()
+            self.cv.notify_all()
 
 
 @dataclass
@@ -178,6 +214,18 @@ class Runner:
         except urllib.error.HTTPError as e:
             raise StepFailed(f"control {method} {path}: {e.code} {e.read()!r}") from None
         return json.loads(text) if text else {}
+
+    def last_confirmed(self, gateways: list[int]) -> int:
+        """The arrival (Unix ms) at the gateways' fronts of the latest
+        confirming request they answered without error since their reset."""
+        last = 0
+        for g in gateways:
+            r = self.control("GET", f"/gateways/{g}/requests")
+            for path, arrivals in (r.get("arrivals") or {}).items():
+                if path.rsplit("/", 1)[-1] in CONFIRMING:
+                    last = max([last] + [a["atMs"] for a in arrivals if a["ok"]])
+        check(last > 0, f"gateways {gateways} answered no {CONFIRMING} without error since their reset")
+        return last
 
     def scenario(self, sc: dict) -> None:
         prefix = f"{self.run}/{sc['id']}/"
@@ -226,11 +274,6 @@ class Runner:
             for i, s in enumerate(sc["steps"]):
                 op = s.get("op")
                 try:
-                    if op not in FIELDS:
-                        raise StepFailed(f"unknown op {op!r}")
-                    unknown = set(s) - {"op"} - FIELDS[op]
-                    if unknown:
-                        raise StepFailed(f"unknown fields {sorted(unknown)}")
                     self.step(s, prefix, clients, sessions, locks, entries, entry, held, owner, expect_call, opts)
                 except Exception as err:  # noqa: BLE001
                     raise StepFailed(f"scenario {sc['id']} step {i} ({op}): {err}") from err
@@ -352,7 +395,7 @@ class Runner:
             if "afterLossOf" in s:
                 lost = entry(s["afterLossOf"])
                 check(
-                    lost.lost_at is not None and lost.lost_at <= e.ended_at,
+                    lost.lost_at is not None and lost.lost_at < e.ended_at,
                     f"granted before {s['afterLossOf']} was told it lost the lock",
                 )
         elif op == "awaitPosition":
@@ -414,6 +457,17 @@ class Runner:
             check(late <= s["withinMs"], f"lost {late:.0f} ms after the deadline; want at most {s['withinMs']}")
             want = s.get("error", "lockLost")
             check(kind_of(lock.error) == want, f"lost with {kind_of(lock.error)}: {lock.error}; want {want}")
+        elif op == "awaitLostInLease":
+            lock = held(s["lock"])
+            e = entry(s["lock"])
+            check(e.ttl_ms is not None and s.get("earlyMs", 0) > 0 and s.get("gateways"), "awaitLostInLease needs gateways, earlyMs and a lock with ttlMs")
+            check(lock.lost.wait(s.get("timeoutMs", 10000) / 1000), "the loss signal did not fire")
+            with e.cv:  # the runner's callback records the time as the signal fires
+                check(e.cv.wait_for(lambda: e.lost_wall is not None, 1), "the loss signal fired but its callback did not run")
+            lease = self.last_confirmed(s["gateways"]) + e.ttl_ms
+            lost = e.lost_wall * 1000
+            check(lost <= lease, f"loss signalled {lost - lease:.0f} ms after the lease could have lapsed in etcd (last confirmed arrival + {e.ttl_ms} ms)")
+            check(lost >= lease - s["earlyMs"], f"loss signalled {lease - lost:.0f} ms before the lease could have lapsed in etcd; want at most {s['earlyMs']}")
         elif op == "withLock":
             o = owner(s)
             body = {"callback": BodyError("callback"), "thrown": RuntimeError("thrown"), "ran": False}
@@ -478,17 +532,16 @@ class Runner:
 class ConformanceTest(unittest.TestCase):
     def test_scenarios(self):
         desc = json.loads(DESC)
-        doc = json.loads(Path(SCENARIOS).read_text())
-        self.assertEqual(doc.get("version"), 1, "scenario file version")
+        scenarios = load_scenarios(SCENARIOS)
         runner = Runner(desc, f"conf-py-{secrets.token_hex(4)}")
         passed = []
-        for sc in doc["scenarios"]:
+        for sc in scenarios:
             with self.subTest(scenario=sc["id"]):
                 t0 = time.monotonic()
                 runner.scenario(sc)
                 passed.append(sc["id"])
                 print(f"conformance: {sc['id']} passed in {time.monotonic() - t0:.1f}s", file=sys.stderr)
-        self.assertEqual(len(passed), len(doc["scenarios"]))
+        self.assertEqual(len(passed), len(scenarios))
 
 
 if __name__ == "__main__":
