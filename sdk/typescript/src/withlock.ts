@@ -1,5 +1,5 @@
 // withLock's body, shared by Client and Session.
-import { LockLostError } from "./errors.js";
+import { AbortedError, LockLostError } from "./errors.js";
 import type { Lock } from "./lock.js";
 
 /** runLocked acquires with take, runs fn under the lock, and releases it on every exit path. */
@@ -9,7 +9,30 @@ export async function runLocked<T>(
   caller: AbortSignal | undefined,
 ): Promise<T> {
   const lock = await take();
-  const signal = caller ? AbortSignal.any([lock.signal, caller]) : lock.signal;
+  // The body's signal aborts with the lock's loss, or with an AbortedError
+  // when the caller cancels: the body always sees one of the SDK's errors.
+  let signal = lock.signal;
+  let unlisten = () => {};
+  if (caller) {
+    const body = new AbortController();
+    const end = (reason: unknown) => {
+      unlisten();
+      body.abort(reason);
+    };
+    const onLost = () => end(lock.signal.reason);
+    const onCancel = () => end(new AbortedError("leasegate: the caller cancelled", caller.reason));
+    unlisten = () => {
+      lock.signal.removeEventListener("abort", onLost);
+      caller.removeEventListener("abort", onCancel);
+    };
+    if (lock.signal.aborted) onLost();
+    else if (caller.aborted) onCancel();
+    else {
+      lock.signal.addEventListener("abort", onLost, { once: true });
+      caller.addEventListener("abort", onCancel, { once: true });
+    }
+    signal = body.signal;
+  }
   let result: T | undefined;
   let failed = false;
   let fnErr: unknown;
@@ -19,6 +42,7 @@ export async function runLocked<T>(
     failed = true;
     fnErr = e;
   }
+  unlisten();
   const lost = lock.error instanceof LockLostError ? lock.error : undefined;
   let releaseErr: unknown;
   try {
