@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -117,13 +116,8 @@ func (e *Engine) grantMadeIn(r AcquireRequest, delays, first []*mvccpb.KeyValue,
 			recorded = true // its holder record, written with the key
 		}
 	}
-	live := func(rev int64) bool {
-		return slices.ContainsFunc(first, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev })
-	}
-	for _, kv := range delays {
-		if rec, ok := parseDelay(kv); !ok || rec.rev < mine.CreateRevision && !live(rec.rev) {
-			return 0
-		}
+	if live := among(first); anyPending(delays, func(rev int64) bool { return rev >= mine.CreateRevision || live(rev) }) {
+		return 0
 	}
 	switch {
 	case recorded:

@@ -97,12 +97,7 @@ func (w *hubWaiter) pendingRecords(ctx context.Context) (bool, error) {
 	} else if kvs, live, err = h.set.e.delaysNow(ctx, h.delays, h.prefix); err != nil {
 		return true, err
 	}
-	for _, kv := range kvs {
-		if rec, ok := parseDelay(kv); !ok || !live[rec.rev] {
-			return true, nil
-		}
-	}
-	return false, nil
+	return anyPending(kvs, func(rev int64) bool { return live[rev] }), nil
 }
 
 // setPaced tells the hub whether the waiter will look at its position by
@@ -398,17 +393,9 @@ func (h *nameHub) closing() bool {
 func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, recs []*mvccpb.KeyValue) []expiry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	live := make(map[int64]bool, len(kvs))
-	for _, kv := range kvs {
-		live[kv.CreateRevision] = true
-	}
-	for _, kv := range recs {
-		// A record of a live holder (its holder record, its lock-delay)
-		// withholds nothing until that holder goes.
-		if r, ok := parseDelay(kv); !ok || !live[r.rev] {
-			h.delayed = true
-		}
-	}
+	// A record of a live holder (its holder record, its lock-delay)
+	// withholds nothing until that holder goes.
+	h.delayed = h.delayed || anyPending(recs, among(kvs))
 	h.keys = make(map[string]*viewKey, len(kvs))
 	h.limits = make(map[int64]int, len(kvs))
 	h.order = h.order[:0]

@@ -159,11 +159,7 @@ func claim(r *AcquireRequest, mine *mvccpb.KeyValue) (waiterMeta, Handle, error)
 // ownRecord reports whether r read a delay or holder record of the key
 // created at rev.
 func ownRecord(r *pb.ResponseOp, rev int64) bool {
-	kv := firstKV(r)
-	if kv == nil {
-		return false
-	}
-	rec, ok := parseDelay(kv)
+	rec, ok := parseDelay(firstKV(r))
 	return ok && rec.rev == rev
 }
 
