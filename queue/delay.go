@@ -165,19 +165,12 @@ func among(kvs []*mvccpb.KeyValue) func(rev int64) bool {
 // releaseDelayOp deletes h's delay and holder records (loss.go), each if
 // it is h's, in a clean end of h's key.
 func (e *Engine) releaseDelayOp(h Handle) clientv3.Op {
-	hrec := e.keys.holderRecord(h.Name, h.WaiterID)
+	dkey, hrec := e.keys.delay(h.Name, h.WaiterID), e.keys.holderRecord(h.Name, h.WaiterID)
 	return clientv3.OpTxn(nil, []clientv3.Op{
-		e.lockDelayRecordOp(h),
+		clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil),
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", h.Revision)},
 			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
 	}, nil)
-}
-
-// lockDelayRecordOp deletes h's lock-delay record written at its grant, if
-// it is h's.
-func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
-	dkey := e.keys.delay(h.Name, h.WaiterID)
-	return clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
 }
 
 // recordOfCmps are the compares that the delay record dkey is the one of
