@@ -356,27 +356,33 @@ type Waiter struct {
 // wait differently (a circuit breaker must not count a long wait against
 // its cluster).
 func (e *Engine) Enqueue(ctx context.Context, r AcquireRequest) (*Waiter, error) {
-	began := e.cfg.Clock.Now()
-	ttlSec, err := r.validate(e.cfg)
+	return e.start(ctx, r, false)
+}
+
+// start validates r, then either adds a hold to the lock a re-entrant
+// request's session holds (the waiter's reentered) or runs the enqueue
+// (onlyIfFree: TryAcquire's).
+func (e *Engine) start(ctx context.Context, r AcquireRequest, onlyIfFree bool) (*Waiter, error) {
+	w := &Waiter{e: e, r: r, began: e.cfg.Clock.Now()}
+	ttlSec, err := w.r.validate(e.cfg)
 	if err != nil {
 		return nil, err
 	}
-	if r.Reentrant {
-		g, err := e.reenter(ctx, &r)
-		if err != nil {
+	if w.r.Reentrant {
+		if w.reentered, err = e.reenter(ctx, &w.r); err != nil {
 			return nil, err
 		}
-		if g != nil {
-			return &Waiter{e: e, r: r, began: began, reentered: g}, nil
+		if w.reentered != nil {
+			return w, nil
 		}
 	}
-	sctx, sp := e.traceEnqueue(ctx, &r, false)
-	q, err := e.enqueue(sctx, &r, ttlSec, false)
-	sp.endEnqueue(q, err)
+	sctx, sp := e.traceEnqueue(ctx, &w.r, onlyIfFree)
+	w.q, err = e.enqueue(sctx, &w.r, ttlSec, onlyIfFree)
+	sp.endEnqueue(w.q, err)
 	if err != nil {
 		return nil, err
 	}
-	return &Waiter{e: e, r: r, q: q, began: began}, nil
+	return w, nil
 }
 
 // Wait blocks until the waiter holds the lock, its lease is lost
@@ -389,13 +395,19 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 		return *w.reentered, nil
 	}
 	if w.q.holds && w.r.BeforeGrant == nil && !w.q.delays {
-		g, err := w.e.granted(ctx, &w.r, w.q, w.began)
-		if err != nil {
-			w.e.endAttempt(ctx, w.q, err)
-		}
-		return g, err
+		return w.grantNow(ctx)
 	}
 	return w.e.tracedWait(ctx, &w.r, w.q, w.began)
+}
+
+// grantNow grants the waiter's key, which holds, ending its attempt when
+// the grant fails.
+func (w *Waiter) grantNow(ctx context.Context) (Grant, error) {
+	g, err := w.e.granted(ctx, &w.r, w.q, w.began)
+	if err != nil {
+		w.e.endAttempt(ctx, w.q, err)
+	}
+	return g, err
 }
 
 // Try grants the waiter if it is first and the name needs nothing else
@@ -403,26 +415,47 @@ func (w *Waiter) Wait(ctx context.Context) (Grant, error) {
 // It is TryAcquire for a waiter found by Resume: a TryAcquire retried after
 // its name moved to another cluster finds its grant where it was made.
 func (w *Waiter) Try(ctx context.Context) (TryResult, error) {
+	return w.try(ctx, false)
+}
+
+// try is TryAcquire's answer for the waiter: its grant when its key holds
+// and no lock-delay is pending, else the holder, or when the waiter is
+// first the pending lock-delay's end. A key not granted leaves the queue
+// first. fresh says the key is TryAcquire's own enqueue's (none when the
+// transaction found the name taken), which ignores BeforeGrant; a resumed
+// waiter's key is removed in the background.
+func (w *Waiter) try(ctx context.Context, fresh bool) (TryResult, error) {
 	if w.reentered != nil {
 		return TryResult{Acquired: true, Grant: *w.reentered}, nil
 	}
 	q := w.q
 	var until time.Time
-	if q.holds && w.r.BeforeGrant == nil {
+	if q.h.Revision != 0 && q.holds && (fresh || w.r.BeforeGrant == nil) {
 		if until = w.e.delayPending(ctx, q); until.IsZero() {
-			g, err := w.e.granted(ctx, &w.r, q, w.began)
+			g, err := w.grantNow(ctx)
 			if err != nil {
-				w.e.endAttempt(ctx, q, err)
 				return TryResult{}, err
 			}
 			return TryResult{Acquired: true, Grant: g}, nil
 		}
 	}
-	w.e.removeWaiterLater(ctx, q)
-	if q.first.GetCreateRevision() == q.h.Revision {
-		// First, but a lock-delay is pending (or the name is moving): no
-		// holder to report.
-		return TryResult{DelayedUntil: until}, nil
+	if q.h.Revision != 0 {
+		// An earlier Acquire with this request id is still waiting (or a
+		// semaphore's TryAcquire put its key and found no free slot); a
+		// TryAcquire must not leave it queued behind the caller's back.
+		// The takeover or the put made this attempt the key's owner, so
+		// the removal cannot touch anything a later attempt wrote. A
+		// fresh refusal is answered once the key is gone (takeBack).
+		if fresh {
+			w.e.takeBack(ctx, q)
+		} else {
+			w.e.removeWaiterLater(ctx, q)
+		}
+		if q.first.GetCreateRevision() == q.h.Revision {
+			// First, but a lock-delay is pending (or the name is moving):
+			// no holder to report.
+			return TryResult{DelayedUntil: until}, nil
+		}
 	}
 	holder, err := w.e.holderInfo(ctx, q.first)
 	if err != nil {
@@ -451,53 +484,10 @@ type TryResult struct {
 // waits. A retry with the request id of an earlier successful TryAcquire,
 // by the same caller, returns the same grant while it is held.
 func (e *Engine) TryAcquire(ctx context.Context, r AcquireRequest) (TryResult, error) {
-	began := e.cfg.Clock.Now()
 	r.OnQueued = nil
-	ttlSec, err := r.validate(e.cfg)
+	w, err := e.start(ctx, r, true)
 	if err != nil {
 		return TryResult{}, err
 	}
-	if r.Reentrant {
-		g, err := e.reenter(ctx, &r)
-		if err != nil {
-			return TryResult{}, err
-		}
-		if g != nil {
-			return TryResult{Acquired: true, Grant: *g}, nil
-		}
-	}
-	sctx, sp := e.traceEnqueue(ctx, &r, true)
-	q, err := e.enqueue(sctx, &r, ttlSec, true)
-	sp.endEnqueue(q, err)
-	if err != nil {
-		return TryResult{}, err
-	}
-	var until time.Time
-	if q.h.Revision != 0 && q.holds {
-		if until = e.delayPending(ctx, q); until.IsZero() {
-			g, err := e.granted(ctx, &r, q, began)
-			if err != nil {
-				e.endAttempt(ctx, q, err)
-				return TryResult{}, err
-			}
-			return TryResult{Acquired: true, Grant: g}, nil
-		}
-	}
-	if q.h.Revision != 0 {
-		// An earlier Acquire with this request id is still waiting (or a
-		// semaphore's TryAcquire put its key and found no free slot); a
-		// TryAcquire must not leave it queued behind the caller's back.
-		// The takeover or the put made this attempt the key's owner, so
-		// the removal cannot touch anything a later attempt wrote. The
-		// refusal is answered once the key is gone (takeBack).
-		e.takeBack(ctx, q)
-	}
-	if q.h.Revision != 0 && q.first.GetCreateRevision() == q.h.Revision {
-		return TryResult{DelayedUntil: until}, nil // first, but a lock-delay is pending: no holder to report
-	}
-	holder, err := e.holderInfo(ctx, q.first)
-	if err != nil {
-		return TryResult{}, err
-	}
-	return TryResult{Holder: holder}, nil
+	return w.try(ctx, true)
 }

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,10 +115,10 @@ func (r delayRecord) endFor(e *Engine) time.Time {
 	return end
 }
 
-// parseDelay reads a delay record. A holder record (loss.go) names no
-// revision: its own create revision is its key's.
+// parseDelay reads a delay record; none (nil) is no record. A holder
+// record (loss.go) names no revision: its own create revision is its key's.
 func parseDelay(kv *mvccpb.KeyValue) (delayRecord, bool) {
-	f := strings.Fields(string(kv.Value))
+	f := strings.Fields(string(kv.GetValue()))
 	if len(f) < 2 || len(f) > 5 {
 		return delayRecord{}, false
 	}
@@ -142,22 +143,34 @@ func parseDelay(kv *mvccpb.KeyValue) (delayRecord, bool) {
 	return rec, true
 }
 
+// anyPending reports whether any of recs, a name's delay and holder
+// records, cannot be read or is of a key live does not know (by its
+// create revision): a loss or a lock-delay that may withhold a grant.
+func anyPending(recs []*mvccpb.KeyValue, live func(rev int64) bool) bool {
+	for _, kv := range recs {
+		if rec, ok := parseDelay(kv); !ok || !live(rec.rev) {
+			return true
+		}
+	}
+	return false
+}
+
+// among is live for anyPending: whether one of kvs was created at rev.
+func among(kvs []*mvccpb.KeyValue) func(rev int64) bool {
+	return func(rev int64) bool {
+		return slices.ContainsFunc(kvs, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev })
+	}
+}
+
 // releaseDelayOp deletes h's delay and holder records (loss.go), each if
 // it is h's, in a clean end of h's key.
 func (e *Engine) releaseDelayOp(h Handle) clientv3.Op {
-	hrec := e.keys.holderRecord(h.Name, h.WaiterID)
+	dkey, hrec := e.keys.delay(h.Name, h.WaiterID), e.keys.holderRecord(h.Name, h.WaiterID)
 	return clientv3.OpTxn(nil, []clientv3.Op{
-		e.lockDelayRecordOp(h),
+		clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil),
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", h.Revision)},
 			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
 	}, nil)
-}
-
-// lockDelayRecordOp deletes h's lock-delay record written at its grant, if
-// it is h's.
-func (e *Engine) lockDelayRecordOp(h Handle) clientv3.Op {
-	dkey := e.keys.delay(h.Name, h.WaiterID)
-	return clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil)
 }
 
 // recordOfCmps are the compares that the delay record dkey is the one of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -155,7 +154,7 @@ func (t *acquireTxn) enqueued(resp *clientv3.TxnResponse) *enqueued {
 	firstN := t.firstN.of(resp.Responses).GetResponseRange().GetKvs()
 	q := &enqueued{h: t.h, modRev: rev, value: t.value,
 		first: firstKV(t.firstN.of(resp.Responses)), holds: holdsIn(firstN, rev, t.n),
-		delays: pendingAmong(t.delays.of(resp.Responses).GetResponseRange().GetKvs(), firstN),
+		delays: anyPending(t.delays.of(resp.Responses).GetResponseRange().GetKvs(), among(firstN)),
 		ahead:  t.count.of(resp.Responses).GetResponseRange().Count - 1}
 	q.h.Revision = rev
 	return q
@@ -352,19 +351,6 @@ func (e *Engine) admit(ctx context.Context, r *AcquireRequest, q *enqueued, n in
 		return keyTakenBack{fmt.Errorf("%w: %q already has %d holders and waiters, the limit", ErrQueueFull, r.Name, r.MaxKeys)}
 	}
 	return nil
-}
-
-// pendingAmong reports whether any of recs, a name's delay records, is not
-// of one of firstN, its first keys (its holders), read at the same
-// revision: a record whose key is gone, which may withhold a grant.
-func pendingAmong(recs, firstN []*mvccpb.KeyValue) bool {
-	for _, kv := range recs {
-		rec, ok := parseDelay(kv)
-		if !ok || !slices.ContainsFunc(firstN, func(k *mvccpb.KeyValue) bool { return k.CreateRevision == rec.rev }) {
-			return true
-		}
-	}
-	return false
 }
 
 // keyTakenBack is the error of an enqueue that put its key and then took

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -29,62 +28,51 @@ func (e *Engine) Existing(ctx context.Context, r AcquireRequest) (g Grant, found
 	prefix := e.keys.namePrefix(r.Name)
 	n := r.effectiveLimit()
 	wid := WaiterID(r.RequestID)
-	key := prefix + wid
-	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(prefix, withFirstN(n)...), clientv3.OpGet(key),
+	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(prefix, withFirstN(n)...), clientv3.OpGet(prefix+wid),
 		clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return Grant{}, false, fmt.Errorf("queue: find a grant: %w", err)
 	}
 	first := resp.Responses[0].GetResponseRange().GetKvs()
+	var from int64 // the revision the key's grant is known from; 0: none (a hold's is its own)
 	if mine := firstKV(resp.Responses[1]); mine != nil {
-		meta, err := decodeValue(mine.Value)
+		meta, h, err := claim(&r, mine)
 		if err != nil {
 			return Grant{}, false, err
 		}
-		if meta.Owner != r.binding() {
-			return Grant{}, false, fmt.Errorf("%w: the request id belongs to another caller's acquire", ErrNotOwner)
-		}
-		secret, err := unsealSecret(meta.Sealed, r.RequestID)
-		if err != nil || !hasHeader(mine.Value, secret) {
-			return Grant{}, false, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
-		}
-		lease := clientv3.LeaseID(mine.Lease)
+		// A re-entrant request whose key waits may still have a hold (below).
 		if holdsIn(first, mine.CreateRevision, n) {
-			// A re-entrant request whose key waits may still have a hold (below).
-			if from := e.grantMadeIn(r, resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta, lease == r.Session, resp.Header.Revision); from != 0 {
-				h := Handle{Name: r.Name, WaiterID: wid, Lease: lease, Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session}
-				ttl := time.Duration(meta.TTL) * time.Second
-				if meta.Session {
-					ttl = e.sessionTTL(r.Session)
-				}
-				g := Grant{Handle: h, TTL: ttl, Resumed: true, keep: true, attempt: mine.ModRevision}
-				e.grantMade(ctx, g, resp.Header.Revision, from)
-				return g, true, nil
-			}
+			from = e.grantMadeIn(r, resp.Responses[2].GetResponseRange().GetKvs(), first, mine, meta, h.Lease == r.Session, resp.Header.Revision)
+		}
+		g = Grant{Handle: h, TTL: time.Duration(meta.TTL) * time.Second, attempt: mine.ModRevision}
+		if meta.Session && from != 0 {
+			g.TTL = e.sessionTTL(r.Session)
 		}
 	}
-	if !r.Reentrant || r.Session == 0 {
-		return Grant{}, false, nil
+	if from == 0 {
+		if !r.Reentrant || r.Session == 0 {
+			return Grant{}, false, nil
+		}
+		kv, secret := e.heldBySession(&r, first, n)
+		if kv == nil {
+			return Grant{}, false, nil
+		}
+		lid := waiterIDOf(kv)
+		hr, err := e.cli.Get(ctx, e.keys.holds(r.Name, lid, kv.CreateRevision))
+		if err != nil {
+			return Grant{}, false, fmt.Errorf("queue: find a grant: %w", err)
+		}
+		holds := decodeHolds(firstOf(hr.Kvs))
+		i := holdOf(holds, wid)
+		if i < 0 {
+			return Grant{}, false, nil
+		}
+		meta, _ := decodeValue(kv.Value)
+		h := Handle{Name: r.Name, WaiterID: lid, HoldID: holds[i].ID, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
+		g = Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), attempt: kv.ModRevision}
 	}
-	kv, secret := e.heldBySession(&r, first, n)
-	if kv == nil {
-		return Grant{}, false, nil
-	}
-	lid := waiterIDOf(kv)
-	hr, err := e.cli.Get(ctx, e.keys.holds(r.Name, lid, kv.CreateRevision))
-	if err != nil {
-		return Grant{}, false, fmt.Errorf("queue: find a grant: %w", err)
-	}
-	rec := firstOf(hr.Kvs)
-	holds := decodeHolds(rec)
-	i := holdOf(holds, wid)
-	if i < 0 {
-		return Grant{}, false, nil
-	}
-	meta, _ := decodeValue(kv.Value)
-	h := Handle{Name: r.Name, WaiterID: lid, HoldID: holds[i].ID, Lease: r.Session, Revision: kv.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: true}
-	g = Grant{Handle: h, TTL: e.sessionTTL(r.Session), Holds: len(holds), Resumed: true, keep: true, attempt: kv.ModRevision}
-	e.grantMade(ctx, g, resp.Header.Revision, 0)
+	g.Resumed, g.keep = true, true
+	e.grantMade(ctx, g, resp.Header.Revision, from)
 	return g, true, nil
 }
 
@@ -128,13 +116,8 @@ func (e *Engine) grantMadeIn(r AcquireRequest, delays, first []*mvccpb.KeyValue,
 			recorded = true // its holder record, written with the key
 		}
 	}
-	live := func(rev int64) bool {
-		return slices.ContainsFunc(first, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev })
-	}
-	for _, kv := range delays {
-		if rec, ok := parseDelay(kv); !ok || rec.rev < mine.CreateRevision && !live(rec.rev) {
-			return 0
-		}
+	if live := among(first); anyPending(delays, func(rev int64) bool { return rev >= mine.CreateRevision || live(rev) }) {
+		return 0
 	}
 	switch {
 	case recorded:

@@ -165,24 +165,15 @@ func (e *Engine) handoffOf(ctx context.Context, name, left string, myRev int64) 
 		return nil
 	}
 	resp, err := e.cli.Txn(ctx).Then(clientv3.OpGet(e.keys.handoff(name))).Commit()
-	if err != nil {
+	if err != nil || len(resp.Responses) == 0 {
 		return nil
 	}
-	return e.handoffFrom(resp, 0, left, myRev)
-}
-
-// handoffFrom decodes the record read at response index i if it describes
-// the release of pred after the waiter's own enqueue at myRev.
-func (e *Engine) handoffFrom(resp *clientv3.TxnResponse, i int, pred string, myRev int64) *handoffRecord {
-	if len(resp.Responses) <= i {
-		return nil
-	}
-	kv := firstKV(resp.Responses[i])
+	kv := firstKV(resp.Responses[0])
 	if kv == nil || kv.ModRevision <= myRev {
 		return nil
 	}
 	var v handoffValue
-	if json.Unmarshal(kv.Value, &v) != nil || !strings.HasSuffix(pred, "/"+v.Waiter) || v.Waiter == "" {
+	if json.Unmarshal(kv.Value, &v) != nil || !strings.HasSuffix(left, "/"+v.Waiter) || v.Waiter == "" {
 		return nil
 	}
 	tid, err1 := trace.TraceIDFromHex(v.Trace)

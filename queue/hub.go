@@ -12,27 +12,20 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Name hubs.
+// Name hubs (doc.go, "The name hub": the view and why a grant by it is
+// safe).
 //
 // An engine keeps one hub per name that has local waiters, in each key
-// space (hubs are kept by the name's key prefix, which names the space):
-// one prefix watch over the name's keys and, in memory, an ordered view of
-// its queue — every key with its create and mod revisions —
-// that is exactly etcd's state of the prefix at a known revision. The view
-// is built from a read at revision R0 and the watch's events from R0+1 on:
-// the watch is created first, at the current revision (so etcd has no
-// history to catch up on for it, which it would deliver only every
-// 100 ms), and its created notice names R0; the read is made at R0. etcd
-// delivers every later revision of the prefix in order, so the view after
-// applying the event of revision R is etcd's state at R. A watch that
-// fails (compaction, cancellation, a lost leader) is replaced and the view
-// built again from a fresh read; every waiter is judged again against it.
+// space (hubs are kept by the name's key prefix, which names the space).
+// The hub's watch is created first, at the current revision (so etcd has
+// no history to catch up on for it, which it would deliver only every
+// 100 ms), and its created notice names R0; the view is read at R0.
 //
 // Waiters register with their key's create revision and their attempt's
 // mod revision. After every revision's events (a transaction's, applied
 // together) the hub judges each waiter against the view at that revision
-// (doc.go, "The name hub"; judgeLocked), and wakes it only when its verdict
-// changes in a way it acts on (wait.go on pacing).
+// (judgeLocked), and wakes it only when its verdict changes in a way it
+// acts on (wait.go on pacing).
 
 // viewKey is one key of a hub's view.
 type viewKey struct {
@@ -104,12 +97,7 @@ func (w *hubWaiter) pendingRecords(ctx context.Context) (bool, error) {
 	} else if kvs, live, err = h.set.e.delaysNow(ctx, h.delays, h.prefix); err != nil {
 		return true, err
 	}
-	for _, kv := range kvs {
-		if rec, ok := parseDelay(kv); !ok || !live[rec.rev] {
-			return true, nil
-		}
-	}
-	return false, nil
+	return anyPending(kvs, func(rev int64) bool { return live[rev] }), nil
 }
 
 // setPaced tells the hub whether the waiter will look at its position by
@@ -405,17 +393,9 @@ func (h *nameHub) closing() bool {
 func (h *nameHub) rebuild(kvs []*mvccpb.KeyValue, rev int64, recs []*mvccpb.KeyValue) []expiry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	live := make(map[int64]bool, len(kvs))
-	for _, kv := range kvs {
-		live[kv.CreateRevision] = true
-	}
-	for _, kv := range recs {
-		// A record of a live holder (its holder record, its lock-delay)
-		// withholds nothing until that holder goes.
-		if r, ok := parseDelay(kv); !ok || !live[r.rev] {
-			h.delayed = true
-		}
-	}
+	// A record of a live holder (its holder record, its lock-delay)
+	// withholds nothing until that holder goes.
+	h.delayed = h.delayed || anyPending(recs, among(kvs))
 	h.keys = make(map[string]*viewKey, len(kvs))
 	h.limits = make(map[int64]int, len(kvs))
 	h.order = h.order[:0]

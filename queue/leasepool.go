@@ -158,23 +158,6 @@ func (p *leasePool) duePassLocked(c *leaseClass, now time.Time) bool {
 	return due
 }
 
-// kick starts a pass of every class that needs one (the explorer's clock
-// calls it when it moves time past a quarantine).
-func (p *leasePool) kick(ctx context.Context) {
-	now := p.e.cfg.Clock.Now()
-	p.mu.Lock()
-	var due []*leaseClass
-	for _, c := range p.classes {
-		if p.duePassLocked(c, now) {
-			due = append(due, c)
-		}
-	}
-	p.mu.Unlock()
-	for _, c := range due {
-		p.pass(ctx, c)
-	}
-}
-
 // pass runs one background pass over c: it refreshes, by keepalive, the
 // leases given back whose quarantine is over and the free ones below two
 // thirds of their TTL, drops those past their deadline (they lapse on
@@ -338,16 +321,6 @@ func (p *leasePool) close() {
 		wg.Go(func() { _, _ = p.e.cli.Revoke(ctx, id) })
 	}
 	wg.Wait()
-}
-
-// count reports the leases the pool holds of ttlSec: free and quarantined.
-func (p *leasePool) count(ttlSec int64) (free, held int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.classes[ttlSec]; c != nil {
-		return len(c.free), len(c.held)
-	}
-	return 0, 0
 }
 
 // besideKeep is the keepalive a pooled lease gets beside the enqueue

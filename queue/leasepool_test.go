@@ -507,3 +507,30 @@ func TestWaiterTickSendsNothingAfterGrant(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 }
+
+// kick starts a pass of every class that needs one (the explorer's clock
+// calls it when it moves time past a quarantine).
+func (p *leasePool) kick(ctx context.Context) {
+	now := p.e.cfg.Clock.Now()
+	p.mu.Lock()
+	var due []*leaseClass
+	for _, c := range p.classes {
+		if p.duePassLocked(c, now) {
+			due = append(due, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range due {
+		p.pass(ctx, c)
+	}
+}
+
+// count reports the leases the pool holds of ttlSec: free and quarantined.
+func (p *leasePool) count(ttlSec int64) (free, held int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.classes[ttlSec]; c != nil {
+		return len(c.free), len(c.held)
+	}
+	return 0, 0
+}

@@ -246,11 +246,7 @@ func (e *Engine) observeLoss(ctx context.Context, delays string, g expiry) {
 		return
 	}
 	for _, r := range resp.Responses {
-		kv := firstKV(r)
-		if kv == nil {
-			continue
-		}
-		if rec, ok := parseDelay(kv); ok && rec.rev == g.create && rec.expired.IsZero() {
+		if rec, ok := parseDelay(firstKV(r)); ok && rec.rev == g.create && rec.expired.IsZero() {
 			rec.d = e.lossWait(rec.d, rec.ttl)
 			if _, _, err := e.stampDelay(ctx, rec, g.at); err != nil {
 				return

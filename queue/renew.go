@@ -111,12 +111,10 @@ func (e *Engine) proveHolder(ctx context.Context, h Handle) error {
 	if err != nil {
 		return fmt.Errorf("queue: check holder: %w", err)
 	}
-	if resp.Succeeded && h.HoldID != "" {
-		if rec := firstKV(resp.Responses[0]); rec == nil || holdIndex(decodeHolds(rec), h.HoldID) < 0 {
+	if resp.Succeeded {
+		if h.HoldID != "" && holdIndex(decodeHolds(firstKV(resp.Responses[0])), h.HoldID) < 0 {
 			return fmt.Errorf("%w: this hold of the lock was released; the lock's other holds keep it", ErrReleased)
 		}
-	}
-	if resp.Succeeded {
 		return nil
 	}
 	if mine := firstKV(resp.Responses[0]); mine != nil && mine.CreateRevision == h.Revision {

@@ -26,23 +26,15 @@ import (
 // already rides on the session lease (it holds); the session is proven in
 // the same transaction.
 func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.KeyValue) (*enqueued, error) {
-	meta, err := decodeValue(mine.Value)
+	meta, h, err := claim(r, mine)
 	if err != nil {
 		return nil, err
 	}
-	if meta.Owner != r.binding() {
-		return nil, fmt.Errorf("%w: the request id belongs to another caller's acquire; use a request id of your own", ErrNotOwner)
-	}
-	secret, err := unsealSecret(meta.Sealed, r.RequestID)
-	if err != nil || !hasHeader(mine.Value, secret) {
-		return nil, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
-	}
-	if have := max(meta.Limit, 1); have != r.effectiveLimit() {
+	secret, n, key := h.Secret, r.effectiveLimit(), string(mine.Key)
+	if have := max(meta.Limit, 1); have != n {
 		// The key keeps the limit it was enqueued with.
-		return nil, limitMismatch(r.Name, r.effectiveLimit(), have)
+		return nil, limitMismatch(r.Name, n, have)
 	}
-	n := r.effectiveLimit()
-	key := string(mine.Key)
 	// The takeover writes the value again with a nonce of its own, and
 	// with what the retry asks for where a retry may ask anew: the value is
 	// what every gateway's hub and grant read the lock's lock-delay and
@@ -53,10 +45,6 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 		meta.Reenter = reenterSeal(r, secret)
 	}
 	value := encodeValue(secret, meta)
-	h := Handle{
-		Name: r.Name, WaiterID: WaiterID(r.RequestID), Lease: clientv3.LeaseID(mine.Lease),
-		Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session,
-	}
 	keyLease := h.Lease
 	var att attemptRef
 	var t txnParts
@@ -148,14 +136,30 @@ func (e *Engine) takeOver(ctx context.Context, r *AcquireRequest, mine *mvccpb.K
 	return q, nil
 }
 
+// claim checks that r's caller owns mine, a waiter key of r's request id:
+// the key's owner binding is r's, and the secret its record seals with
+// the request id heads its value. It returns the record and the key's
+// handle as read.
+func claim(r *AcquireRequest, mine *mvccpb.KeyValue) (waiterMeta, Handle, error) {
+	meta, err := decodeValue(mine.Value)
+	if err != nil {
+		return meta, Handle{}, err
+	}
+	if meta.Owner != r.binding() {
+		return meta, Handle{}, fmt.Errorf("%w: the request id belongs to another caller's acquire; use a request id of your own", ErrNotOwner)
+	}
+	secret, err := unsealSecret(meta.Sealed, r.RequestID)
+	if err != nil || !hasHeader(mine.Value, secret) {
+		return meta, Handle{}, fmt.Errorf("%w: the waiter's record does not match its request id", ErrNotOwner)
+	}
+	return meta, Handle{Name: r.Name, WaiterID: WaiterID(r.RequestID), Lease: clientv3.LeaseID(mine.Lease),
+		Revision: mine.CreateRevision, Epoch: meta.Epoch, Secret: secret, Session: meta.Session}, nil
+}
+
 // ownRecord reports whether r read a delay or holder record of the key
 // created at rev.
 func ownRecord(r *pb.ResponseOp, rev int64) bool {
-	kv := firstKV(r)
-	if kv == nil {
-		return false
-	}
-	rec, ok := parseDelay(kv)
+	rec, ok := parseDelay(firstKV(r))
 	return ok && rec.rev == rev
 }
 

@@ -255,13 +255,17 @@ func (v *watchView) endLocked(err error) {
 	v.drained.Broadcast()
 }
 
-// end removes v from the set and ends it with err.
+// end removes v from the set, ends it with err and gives its state's
+// keys, if it has one, back to the budget.
 func (s *watchSet) end(v *watchView, err error) {
 	s.mu.Lock()
 	s.dropLocked(v.id, v)
 	s.mu.Unlock()
 	v.mu.Lock()
 	v.endLocked(err)
+	if v.st != nil {
+		v.st.drop()
+	}
 	v.mu.Unlock()
 }
 
@@ -281,9 +285,6 @@ func (s *watchSet) start(v *watchView, st *viewState) {
 	close(v.ready)
 	if closed {
 		s.end(v, fmt.Errorf("%w: the engine is closed", ErrClosed))
-		v.mu.Lock()
-		st.drop()
-		v.mu.Unlock()
 		return
 	}
 	go v.run(ctx)
@@ -328,10 +329,7 @@ func (v *watchView) run(ctx context.Context) {
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w: the engine is closed", ErrClosed)
 	}
-	v.set.end(v, err) // a no-op when the last subscriber ended it
-	v.mu.Lock()
-	v.st.drop()
-	v.mu.Unlock()
+	v.set.end(v, err) // only drops the state when the last subscriber ended it
 }
 
 // join subscribes a watcher of prefix from revision from (0: with a
