@@ -455,7 +455,7 @@ func TestTxnCostTable(t *testing.T) {
 	mustRelease(t, e, holder)
 
 	t.Logf("per operation (proto-marshalled bytes; depth is what --max-txn-ops bounds):\n%s", m.table(names...)+m0.table(names...))
-	t.Logf("enqueue transaction time by queue depth (the first-N read sorts the whole name in etcd):\n%s", depthCost(t, e, m, lockReq))
+	t.Logf("enqueue transaction time by the keys in its name:\n%s", depthCost(t, e, m, lockReq))
 
 	// What the package documents of these costs.
 	for _, c := range []struct {
@@ -479,10 +479,12 @@ func TestTxnCostTable(t *testing.T) {
 	}
 }
 
-// depthCost times enqueues behind a holder with 0 and with deep other keys
-// in the name: the bytes stay, etcd's work does not (a range sorted by
-// create revision reads every key of the range before it keeps the first
-// N, etcdserver/txn/range.go rangeLimit).
+// depthCost times enqueues behind a holder with no and with many other keys
+// in the name, and each of the enqueue's reads of the name and its
+// "no keys" compare alone: the bytes stay, etcd's work does not (a range
+// sorted by create revision reads every key of the range before it keeps
+// the first N, etcdserver/txn/range.go rangeLimit; a compare on a range
+// reads every key of it, etcdserver/txn/txn.go applyCompare).
 func depthCost(t *testing.T, e *Engine, m *costMeter, lockReq func(string) AcquireRequest) string {
 	const deep, runs = 2000, 20
 	ctx := testCtx(t)
@@ -537,6 +539,17 @@ func depthCost(t *testing.T, e *Engine, m *costMeter, lockReq func(string) Acqui
 			r := m.row(row)
 			fmt.Fprintf(tw, "  read: %s\t%v\t%d\t%d\n", read.what, (r.took / time.Duration(r.txns)).Round(time.Microsecond), r.reqB/r.txns, r.respB/r.txns)
 		}
+		// The compare "the name has no keys" (acquireTxn's empty) alone:
+		// etcd reads the whole range, values too, to compare it
+		// (etcdserver/txn/txn.go applyCompare).
+		row = fmt.Sprintf("depth %d: compare", n)
+		for range runs {
+			if _, err := e.cli.Txn(labelled(ctx, row)).If(clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)).Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r = m.row(row)
+		fmt.Fprintf(tw, "  compare: the name has no keys\t%v\t%d\t%d\n", (r.took / time.Duration(r.txns)).Round(time.Microsecond), r.reqB/r.txns, r.respB/r.txns)
 	}
 	tw.Flush()
 	return b.String()
