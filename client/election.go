@@ -49,30 +49,26 @@ func (e *Election) Campaign(ctx context.Context, value []byte, opts ...AcquireOp
 		return nil, invalid(op, "value is %d bytes; the limit is %d", len(value), v1.MaxValueBytes)
 	}
 	value = bytes.Clone(value)
+	// The streamOnce of ElectionService.Campaign: the Elected message is
+	// returned as the grant it is.
 	l, err := e.c.acquireStream(ctx, op, e.name, e.s, opts, func(ctx context.Context, ep endpoint, req *v1.AcquireRequest, onQueued func(int64)) (*v1.Granted, bool, error) {
-		return campaignOnce(ctx, ep.elect, &v1.CampaignRequest{
+		stream, err := ep.elect.Campaign(ctx, connect.NewRequest(&v1.CampaignRequest{
 			Name: req.Name, Value: value, TtlMs: req.TtlMs, ClientId: req.ClientId,
 			WaitTimeoutMs: req.WaitTimeoutMs, RequestId: req.RequestId, SessionId: req.SessionId,
-		}, onQueued)
+		}))
+		return receiveGrant(stream, err, onQueued, func(m *v1.CampaignResponse) (*v1.Queued, *v1.Granted) {
+			el := m.GetElected()
+			if el == nil {
+				return m.GetQueued(), nil
+			}
+			return nil, &v1.Granted{LockId: el.LeaderId, FencingToken: el.FencingToken, ExpiresAt: el.ExpiresAt,
+				TtlMs: el.TtlMs, Shard: el.Shard, ValidForMs: el.ValidForMs}
+		})
 	}, true)
 	if err != nil {
 		return nil, err
 	}
 	return &Leadership{e: e, lock: l}, nil
-}
-
-// campaignOnce runs one Campaign stream to its end, as acquireOnce does
-// for Acquire; the Elected message is returned as the grant it is.
-func campaignOnce(ctx context.Context, rpc leasegatev1connect.ElectionServiceClient, req *v1.CampaignRequest, onQueued func(int64)) (g *v1.Granted, queued bool, err error) {
-	stream, err := rpc.Campaign(ctx, connect.NewRequest(req))
-	return receiveGrant(stream, err, onQueued, func(m *v1.CampaignResponse) (*v1.Queued, *v1.Granted) {
-		el := m.GetElected()
-		if el == nil {
-			return m.GetQueued(), nil
-		}
-		return nil, &v1.Granted{LockId: el.LeaderId, FencingToken: el.FencingToken, ExpiresAt: el.ExpiresAt,
-			TtlMs: el.TtlMs, Shard: el.Shard, ValidForMs: el.ValidForMs}
-	})
 }
 
 // Leadership is a term as an election's leader. It is a lock underneath:

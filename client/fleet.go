@@ -219,7 +219,17 @@ func (c *Client) Watch(ctx context.Context, prefix, resumeToken string, fn func(
 	return follow(ctx, c, func(ctx context.Context, ep endpoint) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
 		return ep.rpc.Watch(ctx, connect.NewRequest(&v1.WatchRequest{Prefix: prefix, ResumeToken: resumeToken}))
 	}, func(msg *v1.WatchResponse) error {
-		m := watchMessage(msg)
+		m := WatchMessage{
+			Kind:   strings.ToLower(strings.TrimPrefix(msg.Kind.String(), "WATCH_MESSAGE_KIND_")),
+			Shards: msg.Shards, ResumeToken: msg.ResumeToken,
+		}
+		for _, e := range msg.Events {
+			m.Events = append(m.Events, LockEvent{
+				Type: strings.ToLower(strings.TrimPrefix(e.Type.String(), "LOCK_EVENT_TYPE_")),
+				Name: e.Name, Kind: queueKind(e.Kind), Shard: e.Shard, ClientID: e.ClientId, Token: e.FencingToken, Position: e.Position,
+				Session: e.Session, Revision: e.Revision, Enqueued: timeOf(e.EnqueuedAt),
+			})
+		}
 		if err := fn(m); err != nil {
 			return err
 		}
@@ -231,21 +241,6 @@ func (c *Client) Watch(ctx context.Context, prefix, resumeToken string, fn func(
 		}
 		return nil
 	})
-}
-
-func watchMessage(m *v1.WatchResponse) WatchMessage {
-	out := WatchMessage{
-		Kind:   strings.ToLower(strings.TrimPrefix(m.Kind.String(), "WATCH_MESSAGE_KIND_")),
-		Shards: m.Shards, ResumeToken: m.ResumeToken,
-	}
-	for _, e := range m.Events {
-		out.Events = append(out.Events, LockEvent{
-			Type: strings.ToLower(strings.TrimPrefix(e.Type.String(), "LOCK_EVENT_TYPE_")),
-			Name: e.Name, Kind: queueKind(e.Kind), Shard: e.Shard, ClientID: e.ClientId, Token: e.FencingToken, Position: e.Position,
-			Session: e.Session, Revision: e.Revision, Enqueued: timeOf(e.EnqueuedAt),
-		})
-	}
-	return out
 }
 
 // AuditRecord is one administrative action.
@@ -306,14 +301,13 @@ func (c *Client) ForceRelease(ctx context.Context, name, reason string, token in
 		return nil
 	}
 	op := fmt.Sprintf("force release %q", name)
+	var err error
 	if token == 0 {
-		if err := c.attempt(ctx, c.cfg.requestTimeout, fn); err != nil {
-			return out, wrap(op, err)
-		}
-		return out, nil
+		err = wrap(op, c.attempt(ctx, c.cfg.requestTimeout, fn))
+	} else {
+		err = c.call(ctx, op, fn)
 	}
-	err := c.call(ctx, op, fn) // fn sets out: read it after the call
-	return out, err
+	return out, err // fn sets out: read it after the call
 }
 
 // AuditPage is one page of ListAudit.

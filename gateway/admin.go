@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasegate/leasegate/locks"
 	v1 "github.com/leasegate/leasegate/proto/leasegate/v1"
 	"github.com/leasegate/leasegate/proto/leasegate/v1/leasegatev1connect"
 	"github.com/leasegate/leasegate/queue"
@@ -116,17 +117,9 @@ func (s *Service) ListAudit(ctx context.Context, req *connect.Request[v1.ListAud
 	if err != nil {
 		return nil, err
 	}
-	out := &v1.ListAuditResponse{}
-	for _, r := range all {
-		out.Records = append(out.Records, auditRecord(r.Shard, r.AuditRecord))
-	}
-	if n := fit(s, out.Records); n < len(out.Records) {
-		out.Records, all, more = out.Records[:n], all[:n], true
-	}
-	if more && len(all) > 0 {
-		out.NextPageToken = encodeToken(auditToken{Before: all[len(all)-1].ID})
-	}
-	return connect.NewResponse(out), nil
+	msgs, next := page(s, all, more, func(r locks.AuditRecord) *v1.AuditRecord { return auditRecord(r.Shard, r.AuditRecord) },
+		func(r locks.AuditRecord) any { return auditToken{Before: r.ID} })
+	return connect.NewResponse(&v1.ListAuditResponse{Records: msgs, NextPageToken: next}), nil
 }
 
 func auditRecord(shard string, r queue.AuditRecord) *v1.AuditRecord {

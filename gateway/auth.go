@@ -138,8 +138,13 @@ type AuthConfig struct {
 	ReloadInterval time.Duration
 }
 
-// DefaultJWKSRefresh is the JWKS refresh interval when JWKSRefresh is 0.
-const DefaultJWKSRefresh = 15 * time.Minute
+// The defaults of AuthConfig's JWKSRefresh, JWTTenantClaim and
+// JWTRolesClaim, taken when the field is zero.
+const (
+	DefaultJWKSRefresh    = 15 * time.Minute
+	DefaultJWTTenantClaim = "tenant"
+	DefaultJWTRolesClaim  = "roles"
+)
 
 // Enabled reports whether any authentication is configured.
 func (c AuthConfig) Enabled() bool {

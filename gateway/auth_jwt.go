@@ -65,7 +65,7 @@ type jwtVerifier struct {
 }
 
 func newJWTVerifier(c AuthConfig, opt reload.Options, log *slog.Logger) (*jwtVerifier, error) {
-	v := &jwtVerifier{claim: cmp.Or(c.JWTTenantClaim, "tenant"), roles: cmp.Or(c.JWTRolesClaim, "roles"), stop: func() {}, parser: jwt.NewParser(
+	v := &jwtVerifier{claim: cmp.Or(c.JWTTenantClaim, DefaultJWTTenantClaim), roles: cmp.Or(c.JWTRolesClaim, DefaultJWTRolesClaim), stop: func() {}, parser: jwt.NewParser(
 		jwt.WithValidMethods([]string{"RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"}),
 		jwt.WithIssuer(c.JWTIssuer), jwt.WithAudience(c.JWTAudience),
 		jwt.WithExpirationRequired(), jwt.WithLeeway(30*time.Second),

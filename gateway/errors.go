@@ -251,7 +251,7 @@ func classify(err error) (connect.Code, v1.ErrorReason, string) {
 }
 
 // httpStatuses maps Connect codes to the REST API's status codes; any
-// other code answers 503 (httpStatus).
+// other code answers 503.
 var httpStatuses = map[connect.Code]int{
 	connect.CodeInvalidArgument:    http.StatusBadRequest,
 	connect.CodeNotFound:           http.StatusNotFound,
@@ -263,11 +263,4 @@ var httpStatuses = map[connect.Code]int{
 	connect.CodeResourceExhausted:  http.StatusTooManyRequests,
 	connect.CodeDeadlineExceeded:   http.StatusGatewayTimeout,
 	connect.CodeCanceled:           499,
-}
-
-func httpStatus(code connect.Code) int {
-	if st, ok := httpStatuses[code]; ok {
-		return st
-	}
-	return http.StatusServiceUnavailable
 }

@@ -92,17 +92,24 @@ func (s *Service) ListLocks(ctx context.Context, req *connect.Request[v1.ListLoc
 	if err != nil {
 		return nil, err
 	}
-	out := &v1.ListLocksResponse{}
-	for _, l := range all {
-		out.Locks = append(out.Locks, lockSummary(l))
+	msgs, next := page(s, all, more, lockSummary, func(l locks.Lock) any { return listToken{Prefix: prefix, Cursor: l.Cursor} })
+	return connect.NewResponse(&v1.ListLocksResponse{Locks: msgs, NextPageToken: next}), nil
+}
+
+// page converts all, a page the router read, with conv, cut short to fit one
+// answer; next continues after the last one kept (with token's value for it)
+// when the router has more or the page was cut, and is empty otherwise.
+func page[T any, M proto.Message](s *Service, all []T, more bool, conv func(T) M, token func(T) any) (msgs []M, next string) {
+	for _, x := range all {
+		msgs = append(msgs, conv(x))
 	}
-	if n := fit(s, out.Locks); n < len(out.Locks) {
-		out.Locks, all, more = out.Locks[:n], all[:n], true
+	if n := fit(s, msgs); n < len(msgs) {
+		msgs, all, more = msgs[:n], all[:n], true
 	}
 	if more && len(all) > 0 {
-		out.NextPageToken = encodeToken(listToken{Prefix: prefix, Cursor: all[len(all)-1].Cursor})
+		next = encodeToken(token(all[len(all)-1]))
 	}
-	return connect.NewResponse(out), nil
+	return msgs, next
 }
 
 // fit returns how many of msgs, from the first (at least one), fit in one

@@ -168,27 +168,25 @@ func (s *Service) restPost(h restHandler) http.HandlerFunc {
 			err = named(err)
 			ce := toConnect(err)
 			recordOf(r.Context()).setErr(ce)
-			field := ""
-			msg := ce.Message()
+			field, msg := errField(err), ce.Message()
 			var fe *fieldError
 			if errors.As(err, &fe) {
-				if !fe.verbatim {
-					field = restFields[fe.field]
-				}
-				if field == "" {
-					field = fe.field
+				if camel := restFields[fe.field]; camel != "" && !fe.verbatim {
+					field = camel
 				}
 				// Speak the REST API's field names in its messages.
 				if strings.HasPrefix(msg, fe.field+":") {
 					msg = field + msg[len(fe.field):]
 				}
-			} else {
-				field = errField(err)
 			}
 			if ce.Code() == connect.CodeResourceExhausted {
 				w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(err)))
 			}
-			writeRESTError(w, httpStatus(ce.Code()), ce.Code().String(), field, msg)
+			status, ok := httpStatuses[ce.Code()]
+			if !ok {
+				status = http.StatusServiceUnavailable
+			}
+			writeRESTError(w, status, ce.Code().String(), field, msg)
 			return
 		}
 		if out == nil {

@@ -411,35 +411,27 @@ func (t *telemetry) restCall(op string, next http.Handler) http.Handler {
 	}
 	path := restPrefix + op
 	return otelhttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.serveREST(w, r, path, hist, mode, next)
+		ctx, rec := withRecord(r.Context())
+		start := time.Now()
+		next.ServeHTTP(w, r.WithContext(ctx))
+		d := time.Since(start)
+		got := rec.read()
+		shard, outcome, mode, err := got.shard, got.outcome, cmp.Or(got.mode, mode), got.err
+		switch {
+		case err != nil:
+			outcome = outcomeOf(err)
+		case outcome == "":
+			outcome = "ok"
+		}
+		t.lost(ctx, shard, got.loss)
+		if !got.queuedAt.IsZero() {
+			t.waitEnded(ctx, got.waitShard, outcome, got.queuedAt, start.Add(d))
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attribute.String("leasegate.shard", shard))
+		}
+		t.callDone(ctx, hist, path, shard, outcome, mode, err, d)
 	}), "leasegate.rest", t.rest...)
-}
-
-// serveREST runs one REST lock call inside otelhttp's span.
-func (t *telemetry) serveREST(w http.ResponseWriter, r *http.Request, path string, hist metric.Float64Histogram, mode string, next http.Handler) {
-	ctx, rec := withRecord(r.Context())
-	start := time.Now()
-	next.ServeHTTP(w, r.WithContext(ctx))
-	d := time.Since(start)
-	got := rec.read()
-	shard, outcome, err := got.shard, got.outcome, got.err
-	switch {
-	case err != nil:
-		outcome = outcomeOf(err)
-	case outcome == "":
-		outcome = "ok"
-	}
-	t.lost(ctx, shard, got.loss)
-	if !got.queuedAt.IsZero() {
-		t.waitEnded(ctx, got.waitShard, outcome, got.queuedAt, start.Add(d))
-	}
-	if got.mode != "" {
-		mode = got.mode
-	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("leasegate.shard", shard))
-	}
-	t.callDone(ctx, hist, path, shard, outcome, mode, err, d)
 }
 
 func (m *instruments) histogram(op string) metric.Float64Histogram {

@@ -48,9 +48,10 @@ func onAll[T any](ctx context.Context, targets []Target, fn func(ctx context.Con
 	return out, nil
 }
 
-// Lock is one lock of a listing, with the shard that holds it.
+// Lock is one name's queue as a shard reported it: a lock of a listing, or
+// the queue DescribeQueue reads.
 type Lock struct {
-	// Shard holds the lock; Breaker is its breaker's state after the read.
+	// Shard holds the queue; Breaker is its breaker's state after the read.
 	Shard, Breaker string
 	queue.LockInfo
 }

@@ -66,17 +66,10 @@ func (r *Router) Describe(ctx context.Context, tenant, name string) (shard strin
 	return t.Shard, d, nil
 }
 
-// Queue is one name's queue as a shard reported it.
-type Queue struct {
-	// Shard holds the queue; Breaker is its breaker's state after the read.
-	Shard, Breaker string
-	queue.LockInfo
-}
-
 // DescribeQueue reports the holders and waiters of name (a lock's, or
 // with election an election's) in queue order, from the shard that holds
 // them; one call bounded by RequestTimeout.
-func (r *Router) DescribeQueue(ctx context.Context, tenant, name string, election bool) (Queue, error) {
+func (r *Router) DescribeQueue(ctx context.Context, tenant, name string, election bool) (Lock, error) {
 	ctx, cancel := r.Bound(ctx)
 	defer cancel()
 	key := name
@@ -85,10 +78,10 @@ func (r *Router) DescribeQueue(ctx context.Context, tenant, name string, electio
 	}
 	t, err := r.holder(ctx, tenant, key)
 	if err != nil {
-		return Queue{}, err
+		return Lock{}, err
 	}
 	info, err := do(ctx, t, func(ctx context.Context) (queue.LockInfo, error) { return t.Engine.DescribeQueue(ctx, key) })
-	return Queue{Shard: t.Shard, Breaker: t.Backend.Breaker.State().String(), LockInfo: info}, err
+	return Lock{Shard: t.Shard, Breaker: t.Backend.Breaker.State().String(), LockInfo: info}, err
 }
 
 // CheckFence answers whether token is name's live holder's right now,

@@ -127,17 +127,6 @@ func DefaultBreakerConfig() BreakerConfig {
 	}
 }
 
-func (c BreakerConfig) withDefaults() BreakerConfig {
-	d := DefaultBreakerConfig()
-	c.ConsecutiveFailures = cmp.Or(c.ConsecutiveFailures, d.ConsecutiveFailures)
-	c.MinCalls = cmp.Or(c.MinCalls, d.MinCalls)
-	c.Window = cmp.Or(c.Window, d.Window)
-	c.OpenTimeout = cmp.Or(c.OpenTimeout, d.OpenTimeout)
-	c.HalfOpenProbes = cmp.Or(c.HalfOpenProbes, d.HalfOpenProbes)
-	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
-	return c
-}
-
 // Validate reports the first field outside its allowed range. Zero fields
 // are valid (they mean the default).
 func (c BreakerConfig) Validate() error {
@@ -172,7 +161,13 @@ func NewBreaker(cluster string, cfg BreakerConfig) (*Breaker, error) {
 	if cluster == "" {
 		return nil, errors.New("shard: breaker cluster name is empty")
 	}
-	cfg = cfg.withDefaults()
+	d := DefaultBreakerConfig()
+	cfg.ConsecutiveFailures = cmp.Or(cfg.ConsecutiveFailures, d.ConsecutiveFailures)
+	cfg.MinCalls = cmp.Or(cfg.MinCalls, d.MinCalls)
+	cfg.Window = cmp.Or(cfg.Window, d.Window)
+	cfg.OpenTimeout = cmp.Or(cfg.OpenTimeout, d.OpenTimeout)
+	cfg.HalfOpenProbes = cmp.Or(cfg.HalfOpenProbes, d.HalfOpenProbes)
+	cfg.ProbeTimeout = cmp.Or(cfg.ProbeTimeout, d.ProbeTimeout)
 	b := &Breaker{cluster: cluster, cfg: cfg}
 	st := gobreaker.Settings{
 		Name:          cluster,
