@@ -128,7 +128,10 @@ func (h *Harness) provenHeld(ctx context.Context, s *sdk, l *client.Lock, after 
 	_, err := s.base.RenewByID(rctx, l.ID(), l.Token())
 	cancel()
 	op := AdversaryOp{Adversary: "tamper", Action: "genuine renew after: " + after, Name: l.Name(),
-		Expect: "ok", Invoke: sent, Complete: time.Now()}
+		Expect: "ok", Invoke: sent, Complete: time.Now(), Shard: l.Shard()}
+	if err != nil {
+		op.Reason = client.Reason(err).String()
+	}
 	// The deadline, moved by any renewal meanwhile: a refusal after it
 	// proves nothing, the lease may have lapsed on its own.
 	deadline := l.Expires()

@@ -59,6 +59,11 @@ type AdversaryOp struct {
 	Complete time.Time `json:"complete"`
 	// Detail says more: how the id was edited, whose id it was.
 	Detail string `json:"detail,omitempty"`
+	// Shard and Reason, for a genuine renewal after a tampered call: the
+	// lock's shard and the reason a refusal gave (the end the gateway
+	// proved: released, stolen, …).
+	Shard  string `json:"shard,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Adversary outcomes.

@@ -320,7 +320,13 @@ func checkThieves(ops []AcquireOp, ix *keyIndex) []Violation {
 
 // adversaryViolations: every call an adversary made was refused as the API
 // documents, or was the no-op it must be.
-func adversaryViolations(ops []AdversaryOp) []Violation {
+//
+// A genuine renewal after a tampered release that finds the lock stolen
+// (its lease gone, another holder on the name) in the stale-revoke window
+// of a paused leader of the lock's cluster is put down to
+// knownPausedLeaderRevokes: a release, tampered or not, ends a lock as
+// released, and only a lease's end reads as stolen.
+func adversaryViolations(ops []AdversaryOp, injections []Injection) []Violation {
 	var vs []Violation
 	for _, op := range ops {
 		if op.Outcome != advAccepted && op.Outcome != advWrongCode {
@@ -330,8 +336,13 @@ func adversaryViolations(ops []AdversaryOp) []Violation {
 		if op.Outcome == advWrongCode {
 			what = "was refused with the wrong code"
 		}
-		vs = append(vs, Violation{Check: checkAdversary, Name: op.Name, Detail: fmt.Sprintf(
-			"%s: %s at %s %s: expected %s, got %s (%s)", op.Adversary, op.Action, ts(op.Invoke), what, op.Expect, op.Got, op.Detail)})
+		v := Violation{Check: checkAdversary, Name: op.Name, Detail: fmt.Sprintf(
+			"%s: %s at %s %s: expected %s, got %s (%s)", op.Adversary, op.Action, ts(op.Invoke), what, op.Expect, op.Got, op.Detail)}
+		if op.Outcome == advAccepted && op.Reason == client.ReasonStolen.String() && op.Shard != "" &&
+			pausedLeaderResumed(injections, op.Shard, op.Complete) {
+			v.Known = knownPausedLeaderRevokes
+		}
+		vs = append(vs, v)
 	}
 	return vs
 }

@@ -350,7 +350,7 @@ func (h *Harness) check(stop time.Time, out string) []Violation {
 	vs = append(vs, earlyLoss(ops)...)
 	attributeEarlyLosses(vs, ops, injections, ix)
 	vs = append(vs, checkThieves(ops, ix)...)
-	vs = append(vs, adversaryViolations(adv)...)
+	vs = append(vs, adversaryViolations(adv, injections)...)
 	vs = append(vs, checkHolds(holds)...)
 	vs = append(vs, evictedHolders(ops)...)
 	vs = append(vs, stuckWaiters(ops, stop)...)
