@@ -35,12 +35,18 @@ var hopLayers = append([]layer{
 		return strings.HasPrefix(fn, "connectrpc.com/connect") && httpServer(stack)
 	}},
 	{"HTTP/2 framing, flow control, streams, gateway side", func(fn, stack string) bool {
-		return strings.HasPrefix(fn, "net/http.http2") && httpServer(stack)
+		return http2Frame(fn) && httpServer(stack)
 	}},
 	{"net/http request + response, gateway side", func(fn, stack string) bool {
 		return strings.HasPrefix(fn, "net/http.") && httpServer(stack)
 	}},
 	{"Connect protocol + envelope, caller side", prefixed("connectrpc.com/connect")},
-	{"HTTP/2 framing, flow control, streams, caller side", prefixed("net/http.http2")},
+	{"HTTP/2 framing, flow control, streams, caller side", func(fn, _ string) bool { return http2Frame(fn) }},
 	{"net/http request + response, caller side", prefixed("net/http.")},
 }, layers...)
+
+// http2Frame reports whether fn is net/http's bundled HTTP/2 (its
+// functions and methods are net/http.http2…, net/http.(*http2…).…).
+func http2Frame(fn string) bool {
+	return strings.HasPrefix(fn, "net/http.http2") || strings.HasPrefix(fn, "net/http.(*http2") || strings.HasPrefix(fn, "net/http.(http2")
+}
