@@ -5,9 +5,9 @@ import "strings"
 // hopLayers split the HTTP and Connect layers of cpulayers_test.go's
 // layers into the parts a multiplexed stream would and would not save,
 // the gateway's interceptors and edge into one layer each, and the
-// scheduler out of the runtime; the rest is as there. The innermost frame that a layer owns decides, so
-// protobuf and HPACK, which own nothing there, are charged here to
-// themselves when the wire called them.
+// scheduler out of the runtime; the rest is as there. The innermost frame
+// that a layer owns decides, so protobuf and HPACK, which own nothing
+// there, are charged here to themselves when the wire called them.
 var hopLayers = append([]layer{
 	// The whole process's: a wake-up the hop adds shows as this layer's
 	// difference from the fleet's.
