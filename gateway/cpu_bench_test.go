@@ -127,10 +127,25 @@ func measureCycles(b *testing.B, cycle func(i int) error) {
 			b.Fatal(err)
 		}
 	}
+	measureLoop(b, layers, func() error {
+		for i := 0; i < b.N; i++ {
+			if err := cycle(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// measureLoop times loop, which runs b.N cycles, and reports the
+// process's CPU per cycle in microseconds. With LEASEGATE_BENCH_LAYERS=1
+// it also prints the loop's CPU and allocations per cycle by the layers
+// of by. It returns the loop's CPU.
+func measureLoop(b *testing.B, by []layer, loop func() error) time.Duration {
 	// The first run of a benchmark is one cycle: too short to sample.
-	layers := layersWanted && b.N >= 100
+	profiled := layersWanted && b.N >= 100
 	var prof, allocs0 bytes.Buffer
-	if layers {
+	if profiled {
 		runtime.GC() // the allocs profile is as of the last collection
 		if err := pprof.Lookup("allocs").WriteTo(&allocs0, 0); err != nil {
 			b.Fatal(err)
@@ -141,16 +156,15 @@ func measureCycles(b *testing.B, cycle func(i int) error) {
 	}
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := cycle(i); err != nil {
-			b.Fatal(err)
-		}
-	}
+	err := loop()
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/cycle")
-	if !layers {
-		return
+	if !profiled {
+		return cpu
 	}
 	pprof.StopCPUProfile()
 	runtime.GC()
@@ -158,17 +172,18 @@ func measureCycles(b *testing.B, cycle func(i int) error) {
 	if err := pprof.Lookup("allocs").WriteTo(&allocs1, 0); err != nil {
 		b.Fatal(err)
 	}
-	ct, err := cpuTable(&prof, cpu, b.N)
+	ct, err := cpuTable(by, &prof, cpu, b.N)
 	if err != nil {
 		b.Fatal(err)
 	}
-	at, err := allocTable(&allocs0, &allocs1, b.N)
+	at, err := allocTable(by, &allocs0, &allocs1, b.N)
 	if err != nil {
 		b.Fatal(err)
 	}
 	// Printed, not logged: the testing package cuts a benchmark's log
 	// short.
 	fmt.Printf("%s: CPU by layer, %d cycles:\n%s\n%s: allocations by layer:\n%s\n", b.Name(), b.N, ct, b.Name(), at)
+	return cpu
 }
 
 // layersWanted is LEASEGATE_BENCH_LAYERS=1. It samples allocations finely

@@ -94,7 +94,7 @@ var layers = []layer{
 
 // cpuTable tabulates a CPU profile by layer, per cycle, scaled so the total
 // is the process's measured CPU (cpu).
-func cpuTable(r io.Reader, cpu time.Duration, cycles int) (string, error) {
+func cpuTable(by []layer, r io.Reader, cpu time.Duration, cycles int) (string, error) {
 	p, err := profile.Parse(r)
 	if err != nil {
 		return "", err
@@ -108,12 +108,12 @@ func cpuTable(r io.Reader, cpu time.Duration, cycles int) (string, error) {
 		return "", fmt.Errorf("the profile holds no samples")
 	}
 	scale := float64(cpu.Nanoseconds()) / float64(total) / float64(cycles) / 1e3
-	return layerTable(p, idx, scale, "µs/cycle", "%.0f"), nil
+	return layerTable(by, p, idx, scale, "µs/cycle", "%.0f"), nil
 }
 
 // allocTable tabulates the allocations made between two allocs profiles by
 // layer, per cycle.
-func allocTable(before, after io.Reader, cycles int) (string, error) {
+func allocTable(by []layer, before, after io.Reader, cycles int) (string, error) {
 	b, err := profile.Parse(before)
 	if err != nil {
 		return "", err
@@ -131,12 +131,13 @@ func allocTable(before, after io.Reader, cycles int) (string, error) {
 	if idx < 0 {
 		return "", fmt.Errorf("the allocs profile has no alloc_objects")
 	}
-	return layerTable(d, idx, 1/float64(cycles), "allocs/cycle", "%.1f"), nil
+	return layerTable(by, d, idx, 1/float64(cycles), "allocs/cycle", "%.1f"), nil
 }
 
-// layerTable sums the samples' values at index idx by layer, times scale.
-func layerTable(p *profile.Profile, idx int, scale float64, unit, format string) string {
-	by := map[string]int64{}
+// layerTable sums the samples' values at index idx by the layers of by,
+// times scale.
+func layerTable(by []layer, p *profile.Profile, idx int, scale float64, unit, format string) string {
+	sums := map[string]int64{}
 	detail := map[string]int64{} // innermost gateway function, for the gateway's own layers
 	var total int64
 	for _, s := range p.Sample {
@@ -154,7 +155,7 @@ func layerTable(p *profile.Profile, idx int, scale float64, unit, format string)
 		name := "runtime (GC, scheduler)"
 	find:
 		for _, fn := range fns {
-			for _, l := range layers {
+			for _, l := range by {
 				if l.owns(fn, stack) {
 					name = l.name
 					if strings.HasPrefix(name, "gateway") {
@@ -164,19 +165,19 @@ func layerTable(p *profile.Profile, idx int, scale float64, unit, format string)
 				}
 			}
 		}
-		by[name] += v
+		sums[name] += v
 	}
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "layer\t%s\tshare\t\n", unit)
-	names := make([]string, 0, len(by))
-	for n := range by {
+	names := make([]string, 0, len(sums))
+	for n := range sums {
 		names = append(names, n)
 	}
-	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(by[b], by[a]) })
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(sums[b], sums[a]) })
 	share := func(v int64) float64 { return 100 * float64(v) / float64(max(total, 1)) }
 	for _, n := range names {
-		fmt.Fprintf(tw, "%s\t"+format+"\t%.1f%%\t\n", n, float64(by[n])*scale, share(by[n]))
+		fmt.Fprintf(tw, "%s\t"+format+"\t%.1f%%\t\n", n, float64(sums[n])*scale, share(sums[n]))
 	}
 	fmt.Fprintf(tw, "total\t"+format+"\t100%%\t\n", float64(total)*scale)
 	tw.Flush()
