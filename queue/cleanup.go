@@ -111,7 +111,8 @@ func (e *Engine) removeWaiter(ctx context.Context, q *enqueued) {
 func (e *Engine) forgetMove(ctx context.Context, q *enqueued) {
 	key := e.keys.waiter(q.h.Name, q.h.WaiterID)
 	noHolds := clientv3.Compare(clientv3.CreateRevision(e.keys.holds(q.h.Name, q.h.WaiterID, q.h.Revision)), "=", 0)
-	del := []clientv3.Op{clientv3.OpDelete(key), e.releaseDelayOp(q.h), e.endMark(markGiveUp, key)}
+	del := append([]clientv3.Op{clientv3.OpDelete(key)}, e.releaseDelayOps(q.h)...)
+	del = append(del, e.endMark(markGiveUp, key))
 	e.forget(ctx, key, q.value, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{noHolds}, del, nil)}, 0, q.att)
 }
 
@@ -120,6 +121,10 @@ func (e *Engine) forgetMove(ctx context.Context, q *enqueued) {
 // whether it deleted.
 func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, modRev int64, point string) bool {
 	key := e.keys.waiter(name, waiterID)
+	// A grant nobody received leaves no lock-delay behind (delay.go), and
+	// its end is a clean one (loss.go).
+	del := append([]clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}, e.releaseDelayOps(Handle{Name: name, WaiterID: waiterID, Revision: rev})...)
+	del = append(del, e.endMark(markGiveUp, key))
 	defer e.at(ctx, pointCleaned)
 	b := newBackoff(e.cfg.Clock)
 	for {
@@ -131,11 +136,7 @@ func (e *Engine) deleteOwned(ctx context.Context, name, waiterID string, rev, mo
 			// A lock re-entered through its session is not an attempt's
 			// to delete (reenter.go).
 			clientv3.Compare(clientv3.CreateRevision(e.keys.holds(name, waiterID, rev)), "=", 0),
-		).Then(clientv3.OpDelete(key, clientv3.WithPrevKV()),
-			// A grant nobody received leaves no lock-delay behind (delay.go),
-			// and its end is a clean one (loss.go).
-			e.releaseDelayOp(Handle{Name: name, WaiterID: waiterID, Revision: rev}),
-			e.endMark(markGiveUp, key)).Commit()
+		).Then(del...).Commit()
 		cancel()
 		if err == nil {
 			if resp.Succeeded {

@@ -162,15 +162,18 @@ func among(kvs []*mvccpb.KeyValue) func(rev int64) bool {
 	}
 }
 
-// releaseDelayOp deletes h's delay and holder records (loss.go), each if
-// it is h's, in a clean end of h's key.
-func (e *Engine) releaseDelayOp(h Handle) clientv3.Op {
+// releaseDelayOps delete h's delay and holder records (loss.go), each if
+// it is h's, in a clean end of h's key: two nested transactions that go
+// beside the key's delete in the same branch. Each decides by its own
+// compares, which etcd evaluates before any operation of the transaction
+// runs, so their place among the branch's operations changes nothing.
+func (e *Engine) releaseDelayOps(h Handle) []clientv3.Op {
 	dkey, hrec := e.keys.delay(h.Name, h.WaiterID), e.keys.holderRecord(h.Name, h.WaiterID)
-	return clientv3.OpTxn(nil, []clientv3.Op{
+	return []clientv3.Op{
 		clientv3.OpTxn(recordOfCmps(dkey, h.Revision), []clientv3.Op{clientv3.OpDelete(dkey)}, nil),
 		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(hrec), "=", h.Revision)},
 			[]clientv3.Op{clientv3.OpDelete(hrec)}, nil),
-	}, nil)
+	}
 }
 
 // recordOfCmps are the compares that the delay record dkey is the one of

@@ -8,11 +8,13 @@
 // The waiter whose key has the lowest create revision holds the lock.
 // Acquire is one transaction that puts the caller's key if it is absent and
 // reads the first-created key in the same round trip, so an uncontested
-// acquire costs exactly one transaction on top of the lease. A waiter that
-// is not first waits on its name's hub (below): one watch per name and
-// engine, however many local waiters it serves. A waiter's own key
-// vanishing (its lease died) takes it out of the queue: it is never
-// granted.
+// acquire costs exactly one transaction on top of the lease. That read's
+// count, which etcd gives for the whole name whatever the read's limit, is
+// the waiter's place; a refused transaction reads only what explains its
+// refusal (enqueue.go). A waiter that is not first waits on its name's
+// hub (below): one watch per name and engine, however many local waiters
+// it serves. A waiter's own key vanishing (its lease died) takes it out of
+// the queue: it is never granted.
 //
 // # Identities, not existence
 //

@@ -87,28 +87,42 @@ func (e *Engine) enqueueTxn(ctx context.Context, r *AcquireRequest, lease client
 }
 
 // acquireTxn is the acquire transaction's base. It compares that the
-// waiter key is absent and puts it (put; the key as it is when it exists),
-// and reads as of the put the name's first n keys by create revision
-// (firstN; the first key for a lock), their count and the name's
-// lock-delay records, whole: a record of a key among the first keys is a
-// live holder's and withholds nothing, any other is pending (delay.go).
-// Records are written for holders only, so they are few. The parts add to
-// it; the put is made last, from waiter as the parts left it.
+// waiter key is absent and puts it (put; the key as it is when it
+// exists). When it puts the key it reads, as of the put, the name's first
+// n keys by create revision (firstN; the first key for a lock) and the
+// name's lock-delay records, whole: a record of a key among the first
+// keys is a live holder's and withholds nothing, any other is pending
+// (delay.go). Records are written for holders only, so they are few.
+//
+// The name's count, the waiter's place, is firstN's own: etcd answers a
+// range in a transaction with the count of the whole range whatever its
+// limit (executeTxn asks executeRange for the total count;
+// TestTxnRangeCountIsTheWholePrefix), so it is the same range at the same
+// revision as a count read of its own, and MaxKeys stays exact.
+//
+// A refused transaction reads only the key: an earlier attempt's key is a
+// takeover, and every other refusal is explained by the part whose
+// compare failed, from what that part reads in the Else branch. Slots of
+// firstN and delays are the Then branch's. The parts add to it; the put
+// is made last, from waiter as the parts left it.
 type acquireTxn struct {
 	txnParts
-	r                          *AcquireRequest
-	h                          Handle // the waiter, but for its revision and a session's lease
-	n                          int    // the limit r asks for
-	key, value                 string
-	empty                      clientv3.Cmp // the name has no keys
-	waiter                     waiterPut
-	put, firstN, count, delays slot
+	r              *AcquireRequest
+	h              Handle // the waiter, but for its revision and a session's lease
+	n              int    // the limit r asks for
+	prefix         string // the name's
+	key, value     string
+	empty          clientv3.Cmp // the name has no keys
+	waiter         waiterPut
+	put            slot // in both branches
+	firstN, delays slot
+	firstTxn       slot // the first-key transaction beside a single put (waiterPut); 0: none
 }
 
 func (e *Engine) acquireTxn(r *AcquireRequest, secret Secret, nonce string, ttlSec int64, lease clientv3.LeaseID) *acquireTxn {
 	prefix := e.keys.namePrefix(r.Name)
 	wid := WaiterID(r.RequestID)
-	t := &acquireTxn{r: r, n: r.effectiveLimit(), key: prefix + wid,
+	t := &acquireTxn{r: r, n: r.effectiveLimit(), prefix: prefix, key: prefix + wid,
 		h:     Handle{Name: r.Name, WaiterID: wid, Lease: lease, Epoch: r.Epoch, Secret: secret, Session: r.Session != 0},
 		empty: clientv3.Compare(clientv3.CreateRevision(prefix).WithPrefix(), "=", 0)}
 	t.value = encodeValue(secret, waiterMeta{
@@ -128,34 +142,42 @@ func (e *Engine) acquireTxn(r *AcquireRequest, secret Secret, nonce string, ttlS
 	t.waiter = waiterPut{key: t.key, value: t.value, lease: lease, firstIf: []clientv3.Cmp{t.empty}, firstLease: lease}
 	t.compare(clientv3.Compare(clientv3.CreateRevision(t.key), "=", 0))
 	t.put = t.both(clientv3.Op{}, clientv3.OpGet(t.key))
-	t.firstN = t.read(clientv3.OpGet(prefix, withFirstN(t.n)...))
-	t.count = t.read(clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()))
-	t.delays = t.read(clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix()))
+	t.firstN = t.onThen(clientv3.OpGet(prefix, withFirstN(t.n)...))
+	t.delays = t.onThen(clientv3.OpGet(e.keys.delayPrefix(r.Name), clientv3.WithPrefix()))
 	return t
 }
 
 func (t *acquireTxn) commit(ctx context.Context, kv clientv3.KV) (*clientv3.TxnResponse, error) {
-	t.then[t.put] = t.waiter.op()
+	put, firstTxn := t.waiter.ops()
+	t.then[t.put] = put
+	if firstTxn.IsTxn() {
+		t.firstTxn = t.onThen(firstTxn)
+	}
 	return t.txnParts.commit(ctx, kv)
 }
 
-// first is the answer of the put's nested transaction when it found the
-// key first in its name (waiterPut); nil otherwise.
-func (t *acquireTxn) first(resp *clientv3.TxnResponse) *pb.TxnResponse {
-	if nested := t.put.of(resp.Responses).GetResponseTxn(); nested.GetSucceeded() {
-		return nested
+// first is the answers of waiter's firstOps, in their order, when the
+// transaction found the key first in its name (waiterPut); ok is false
+// otherwise.
+func (t *acquireTxn) first(resp *clientv3.TxnResponse) (answers []*pb.ResponseOp, ok bool) {
+	if t.firstTxn != 0 {
+		nested := t.firstTxn.of(resp.Responses).GetResponseTxn()
+		return nested.GetResponses(), nested.GetSucceeded()
 	}
-	return nil
+	if nested := t.put.of(resp.Responses).GetResponseTxn(); nested.GetSucceeded() {
+		return nested.GetResponses()[1:], true // after the key's own put
+	}
+	return nil, false
 }
 
 // enqueued is the waiter the base's answers describe.
 func (t *acquireTxn) enqueued(resp *clientv3.TxnResponse) *enqueued {
 	rev := resp.Header.Revision
-	firstN := t.firstN.of(resp.Responses).GetResponseRange().GetKvs()
+	firstN := t.firstN.of(resp.Responses).GetResponseRange()
 	q := &enqueued{h: t.h, modRev: rev, value: t.value,
-		first: firstKV(t.firstN.of(resp.Responses)), holds: holdsIn(firstN, rev, t.n),
-		delays: anyPending(t.delays.of(resp.Responses).GetResponseRange().GetKvs(), among(firstN)),
-		ahead:  t.count.of(resp.Responses).GetResponseRange().Count - 1}
+		first: firstOf(firstN.GetKvs()), holds: holdsIn(firstN.GetKvs(), rev, t.n),
+		delays: anyPending(t.delays.of(resp.Responses).GetResponseRange().GetKvs(), among(firstN.GetKvs())),
+		ahead:  firstN.GetCount() - 1}
 	q.h.Revision = rev
 	return q
 }
@@ -168,6 +190,15 @@ func (t *acquireTxn) enqueued(resp *clientv3.TxnResponse) *enqueued {
 // one round trip. A put that would write nothing else for a first key
 // (the same lease, nothing beside) is a plain put, and so is every put
 // with firstIf nil (a part needs the key to wait first).
+//
+// A put whose first key goes onto the same lease but writes firstOps
+// beside it is a single put too, with the nested transaction
+// OpTxn(firstIf, firstOps, nil) beside it: its value reaches etcd (and
+// the raft log) once, not in both branches. That decides the same: etcd
+// evaluates the compares of a transaction and of every nested one on its
+// taken path before any of its operations (txn.go: Txn runs compareToPath
+// before executeTxn), so firstIf still means "the name had no key before
+// this put".
 type waiterPut struct {
 	key, value string
 	lease      clientv3.LeaseID
@@ -177,26 +208,36 @@ type waiterPut struct {
 }
 
 // ifFirst adds op to what a key first in its name writes, and returns its
-// slot in the nested transaction's answer.
+// slot among firstOps' answers (acquireTxn.first).
 func (p *waiterPut) ifFirst(op clientv3.Op) slot {
 	p.firstOps = append(p.firstOps, op)
-	return slot(len(p.firstOps)) // the key's own put is slot 0
+	return slot(len(p.firstOps) - 1)
 }
 
-func (p *waiterPut) op() clientv3.Op {
+// ops is the put, and the first-key transaction to send beside it when
+// the put is a single one (the zero Op otherwise).
+func (p *waiterPut) ops() (put, firstTxn clientv3.Op) {
 	waits := clientv3.OpPut(p.key, p.value, clientv3.WithLease(p.lease))
-	if p.firstIf == nil || p.firstLease == p.lease && len(p.firstOps) == 0 {
-		return waits
+	switch {
+	case p.firstIf == nil || p.firstLease == p.lease && len(p.firstOps) == 0:
+		return waits, clientv3.Op{}
+	case p.firstLease == p.lease:
+		return waits, clientv3.OpTxn(p.firstIf, p.firstOps, nil)
 	}
 	first := append([]clientv3.Op{clientv3.OpPut(p.key, p.value, clientv3.WithLease(p.firstLease))}, p.firstOps...)
-	return clientv3.OpTxn(p.firstIf, first, []clientv3.Op{waits})
+	return clientv3.OpTxn(p.firstIf, first, []clientv3.Op{waits}), clientv3.Op{}
 }
 
 // freePart is TryAcquire's part: a lock's key is created only if the name
 // has no key at all. A semaphore's TryAcquire puts its key and looks
-// (TryAcquire): "fewer than N keys" is no compare etcd can make. nil when
-// the enqueue is not a TryAcquire's.
-type freePart struct{ t *acquireTxn }
+// (TryAcquire): "fewer than N keys" is no compare etcd can make. A refusal
+// is explained by the name's first n keys, read in the Else branch
+// (firstN); no other refusal needs them. nil when the enqueue is not a
+// TryAcquire's.
+type freePart struct {
+	t      *acquireTxn
+	firstN slot
+}
 
 func (t *acquireTxn) onlyIfFree(on bool) *freePart {
 	if !on {
@@ -205,7 +246,7 @@ func (t *acquireTxn) onlyIfFree(on bool) *freePart {
 	if t.n == 1 {
 		t.compare(t.empty)
 	}
-	return &freePart{t}
+	return &freePart{t: t, firstN: t.onElse(clientv3.OpGet(t.prefix, withFirstN(t.n)...))}
 }
 
 // refused explains a refusal by the name's first key: the holder to
@@ -215,7 +256,7 @@ func (p *freePart) refused(resp *clientv3.TxnResponse) (*enqueued, error) {
 	if p == nil {
 		return nil, nil
 	}
-	first := firstKV(p.t.firstN.of(resp.Responses))
+	first := firstKV(p.firstN.of(resp.Responses))
 	if first == nil {
 		return nil, nil
 	}
@@ -226,7 +267,15 @@ func (p *freePart) refused(resp *clientv3.TxnResponse) (*enqueued, error) {
 }
 
 // sessionPart is a session waiter's part: the session record must carry
-// the caller's secret, and is read back (record) for the session's TTL.
+// the caller's secret. A refusal reads the record back (record, in the
+// Else branch) to tell a lost session from the other refusals. An applied
+// transaction reads nothing: its compares proved the record at its
+// revision, and the TTL the record carries is ttl, which knownSessionTTL
+// read before the transaction (the record is written once, at the
+// session's open, with the lease's granted TTL, and before its id or
+// secret reaches anyone: a record that carries the caller's secret at the
+// transaction's revision was there for knownSessionTTL's linearizable
+// read).
 // The key rides on the attempt lease (att) until its grant, so that it
 // dies with its attempt (attempt.go); only a key that is granted in the
 // enqueue's own transaction goes straight onto the session lease, which
@@ -262,7 +311,7 @@ func (p *sessionPart) add(t *acquireTxn) {
 	}
 	skey := p.e.keys.session(p.r.Session)
 	t.compare(ownerCmps(skey, p.r.SessionSecret)...)
-	p.record = t.read(clientv3.OpGet(skey))
+	p.record = t.onElse(clientv3.OpGet(skey))
 	t.waiter.lease = p.att.id
 	if p.r.BeforeGrant != nil {
 		t.waiter.firstIf = nil
@@ -302,8 +351,8 @@ func (p *sessionPart) enqueued(q *enqueued, t *acquireTxn, resp *clientv3.TxnRes
 		return
 	}
 	q.h.Lease = p.r.Session
-	q.ttl = p.e.learnSessionRecord(p.r.Session, p.record.of(resp.Responses))
-	if t.first(resp) != nil {
+	q.ttl = p.ttl
+	if _, first := t.first(resp); first {
 		p.e.att.release(p.att) // it went straight onto the session lease
 	} else {
 		q.att = p.att
@@ -318,11 +367,11 @@ func (p *sessionPart) enqueued(q *enqueued, t *acquireTxn, resp *clientv3.TxnRes
 // loss wait) are the record's, for forgetUnknown to take back.
 type holderRecordPart struct {
 	key, value string
-	put        slot // in the nested transaction; 0: none
+	put        slot // among the first key's answers (acquireTxn.first); -1: none
 }
 
 func (e *Engine) holderRecordPart(t *acquireTxn, ttl time.Duration, nonce string) holderRecordPart {
-	p := holderRecordPart{key: e.keys.holderRecord(t.r.Name, t.h.WaiterID)}
+	p := holderRecordPart{key: e.keys.holderRecord(t.r.Name, t.h.WaiterID), put: -1}
 	if e.cfg.LossWait {
 		p.value = holderRecordValue(t.r.LockDelay, ttl, nonce)
 		p.put = t.waiter.ifFirst(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(p.key), "=", 0)},
@@ -333,8 +382,8 @@ func (e *Engine) holderRecordPart(t *acquireTxn, ttl time.Duration, nonce string
 
 // recorded reports whether the record went in.
 func (p holderRecordPart) recorded(t *acquireTxn, resp *clientv3.TxnResponse) bool {
-	first := t.first(resp)
-	return p.put != 0 && first != nil && p.put.of(first.Responses).GetResponseTxn().GetSucceeded()
+	first, ok := t.first(resp)
+	return p.put >= 0 && ok && p.put.of(first).GetResponseTxn().GetSucceeded()
 }
 
 // admit takes back the key of an enqueue the name refuses: its limit n is

@@ -213,7 +213,7 @@ func (e *Engine) evictedRecordsOp(ctx context.Context, name string, kv *mvccpb.K
 	h := Handle{Name: name, WaiterID: waiterIDOf(kv), Revision: kv.CreateRevision}
 	meta, _ := decodeValue(kv.Value)
 	if meta.Delay <= 0 {
-		return e.releaseDelayOp(h), 0, nil
+		return clientv3.OpTxn(nil, e.releaseDelayOps(h), nil), 0, nil // one slot of the force-release's transaction
 	}
 	d := time.Duration(meta.Delay) * time.Millisecond
 	g, err := e.cli.Grant(ctx, e.stampedLeaseTTL(d))

@@ -130,7 +130,8 @@ func (e *Engine) endMark(kind, key string) clientv3.Op {
 func (e *Engine) releaseCommit(ctx context.Context, h Handle, key string, cmps []clientv3.Cmp, also ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	// The lock-delay record goes with a clean release (delay.go), and the
 	// release marker tells a watcher this delete was a release (watch.go).
-	ops := append([]clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV()), e.releaseDelayOp(h), e.endMark("", key)}, also...)
+	ops := append([]clientv3.Op{clientv3.OpDelete(key, clientv3.WithPrevKV())}, e.releaseDelayOps(h)...)
+	ops = append(append(ops, e.endMark("", key)), also...)
 	base := len(ops)
 	var lease clientv3.LeaseID
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() && e.tel.tracer != nil {

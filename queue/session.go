@@ -152,7 +152,7 @@ func (e *Engine) clearSessionRecords(ctx context.Context, lease clientv3.LeaseID
 			if err != nil {
 				continue
 			}
-			ops = append(ops, e.releaseDelayOp(Handle{Name: name, WaiterID: wid, Revision: kv.CreateRevision}))
+			ops = append(ops, e.releaseDelayOps(Handle{Name: name, WaiterID: wid, Revision: kv.CreateRevision})...)
 		}
 		if len(ops) == 0 {
 			continue
