@@ -192,13 +192,15 @@ func belief(name string, gs []AcquireOp) []Violation {
 		}
 		active = kept
 		// The others: every active holder but b's own grant, resumed by a
-		// retry of the same acquire, and those evicted before b's grant
-		// that stopped believing within their bound (check_evict.go);
-		// counted once per grant.
+		// retry of the same acquire, and the pairs in which one holder was
+		// evicted before the other's grant and stopped believing within
+		// its bound (check_evict.go) — whichever began believing first: a
+		// grant can be evicted before its SDK has returned it, after the
+		// next holder's grant; counted once per grant.
 		var others []interval
 		grantsOf := map[[2]any]bool{}
 		for _, a := range active {
-			if a.op.Token == b.op.Token && a.op.RequestID == b.op.RequestID || a.op.evictionExcuses(b.from) {
+			if a.op.Token == b.op.Token && a.op.RequestID == b.op.RequestID || a.op.evictionExcuses(b.from) || b.op.evictionExcuses(a.from) {
 				continue
 			}
 			others = append(others, a)

@@ -47,6 +47,27 @@ func TestBeliefEviction(t *testing.T) {
 			t.Errorf("%s: belief = %v; want one overlap naming %q", tc.name, vs, tc.violates)
 		}
 	}
+	// A grant evicted before its SDK returned it, after the next holder's
+	// grant: the evicted holder began believing last, and is judged by the
+	// same bound.
+	for _, tc := range []struct {
+		name     string
+		to       int
+		violates string
+	}{
+		{"returned after its eviction, told in time", 1470, ""},
+		{"returned after its eviction, told late", 3100, "from 12:00:01.400"},
+	} {
+		a := evicted(grant(0, "a", "x", 10, 0, 1400, 0), 1250, tc.to)
+		b := grant(1, "b", "x", 12, 50, 1320, 3500)
+		vs := belief("x", []AcquireOp{a, b})
+		switch {
+		case tc.violates == "" && len(vs) != 0:
+			t.Errorf("%s: belief = %v; want none", tc.name, vs)
+		case tc.violates != "" && (len(vs) != 1 || !strings.Contains(vs[0].Detail, tc.violates)):
+			t.Errorf("%s: belief = %v; want one overlap naming %q", tc.name, vs, tc.violates)
+		}
+	}
 	// A semaphore of limit 2: a third holder joins two, one of which was
 	// evicted and told in time.
 	hs := withLimit(2, evicted(grant(0, "a", "x", 10, 0, 100, 0), 1300, 2000), grant(1, "b", "x", 11, 0, 110, 3000), grant(2, "c", "x", 12, 0, 1320, 3000))
